@@ -1,0 +1,58 @@
+"""The ``omnistage`` command: one sub-command per tool, each parsed here and run elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _make_tiny(args: argparse.Namespace) -> int:
+    from omnistage.tools.make_tiny import make_tiny, tiny_model_dir
+
+    if args.cached:
+        print(tiny_model_dir(seed=args.seed))
+        return 0
+    if args.out_dir is None:
+        print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
+        return 2
+    print(make_tiny(args.out_dir, seed=args.seed))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from omnistage.entrypoints.openai.api_server import run_server
+    except ImportError:
+        print("omnistage serve: the OpenAI server is not built yet (see the issue 'OpenAI-compatible server')",
+              file=sys.stderr)
+        return 3
+    return run_server(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="omnistage", description="Serve Qwen3-Omni-style models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tiny = sub.add_parser("make-tiny", help="write a tiny random Qwen3-Omni checkpoint (offline)")
+    tiny.add_argument("out_dir", nargs="?", help="folder to write the checkpoint into")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--cached", action="store_true",
+                      help="make (if absent) the embedded tiny model under $OMNISTAGE_CACHE and print its path")
+    tiny.set_defaults(func=_make_tiny)
+
+    serve = sub.add_parser("serve", help="serve a model with an OpenAI-compatible API")
+    serve.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

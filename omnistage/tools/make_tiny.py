@@ -1,0 +1,162 @@
+"""``omnistage make-tiny``: a tiny random Qwen3-Omni checkpoint, written offline.
+
+The output is a Hugging Face folder (config.json, model.safetensors, tokenizer,
+chat template, processor configs) that transformers' own
+``Qwen3OmniMoeForConditionalGeneration`` and ``AutoProcessor`` load. Weights are
+drawn from transformers' initialisers under a fixed seed and saved with sorted
+names, so one seed always gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+from omnistage.tools.tiny_config import tiny_config_dict
+from omnistage.tools.tiny_tokenizer import ROLE_WORDS, TokenizerLayout, save_tokenizer
+
+BPE_SIZE = 960
+TINY_NAME = "tiny"
+# Bump when the tiny checkpoint's content changes, so caches are rebuilt.
+TINY_VERSION = 1
+
+
+def make_tiny(out_dir: str | Path, seed: int = 0) -> Path:
+    """Writes the tiny checkpoint into ``out_dir`` (created; existing files replaced)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    layout = save_tokenizer(out, BPE_SIZE, QWEN3_OMNI_CHAT_TEMPLATE)
+    role_ids = _role_ids(out)
+    config = tiny_config_dict(layout, role_ids)
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    _save_weights(out, seed)
+    _save_processor(out)
+    (out / "generation_config.json").write_text(json.dumps(_generation_config(layout), indent=2))
+    return out
+
+
+def _role_ids(out: Path) -> dict[str, int]:
+    vocab = json.loads((out / "vocab.json").read_text())
+    return {word: vocab[word] for word in ROLE_WORDS}
+
+
+def _save_weights(out: Path, seed: int) -> None:
+    from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
+
+    config = Qwen3OmniMoeConfig.from_pretrained(out)
+    torch.manual_seed(seed)
+    model = Qwen3OmniMoeForConditionalGeneration(config).eval()
+    _init_experts(model, std=config.initializer_range)
+    _audible_vocoder(model.code2wav)
+    state = {name: t.detach().contiguous().clone() for name, t in sorted(model.state_dict().items())}
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+@torch.no_grad()
+def _init_experts(model: torch.nn.Module, std: float) -> None:
+    """Draws every fused expert tensor from N(0, std).
+
+    transformers 5.24 initialises only the thinker's experts; the talker's are
+    left as ``torch.empty`` memory, which would make the checkpoint depend on
+    whatever the allocator held (and not be reproducible).
+    """
+    for name, param in model.named_parameters():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            param.normal_(0.0, std)
+
+
+@torch.no_grad()
+def _audible_vocoder(code2wav: torch.nn.Module) -> None:
+    """Re-draws the vocoder's convolutions with fan-in scaling.
+
+    transformers' default std of 0.02 shrinks the signal ~10x per conv, leaving
+    ~1e-8 at the output: waveform comparisons would then pass trivially. With
+    std 0.6/sqrt(fan_in) the random vocoder emits unclipped noise of order
+    0.01-0.1, so a 1e-4 parity bound actually tests something.
+    """
+    for module in code2wav.modules():
+        if isinstance(module, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
+            weight = module.weight
+            fan_in = weight.shape[1] * weight.shape[2]
+            if isinstance(module, torch.nn.ConvTranspose1d):
+                fan_in = weight.shape[0] * weight.shape[2] // module.stride[0]
+            weight.normal_(0.0, 0.6 * fan_in**-0.5)
+
+
+def _save_processor(out: Path) -> None:
+    from transformers import WhisperFeatureExtractor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    features = WhisperFeatureExtractor(
+        feature_size=128, sampling_rate=16000, hop_length=160, chunk_length=300, n_fft=400,
+        padding_value=0.0, return_attention_mask=True,
+    )
+    # Small pixel bounds keep tiny-model image prompts short on a CPU.
+    images = Qwen2VLImageProcessorPil(
+        patch_size=16, temporal_patch_size=2, merge_size=2,
+        size={"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 64},
+        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+    )
+    features.save_pretrained(out)
+    preprocessor = json.loads((out / "preprocessor_config.json").read_text())
+    preprocessor.update(images.to_dict())
+    preprocessor["processor_class"] = "Qwen3OmniMoeProcessor"
+    (out / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2, sort_keys=True))
+    # transformers' video processor needs torchvision to load; written so that
+    # AutoProcessor works wherever torchvision is installed.
+    video = {
+        "video_processor_type": "Qwen2VLVideoProcessor", "patch_size": 16, "temporal_patch_size": 2,
+        "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+        "size": {"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 64}, "do_sample_frames": False,
+        "processor_class": "Qwen3OmniMoeProcessor",
+    }
+    (out / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2, sort_keys=True))
+
+
+def _generation_config(layout: TokenizerLayout) -> dict[str, object]:
+    return {"eos_token_id": [layout.special_id("<|im_end|>")], "pad_token_id": layout.special_id("<|endoftext|>")}
+
+
+def cache_root() -> Path:
+    """``$OMNISTAGE_CACHE`` or ``~/.cache/omnistage``."""
+    return Path(os.environ.get("OMNISTAGE_CACHE", Path.home() / ".cache" / "omnistage"))
+
+
+def tiny_model_dir(seed: int = 0) -> Path:
+    """The embedded tiny checkpoint, made on first use under the cache folder.
+
+    Built in a temporary sibling folder and renamed into place, so a crash or a
+    concurrent builder never leaves a half-written checkpoint behind.
+    """
+    target = cache_root() / f"tiny-v{TINY_VERSION}-seed{seed}"
+    if (target / "model.safetensors").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
+    try:
+        make_tiny(tmp, seed=seed)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model(model: str) -> Path:
+    """Maps a ``--model`` value to a checkpoint folder (``tiny`` → the embedded one)."""
+    if model == TINY_NAME:
+        return tiny_model_dir()
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model folder {path} has no config.json (use --model tiny for the embedded model)")
+    return path

@@ -1,0 +1,24 @@
+"""Shared fixtures: one tiny checkpoint per test session, made offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from omnistage.tools.make_tiny import make_tiny
+
+    return make_tiny(tmp_path_factory.mktemp("tiny"), seed=0)
