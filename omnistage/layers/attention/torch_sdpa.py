@@ -1,0 +1,102 @@
+"""Paged attention with torch's scaled_dot_product_attention (CPU and any device).
+
+Keys/values of new tokens are scattered into the paged cache by slot; each
+sequence then reads its context back through its block table. Decode-only
+batches (one new token per sequence) run as one padded SDPA call; prefill runs
+one call per sequence, since prompts differ in length.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from omnistage.layers.attention.base import AttentionBackend, AttentionMetadata
+
+
+def store_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Writes each new token's key/value at its flat slot; rows with slot -1 are skipped."""
+    num_blocks, block_size = kv_cache.shape[1], kv_cache.shape[2]
+    flat = kv_cache.view(2, num_blocks * block_size, *kv_cache.shape[3:])
+    valid = slot_mapping >= 0
+    if not bool(valid.all()):
+        slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]
+    flat[0].index_copy_(0, slot_mapping, k)
+    flat[1].index_copy_(0, slot_mapping, v)
+
+
+def gather_context(kv_cache: torch.Tensor, block_table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence's keys and values ``[length, Hkv, D]`` read through its block table."""
+    block_size = kv_cache.shape[2]
+    n_blocks = -(-length // block_size)
+    blocks = block_table[:n_blocks].long()
+    k = kv_cache[0].index_select(0, blocks).flatten(0, 1)[:length]
+    v = kv_cache[1].index_select(0, blocks).flatten(0, 1)[:length]
+    return k, v
+
+
+def _causal_mask(q_len: int, kv_len: int, window: int | None, device: torch.device) -> torch.Tensor | None:
+    """Boolean mask (True = attend) for queries that are the last ``q_len`` of ``kv_len`` positions."""
+    if q_len == 1 and window is None:
+        return None
+    q_pos = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]
+    k_pos = torch.arange(kv_len, device=device)[None, :]
+    mask = k_pos <= q_pos
+    if window is not None:
+        mask &= k_pos > q_pos - window
+    return mask
+
+
+class TorchSDPABackend(AttentionBackend):
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor | None,
+        meta: AttentionMetadata,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> torch.Tensor:
+        if kv_cache is not None:
+            store_kv(kv_cache, k, v, meta.slot_mapping)
+            if meta.is_decode_only and sliding_window is None:
+                return self._decode(q, kv_cache, meta, scale)
+        out = torch.empty_like(q)
+        start = 0
+        for i, q_len in enumerate(meta.query_lens):
+            end = start + q_len
+            ctx_len = meta.context_lens_cpu[i]
+            if kv_cache is None:
+                ks, vs = k[start:end], v[start:end]
+            else:
+                ks, vs = gather_context(kv_cache, meta.block_tables[i], ctx_len)
+            mask = _causal_mask(q_len, ks.shape[0], sliding_window, q.device)
+            out[start:end] = _sdpa(q[start:end], ks, vs, mask, scale)
+            start = end
+        return out
+
+    @staticmethod
+    def _decode(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """All sequences have one query: gather padded contexts and run one SDPA call."""
+        max_len = max(meta.context_lens_cpu)
+        block_size = kv_cache.shape[2]
+        n_blocks = -(-max_len // block_size)
+        tables = meta.block_tables[:, :n_blocks].long()  # [N, nb]
+        k = kv_cache[0][tables].flatten(1, 2)[:, :max_len]  # [N, L, Hkv, D]
+        v = kv_cache[1][tables].flatten(1, 2)[:, :max_len]
+        positions = torch.arange(max_len, device=q.device)[None, :]
+        mask = (positions < meta.context_lens[:, None].to(q.device))[:, None, None, :]  # [N,1,1,L]
+        qh = q[:, None].transpose(1, 2)  # [N, H, 1, D]
+        kh, vh = k.transpose(1, 2), v.transpose(1, 2)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=True)
+        return out.transpose(1, 2)[:, 0]
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """q [Lq,H,D], k/v [Lk,Hkv,D] → [Lq,H,D], grouped-query heads broadcast."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+        attn_mask=mask, scale=scale, enable_gqa=True,
+    )
+    return out[0].transpose(0, 1)
