@@ -1,0 +1,148 @@
+"""Turns a prompt (token ids or chat messages) plus raw audio/images into thinker inputs.
+
+transformers' ``Qwen3OmniMoeProcessor`` cannot be built without torchvision
+(its video processor), so this does the same work from the parts that load
+without it: the tokenizer, the Whisper feature extractor and the PIL image
+processor. Each ``<|audio_pad|>``/``<|image_pad|>`` placeholder is expanded to
+the number of encoder outputs its item produces, exactly as the processor does.
+When the folder has no tokenizer or processor configs (a bare checkpoint), the
+feature extractor and image processor are built from the model config.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+AUDIO_SAMPLE_RATE = 16000
+
+
+@dataclass(frozen=True)
+class MultimodalInputs:
+    """Encoder inputs of one prompt, in placeholder order."""
+
+    input_features: torch.Tensor | None = None  # [n_audio, mel, frames]
+    feature_attention_mask: torch.Tensor | None = None  # [n_audio, frames]
+    pixel_values: torch.Tensor | None = None  # [patches, C*T*P*P]
+    image_grid_thw: torch.Tensor | None = None  # [n_image, 3]
+
+    @property
+    def audio_lengths(self) -> torch.Tensor | None:
+        return None if self.feature_attention_mask is None else self.feature_attention_mask.sum(-1)
+
+
+@dataclass(frozen=True)
+class ProcessedPrompt:
+    token_ids: list[int]
+    mm: MultimodalInputs = field(default_factory=MultimodalInputs)
+
+
+def audio_token_count(feature_lengths: torch.Tensor, n_window: int) -> torch.Tensor:
+    """Encoder outputs per audio item: the audio tower's conv strides over windows of 2·n_window frames."""
+    chunk = n_window * 2
+    rest = feature_lengths % chunk
+    feat = (rest - 1) // 2 + 1
+    return ((feat - 1) // 2 + 1 - 1) // 2 + 1 + (feature_lengths // chunk) * 13
+
+
+class PromptProcessor:
+    """Prompt preprocessing for one checkpoint folder."""
+
+    def __init__(self, folder: str | Path, config: dict[str, object]) -> None:
+        self.folder = Path(folder)
+        thinker = config["thinker_config"]
+        self.audio_token_id = int(thinker["audio_token_id"])
+        self.image_token_id = int(thinker["image_token_id"])
+        self.n_window = int(thinker["audio_config"].get("n_window", 50))
+        vision = thinker["vision_config"]
+        self.merge_size = int(vision.get("spatial_merge_size", 2))
+        self.tokenizer = self._load_tokenizer()
+        self.features = self._load_feature_extractor(int(thinker["audio_config"].get("num_mel_bins", 128)))
+        self.images = self._load_image_processor(vision)
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> PromptProcessor:
+        config = json.loads((Path(folder) / "config.json").read_text())
+        return cls(folder, config)
+
+    def _load_tokenizer(self):  # noqa: ANN202 - transformers tokenizer type
+        if not (self.folder / "tokenizer_config.json").exists():
+            return None
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.folder)
+
+    def _load_feature_extractor(self, mel_bins: int):  # noqa: ANN202
+        from transformers import WhisperFeatureExtractor
+
+        if (self.folder / "preprocessor_config.json").exists():
+            return WhisperFeatureExtractor.from_pretrained(self.folder)
+        return WhisperFeatureExtractor(feature_size=mel_bins, sampling_rate=AUDIO_SAMPLE_RATE, hop_length=160,
+                                       chunk_length=300, n_fft=400, return_attention_mask=True)
+
+    def _load_image_processor(self, vision: dict[str, object]):  # noqa: ANN202
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        if (self.folder / "preprocessor_config.json").exists():
+            cfg = json.loads((self.folder / "preprocessor_config.json").read_text())
+            if "patch_size" in cfg:
+                keys = ("patch_size", "temporal_patch_size", "merge_size", "size", "image_mean", "image_std")
+                return Qwen2VLImageProcessorPil(**{k: cfg[k] for k in keys if k in cfg})
+        return Qwen2VLImageProcessorPil(
+            patch_size=int(vision.get("patch_size", 16)), temporal_patch_size=int(vision.get("temporal_patch_size", 2)),
+            merge_size=self.merge_size, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+        )
+
+    def apply_chat_template(self, messages: list[dict[str, object]]) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError(f"{self.folder} has no tokenizer: pass prompt token ids instead of messages")
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = ()) -> ProcessedPrompt:
+        """Expands each placeholder of ``token_ids`` to its item's encoder length; audio is 16 kHz mono float."""
+        audio_in, counts_a = self._audio(list(audios))
+        image_in, counts_i = self._images(list(images))
+        expanded = self._expand(token_ids, counts_a, counts_i)
+        mm = MultimodalInputs(
+            input_features=audio_in[0], feature_attention_mask=audio_in[1],
+            pixel_values=image_in[0], image_grid_thw=image_in[1],
+        )
+        return ProcessedPrompt(token_ids=expanded, mm=mm)
+
+    def _audio(self, audios: list[np.ndarray]) -> tuple[tuple, list[int]]:
+        if not audios:
+            return (None, None), []
+        out = self.features([a.astype(np.float32) for a in audios], sampling_rate=AUDIO_SAMPLE_RATE,
+                            return_attention_mask=True, padding=True, truncation=False, return_tensors="pt")
+        mask = out["attention_mask"]
+        counts = audio_token_count(mask.sum(-1), self.n_window).tolist()
+        return (out["input_features"], mask), [int(c) for c in counts]
+
+    def _images(self, images: list) -> tuple[tuple, list[int]]:
+        if not images:
+            return (None, None), []
+        out = self.images(images=images, return_tensors="pt")
+        grid = out["image_grid_thw"]
+        counts = (grid.prod(-1) // self.merge_size**2).tolist()
+        return (out["pixel_values"], grid), [int(c) for c in counts]
+
+    def _expand(self, token_ids: list[int], audio_counts: list[int], image_counts: list[int]) -> list[int]:
+        placeholders = {self.audio_token_id: list(audio_counts), self.image_token_id: list(image_counts)}
+        out: list[int] = []
+        for tok in token_ids:
+            queue = placeholders.get(tok)
+            if queue is None:
+                out.append(tok)
+                continue
+            if not queue:
+                raise ValueError(f"the prompt has more placeholders of token {tok} than items given")
+            out.extend([tok] * queue.pop(0))
+        leftover = {tok: len(q) for tok, q in placeholders.items() if q}
+        if leftover:
+            raise ValueError(f"items without a placeholder in the prompt: {leftover}")
+        return out
