@@ -1,0 +1,97 @@
+"""Shared types at the boundary between the front end (API, Python API) and the pipeline.
+
+The front end turns a user's request into an ``OmniRequest``; the pipeline
+streams back ``OmniOutput`` deltas. Nothing here depends on torch models.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from omnistage.processing.prompt import ProcessedPrompt
+
+OUTPUT_SAMPLE_RATE = 24000
+
+
+class Modality(str, enum.Enum):
+    TEXT = "text"
+    AUDIO = "audio"
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # EOS or a stop string/token
+    LENGTH = "length"  # max_tokens reached
+    ABORT = "abort"  # cancelled by the client or a deadline
+    ERROR = "error"  # a stage failed while holding the request
+
+
+@dataclass(frozen=True)
+class RequestSampling:
+    """The user's sampling knobs for the thinker (text); the talker uses its stage defaults."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 256
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError("temperature must be in [0, 2]")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 = off)")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if self.repetition_penalty <= 0:
+            raise ValueError("repetition_penalty must be > 0")
+
+
+@dataclass(frozen=True)
+class OmniRequest:
+    request_id: str
+    prompt: ProcessedPrompt
+    modalities: frozenset[Modality] = frozenset({Modality.TEXT})
+    sampling: RequestSampling = field(default_factory=RequestSampling)
+    voice: str = "ethan"
+    # Frames in the first code2wav chunk (None = chosen by load); later chunks use the stage's chunk size.
+    initial_codec_chunk_frames: int | None = None
+
+    @property
+    def wants_audio(self) -> bool:
+        return Modality.AUDIO in self.modalities
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class OmniOutput:
+    """One streamed delta of a request: new text and/or a new audio chunk.
+
+    The last output of a request has ``finished=True`` and its ``finish_reason``;
+    ``error`` carries the message when ``finish_reason`` is ERROR.
+    """
+
+    request_id: str
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    audio: np.ndarray | None = None  # float32 mono at OUTPUT_SAMPLE_RATE
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    error: str | None = None
