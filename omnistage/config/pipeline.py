@@ -1,0 +1,176 @@
+"""The pipeline as data: stages, their engines and replicas, the edges between them.
+
+A preset YAML (``presets/qwen3_omni.yaml``) or a user's own file is parsed into
+frozen, validated dataclasses; any bad field is rejected at start-up with its
+dotted path (``stages[1].engine.block_size: must be >= 1``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+PRESETS = Path(__file__).parent / "presets"
+STAGE_KINDS = ("ar", "generation")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """A stage config field is wrong; the message starts with the field's path."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    block_size: int = 16
+    num_kv_blocks: int = 1024
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    enable_prefix_caching: bool = False
+
+
+@dataclass(frozen=True)
+class StageSampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    max_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    kind: str
+    model: str
+    replicas: int = 1
+    device: str = "auto"
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    sampling: StageSampling = field(default_factory=StageSampling)
+
+
+@dataclass(frozen=True)
+class EdgeSpec:
+    source: str
+    target: str
+    transform: str
+
+
+@dataclass(frozen=True)
+class StreamingSpec:
+    codec_chunk_frames: int = 25
+    initial_codec_chunk_frames: int = 10
+    codec_left_context_frames: int = 25
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    stages: tuple[StageSpec, ...]
+    edges: tuple[EdgeSpec, ...]
+    streaming: StreamingSpec = field(default_factory=StreamingSpec)
+
+    def stage(self, name: str) -> StageSpec:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages)
+
+
+def _check(cond: bool, path: str, message: str) -> None:
+    if not cond:
+        raise ConfigError(f"{path}: {message}")
+
+
+def _build(cls: type, data: object, path: str):  # noqa: ANN202 - returns an instance of cls
+    """Builds a flat dataclass from a mapping, rejecting unknown keys and wrong types."""
+    _check(isinstance(data, dict), path, f"must be a mapping, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    for key in data:
+        _check(key in known, f"{path}.{key}", f"unknown field (known: {', '.join(known)})")
+    values = {}
+    for key, value in data.items():
+        expected = known[key].type
+        ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool),
+              "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+              "str": isinstance(value, str)}.get(expected, True)
+        _check(ok, f"{path}.{key}", f"must be {expected}, got {value!r}")
+        values[key] = float(value) if expected == "float" else value
+    return cls(**values)
+
+
+def _engine(data: object, path: str) -> EngineSettings:
+    e = _build(EngineSettings, data, path)
+    for name in ("block_size", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens"):
+        _check(getattr(e, name) >= 1, f"{path}.{name}", "must be >= 1")
+    return e
+
+
+def _sampling(data: object, path: str) -> StageSampling:
+    s = _build(StageSampling, data, path)
+    _check(0.0 <= s.temperature <= 2.0, f"{path}.temperature", "must be in [0, 2]")
+    _check(0.0 < s.top_p <= 1.0, f"{path}.top_p", "must be in (0, 1]")
+    _check(s.top_k >= 0, f"{path}.top_k", "must be >= 0")
+    _check(s.repetition_penalty > 0, f"{path}.repetition_penalty", "must be > 0")
+    _check(s.max_tokens >= 1, f"{path}.max_tokens", "must be >= 1")
+    return s
+
+
+def _stage(data: object, path: str) -> StageSpec:
+    _check(isinstance(data, dict), path, "must be a mapping")
+    flat = {k: v for k, v in data.items() if k not in ("engine", "sampling")}
+    spec = _build(StageSpec, flat, path)
+    _check(bool(spec.name), f"{path}.name", "must not be empty")
+    _check(spec.kind in STAGE_KINDS, f"{path}.kind", f"must be one of {STAGE_KINDS}")
+    _check(spec.device in DEVICES, f"{path}.device", f"must be one of {DEVICES}")
+    _check(spec.replicas >= 1, f"{path}.replicas", "must be >= 1")
+    return StageSpec(**{**{f.name: getattr(spec, f.name) for f in fields(StageSpec)},
+                        "engine": _engine(data.get("engine", {}), f"{path}.engine"),
+                        "sampling": _sampling(data.get("sampling", {}), f"{path}.sampling")})
+
+
+def _edge(data: object, path: str, stages: set[str]) -> EdgeSpec:
+    _check(isinstance(data, dict), path, "must be a mapping")
+    for key in data:
+        _check(key in ("from", "to", "transform"), f"{path}.{key}", "unknown field (known: from, to, transform)")
+    for key in ("from", "to", "transform"):
+        _check(isinstance(data.get(key), str), f"{path}.{key}", "required string")
+    _check(data["from"] in stages, f"{path}.from", f"unknown stage {data['from']!r}")
+    _check(data["to"] in stages, f"{path}.to", f"unknown stage {data['to']!r}")
+    return EdgeSpec(source=data["from"], target=data["to"], transform=data["transform"])
+
+
+def parse_pipeline(data: object) -> PipelineSpec:
+    _check(isinstance(data, dict), "<root>", "must be a mapping")
+    for key in data:
+        _check(key in ("name", "stages", "edges", "streaming"), key, "unknown field")
+    raw_stages = data.get("stages")
+    _check(isinstance(raw_stages, list) and raw_stages, "stages", "must be a non-empty list")
+    stages = tuple(_stage(s, f"stages[{i}]") for i, s in enumerate(raw_stages))
+    names = [s.name for s in stages]
+    _check(len(set(names)) == len(names), "stages", f"duplicate stage names in {names}")
+    raw_edges = data.get("edges", [])
+    _check(isinstance(raw_edges, list), "edges", "must be a list")
+    edges = tuple(_edge(e, f"edges[{i}]", set(names)) for i, e in enumerate(raw_edges))
+    streaming = _build(StreamingSpec, data.get("streaming", {}), "streaming")
+    for name in ("codec_chunk_frames", "initial_codec_chunk_frames"):
+        _check(getattr(streaming, name) >= 1, f"streaming.{name}", "must be >= 1")
+    _check(streaming.codec_left_context_frames >= 0, "streaming.codec_left_context_frames", "must be >= 0")
+    return PipelineSpec(name=str(data.get("name", "custom")), stages=stages, edges=edges, streaming=streaming)
+
+
+def load_pipeline(path: str | Path) -> PipelineSpec:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    return parse_pipeline(data)
+
+
+def load_preset(name: str) -> PipelineSpec:
+    return load_pipeline(PRESETS / f"{name}.yaml")
