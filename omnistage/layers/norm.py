@@ -1,0 +1,30 @@
+"""RMSNorm, computed in float32 whatever the activation dtype (as Qwen3 does)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """``weight * x / sqrt(mean(x^2) + eps)`` over the last dimension.
+
+    Works on any leading shape, so the same module normalises hidden states
+    ``[T, H]`` and per-head queries/keys ``[T, heads, head_dim]``.
+    """
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        # The cast back happens before the weight multiply: that is the
+        # reference order, and it matters in bf16.
+        return self.weight * x.to(dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"

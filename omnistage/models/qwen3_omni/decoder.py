@@ -1,0 +1,319 @@
+"""The Qwen3 decoder stack shared by the thinker's text model, the talker and the code predictor.
+
+Each layer: RMSNorm -> attention (per-head q/k RMSNorm, GQA, rotary, the
+backend from the forward context) -> residual -> RMSNorm -> dense or MoE MLP
+-> residual. The stack works on one flattened batch ``[T, H]``; attention
+metadata and KV caches come from :mod:`omnistage.layers.attention.context`, so
+``forward`` takes only embeddings and positions (plus deepstack features for
+visual rows).
+
+Module names mirror transformers' modules (``layers.{i}.self_attn.q_proj``,
+``layers.{i}.mlp.experts.gate_up_proj``, ``norm``); :func:`load_checkpoint`
+also reads the hub layout of released checkpoints (other prefixes, one tensor
+per expert).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import nn
+
+from omnistage.layers.attention.context import get_forward_context
+from omnistage.layers.linear import GatedMLP
+from omnistage.layers.moe import SparseMoeBlock
+from omnistage.layers.norm import RMSNorm
+from omnistage.layers.rotary import RotaryEmbedding, apply_rotary
+from omnistage.models.qwen3_omni.weights import Checkpoint, load_module, module_tensors
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, Qwen3OmniMoeConfig
+
+
+class KVCacheSpec(NamedTuple):
+    """What the engine needs to size a model's paged KV cache."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    norm_topk_prob: bool
+    shared_expert_intermediate_size: int = 0  # 0: no shared expert
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    mrope_section: tuple[int, int, int] | None  # None: 1-D RoPE
+    attention_bias: bool = False
+    hidden_act: str = "silu"
+    moe: MoeConfig | None = None
+    sparse_layers: tuple[bool, ...] = ()  # per layer: MoE (True) or dense MLP; empty = all dense
+    sliding_windows: tuple[int | None, ...] = ()  # per layer; empty = full attention everywhere
+
+    def is_sparse(self, layer_idx: int) -> bool:
+        return bool(self.sparse_layers) and self.sparse_layers[layer_idx]
+
+    def sliding_window(self, layer_idx: int) -> int | None:
+        return self.sliding_windows[layer_idx] if self.sliding_windows else None
+
+    def kv_cache_spec(self) -> KVCacheSpec:
+        return KVCacheSpec(self.num_layers, self.num_kv_heads, self.head_dim)
+
+
+def decoder_config(hf: PretrainedConfig, mrope: bool, sparse_layers: Sequence[bool] = ()) -> DecoderConfig:
+    """A :class:`DecoderConfig` from a transformers text config; every size comes from ``hf``."""
+    rope = dict(hf.rope_parameters or {})
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise NotImplementedError(f"rope_type {rope_type!r} is not supported (only 'default')")
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    section = tuple(rope.get("mrope_section", (24, 20, 20))) if mrope else None
+    moe = None
+    if any(sparse_layers):
+        moe = MoeConfig(
+            num_experts=hf.num_experts, top_k=hf.num_experts_per_tok, intermediate_size=hf.moe_intermediate_size,
+            norm_topk_prob=bool(hf.norm_topk_prob),
+            shared_expert_intermediate_size=getattr(hf, "shared_expert_intermediate_size", 0) or 0,
+        )
+    return DecoderConfig(
+        hidden_size=hf.hidden_size, num_layers=hf.num_hidden_layers, num_heads=hf.num_attention_heads,
+        num_kv_heads=hf.num_key_value_heads, head_dim=head_dim, intermediate_size=hf.intermediate_size,
+        rms_norm_eps=hf.rms_norm_eps, rope_theta=float(rope["rope_theta"]), mrope_section=section,
+        attention_bias=bool(getattr(hf, "attention_bias", False)), hidden_act=getattr(hf, "hidden_act", "silu"),
+        moe=moe, sparse_layers=tuple(sparse_layers), sliding_windows=_sliding_windows(hf),
+    )
+
+
+def _sliding_windows(hf: PretrainedConfig) -> tuple[int | None, ...]:
+    layer_types = getattr(hf, "layer_types", None)
+    if not layer_types or "sliding_attention" not in layer_types:
+        return ()
+    return tuple(hf.sliding_window if kind == "sliding_attention" else None for kind in layer_types)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DecoderConfig, layer_idx: int) -> None:
+        super().__init__()
+        if cfg.num_heads % cfg.num_kv_heads:
+            raise ValueError(f"num_heads={cfg.num_heads} is not a multiple of num_kv_heads={cfg.num_kv_heads}")
+        self.layer_idx = layer_idx
+        self.head_dim = cfg.head_dim
+        self.scale = cfg.head_dim**-0.5
+        self.sliding_window = cfg.sliding_window(layer_idx)
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        q = self.q_norm(self.q_proj(x).view(num_tokens, -1, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(num_tokens, -1, self.head_dim))
+        v = self.v_proj(x).view(num_tokens, -1, self.head_dim)
+        q, k = apply_rotary(q, k, cos, sin)
+        ctx = get_forward_context()
+        out = ctx.backend.forward(q, k, v, ctx.kv_cache(self.layer_idx), ctx.meta, self.scale, self.sliding_window)
+        return self.o_proj(out.reshape(num_tokens, -1))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DecoderConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg, layer_idx)
+        self.mlp: nn.Module
+        if cfg.is_sparse(layer_idx):
+            moe = cfg.moe
+            self.mlp = SparseMoeBlock(
+                cfg.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.norm_topk_prob,
+                cfg.hidden_act, moe.shared_expert_intermediate_size,
+            )
+        else:
+            self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+@dataclass
+class Deepstack:
+    """Visual features added to the hidden states after the first ``len(features)`` layers.
+
+    rows: int64 ``[V]``, the rows of the flattened batch that hold visual tokens (ascending).
+    features: ``[num_deepstack_layers, V, H]``, row-aligned with ``rows``.
+    """
+
+    rows: torch.Tensor
+    features: torch.Tensor
+
+    def select(self, start: int, end: int) -> Deepstack | None:
+        """The part for batch rows ``[start, end)``, re-based to start at row 0 (a prefill chunk)."""
+        keep = (self.rows >= start) & (self.rows < end)
+        if not bool(keep.any()):
+            return None
+        return Deepstack(self.rows[keep] - start, self.features[:, keep])
+
+    @staticmethod
+    def concat(parts: Sequence[tuple[int, Deepstack | None]]) -> Deepstack | None:
+        """Joins per-sequence parts given as ``(row offset in the batch, part)``."""
+        present = [(offset, part) for offset, part in parts if part is not None]
+        if not present:
+            return None
+        rows = torch.cat([part.rows + offset for offset, part in present])
+        return Deepstack(rows, torch.cat([part.features for _, part in present], dim=1))
+
+
+class Decoder(nn.Module):
+    """``layers`` + final ``norm``; the owners add their embeddings and heads."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        positions: torch.Tensor,
+        deepstack: Deepstack | None = None,
+        capture_layer: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[T, H]`` embeddings -> (normed final hidden ``[T, H]``, captured hidden or None).
+
+        ``capture_layer`` indexes hidden states as transformers'
+        ``output_hidden_states`` does: 0 = the embeddings, k = the output of
+        layer k-1 (before that layer's deepstack addition, which transformers
+        applies outside the recorded layer), ``num_layers`` = the normed output.
+        """
+        num_layers = len(self.layers)
+        if capture_layer is not None and not 0 <= capture_layer <= num_layers:
+            raise ValueError(f"capture_layer={capture_layer} outside 0..{num_layers}")
+        cos, sin = self.rotary(positions, inputs_embeds.dtype)
+        hidden = inputs_embeds
+        captured = hidden if capture_layer == 0 else None
+        for i, layer in enumerate(self.layers):
+            hidden = layer(hidden, cos, sin)
+            if capture_layer == i + 1 and i + 1 < num_layers:
+                captured = hidden
+            if deepstack is not None and i < deepstack.features.shape[0]:
+                # Out of place: ``captured`` may be this very tensor.
+                hidden = hidden.index_add(0, deepstack.rows, deepstack.features[i].to(hidden.dtype))
+        hidden = self.norm(hidden)
+        if capture_layer == num_layers:
+            captured = hidden
+        return hidden, captured
+
+
+# Building ---------------------------------------------------------------------------------------
+
+
+def hf_config(folder: str | Path) -> Qwen3OmniMoeConfig:
+    """The checkpoint's transformers ``Qwen3OmniMoeConfig`` (it fills the class defaults of absent keys)."""
+    from transformers import Qwen3OmniMoeConfig
+
+    return Qwen3OmniMoeConfig.from_pretrained(folder)
+
+
+@contextmanager
+def build_on(device: torch.device | str, dtype: torch.dtype) -> Iterator[None]:
+    """Creates parameters directly on ``device`` in ``dtype`` (no CPU fp32 copy of a large model)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def load_checkpoint(
+    model: nn.Module, folder: str | Path, prefix: str, dtype: torch.dtype, hub_names: Mapping[str, str]
+) -> None:
+    """Fills ``model`` from either checkpoint layout.
+
+    * transformers' runtime layout (``state_dict()`` of its modules, e.g. the
+      tiny checkpoint): our names, fused expert tensors;
+    * the hub layout (Qwen's released files, and what ``save_pretrained``
+      writes): some prefixes differ (``hub_names``: our fragment -> theirs) and
+      experts are stored one tensor per expert, stacked here on read.
+    """
+    with Checkpoint(folder) as ckpt:
+        view = StackedExpertsView(ckpt)
+        runtime_layout = all(view.has(prefix + name) for name in module_tensors(model))
+        load_module(model, view, prefix, None if runtime_layout else hub_names, dtype)  # type: ignore[arg-type]
+
+
+_PER_EXPERT = re.compile(r"^(?P<base>.*\.experts\.)(?P<expert>\d+)\.(?P<proj>gate|up|down)_proj\.weight$")
+
+
+class StackedExpertsView:
+    """A checkpoint view where per-expert tensors (``experts.{e}.gate_proj.weight``, ...) read as the fused
+    ``experts.gate_up_proj [E, 2I, H]`` (gate rows, then up rows) and ``experts.down_proj [E, H, I]``.
+
+    Every other name passes through unchanged, so it is a no-op on checkpoints that already store fused tensors.
+    It offers what :func:`load_module` reads of a :class:`Checkpoint`: folder, names, has, qualified, shape, get.
+    """
+
+    def __init__(self, ckpt: Checkpoint) -> None:
+        self.folder, self._inner = ckpt.folder, ckpt
+        groups: dict[str, dict[int, dict[str, str]]] = {}
+        for name in ckpt.names():
+            if match := _PER_EXPERT.match(name):
+                groups.setdefault(match["base"], {}).setdefault(int(match["expert"]), {})[match["proj"]] = name
+        self._fused: dict[str, list[list[str]]] = {}
+        for base, experts in groups.items():
+            ordered = [experts.get(e, {}) for e in range(max(experts) + 1)]
+            if any(set(parts) != {"gate", "up", "down"} for parts in ordered):
+                raise ValueError(f"experts under {ckpt.qualified(base)!r} lack some gate/up/down tensors")
+            self._fused[base + "gate_up_proj"] = [[parts["gate"], parts["up"]] for parts in ordered]
+            self._fused[base + "down_proj"] = [[parts["down"]] for parts in ordered]
+        self._sources = {n for lists in self._fused.values() for names in lists for n in names}
+
+    def names(self) -> list[str]:
+        return sorted((set(self._inner.names()) - self._sources) | set(self._fused))
+
+    def has(self, name: str) -> bool:
+        return name in self._fused or self._inner.has(name)
+
+    def qualified(self, name: str) -> str:
+        return self._inner.qualified(name)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name not in self._fused:
+            return self._inner.shape(name)
+        first = self._fused[name][0]
+        rows = sum(self._inner.shape(part)[0] for part in first)
+        return (len(self._fused[name]), rows, self._inner.shape(first[0])[1])
+
+    def get(self, name: str) -> torch.Tensor:
+        if name not in self._fused:
+            return self._inner.get(name)
+        return torch.stack([torch.cat([self._inner.get(p) for p in parts]) for parts in self._fused[name]])
+

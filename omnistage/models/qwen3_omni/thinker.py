@@ -1,0 +1,248 @@
+"""The thinker: audio and vision encoders feeding a MoE text decoder that writes the text reply.
+
+The audio and vision encoders are transformers' own ``Qwen3OmniMoeAudioEncoder``
+and ``Qwen3OmniMoeVisionEncoder`` modules, used as sub-modules and filled from
+our checkpoint reader (:func:`weights.load_module`): they run once per request
+on whole inputs, so they need neither paged attention nor batching across
+requests. The text decoder is ours (:mod:`decoder`) and reads attention from
+the forward context.
+
+Module names mirror the checkpoint under ``thinker.``:
+``model.language_model.*``, ``model.audio_tower.*``, ``model.visual.*``,
+``lm_head``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from omnistage.models.qwen3_omni.decoder import (
+    Decoder,
+    DecoderConfig,
+    Deepstack,
+    KVCacheSpec,
+    build_on,
+    decoder_config,
+    hf_config,
+    load_checkpoint,
+)
+from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+CHECKPOINT_PREFIX = "thinker."
+# Our name fragment -> the hub checkpoint's (transformers renames these on load).
+HUB_NAMES = {"model.language_model.": "model.", "model.audio_tower.": "audio_tower.", "model.visual.": "visual."}
+
+
+@dataclass
+class MultimodalInputs:
+    """One prompt's media, as the Qwen3-Omni processor returns them (batch dim = items of the prompt).
+
+    input_features ``[A, mel, frames]`` with feature_attention_mask ``[A, frames]``;
+    pixel_values ``[patches, C*T*P*P]`` with image_grid_thw ``[I, 3]``; the same
+    for videos, plus video_second_per_grid ``[V]`` (positions only).
+    """
+
+    input_features: torch.Tensor | None = None
+    feature_attention_mask: torch.Tensor | None = None
+    pixel_values: torch.Tensor | None = None
+    image_grid_thw: torch.Tensor | None = None
+    pixel_values_videos: torch.Tensor | None = None
+    video_grid_thw: torch.Tensor | None = None
+    video_second_per_grid: torch.Tensor | None = None
+
+    def audio_lengths(self) -> torch.Tensor | None:
+        """Mel frames per audio."""
+        return None if self.feature_attention_mask is None else self.feature_attention_mask.sum(-1)
+
+
+@dataclass
+class ThinkerEmbeds:
+    """A prompt's input embeddings ``[L, H]`` with encoder features merged in, and its deepstack part."""
+
+    inputs_embeds: torch.Tensor
+    deepstack: Deepstack | None = None
+
+
+def thinker_decoder_config(text: PretrainedConfig) -> DecoderConfig:
+    """MoE on layer i unless listed in mlp_only_layers or off the decoder_sparse_step grid."""
+    sparse = [
+        i not in (text.mlp_only_layers or []) and text.num_experts > 0 and (i + 1) % text.decoder_sparse_step == 0
+        for i in range(text.num_hidden_layers)
+    ]
+    return decoder_config(text, mrope=True, sparse_layers=sparse)
+
+
+class ThinkerTextModel(Decoder):
+    def __init__(self, cfg: DecoderConfig, vocab_size: int) -> None:
+        super().__init__(cfg)
+        self.embed_tokens = nn.Embedding(vocab_size, cfg.hidden_size)
+
+
+class ThinkerModel(nn.Module):
+    """Holds the three parts under the checkpoint's names."""
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__()
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+            Qwen3OmniMoeAudioEncoder,
+            Qwen3OmniMoeVisionEncoder,
+        )
+
+        dtype = torch.get_default_dtype()
+        self.audio_tower = Qwen3OmniMoeAudioEncoder._from_config(config.audio_config, dtype=dtype)
+        self.visual = Qwen3OmniMoeVisionEncoder._from_config(config.vision_config, dtype=dtype)
+        text = config.text_config
+        self.language_model = ThinkerTextModel(thinker_decoder_config(text), text.vocab_size)
+
+
+class Thinker(nn.Module):
+    uses_mrope = True  # positions are [3, T]
+
+    def __init__(self, config: PretrainedConfig, accept_hidden_layer: int) -> None:
+        """config: transformers' thinker config; accept_hidden_layer: the talker's (0 = embeddings)."""
+        super().__init__()
+        self.config = config
+        text = config.text_config
+        self.accept_hidden_layer = accept_hidden_layer
+        self.model = ThinkerModel(config)
+        self.lm_head = nn.Linear(text.hidden_size, text.vocab_size, bias=False)
+        if getattr(text, "tie_word_embeddings", False):
+            self.lm_head.weight = self.model.language_model.embed_tokens.weight
+        self.mrope_tokens = MRopeTokens.from_thinker_config(config)
+
+    @classmethod
+    def from_checkpoint(
+        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16
+    ) -> Thinker:
+        full = hf_config(folder)
+        with build_on(device, dtype):
+            model = cls(full.thinker_config, full.talker_config.accept_hidden_layer)
+        load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES)
+        return model.eval().requires_grad_(False)
+
+    # Shapes -------------------------------------------------------------------------------------
+    @property
+    def decoder(self) -> ThinkerTextModel:
+        return self.model.language_model
+
+    def kv_cache_spec(self) -> KVCacheSpec:
+        return self.decoder.cfg.kv_cache_spec()
+
+    # Inputs -------------------------------------------------------------------------------------
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Plain token embeddings ``[T, H]`` (what the talker projects at text positions)."""
+        return self.decoder.embed_tokens(input_ids)
+
+    def positions(self, input_ids: torch.Tensor, mm: MultimodalInputs | None = None) -> tuple[torch.Tensor, int]:
+        """M-RoPE positions ``[3, L]`` of a prompt and the delta for its decode positions."""
+        mm = mm or MultimodalInputs()
+        return mrope_positions(
+            input_ids, self.mrope_tokens, mm.image_grid_thw, mm.video_grid_thw, mm.audio_lengths(),
+            mm.video_second_per_grid,
+        )
+
+    @torch.no_grad()
+    def embed(self, input_ids: torch.Tensor, mm: MultimodalInputs | None = None) -> ThinkerEmbeds:
+        """Embeddings of one prompt ``[L]`` with audio/image/video features at their placeholder rows."""
+        embeds = self.embed_tokens(input_ids)
+        if mm is None:
+            return ThinkerEmbeds(embeds)
+        if mm.input_features is not None:
+            embeds = self._merge(embeds, input_ids, self.config.audio_token_id, self._audio_features(mm))
+        visual: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
+        for pixels, grid, token in (
+            (mm.pixel_values, mm.image_grid_thw, self.config.image_token_id),
+            (mm.pixel_values_videos, mm.video_grid_thw, self.config.video_token_id),
+        ):
+            if pixels is not None:
+                pooled, deepstack = self._visual_features(pixels, grid)
+                embeds = self._merge(embeds, input_ids, token, pooled)
+                visual.append((input_ids == token, deepstack))
+        return ThinkerEmbeds(embeds, _deepstack(visual))
+
+    def _visual_features(self, pixels: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Merged patch features ``[tokens, H]`` and one deepstack feature per deepstack layer."""
+        tower = self.model.visual
+        out = tower(pixels.to(tower.device, tower.dtype), grid_thw=grid.to(tower.device))
+        return out.pooler_output, list(out.deepstack_features)
+
+    def _audio_features(self, mm: MultimodalInputs) -> torch.Tensor:
+        tower = self.model.audio_tower
+        mask = mm.feature_attention_mask.to(tower.device).bool()
+        # [A, mel, frames] -> [mel, valid frames of all audios], the encoder's packed layout.
+        features = mm.input_features.to(tower.device, tower.dtype).permute(0, 2, 1)[mask].permute(1, 0)
+        out = tower(features, feature_lens=mask.sum(-1))
+        return out.last_hidden_state
+
+    @staticmethod
+    def _merge(embeds: torch.Tensor, input_ids: torch.Tensor, token: int, features: torch.Tensor) -> torch.Tensor:
+        rows = (input_ids == token).nonzero().squeeze(1)
+        if rows.numel() != features.shape[0]:
+            raise ValueError(f"prompt has {rows.numel()} placeholder tokens {token} but {features.shape[0]} features")
+        embeds = embeds.clone()
+        embeds[rows] = features.to(embeds.dtype)
+        return embeds
+
+    # Forward ------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+        deepstack: Deepstack | None = None,
+    ) -> torch.Tensor:
+        """Flattened batch: ids ``[T]``, positions ``[3, T]`` -> final hidden ``[T, H]``."""
+        hidden, _ = self._run(input_ids, positions, inputs_embeds, deepstack, capture_layer=None)
+        return hidden
+
+    def forward_with_accept_hidden(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+        deepstack: Deepstack | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`forward`, plus transformers' ``hidden_states[accept_hidden_layer]`` ``[T, H]`` for the talker."""
+        hidden, accept = self._run(input_ids, positions, inputs_embeds, deepstack, self.accept_hidden_layer)
+        return hidden, accept
+
+    def _run(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        inputs_embeds: torch.Tensor | None,
+        deepstack: Deepstack | None,
+        capture_layer: int | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        return self.decoder(inputs_embeds, positions, deepstack, capture_layer)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[N, H]`` (the rows to sample from) -> ``[N, vocab]``."""
+        return self.lm_head(hidden)
+
+
+def _deepstack(visual: list[tuple[torch.Tensor, list[torch.Tensor]]]) -> Deepstack | None:
+    """Joins image and video deepstack features row-aligned over the union of their rows."""
+    if not visual or not visual[0][1]:
+        return None
+    masks = [mask for mask, _ in visual]
+    union = torch.stack(masks).any(0)
+    rows = union.nonzero().squeeze(1)
+    num_layers = len(visual[0][1])
+    ref = visual[0][1][0]
+    features = ref.new_zeros(num_layers, rows.numel(), ref.shape[-1])
+    for mask, layers in visual:
+        where = mask[union]  # which of the union rows are this modality's
+        for i, feat in enumerate(layers):
+            features[i, where] = feat.to(features.dtype)
+    return Deepstack(rows, features)
