@@ -23,15 +23,23 @@ AUDIO_SAMPLE_RATE = 16000
 
 @dataclass(frozen=True)
 class MultimodalInputs:
-    """Encoder inputs of one prompt, in placeholder order."""
+    """One prompt's encoder inputs, in placeholder order, as the Qwen3-Omni processor returns them.
 
-    input_features: torch.Tensor | None = None  # [n_audio, mel, frames]
-    feature_attention_mask: torch.Tensor | None = None  # [n_audio, frames]
-    pixel_values: torch.Tensor | None = None  # [patches, C*T*P*P]
-    image_grid_thw: torch.Tensor | None = None  # [n_image, 3]
+    input_features ``[A, mel, frames]`` with feature_attention_mask ``[A, frames]``;
+    pixel_values ``[patches, C*T*P*P]`` with image_grid_thw ``[I, 3]``; the same
+    for videos, plus video_second_per_grid ``[V]`` (positions only).
+    """
 
-    @property
+    input_features: torch.Tensor | None = None
+    feature_attention_mask: torch.Tensor | None = None
+    pixel_values: torch.Tensor | None = None
+    image_grid_thw: torch.Tensor | None = None
+    pixel_values_videos: torch.Tensor | None = None
+    video_grid_thw: torch.Tensor | None = None
+    video_second_per_grid: torch.Tensor | None = None
+
     def audio_lengths(self) -> torch.Tensor | None:
+        """Mel frames per audio."""
         return None if self.feature_attention_mask is None else self.feature_attention_mask.sum(-1)
 
 

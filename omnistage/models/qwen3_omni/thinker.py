@@ -32,6 +32,7 @@ from omnistage.models.qwen3_omni.decoder import (
     load_checkpoint,
 )
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
+from omnistage.processing.prompt import MultimodalInputs
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -39,28 +40,6 @@ if TYPE_CHECKING:
 CHECKPOINT_PREFIX = "thinker."
 # Our name fragment -> the hub checkpoint's (transformers renames these on load).
 HUB_NAMES = {"model.language_model.": "model.", "model.audio_tower.": "audio_tower.", "model.visual.": "visual."}
-
-
-@dataclass
-class MultimodalInputs:
-    """One prompt's media, as the Qwen3-Omni processor returns them (batch dim = items of the prompt).
-
-    input_features ``[A, mel, frames]`` with feature_attention_mask ``[A, frames]``;
-    pixel_values ``[patches, C*T*P*P]`` with image_grid_thw ``[I, 3]``; the same
-    for videos, plus video_second_per_grid ``[V]`` (positions only).
-    """
-
-    input_features: torch.Tensor | None = None
-    feature_attention_mask: torch.Tensor | None = None
-    pixel_values: torch.Tensor | None = None
-    image_grid_thw: torch.Tensor | None = None
-    pixel_values_videos: torch.Tensor | None = None
-    video_grid_thw: torch.Tensor | None = None
-    video_second_per_grid: torch.Tensor | None = None
-
-    def audio_lengths(self) -> torch.Tensor | None:
-        """Mel frames per audio."""
-        return None if self.feature_attention_mask is None else self.feature_attention_mask.sum(-1)
 
 
 @dataclass
