@@ -1,0 +1,47 @@
+"""One stage engine's sizes: KV blocks, batch limits, and how the runner executes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Limits shared by the scheduler and the runner of one stage.
+
+    max_num_batched_tokens: the per-step token budget covering prefill and decode alike.
+    long_prefill_token_threshold: cap on one request's prefill chunk per step, so a long
+        multimodal prompt is spread over steps instead of stalling running decodes; 0 = budget.
+    num_blocks: KV blocks per layer including the reserved null block.
+    cuda_graph_max_batch: largest decode batch captured as a CUDA graph (0 disables).
+    """
+
+    block_size: int = 16
+    num_blocks: int = 1024
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    long_prefill_token_threshold: int = 0
+    max_model_len: int = 4096
+    enable_prefix_caching: bool = True
+    device: str = "cpu"
+    dtype: torch.dtype = torch.float32
+    enforce_eager: bool = False
+    cuda_graph_max_batch: int = 64
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.num_blocks < 2:
+            raise ValueError("block_size must be >= 1 and num_blocks >= 2")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must cover one decode token per sequence")
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        return -(-self.max_model_len // self.block_size)
+
+    @property
+    def prefill_chunk_cap(self) -> int:
+        return self.long_prefill_token_threshold or self.max_num_batched_tokens

@@ -1,0 +1,94 @@
+"""The Code2Wav stage's engine: batches chunk-decode jobs from many requests per step.
+
+There is no KV cache and no token loop: a job is one chunk of codec frames
+(with left context) to turn into audio. A step takes the oldest pending job
+of each request (chunks of one request must come out in order) and runs them
+as one batch: all of them when the vocoder takes right-padded rows, else
+those whose shape matches the oldest one (``decode_chunk`` takes one ``T``
+and one left context per call).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+import torch
+
+from omnistage.runner.generation_runner import GenerationRunner
+
+
+@dataclass
+class ChunkJob:
+    """codes ``[G, T]``: ``left_context`` frames already decoded, then the new ones."""
+
+    request_id: str
+    chunk_index: int
+    codes: torch.Tensor
+    left_context: int
+    is_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.codes.dim() != 2 or not 0 <= self.left_context < self.codes.shape[1]:
+            raise ValueError(f"chunk codes must be [G, T] with 0 <= left_context < T, got "
+                             f"{tuple(self.codes.shape)} and {self.left_context}")
+
+    @property
+    def shape_key(self) -> tuple[int, int, int]:
+        return self.codes.shape[0], self.codes.shape[1], self.left_context
+
+
+@dataclass
+class ChunkOutput:
+    request_id: str
+    chunk_index: int
+    wav: torch.Tensor  # [(T - left_context) * samples_per_frame], float32 on the host
+    is_last: bool
+
+
+class GenerationEngineCore:
+    def __init__(self, runner: GenerationRunner, max_batch: int = 32) -> None:
+        self.runner = runner
+        self.max_batch = max_batch
+        # Request order = arrival order of its first pending job (fairness across requests).
+        self._pending: OrderedDict[str, deque[ChunkJob]] = OrderedDict()
+
+    def add_job(self, job: ChunkJob) -> None:
+        self._pending.setdefault(job.request_id, deque()).append(job)
+
+    def abort_request(self, request_id: str) -> bool:
+        return self._pending.pop(request_id, None) is not None
+
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def schedule(self) -> list[ChunkJob]:
+        heads = [jobs[0] for jobs in self._pending.values()]
+        if not heads:
+            return []
+        key = heads[0].shape_key
+        if self.runner.pads_rows:
+            batch = [job for job in heads if job.shape_key[0] == key[0]][:self.max_batch]
+        else:
+            batch = [job for job in heads if job.shape_key == key][:self.max_batch]
+        for job in batch:
+            jobs = self._pending[job.request_id]
+            jobs.popleft()
+            # Served requests go to the back so a busy request cannot starve the others.
+            self._pending.move_to_end(job.request_id)
+            if not jobs:
+                del self._pending[job.request_id]
+        return batch
+
+    def step(self) -> list[ChunkOutput]:
+        batch = self.schedule()
+        if not batch:
+            return []
+        wavs = self.runner.run([job.codes for job in batch], [job.left_context for job in batch])
+        return [ChunkOutput(job.request_id, job.chunk_index, wav, job.is_last) for job, wav in zip(batch, wavs)]
+
+    def run_until_done(self) -> list[ChunkOutput]:
+        outputs: list[ChunkOutput] = []
+        while self.has_pending():
+            outputs.extend(self.step())
+        return outputs

@@ -1,0 +1,102 @@
+"""Per-request block tables on top of the block pool, with prefix-cache lookups.
+
+The scheduler asks two questions: which leading blocks of a new request are
+already cached (``get_computed_blocks``), and can the request's next
+``num_new_tokens`` get slots (``allocate_slots``; None means "no room, preempt
+someone"). Blocks are cached (hashed) as soon as they are allocated for tokens
+that fill them: those tokens are known, and their KV is written in the same
+forward pass, before any later request can read it.
+"""
+
+from __future__ import annotations
+
+from omnistage.engine.kv_cache.block_pool import BlockPool, KVBlock
+from omnistage.engine.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def hash_block(parent: int | None, token_ids: list[int]) -> int:
+    # Python's int/tuple hash is deterministic across runs (no PYTHONHASHSEED salt for ints).
+    return hash((parent, tuple(token_ids)))
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pool = BlockPool(num_blocks, enable_caching=enable_prefix_caching)
+        self._req_blocks: dict[str, list[KVBlock]] = {}
+        # How many of a request's leading blocks are registered in the prefix index.
+        self._num_cached_blocks: dict[str, int] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.pool.num_blocks - 1
+
+    def block_ids(self, request_id: str) -> list[int]:
+        return [b.block_id for b in self._req_blocks.get(request_id, [])]
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVBlock], int]:
+        """Leading cached blocks of a request being admitted, and the tokens they cover."""
+        if not self.enable_prefix_caching or not request.prefix_cacheable:
+            return [], 0
+        # The last token is always recomputed: its logits are what the step samples from.
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        self._extend_hashes(request, max_blocks)
+        hits: list[KVBlock] = []
+        for block_hash in request.block_hashes[:max_blocks]:
+            block = self.pool.get_cached_block(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits, len(hits) * self.block_size
+
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, computed_blocks: list[KVBlock] | None = None
+    ) -> list[int] | None:
+        """Room for ``num_new_tokens`` more tokens; returns the ids of blocks added, or None if full."""
+        computed_blocks = computed_blocks or []
+        blocks = self._req_blocks.get(request.request_id, ())
+        num_computed = request.num_computed_tokens + len(computed_blocks) * self.block_size
+        total = num_computed + num_new_tokens
+        need = cdiv(total, self.block_size) - len(blocks) - len(computed_blocks)
+        # Hits sitting in the free queue stop being free once touched.
+        revived = sum(1 for b in computed_blocks if b.ref_cnt == 0)
+        if need > self.pool.num_free_blocks - revived:
+            return None
+        self.pool.touch(computed_blocks)
+        added = computed_blocks + self.pool.get_new_blocks(max(need, 0))
+        # Stored only on success, so a refused admission leaves no empty entry behind.
+        self._req_blocks.setdefault(request.request_id, []).extend(added)
+        if self.enable_prefix_caching and request.prefix_cacheable:
+            self._cache_full_blocks(request, min(total, request.num_tokens) // self.block_size)
+        return [b.block_id for b in added]
+
+    def free(self, request: Request) -> None:
+        blocks = self._req_blocks.pop(request.request_id, [])
+        self._num_cached_blocks.pop(request.request_id, None)
+        self.pool.free_blocks(reversed(blocks))
+
+    def _cache_full_blocks(self, request: Request, num_full: int) -> None:
+        done = self._num_cached_blocks.get(request.request_id, 0)
+        if num_full <= done:
+            return
+        self._extend_hashes(request, num_full)
+        blocks = self._req_blocks[request.request_id]
+        for i in range(done, num_full):
+            self.pool.cache_full_block(blocks[i], request.block_hashes[i])
+        self._num_cached_blocks[request.request_id] = num_full
+
+    def _extend_hashes(self, request: Request, num_blocks: int) -> None:
+        hashes = request.block_hashes
+        bs = self.block_size
+        for i in range(len(hashes), num_blocks):
+            parent = hashes[-1] if hashes else None
+            hashes.append(hash_block(parent, request.token_ids(i * bs, (i + 1) * bs)))

@@ -1,0 +1,121 @@
+"""The autoregressive stage runner: one scheduled step in, one sampled token per finished row out.
+
+Start-up order (nano-vllm's): allocate the paged KV cache → build persistent
+buffers → capture decode CUDA graphs (CUDA only). Each step: prepare inputs
+from the scheduler's plan → forward (graph replay for decode-only batches of a
+captured size, eager otherwise) → logits of the rows that reached their last
+token → stage hook → batched sampling → stage hook's extras.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from omnistage.engine.config import EngineConfig
+from omnistage.engine.engine_core import EngineCore
+from omnistage.engine.outputs import ModelRunnerOutput, SchedulerOutput
+from omnistage.engine.request import Request
+from omnistage.layers.attention.base import AttentionBackend
+from omnistage.layers.attention.context import ForwardContext, forward_context
+from omnistage.runner.base import ARModel, model_uses_mrope
+from omnistage.runner.cuda_graph import CudaGraphRunner
+from omnistage.runner.input_batch import InputBatch, StepInputs
+from omnistage.runner.sampler import Sampler
+from omnistage.runner.step_hook import StepHook
+
+
+def default_backend(device: torch.device) -> AttentionBackend:
+    if device.type == "cuda":
+        from omnistage.layers.attention.torch_sdpa_cuda import CudaSDPABackend
+
+        return CudaSDPABackend()
+    from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
+
+    return TorchSDPABackend()
+
+
+def allocate_kv_caches(spec: tuple[int, int, int], config: EngineConfig) -> list[torch.Tensor]:
+    """One ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` cache per attention layer."""
+    num_layers, num_kv_heads, head_dim = spec
+    shape = (2, config.num_blocks, config.block_size, num_kv_heads, head_dim)
+    return [torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(num_layers)]
+
+
+def num_blocks_for_memory(spec: tuple[int, int, int], block_size: int, dtype: torch.dtype, budget_bytes: int) -> int:
+    """How many KV blocks fit in ``budget_bytes`` (to size ``EngineConfig.num_blocks`` from free memory)."""
+    num_layers, num_kv_heads, head_dim = spec
+    per_block = 2 * num_layers * block_size * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+    return max(budget_bytes // per_block, 0)
+
+
+class ARModelRunner:
+    def __init__(
+        self, model: ARModel, config: EngineConfig, hook: StepHook | None = None,
+        backend: AttentionBackend | None = None,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.device = torch.device(config.device)
+        self.hook = hook or StepHook()
+        self.backend = backend or default_backend(self.device)
+        self.num_blocks = config.num_blocks
+        self.kv_caches = allocate_kv_caches(tuple(model.kv_cache_spec()), config)
+        self.mrope = model_uses_mrope(model)
+        self.batch = InputBatch(config, self.mrope, self.device, self.hook.feeds_output_embeds)
+        self.sampler = Sampler()
+        self.graphs: CudaGraphRunner | None = None
+        if self.device.type == "cuda" and not config.enforce_eager and config.cuda_graph_max_batch > 0:
+            self.graphs = CudaGraphRunner.try_capture(self)
+
+    def is_ready(self, request: Request) -> bool:
+        return self.hook.is_ready(request)
+
+    @torch.inference_mode()
+    def execute_model(self, sched: SchedulerOutput) -> ModelRunnerOutput:
+        if sched.is_empty:
+            self.batch.drop(sched)
+            return ModelRunnerOutput([])
+        inputs = self.batch.prepare(sched)
+        hidden = self.forward(inputs, self.input_embeds(inputs))
+        tokens = [-1] * len(sched.scheduled)
+        requests = inputs.sample_requests
+        if not requests:
+            return ModelRunnerOutput(tokens)
+        hidden_last = hidden[inputs.logits_indices]
+        logits = self.hook.process_logits(self.model.compute_logits(hidden_last), requests)
+        sampling = self.batch.sampling_batch(inputs, logits.shape[-1])
+        token_ids = self.sampler.sample(logits, sampling)
+        self.batch.record_sampled(requests, token_ids)
+        extra = self.hook.on_sampled(
+            hidden_last, token_ids, requests, lambda lg: self.sampler.sample(lg, sampling, penalties=False)
+        )
+        for row, token in zip(inputs.sample_rows, token_ids.tolist()):
+            tokens[row] = token
+        return ModelRunnerOutput(tokens, extra)
+
+    def input_embeds(self, inputs: StepInputs) -> torch.Tensor | None:
+        """Embeddings for the whole flat batch when any row is fed by embedding, else None (ids only)."""
+        if not inputs.embed_prompt and not inputs.embed_outputs:
+            return None
+        embeds = self.model.embed_tokens(inputs.input_ids)
+        for t, request, start, end in inputs.embed_prompt:
+            embeds[t:t + end - start] = request.prompt_embeds[start:end].to(embeds.device, embeds.dtype)
+        if inputs.embed_outputs:
+            made = self.hook.output_embeds([span for _, span in inputs.embed_outputs])
+            index = [t + j for t, span in inputs.embed_outputs for j in range(span.end - span.start)]
+            rows = torch.tensor(index, dtype=torch.int64, device=embeds.device)
+            embeds.index_copy_(0, rows, made.to(embeds.dtype))
+        return embeds
+
+    def forward(self, inputs: StepInputs, embeds: torch.Tensor | None) -> torch.Tensor:
+        if self.graphs is not None and self.graphs.can_run(inputs, embeds):
+            return self.graphs.run(inputs, embeds)
+        with forward_context(ForwardContext(inputs.meta, self.backend, self.kv_caches)):
+            return self.hook.forward(self.model, inputs, embeds)
+
+
+def build_ar_engine(
+    model: ARModel, config: EngineConfig, hook: StepHook | None = None, backend: AttentionBackend | None = None
+) -> EngineCore:
+    """An autoregressive stage's engine: the runner sizes the KV cache, the core mirrors it."""
+    return EngineCore(ARModelRunner(model, config, hook=hook, backend=backend), config)

@@ -1,0 +1,103 @@
+"""Batched sampling: penalties, temperature, top-k/top-p and seeded draws on ``[N, V]`` tensors.
+
+Random choice uses the exponential race (``argmax(p / E)``, ``E ~ Exp(1)``),
+which samples exactly from ``p``. Each seeded request fills its own noise row
+from its own generator, so its draws depend on nothing else in the batch;
+the argmax over all rows is then one batched op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SamplingBatch:
+    """Settings of the rows being sampled this step, one row per request.
+
+    temperature: [N]; 0 = greedy. top_k: [N] long, 0 = off. top_p: [N], 1 = off.
+    repetition_penalty / seen: [N] and bool [N, V], or None when no row penalises.
+    generators: each row's seeded generator, or None to use the shared one.
+    banned: (row, ids) pairs masked to -inf (EOS/stop ids before min_tokens).
+    """
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    generators: list[torch.Generator | None]
+    all_greedy: bool
+    any_greedy: bool
+    needs_sort: bool
+    repetition_penalty: torch.Tensor | None = None
+    seen: torch.Tensor | None = None
+    banned: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+
+def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Returns new logits (the caller's tensor is left alone)."""
+    if batch.seen is not None and batch.repetition_penalty is not None:
+        penalty = batch.repetition_penalty[:, None]
+        penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+        logits = torch.where(batch.seen, penalised, logits)
+    elif batch.banned:
+        logits = logits.clone()
+    for row, ids in batch.banned:
+        logits[row, list(ids)] = float("-inf")
+    return logits
+
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Masks each row to its own top-k and nucleus (one sort for the whole batch)."""
+    vocab = logits.shape[-1]
+    sorted_logits, order = logits.sort(dim=-1, descending=False)
+    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
+    kth = sorted_logits.gather(1, (vocab - k)[:, None])
+    sorted_logits.masked_fill_(sorted_logits < kth, float("-inf"))
+    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop = cum <= (1.0 - top_p)[:, None]
+    drop[:, -1] = False  # the best token always survives
+    sorted_logits.masked_fill_(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+class Sampler:
+    def __init__(self) -> None:
+        # Noise buffers reused across steps, one per (device, vocabulary width).
+        self._noise: dict[tuple[str, int], torch.Tensor] = {}
+
+    def sample(self, logits: torch.Tensor, batch: SamplingBatch, penalties: bool = True) -> torch.Tensor:
+        """logits ``[N, V]`` → sampled ids ``[N]`` (long)."""
+        logits = logits.float()
+        if penalties:
+            logits = apply_penalties(logits, batch)
+        greedy = logits.argmax(dim=-1)
+        if batch.all_greedy:
+            return greedy
+        temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
+        scaled = logits / temperature[:, None]
+        if batch.needs_sort:
+            scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
+        probs = scaled.softmax(dim=-1)
+        sampled = probs.div_(self._draw_noise(probs.shape, probs.device, batch.generators)).argmax(dim=-1)
+        if batch.any_greedy:
+            sampled = torch.where(batch.temperature > 0, sampled, greedy)
+        return sampled
+
+    def _draw_noise(
+        self, shape: torch.Size, device: torch.device, generators: list[torch.Generator | None]
+    ) -> torch.Tensor:
+        n, vocab = shape
+        key = (str(device), vocab)
+        buf = self._noise.get(key)
+        if buf is None or buf.shape[0] < n:
+            buf = torch.empty(max(n, 8), vocab, device=device)
+            self._noise[key] = buf
+        noise = buf[:n]
+        seeded = [(i, g) for i, g in enumerate(generators) if g is not None]
+        if len(seeded) < n:
+            noise.exponential_()
+        for i, gen in seeded:
+            noise[i].exponential_(generator=gen)
+        return noise

@@ -1,0 +1,61 @@
+"""Stage-specific behaviour around the generic autoregressive step.
+
+The AR runner knows nothing about talkers: it asks its hook whether a request
+may step, what embeddings to feed for already-generated positions, how to
+mask logits, and what extra to compute after sampling. The default hook is a
+plain language model (generated ids are fed back through the embedding table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from omnistage.engine.request import Request
+from omnistage.runner.base import ARModel, SampleFn
+
+if TYPE_CHECKING:
+    from omnistage.runner.input_batch import StepInputs
+
+
+@dataclass
+class OutputSpan:
+    """Generated positions ``start:end`` (0 = first generated token) of ``request`` fed this step."""
+
+    request: Request
+    start: int
+    end: int
+
+
+class StepHook:
+    # True when generated positions are fed as hook-made embeddings rather than as ids.
+    feeds_output_embeds: bool = False
+
+    def is_ready(self, request: Request) -> bool:
+        """False holds a running request out of this step (it keeps its blocks)."""
+        return True
+
+    def output_embeds(self, spans: list[OutputSpan]) -> torch.Tensor:
+        """Input embeddings ``[sum of span lengths, H]`` for the spans, in order."""
+        raise NotImplementedError("this hook feeds generated ids, not embeddings")
+
+    def forward(self, model: ARModel, inputs: StepInputs, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
+        """Runs the model on the step (inside the forward context); a hook may pass extra model inputs
+        or keep intermediate states."""
+        return model.forward(inputs.input_ids, inputs.positions, inputs_embeds)
+
+    def plain_forward(self, inputs: StepInputs) -> bool:
+        """Whether this step's ``forward`` is exactly ``model.forward(ids, positions, embeds)``,
+        the call a decode CUDA graph replays."""
+        return True
+
+    def process_logits(self, logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+        return logits
+
+    def on_sampled(
+        self, hidden_last: torch.Tensor, token_ids: torch.Tensor, requests: list[Request], sample_fn: SampleFn
+    ) -> torch.Tensor | None:
+        """Extra per-request rows made from the sampled ids (returned to the caller), or None."""
+        return None

@@ -1,0 +1,109 @@
+"""Block pool and KV-cache manager: allocation, ref counts, prefix hits, LRU eviction."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omnistage.engine.kv_cache import BlockPool, KVCacheManager
+from omnistage.engine.request import Request
+from omnistage.engine.sampling_params import SamplingParams
+
+
+def _req(rid: str, tokens: list[int], **kwargs: object) -> Request:
+    return Request(rid, tokens, SamplingParams(max_tokens=4), **kwargs)
+
+
+def _all_free(manager: KVCacheManager) -> bool:
+    pool = manager.pool
+    return pool.num_free_blocks == pool.num_blocks - 1 and all(b.ref_cnt == 0 for b in pool.blocks)
+
+
+def test_pool_reserves_null_block_and_counts_refs() -> None:
+    pool = BlockPool(5)
+    assert pool.num_free_blocks == 4
+    blocks = pool.get_new_blocks(4)
+    assert 0 not in [b.block_id for b in blocks]
+    with pytest.raises(ValueError):
+        pool.get_new_blocks(1)
+    pool.touch(blocks[:1])
+    pool.free_blocks(blocks)
+    assert pool.num_free_blocks == 3  # the touched block still holds a reference
+    pool.free_blocks(blocks[:1])
+    assert pool.num_free_blocks == 4
+    with pytest.raises(RuntimeError):
+        pool.free_blocks(blocks[:1])
+
+
+def test_allocate_grows_by_blocks_and_refuses_when_full() -> None:
+    manager = KVCacheManager(num_blocks=4, block_size=4)
+    req = _req("a", list(range(5)))
+    assert len(manager.allocate_slots(req, 5)) == 2
+    req.num_computed_tokens = 5
+    assert manager.allocate_slots(req, 3) == []  # fits in the partial block
+    req.num_computed_tokens = 8
+    assert len(manager.allocate_slots(req, 1)) == 1
+    req.num_computed_tokens = 9
+    assert manager.allocate_slots(req, 4) is None  # would need a 4th usable block
+    assert manager.block_ids("a") == [1, 2, 3]
+    manager.free(req)
+    assert _all_free(manager)
+
+
+def test_refused_admission_leaves_no_state() -> None:
+    manager = KVCacheManager(num_blocks=3, block_size=4)
+    req = _req("big", list(range(20)))
+    assert manager.allocate_slots(req, 20) is None
+    assert manager.block_ids("big") == []
+    manager.free(req)
+    assert _all_free(manager)
+
+
+def test_prefix_hits_share_full_blocks_and_keep_last_token() -> None:
+    manager = KVCacheManager(num_blocks=16, block_size=4)
+    shared = list(range(100, 108))  # two full blocks
+    first = _req("a", shared + [1, 2])
+    assert manager.get_computed_blocks(first) == ([], 0)
+    manager.allocate_slots(first, first.num_tokens)
+    second = _req("b", shared + [7])
+    hits, n = manager.get_computed_blocks(second)
+    assert n == 8 and [b.block_id for b in hits] == manager.block_ids("a")[:2]
+    manager.allocate_slots(second, 1, hits)
+    assert manager.block_ids("b")[:2] == manager.block_ids("a")[:2]
+    assert all(b.ref_cnt == 2 for b in hits)
+    exact = _req("c", shared)  # whole prompt cached: the last block is recomputed for its logits
+    assert manager.get_computed_blocks(exact)[1] == 4
+    manager.free(first)
+    manager.free(second)
+    assert _all_free(manager)
+
+
+def test_freed_cached_blocks_revive_until_evicted() -> None:
+    manager = KVCacheManager(num_blocks=4, block_size=2)
+    a = _req("a", [5, 6, 7, 8, 9])
+    manager.allocate_slots(a, 5)
+    manager.free(a)
+    b = _req("b", [5, 6, 7, 8, 1])
+    hits, n = manager.get_computed_blocks(b)
+    assert n == 4
+    assert manager.allocate_slots(b, 1, hits) is not None
+    manager.free(b)
+    filler = _req("x", list(range(50, 56)))  # takes every block: the cached ones are evicted
+    manager.allocate_slots(filler, 6)
+    manager.free(filler)
+    assert manager.get_computed_blocks(_req("c", [5, 6, 7, 8, 1]))[1] == 0
+
+
+def test_embedding_prompts_are_never_shared() -> None:
+    manager = KVCacheManager(num_blocks=8, block_size=2)
+    req = _req("e", [1, 2, 3, 4, 5], prompt_embeds=torch.zeros(5, 3))
+    manager.allocate_slots(req, 5)
+    other = _req("f", [1, 2, 3, 4, 5], prompt_embeds=torch.ones(5, 3))
+    assert manager.get_computed_blocks(other) == ([], 0)
+
+
+def test_no_caching_when_disabled() -> None:
+    manager = KVCacheManager(num_blocks=8, block_size=2, enable_prefix_caching=False)
+    a = _req("a", [1, 2, 3, 4, 5])
+    manager.allocate_slots(a, 5)
+    assert manager.get_computed_blocks(_req("b", [1, 2, 3, 4, 6])) == ([], 0)
