@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from omnistage.entrypoints.openai.server_config import add_server_args
+
 
 def _make_tiny(args: argparse.Namespace) -> int:
     from omnistage.tools.make_tiny import make_tiny, tiny_model_dir
@@ -23,9 +25,8 @@ def _make_tiny(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     try:
         from omnistage.entrypoints.openai.api_server import run_server
-    except ImportError:
-        print("omnistage serve: the OpenAI server is not built yet (see the issue 'OpenAI-compatible server')",
-              file=sys.stderr)
+    except ImportError as exc:
+        print(f"omnistage serve: the OpenAI server cannot be loaded: {exc}", file=sys.stderr)
         return 3
     return run_server(args)
 
@@ -45,7 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    add_server_args(serve)
     serve.set_defaults(func=_serve)
+
+    from omnistage.tools.bench import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 

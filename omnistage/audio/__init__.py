@@ -1,0 +1,29 @@
+"""Audio helpers for the API layer: decode client audio, resample, encode responses."""
+
+from omnistage.audio.decode import (
+    AudioDecodeError,
+    AudioTooLongError,
+    DecodedAudio,
+    decode_audio,
+    load_audio,
+    resample,
+    to_mono,
+)
+from omnistage.audio.encode import StreamingAudioEncoder, encode_audio, float_to_pcm16, streaming_wav_header
+from omnistage.audio.formats import INPUT_FORMATS, AudioFormat
+
+__all__ = [
+    "INPUT_FORMATS",
+    "AudioDecodeError",
+    "AudioFormat",
+    "AudioTooLongError",
+    "DecodedAudio",
+    "StreamingAudioEncoder",
+    "decode_audio",
+    "encode_audio",
+    "float_to_pcm16",
+    "load_audio",
+    "resample",
+    "streaming_wav_header",
+    "to_mono",
+]

@@ -1,0 +1,191 @@
+"""The OpenAI-compatible HTTP server: routes, app assembly, and ``omnistage serve``.
+
+``build_app(engine)`` wires the services to an ``OmniEngine``; ``run_server``
+builds the real pipeline and serves it with uvicorn. The OpenAPI schema is the
+one FastAPI derives from the routes, with its 422 entries swapped for the 400
+``ErrorResponse`` this server really answers with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
+from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
+from omnistage.entrypoints.openai.engine_protocol import HealthReport, OmniEngine
+from omnistage.entrypoints.openai.errors import install_error_handlers, model_not_found
+from omnistage.entrypoints.openai.media import MediaFetcher
+from omnistage.entrypoints.openai.metrics import ServerMetrics
+from omnistage.entrypoints.openai.protocol import (
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ErrorResponse,
+    HealthResponse,
+    ModelCard,
+    ModelList,
+    ReplicaHealthInfo,
+    SpeechAudioDelta,
+    SpeechAudioDone,
+    SpeechRequest,
+    StageHealthInfo,
+)
+from omnistage.entrypoints.openai.server_config import (
+    MediaPolicy,
+    ServerLimits,
+    limits_from_args,
+    media_policy_from_args,
+)
+from omnistage.entrypoints.openai.serving_chat import ChatService
+from omnistage.entrypoints.openai.serving_speech import SpeechService
+
+
+@dataclass
+class Services:
+    engine: OmniEngine
+    chat: ChatService
+    speech: SpeechService
+    metrics: ServerMetrics
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+def _services(request: Request) -> Services:
+    return request.app.state.services
+
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorResponse, "description": "invalid request"},
+    404: {"model": ErrorResponse, "description": "unknown model"},
+    413: {"model": ErrorResponse, "description": "request body over --max-request-bytes"},
+    500: {"model": ErrorResponse, "description": "engine failure"},
+    503: {"model": ErrorResponse, "description": "the engine aborted the request"},
+}
+_SSE_DOC = {"text/event-stream": {"schema": {"$ref": "#/components/schemas/ChatCompletionChunk"}}}
+_AUDIO_DOC = {t: {"schema": {"type": "string", "format": "binary"}}
+              for t in ("audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav", "audio/pcm")}
+_SPEECH_SSE_DOC = {"text/event-stream": {"schema": {"$ref": "#/components/schemas/SpeechAudioDelta"}}}
+
+api = APIRouter()
+
+
+@api.post("/v1/chat/completions", response_model=ChatCompletionResponse,
+          responses={**_ERRORS, 200: {"content": _SSE_DOC, "description": "JSON, or SSE chunks when stream=true"}})
+async def chat_completions(body: ChatCompletionRequest, request: Request,
+                           services: Services = Depends(_services)) -> Response:
+    return await services.chat.create(body, request)
+
+
+@api.post("/v1/audio/speech", response_class=Response,
+          responses={**_ERRORS, 200: {"content": {**_AUDIO_DOC, **_SPEECH_SSE_DOC}, "description": "audio bytes"}})
+async def audio_speech(body: SpeechRequest, request: Request, services: Services = Depends(_services)) -> Response:
+    return await services.speech.create(body, request)
+
+
+def _model_card(services: Services) -> ModelCard:
+    return ModelCard(id=services.engine.model_name, created=services.created)
+
+
+@api.get("/v1/models", response_model=ModelList)
+async def list_models(services: Services = Depends(_services)) -> ModelList:
+    return ModelList(data=[_model_card(services)])
+
+
+@api.get("/v1/models/{model}", response_model=ModelCard, responses={404: _ERRORS[404]})
+async def get_model(model: str, services: Services = Depends(_services)) -> ModelCard:
+    if model != services.engine.model_name:
+        raise model_not_found(model)
+    return _model_card(services)
+
+
+def _health_body(report: HealthReport) -> HealthResponse:
+    stages = [StageHealthInfo(stage=s.stage, healthy=s.healthy,
+                              replicas=[ReplicaHealthInfo(replica=r.replica, healthy=r.healthy, detail=r.detail)
+                                        for r in s.replicas])
+              for s in report.stages]
+    return HealthResponse(status="ok" if report.healthy else "unhealthy", stages=stages)
+
+
+@api.get("/health", response_model=HealthResponse,
+         responses={503: {"model": HealthResponse, "description": "a stage has no healthy replica"}})
+async def health(services: Services = Depends(_services)) -> JSONResponse:
+    report = services.engine.health()
+    return JSONResponse(_health_body(report).model_dump(), status_code=200 if report.healthy else 503)
+
+
+@api.get("/metrics", response_class=Response,
+         responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}})
+async def metrics(services: Services = Depends(_services)) -> Response:
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _openapi_schema(app: FastAPI) -> dict[str, object]:
+    """FastAPI's schema, minus the 422s this server never sends (they leave as 400s), plus the
+    models only streamed responses use (FastAPI sees no return type for those)."""
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                operation.get("responses", {}).pop("422", None)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        for model in (ChatCompletionChunk, SpeechAudioDelta, SpeechAudioDone):
+            model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="serialization")
+            for name, definition in model_schema.pop("$defs", {}).items():
+                components.setdefault(name, definition)
+            components.setdefault(model.__name__, model_schema)
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None) -> FastAPI:
+    limits = limits or ServerLimits()
+    metrics = ServerMetrics(engine)
+    builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits)
+    app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
+    app.state.services = Services(engine=engine, chat=ChatService(engine, builder, metrics),
+                                  speech=SpeechService(engine, metrics, limits), metrics=metrics)
+    app.include_router(api)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
+    install_error_handlers(app)
+    app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
+    return app
+
+
+async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy) -> int:
+    import uvicorn
+
+    from omnistage.pipeline.async_omni import AsyncOmni
+
+    engine = AsyncOmni.from_args(args)
+    try:
+        config = uvicorn.Config(build_app(engine, limits, media), host=args.host, port=args.port,
+                                log_level="info")
+        await uvicorn.Server(config).serve()
+    finally:
+        await engine.shutdown()
+    return 0
+
+
+def run_server(args: argparse.Namespace) -> int:
+    """``omnistage serve``: 2 for bad flags, 3 when the pipeline is not available, else uvicorn's run."""
+    try:
+        limits, media = limits_from_args(args), media_policy_from_args(args)
+    except ValueError as exc:
+        print(f"omnistage serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import omnistage.pipeline.async_omni  # noqa: F401 - checked here so the message names the gap
+    except ImportError as exc:
+        print(f"omnistage serve: the pipeline (omnistage.pipeline.async_omni.AsyncOmni) is not available: {exc}",
+              file=sys.stderr)
+        return 3
+    return asyncio.run(_serve(args, limits, media))

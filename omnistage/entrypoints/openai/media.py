@@ -1,0 +1,194 @@
+"""Media in chat requests: URL fetching under the server's policy, and image/video/audio decoding.
+
+Each loader raises ``MediaError`` with an OpenAI error code; the chat layer adds
+the parameter path and turns it into a 400. Decoding is CPU work, so callers
+run the ``decode_*`` functions in a worker thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import av
+import httpx
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from omnistage.audio import AudioDecodeError, AudioTooLongError, load_audio
+from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+
+# data: URL media types → the decoder hint; anything else is probed.
+_AUDIO_MIME_HINTS: dict[str, str] = {
+    "audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/vnd.wave": "wav",
+    "audio/mpeg": "mp3", "audio/mp3": "mp3", "audio/flac": "flac", "audio/x-flac": "flac",
+}
+
+
+class MediaError(ValueError):
+    def __init__(self, message: str, code: str = "invalid_media") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class FetchedMedia:
+    """Raw bytes of one media item and, for data: URLs, the declared media type."""
+
+    __slots__ = ("data", "mime")
+
+    def __init__(self, data: bytes, mime: str | None = None) -> None:
+        self.data = data
+        self.mime = mime
+
+    @property
+    def audio_hint(self) -> str | None:
+        return _AUDIO_MIME_HINTS.get(self.mime or "")
+
+
+def decode_base64(data: str, limits: ServerLimits) -> bytes:
+    """Strict base64 (no stray characters), size-checked before decoding."""
+    if len(data) > limits.max_base64_bytes:
+        raise MediaError(f"the base64 data is {len(data)} bytes; the limit is {limits.max_base64_bytes}",
+                         code="media_too_large")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise MediaError(f"invalid base64 data: {exc}", code="invalid_base64") from exc
+
+
+class MediaFetcher:
+    """Resolves media URLs: data: always, file:// under one folder, http(s) only when allowed."""
+
+    def __init__(self, policy: MediaPolicy, limits: ServerLimits) -> None:
+        self.policy = policy
+        self.limits = limits
+
+    async def fetch(self, url: str) -> FetchedMedia:
+        scheme = urlparse(url).scheme.lower()
+        if scheme == "data":
+            return self._from_data_url(url)
+        if scheme == "file":
+            return FetchedMedia(self._from_file(url))
+        if scheme in ("http", "https"):
+            return FetchedMedia(await self._from_remote(url))
+        raise MediaError(f"unsupported URL scheme {scheme!r}: use data:, file:// or http(s)://", code="invalid_url")
+
+    def _from_data_url(self, url: str) -> FetchedMedia:
+        header, sep, payload = url[len("data:"):].partition(",")
+        if not sep or not header.endswith(";base64"):
+            raise MediaError("data: URLs must be base64 (data:<type>;base64,<data>)", code="invalid_url")
+        mime = header[: -len(";base64")].split(";")[0].strip().lower() or None
+        return FetchedMedia(decode_base64(payload, self.limits), mime)
+
+    def _from_file(self, url: str) -> bytes:
+        root = self.policy.allowed_local_media_path
+        if root is None:
+            raise MediaError("file:// URLs are disabled (start the server with --allowed-local-media-path)",
+                             code="local_media_disabled")
+        parsed = urlparse(url)
+        if parsed.netloc not in ("", "localhost"):
+            raise MediaError("file:// URLs must name a local path (file:///...)", code="invalid_url")
+        path = Path(unquote(parsed.path))
+        try:
+            # resolve() follows symlinks, so a link inside the folder cannot reach outside it.
+            resolved = path.resolve(strict=True)
+        except OSError:
+            raise MediaError(f"no such file: {path}", code="file_not_found") from None
+        if not resolved.is_relative_to(root) or not resolved.is_file():
+            raise MediaError(f"{path} is not a file under the allowed media folder", code="file_not_allowed")
+        if resolved.stat().st_size > self.limits.max_media_bytes:
+            raise MediaError(f"{path} is larger than {self.limits.max_media_bytes} bytes", code="media_too_large")
+        return resolved.read_bytes()
+
+    async def _from_remote(self, url: str) -> bytes:
+        if not self.policy.allow_remote_media:
+            raise MediaError("http(s) media URLs are disabled (start the server with --allow-remote-media)",
+                             code="remote_media_disabled")
+        limit = self.limits.max_media_bytes
+        try:
+            async with httpx.AsyncClient(timeout=self.policy.remote_timeout_s, follow_redirects=True) as client:
+                async with client.stream("GET", url) as resp:
+                    if resp.status_code != 200:
+                        raise MediaError(f"fetching {url} returned HTTP {resp.status_code}", code="fetch_failed")
+                    body = bytearray()
+                    async for chunk in resp.aiter_bytes():
+                        body += chunk
+                        if len(body) > limit:  # stop reading: the size header may lie or be absent
+                            raise MediaError(f"{url} is larger than {limit} bytes", code="media_too_large")
+                    return bytes(body)
+        except httpx.HTTPError as exc:
+            raise MediaError(f"could not fetch {url}: {exc}", code="fetch_failed") from exc
+
+
+def decode_audio_item(data: bytes, fmt: str | None, limits: ServerLimits) -> np.ndarray:
+    """Any supported container → 16 kHz mono float32, as the audio encoder's feature extractor wants."""
+    try:
+        return load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=limits.max_audio_seconds)
+    except AudioTooLongError as exc:
+        raise MediaError(str(exc), code="audio_too_long") from exc
+    except AudioDecodeError as exc:
+        raise MediaError(str(exc), code="invalid_audio") from exc
+
+
+def _check_pixels(width: int, height: int, limits: ServerLimits) -> None:
+    if width * height > limits.max_image_pixels:
+        raise MediaError(f"the image is {width}x{height}; the limit is {limits.max_image_pixels} pixels",
+                         code="image_too_large")
+
+
+def decode_image(data: bytes, limits: ServerLimits) -> Image.Image:
+    """RGB PIL image; the size is checked from the header, before the pixels are decoded."""
+    try:
+        img = Image.open(io.BytesIO(data))
+        _check_pixels(img.width, img.height, limits)
+        img.load()
+    except MediaError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise MediaError(f"could not decode the image: {exc}", code="invalid_image") from exc
+    return img.convert("RGB")
+
+
+def decode_video_frames(data: bytes, limits: ServerLimits) -> list[Image.Image]:
+    """Frames sampled at ``video_sample_fps`` (at most ``max_video_frames``) as RGB images."""
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            if not container.streams.video:
+                raise MediaError("the file has no video stream", code="invalid_video")
+            return _sample_frames(container, limits)
+    except MediaError:
+        raise
+    except (av.FFmpegError, ValueError, IndexError) as exc:
+        raise MediaError(f"could not decode the video: {exc}", code="invalid_video") from exc
+
+
+def _frame_interval(container: av.container.InputContainer, limits: ServerLimits) -> float:
+    """Seconds between sampled frames: ``1 / video_sample_fps``, widened so the frame cap spans the
+    whole video instead of its first few seconds (when the container states its duration)."""
+    interval = 1.0 / limits.video_sample_fps
+    if container.duration:  # microseconds
+        interval = max(interval, container.duration / 1e6 / limits.max_video_frames)
+    return interval
+
+
+def _sample_frames(container: av.container.InputContainer, limits: ServerLimits) -> list[Image.Image]:
+    stream = container.streams.video[0]
+    interval = _frame_interval(container, limits)
+    frames: list[Image.Image] = []
+    next_t = 0.0
+    for frame in container.decode(stream):
+        t = float(frame.time) if frame.time is not None else next_t
+        if t + 1e-6 < next_t:
+            continue
+        _check_pixels(frame.width, frame.height, limits)
+        frames.append(frame.to_image().convert("RGB"))
+        next_t = t + interval
+        if len(frames) >= limits.max_video_frames:
+            break
+    if not frames:
+        raise MediaError("the video has no frames", code="invalid_video")
+    return frames

@@ -1,0 +1,98 @@
+"""Prometheus metrics for /metrics: request outcomes and latencies from the server, load from the engine.
+
+Each app owns its registry (no global state), so several apps can live in one
+process, as they do in tests. Engine load (KV blocks, queues) is read from
+``engine.stats()`` at scrape time rather than pushed, so it is never stale.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from omnistage.core import OUTPUT_SAMPLE_RATE, OmniOutput
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_RTF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 10.0)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: OmniEngine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["stage", "replica"]
+        used = GaugeMetricFamily("omnistage_kv_blocks_used", "KV cache blocks in use", labels=labels)
+        total = GaugeMetricFamily("omnistage_kv_blocks_total", "KV cache blocks allocated", labels=labels)
+        queued = GaugeMetricFamily("omnistage_queue_depth", "requests waiting to be scheduled", labels=labels)
+        running = GaugeMetricFamily("omnistage_requests_running", "requests scheduled in a stage", labels=labels)
+        for r in self.engine.stats().replicas:
+            key = [r.stage, str(r.replica)]
+            used.add_metric(key, r.kv_blocks_used)
+            total.add_metric(key, r.kv_blocks_total)
+            queued.add_metric(key, r.queue_depth)
+            running.add_metric(key, r.running)
+        yield from (used, total, queued, running)
+
+
+class ServerMetrics:
+    def __init__(self, engine: OmniEngine) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("omnistage_requests", "finished API requests", ["endpoint", "outcome"],
+                                registry=self.registry)
+        self.in_flight = Gauge("omnistage_requests_in_flight", "API requests being served", ["endpoint"],
+                               registry=self.registry)
+        self.ttft = Histogram("omnistage_time_to_first_token_seconds", "request start to first text",
+                              ["endpoint"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.ttfa = Histogram("omnistage_time_to_first_audio_seconds", "request start to first audio chunk",
+                              ["endpoint"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.rtf = Histogram("omnistage_audio_real_time_factor", "generation seconds per second of audio",
+                             ["endpoint"], buckets=_RTF_BUCKETS, registry=self.registry)
+        self.registry.register(_EngineCollector(engine))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def track(self, endpoint: str, start: float) -> RequestTimer:
+        return RequestTimer(self, endpoint, start)
+
+
+class RequestTimer:
+    """Times one request from ``start`` (``time.perf_counter()`` when it arrived, so media
+    decoding and prompt processing count towards the latencies, as the client sees them)."""
+
+    def __init__(self, metrics: ServerMetrics, endpoint: str, start: float) -> None:
+        self.metrics = metrics
+        self.endpoint = endpoint
+        self.start = start
+        self.audio_samples = 0
+        self._first_text = self._first_audio = False
+        self._done = False
+        metrics.in_flight.labels(endpoint).inc()
+
+    def observe(self, out: OmniOutput) -> None:
+        now = time.perf_counter() - self.start
+        if out.text and not self._first_text:
+            self._first_text = True
+            self.metrics.ttft.labels(self.endpoint).observe(now)
+        if out.audio is not None and out.audio.size:
+            if not self._first_audio:
+                self._first_audio = True
+                self.metrics.ttfa.labels(self.endpoint).observe(now)
+            self.audio_samples += int(out.audio.size)
+
+    def finish(self, outcome: str) -> None:
+        """``outcome``: ok, engine_error, client_disconnected. Later calls are ignored."""
+        if self._done:
+            return
+        self._done = True
+        self.metrics.in_flight.labels(self.endpoint).dec()
+        self.metrics.requests.labels(self.endpoint, outcome).inc()
+        if outcome == "ok" and self.audio_samples:
+            elapsed = time.perf_counter() - self.start
+            self.metrics.rtf.labels(self.endpoint).observe(elapsed / (self.audio_samples / OUTPUT_SAMPLE_RATE))

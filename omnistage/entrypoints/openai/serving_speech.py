@@ -1,0 +1,174 @@
+"""``POST /v1/audio/speech``: text in, speech out, streamed as it is generated.
+
+Qwen3-Omni has no text-to-speech entry point of its own: the talker speaks what
+the thinker writes. So the input goes to the thinker with a system turn asking
+it to repeat the text verbatim (``instructions`` replaces that turn), and the
+completion budget is sized from the input so a model that will not stop cannot
+run far past it.
+
+``stream_format="audio"`` sends the bytes of one file in ``response_format`` as
+they are encoded (WAV with 'unknown' sizes in its header); ``"sse"`` sends the
+same bytes base64-encoded in ``speech.audio.delta`` events, then a
+``speech.audio.done`` event with the usage.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+
+import anyio
+from fastapi import Request
+from fastapi.responses import Response
+
+from omnistage.audio import AudioFormat, StreamingAudioEncoder
+from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.errors import APIError, bad_request
+from omnistage.entrypoints.openai.metrics import RequestTimer, ServerMetrics
+from omnistage.entrypoints.openai.protocol import (
+    ErrorResponse,
+    SpeechAudioDelta,
+    SpeechAudioDone,
+    SpeechRequest,
+    SpeechUsage,
+)
+from omnistage.entrypoints.openai.serving_common import (
+    check_model,
+    completion_budget,
+    engine_failure,
+    make_sampling,
+    require_audio_support,
+    resolve_voice,
+    usage_of,
+)
+from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.entrypoints.openai.streaming import (
+    AbortingStreamingResponse,
+    ClientDisconnected,
+    engine_outputs,
+    peek,
+    sse_event,
+)
+from omnistage.processing.prompt import ProcessedPrompt
+
+DEFAULT_INSTRUCTIONS = "Read the user's text aloud exactly as written. Do not add, drop or change any words."
+# Room for the thinker's answer: the input re-tokenised plus a margin for its closing tokens.
+_BUDGET_FACTOR = 2
+_BUDGET_MARGIN = 16
+
+
+class SpeechService:
+    def __init__(self, engine: OmniEngine, metrics: ServerMetrics, limits: ServerLimits) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.limits = limits
+
+    async def create(self, body: SpeechRequest, raw: Request) -> Response:
+        arrived = time.perf_counter()
+        request = await self._request(body)
+        encoded = self._encoded(request, body.audio_format, self.metrics.track("/v1/audio/speech", arrived))
+        try:
+            first, pieces = await peek(raw, encoded)
+        except ClientDisconnected:
+            return Response(status_code=499)  # nobody reads it; the status shows in access logs
+        # A request that fails before its first audio still gets a JSON error, not a cut connection.
+        failure = engine_failure(first) if not isinstance(first, bytes) else None
+        if failure is not None:
+            await encoded.aclose()
+            raise failure
+        if body.stream_format == "sse":
+            return AbortingStreamingResponse(self._sse(pieces, request), media_type="text/event-stream",
+                                             upstream=encoded)
+        return AbortingStreamingResponse(self._bytes(pieces, request), media_type=body.audio_format.media_type,
+                                         upstream=encoded)
+
+    async def _request(self, body: SpeechRequest) -> OmniRequest:
+        check_model(self.engine, body.model)
+        require_audio_support(self.engine, "model")
+        voice = resolve_voice(self.engine, body.voice_name, "voice")
+        if body.speed != 1.0:
+            raise bad_request("only speed=1.0 is supported", param="speed", code="unsupported_parameter")
+        if len(body.input) > self.limits.max_speech_input_chars:
+            raise bad_request(f"input is {len(body.input)} characters; the limit is "
+                              f"{self.limits.max_speech_input_chars}", param="input", code="input_too_long")
+        try:
+            prompt = await anyio.to_thread.run_sync(self._prompt, body)
+        except ValueError as exc:
+            raise bad_request(f"could not build the prompt: {exc}", param="input") from exc
+        prompt_len = len(prompt.token_ids)
+        room = completion_budget(None, prompt_len, self.engine.max_model_len, "input")
+        budget = min(room, _BUDGET_FACTOR * prompt_len + _BUDGET_MARGIN)
+        return OmniRequest(request_id=f"speech-{uuid.uuid4().hex}", prompt=prompt,
+                           modalities=frozenset({Modality.TEXT, Modality.AUDIO}),
+                           sampling=make_sampling(max_tokens=budget), voice=voice)
+
+    def _prompt(self, body: SpeechRequest) -> ProcessedPrompt:
+        messages: list[dict[str, object]] = [
+            {"role": "system", "content": body.instructions or DEFAULT_INSTRUCTIONS},
+            {"role": "user", "content": body.input},
+        ]
+        ids = self.engine.processor.apply_chat_template(messages)
+        return self.engine.processor.process(ids)
+
+    async def _encoded(self, request: OmniRequest, fmt: AudioFormat, timer: RequestTimer,
+                       ) -> AsyncGenerator[bytes | OmniOutput, None]:
+        """Encoded audio pieces as they come, then the final output (checked for failure by the caller).
+
+        This generator owns the request's timer: however the stream ends, its ``finally`` records how.
+        """
+        outcome = "client_disconnected"  # unless the engine's stream ends
+        encoder = StreamingAudioEncoder(fmt, OUTPUT_SAMPLE_RATE)
+        try:
+            async with aclosing(engine_outputs(self.engine, request)) as outputs:
+                async for out in outputs:
+                    timer.observe(out)
+                    if out.audio is not None and out.audio.size and (piece := encoder.feed(out.audio)):
+                        yield piece
+                    if out.finished:
+                        outcome = "ok" if engine_failure(out) is None else "engine_error"
+                        if outcome == "ok":
+                            yield encoder.finish()
+                        yield out
+                        return
+            outcome = "engine_error"  # the engine stopped without a final output
+        finally:
+            timer.finish(outcome)
+
+    @staticmethod
+    async def _bytes(pieces: AsyncGenerator[bytes | OmniOutput, None], request: OmniRequest) -> AsyncIterator[bytes]:
+        final: OmniOutput | None = None
+        async with aclosing(pieces):
+            async for piece in pieces:
+                if isinstance(piece, OmniOutput):
+                    final = piece
+                elif piece:
+                    yield piece
+        failure = engine_failure(final)
+        if failure is not None:
+            # The headers are out: breaking the connection is the only way left to say it failed.
+            raise RuntimeError(f"speech request {request.request_id} failed: {failure.detail.message}")
+
+    @classmethod
+    async def _sse(cls, pieces: AsyncGenerator[bytes | OmniOutput, None], request: OmniRequest) -> AsyncIterator[str]:
+        final: OmniOutput | None = None
+        async with aclosing(pieces):
+            async for piece in pieces:
+                if isinstance(piece, OmniOutput):
+                    final = piece
+                elif piece:
+                    yield sse_event(SpeechAudioDelta(audio=base64.b64encode(piece).decode("ascii")))
+        yield cls._done_event(final, request, engine_failure(final))
+
+    @staticmethod
+    def _done_event(final: OmniOutput | None, request: OmniRequest, failure: APIError | None) -> str:
+        if failure is not None:
+            return sse_event(ErrorResponse(error=failure.detail))
+        assert final is not None  # engine_failure(None) is never None
+        usage = usage_of(final, len(request.prompt.token_ids), 0)
+        return sse_event(SpeechAudioDone(usage=SpeechUsage(input_tokens=usage.prompt_tokens,
+                                                           output_tokens=usage.completion_tokens,
+                                                           total_tokens=usage.total_tokens)))

@@ -1,0 +1,86 @@
+"""Media content parts reach the processor decoded: audio at 16 kHz mono, images and video frames as RGB."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.audio.signals import mp3_bytes, peak_hz, soundfile_bytes, tone
+from tests.entrypoints.conftest import LiveServer
+from tests.entrypoints.fake_engine import RecordingProcessor
+from tests.entrypoints.media_samples import b64, data_url, mp4_bytes, png_bytes
+
+
+def _ask(server: LiveServer, *parts: dict[str, object]) -> None:
+    content = [{"type": "text", "text": "What is this?"}, *parts]
+    server.client().chat.completions.create(model="fake-omni", messages=[{"role": "user", "content": content}])
+
+
+def _input_audio(data: bytes, fmt: str) -> dict[str, object]:
+    return {"type": "input_audio", "input_audio": {"data": b64(data), "format": fmt}}
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_input_audio_is_resampled_to_16k_mono(server: LiveServer, processor: RecordingProcessor, fmt: str) -> None:
+    stereo_44k = tone(440, 1.0, 44100, channels=2)
+    _ask(server, _input_audio(soundfile_bytes(stereo_44k, 44100, fmt.upper()), fmt))
+    (audio,) = processor.seen_audios
+    assert audio.ndim == 1 and audio.dtype == np.float32
+    assert len(audio) == 16000
+    assert abs(peak_hz(audio, 16000) - 440) < 2
+    # The prompt the engine got has the placeholder expanded for one second of audio.
+    mm = server.engine.requests[-1].prompt.mm
+    assert int(mm.feature_attention_mask.sum()) == 100  # 16 kHz / hop 160
+
+
+def test_input_audio_mp3(server: LiveServer, processor: RecordingProcessor) -> None:
+    _ask(server, _input_audio(mp3_bytes(tone(300, 1.0, 24000), 24000), "mp3"))
+    (audio,) = processor.seen_audios
+    assert abs(len(audio) - 16000) < 1200
+    assert abs(peak_hz(audio, 16000) - 300) < 3
+
+
+def test_audio_url_data_url(server: LiveServer, processor: RecordingProcessor) -> None:
+    wav = soundfile_bytes(tone(440, 0.5, 8000), 8000)
+    _ask(server, {"type": "audio_url", "audio_url": {"url": data_url("audio/wav", wav)}})
+    assert len(processor.seen_audios[0]) == 8000
+
+
+def test_image_url_data_url(server: LiveServer, processor: RecordingProcessor) -> None:
+    _ask(server, {"type": "image_url", "image_url": {"url": data_url("image/png", png_bytes()), "detail": "low"}})
+    (image,) = processor.seen_images
+    assert image.mode == "RGB" and image.size == (64, 48)
+    assert server.engine.requests[-1].prompt.mm.image_grid_thw is not None
+
+
+def test_video_url_becomes_sampled_frames(server: LiveServer, processor: RecordingProcessor) -> None:
+    _ask(server, {"type": "video_url", "video_url": {"url": data_url("video/mp4", mp4_bytes())}})
+    # 2 s at 2 fps would be 4 frames; the test server caps videos at 3.
+    assert len(processor.seen_images) == 3
+    assert all(img.size == (64, 64) for img in processor.seen_images)
+
+
+def test_media_order_is_kept(server: LiveServer, processor: RecordingProcessor) -> None:
+    first = soundfile_bytes(tone(440, 0.25, 16000), 16000)
+    second = soundfile_bytes(tone(440, 0.5, 16000), 16000)
+    _ask(server, _input_audio(first, "wav"), {"type": "image_url", "image_url": {"url": data_url("image/png",
+                                                                                                 png_bytes())}},
+         _input_audio(second, "wav"))
+    assert [len(a) for a in processor.seen_audios] == [4000, 8000]
+
+
+def test_local_file_under_allowed_folder(server: LiveServer, processor: RecordingProcessor) -> None:
+    path = server.media_dir / "clip.wav"
+    path.write_bytes(soundfile_bytes(tone(440, 0.5, 16000), 16000))
+    _ask(server, {"type": "audio_url", "audio_url": {"url": path.as_uri()}})
+    assert len(processor.seen_audios[0]) == 8000
+
+
+def test_frames_spread_over_a_long_video() -> None:
+    from omnistage.entrypoints.openai.media import decode_video_frames
+    from omnistage.entrypoints.openai.server_config import ServerLimits
+
+    frames = decode_video_frames(mp4_bytes(seconds=6.0), ServerLimits(max_video_frames=3))
+    # Frame i of the sample video is grey level 10*i at 10 fps: t = 0, 2, 4 s → levels 0, 200, 400 % 255.
+    levels = [int(np.asarray(f)[32, 32, 0]) for f in frames]
+    assert [abs(a - b) <= 12 for a, b in zip(levels, [0, 200, 145], strict=True)] == [True] * 3

@@ -1,0 +1,99 @@
+"""Limits and media policy from CLI flags, the engine Protocol, and ``omnistage serve`` wiring."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from omnistage.entrypoints.cli import build_parser
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.errors import param_path
+from omnistage.entrypoints.openai.server_config import (
+    MediaPolicy,
+    ServerLimits,
+    limits_from_args,
+    media_policy_from_args,
+)
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+
+
+def test_limits_reject_non_positive_values() -> None:
+    with pytest.raises(ValueError, match="max_audio_seconds"):
+        ServerLimits(max_audio_seconds=0)
+    with pytest.raises(ValueError, match="max_text_chars"):
+        ServerLimits(max_text_chars=-1)
+
+
+def test_limits_are_frozen() -> None:
+    with pytest.raises(AttributeError):
+        ServerLimits().max_text_chars = 5  # type: ignore[misc]
+
+
+def test_serve_flags_set_limits_and_media_policy(tmp_path: Path) -> None:
+    args = build_parser().parse_args([
+        "serve", "--model", "tiny", "--max-audio-seconds", "30", "--max-image-pixels", "1000",
+        "--allowed-local-media-path", str(tmp_path), "--allow-remote-media",
+    ])
+    limits = limits_from_args(args)
+    assert limits.max_audio_seconds == 30.0 and limits.max_image_pixels == 1000
+    assert limits.max_text_chars == ServerLimits().max_text_chars
+    media = media_policy_from_args(args)
+    assert media.allowed_local_media_path == tmp_path.resolve() and media.allow_remote_media
+
+
+def test_media_policy_needs_an_existing_folder(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a folder"):
+        MediaPolicy(allowed_local_media_path=tmp_path / "missing")
+    assert MediaPolicy().allowed_local_media_path is None and not MediaPolicy().allow_remote_media
+
+
+def test_param_paths_drop_pydantic_union_labels() -> None:
+    loc = ("body", "messages", 0, "content", "list[tagged-union[TextPart,InputAudioPart]]", 2, "input_audio",
+           "input_audio", "data")
+    assert param_path(loc) == "messages[0].content[2].input_audio.data"
+    assert param_path(("body", "audio", "voice", "VoiceRef", "id")) == "audio.voice.id"
+    assert param_path(("body",)) is None
+
+
+def test_fake_engine_satisfies_the_protocol(processor: RecordingProcessor) -> None:
+    assert isinstance(FakeEngine(processor=processor), OmniEngine)
+
+
+def test_serve_without_the_pipeline_exits_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "omnistage.pipeline.async_omni", None)  # import now raises ImportError
+    args = build_parser().parse_args(["serve"])
+    assert args.func(args) == 3
+    assert "AsyncOmni" in capsys.readouterr().err
+
+
+def test_serve_with_bad_limits_exits_2(capsys: pytest.CaptureFixture) -> None:
+    args = build_parser().parse_args(["serve", "--max-text-chars", "0"])
+    assert args.func(args) == 2
+    assert "max_text_chars" in capsys.readouterr().err
+
+
+def test_serve_builds_the_engine_serves_and_shuts_it_down(monkeypatch: pytest.MonkeyPatch,
+                                                          processor: RecordingProcessor) -> None:
+    import uvicorn
+
+    engine = FakeEngine(processor=processor)
+    seen: dict[str, object] = {}
+
+    class AsyncOmni:
+        @staticmethod
+        def from_args(args: object) -> FakeEngine:
+            seen["args"] = args
+            return engine
+
+    async def serve(self: uvicorn.Server) -> None:
+        seen["port"] = self.config.port
+
+    monkeypatch.setitem(sys.modules, "omnistage.pipeline.async_omni", types.SimpleNamespace(AsyncOmni=AsyncOmni))
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
+    args = build_parser().parse_args(["serve", "--port", "8123"])
+    assert args.func(args) == 0
+    assert seen == {"args": args, "port": 8123}
+    assert engine.shut_down

@@ -1,0 +1,91 @@
+"""/v1/models, /health, /metrics and /openapi.json."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.entrypoints.conftest import LiveServer
+
+
+def test_models(server: LiveServer) -> None:
+    client = server.client()
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["fake-omni"]
+    assert client.models.retrieve("fake-omni").owned_by == "omnistage"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+
+
+def test_health_reports_each_stage_replica(server: LiveServer) -> None:
+    body = httpx.get(f"{server.base_url}/health").json()
+    assert body["status"] == "ok"
+    stages = {s["stage"]: s for s in body["stages"]}
+    assert set(stages) == {"thinker", "talker", "code2wav"}
+    assert [r["replica"] for r in stages["talker"]["replicas"]] == [0, 1]
+
+
+def test_health_is_503_when_a_stage_has_no_healthy_replica(server: LiveServer) -> None:
+    server.engine.healthy = False
+    resp = httpx.get(f"{server.base_url}/health")
+    assert resp.status_code == 503
+    body = resp.json()
+    stages = {s["stage"]: s for s in body["stages"]}
+    assert body["status"] == "unhealthy" and not stages["thinker"]["healthy"]
+    # The talker still has one healthy replica, so it still serves.
+    assert stages["talker"]["healthy"]
+    assert stages["talker"]["replicas"][1] == {"replica": 1, "healthy": False, "detail": "process died"}
+
+
+def _samples(server: LiveServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(f"{server.base_url}/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics(server: LiveServer) -> None:
+    client = server.client()
+    client.chat.completions.create(model="fake-omni", messages=[{"role": "user", "content": "hi"}],
+                                   modalities=["text", "audio"], audio={"voice": "ethan", "format": "wav"})
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="fake-omni", messages=[{"role": "user", "content": "hi"}], n=3)
+    samples = _samples(server)
+    chat = ("endpoint", "/v1/chat/completions")
+    assert samples[("omnistage_kv_blocks_used", (("replica", "0"), ("stage", "thinker")))] == 12
+    assert samples[("omnistage_kv_blocks_total", (("replica", "1"), ("stage", "talker")))] == 50
+    assert samples[("omnistage_queue_depth", (("replica", "0"), ("stage", "code2wav")))] == 1
+    assert samples[("omnistage_requests_total", (chat, ("outcome", "ok")))] >= 1
+    assert samples[("omnistage_requests_total", (chat, ("outcome", "client_error")))] >= 1
+    assert samples[("omnistage_time_to_first_token_seconds_count", (chat,))] >= 1
+    assert samples[("omnistage_time_to_first_audio_seconds_count", (chat,))] >= 1
+    assert samples[("omnistage_audio_real_time_factor_count", (chat,))] >= 1
+    assert samples[("omnistage_requests_in_flight", (chat,))] == 0
+
+
+def _resolve(schema: dict[str, object], node: dict[str, object]) -> dict[str, object]:
+    ref = node.get("$ref")
+    return schema["components"]["schemas"][ref.rsplit("/", 1)[-1]] if isinstance(ref, str) else node
+
+
+def test_openapi_matches_what_is_served(server: LiveServer) -> None:
+    schema = httpx.get(f"{server.base_url}/openapi.json").json()
+    routes = {(path, method) for path, ops in schema["paths"].items() for method in ops}
+    assert routes == {("/v1/chat/completions", "post"), ("/v1/audio/speech", "post"), ("/v1/models", "get"),
+                      ("/v1/models/{model}", "get"), ("/health", "get"), ("/metrics", "get")}
+    chat = schema["paths"]["/v1/chat/completions"]["post"]
+    assert "422" not in chat["responses"]
+    assert chat["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+    assert "text/event-stream" in chat["responses"]["200"]["content"]
+    request_schema = _resolve(schema, chat["requestBody"]["content"]["application/json"]["schema"])
+    assert {"model", "messages", "modalities", "audio", "stream", "stream_options"} <= set(request_schema["properties"])
+    # A served reply has exactly the documented top-level fields.
+    reply = httpx.post(f"{server.base_url}/v1/chat/completions",
+                       json={"model": "fake-omni", "messages": [{"role": "user", "content": "hi"}]}).json()
+    reply_schema = _resolve(schema, chat["responses"]["200"]["content"]["application/json"]["schema"])
+    assert set(reply) == set(reply_schema["properties"])
+    assert {"ChatCompletionChunk", "SpeechAudioDelta", "SpeechAudioDone"} <= set(schema["components"]["schemas"])
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+    speech = schema["paths"]["/v1/audio/speech"]["post"]["responses"]["200"]["content"]
+    assert {"audio/mpeg", "audio/wav", "text/event-stream"} <= set(speech)
