@@ -1,0 +1,90 @@
+"""``omnistage verify``: parity of omnistage with transformers on one checkpoint.
+
+The lead wires :func:`add_verify_parser` into ``omnistage.entrypoints.cli``;
+until then ``python -m omnistage.tools.verify.cli`` runs the same command.
+Exit status: 0 all cases match, 1 some case differs or a side fails to run, 2 no such model folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from omnistage.pipeline.qwen3_omni_stages import GenerationSettings
+from omnistage.tools.verify.compare import CASE_NAMES, TOLERANCE, format_table, run_verify
+
+
+def add_verify_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    verify = subparsers.add_parser(
+        "verify", help="compare omnistage with transformers on a checkpoint (greedy, fp32, CPU)",
+        description="Runs transformers' Qwen3OmniMoeForConditionalGeneration and omnistage on the same prompts "
+                    "(text, text+audio, text+image) and checks thinker tokens, prompt logits, talker codes and "
+                    "the waveform. Needs only config.json and weights.")
+    verify.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
+    verify.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                        help="also write a JSON report to FILE (stdout when FILE is omitted; the table then "
+                             "goes to stderr)")
+    verify.add_argument("--case", action="append", choices=CASE_NAMES, help="run only this case (repeatable)")
+    defaults = GenerationSettings()
+    # transformers needs two thinker tokens to build a talker prompt and two talker steps for one frame.
+    verify.add_argument("--max-new-tokens", type=_at_least_two, default=defaults.max_new_tokens,
+                        help="thinker tokens")
+    verify.add_argument("--talker-max-new-tokens", type=_at_least_two, default=defaults.talker_max_new_tokens,
+                        help="talker steps (frames = steps - 1, as in transformers)")
+    verify.add_argument("--tolerance", type=float, default=TOLERANCE, help="bound on logits and waveform diffs")
+    verify.set_defaults(func=run_verify_command)
+    return verify
+
+
+def _at_least_two(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2, got {value}")
+    return value
+
+
+def run_verify_command(args: argparse.Namespace) -> int:
+    from omnistage.tools.make_tiny import resolve_model
+
+    try:
+        folder = resolve_model(args.model)
+    except FileNotFoundError as exc:
+        print(f"omnistage verify: {exc}", file=sys.stderr)
+        return 2
+    defaults = GenerationSettings()
+    settings = replace(defaults, max_new_tokens=args.max_new_tokens,
+                       talker_max_new_tokens=args.talker_max_new_tokens,
+                       talker_min_new_tokens=min(defaults.talker_min_new_tokens, args.talker_max_new_tokens))
+    try:
+        report = run_verify(folder, settings=settings, cases=args.case, tolerance=args.tolerance)
+    except Exception as exc:  # noqa: BLE001 - a checkpoint either side cannot run is a failed verification
+        message = f"{type(exc).__name__}: {exc}"
+        print(f"omnistage verify: {message}", file=sys.stderr)
+        _write_json(args.json, json.dumps({"model": str(folder), "ok": False, "error": message, "cases": []}))
+        return 1
+    print(format_table(report), file=sys.stderr if args.json == "-" else sys.stdout)
+    _write_json(args.json, report.dumps())
+    return 0 if report.ok else 1
+
+
+def _write_json(target: str | None, text: str) -> None:
+    """``-`` is stdout (the table then went to stderr, so stdout parses as JSON)."""
+    if target == "-":
+        print(text)
+    elif target:
+        Path(target).write_text(text + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="omnistage")
+    add_verify_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["verify", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
