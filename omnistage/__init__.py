@@ -1,3 +1,48 @@
-"""omnistage: a serving system for Qwen3-Omni-style models."""
+"""omnistage: a serving system for Qwen3-Omni-style models.
+
+Public API (imported on first use, so ``import omnistage`` stays light)::
+
+    from omnistage import Omni
+    omni = Omni(model="tiny")
+    for out in omni.generate("Hi!", modalities=["text", "audio"], stream=True, max_tokens=64, seed=0):
+        ...
+
+``AsyncOmni`` is the asyncio engine the OpenAI server runs; ``SamplingParams``
+are one stage engine's sampling settings; ``RequestSampling`` the user's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Omni": "omnistage.pipeline.omni",
+    "AsyncOmni": "omnistage.pipeline.async_omni",
+    "PipelineOptions": "omnistage.pipeline.runtime",
+    "SamplingParams": "omnistage.engine.sampling_params",
+    "RequestSampling": "omnistage.core",
+    "OmniOutput": "omnistage.core",
+    "OmniRequest": "omnistage.core",
+}
+
+if TYPE_CHECKING:
+    from omnistage.core import OmniOutput, OmniRequest, RequestSampling
+    from omnistage.engine.sampling_params import SamplingParams
+    from omnistage.pipeline.async_omni import AsyncOmni
+    from omnistage.pipeline.omni import Omni
+    from omnistage.pipeline.runtime import PipelineOptions
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'omnistage' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["AsyncOmni", "Omni", "OmniOutput", "OmniRequest", "PipelineOptions", "RequestSampling",
+           "SamplingParams", "__version__"]

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     add_server_args(serve)
+    from omnistage.pipeline.engine import add_pipeline_args
+
+    add_pipeline_args(serve)
     serve.set_defaults(func=_serve)
 
     from omnistage.tools.bench import add_bench_parser

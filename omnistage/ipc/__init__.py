@@ -1,0 +1,1 @@
+"""Inter-process plumbing: msgspec messages, tensor-aware serialisation, zmq sockets."""

@@ -1,0 +1,99 @@
+"""ZeroMQ PUSH/PULL pipes carrying typed messages, one pipe per direction per replica.
+
+The orchestrator binds every socket; a replica connects. Addresses are
+``ipc://`` files for replicas in processes and ``inproc://`` names (same zmq
+context) for replicas in threads. High-water marks are off: a pipe never drops
+a message and a send never blocks on a slow reader. A socket is used by one
+thread only (zmq sockets are not thread-safe).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import msgspec
+import zmq
+
+from omnistage.ipc.serialization import MessageCodec, TensorStore
+
+_NAMES = itertools.count()
+
+
+class AddressBook:
+    """Fresh addresses for one pipeline: a private folder of sockets, or in-process names."""
+
+    def __init__(self, in_process: bool) -> None:
+        self.in_process = in_process
+        # A unix socket path must fit in ~107 bytes: a long $TMPDIR falls back to /tmp.
+        base = tempfile.gettempdir() if len(tempfile.gettempdir()) <= 60 else "/tmp"
+        self.folder = None if in_process else Path(tempfile.mkdtemp(prefix="omnistage-zmq-", dir=base))
+        self._tag = f"{os.getpid()}-{next(_NAMES)}"
+
+    def new(self, name: str) -> str:
+        if self.folder is None:
+            return f"inproc://omnistage-{self._tag}-{name}"
+        return f"ipc://{self.folder / name}"
+
+    def cleanup(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)  # replicas may have removed parts already
+
+
+def _socket(ctx: zmq.Context, kind: int, address: str, bind: bool) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.LINGER, 0)
+    if bind:
+        sock.bind(address)
+    else:
+        sock.connect(address)
+    return sock
+
+
+class Sender:
+    def __init__(self, ctx: zmq.Context, address: str, message_type: object, store: TensorStore | None,
+                 bind: bool) -> None:
+        self.socket = _socket(ctx, zmq.PUSH, address, bind)
+        self.codec = MessageCodec(message_type, store)
+
+    def send(self, message: msgspec.Struct) -> None:
+        # copy=False: zmq sends the tensor buffers from their own memory.
+        self.socket.send_multipart(self.codec.encode(message), copy=False)
+
+    def close(self, linger_ms: int = 0) -> None:
+        """``linger_ms`` > 0 lets messages still queued go out first (a replica's last words)."""
+        self.socket.close(linger=linger_ms)
+
+
+class Receiver:
+    def __init__(self, ctx: zmq.Context, address: str, message_type: object, store: TensorStore | None,
+                 bind: bool) -> None:
+        self.socket = _socket(ctx, zmq.PULL, address, bind)
+        self.codec = MessageCodec(message_type, store)
+
+    def recv(self, timeout_ms: int | None = None) -> msgspec.Struct | None:
+        """The next message, or None when none came within ``timeout_ms`` (None = wait)."""
+        if timeout_ms is not None and not self.socket.poll(timeout_ms, zmq.POLLIN):
+            return None
+        return self._decode(self.socket.recv_multipart(copy=False))
+
+    def drain(self) -> list[msgspec.Struct]:
+        """Every message already waiting, without blocking."""
+        out = []
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return out
+            out.append(self._decode(frames))
+
+    def _decode(self, frames: list[zmq.Frame]) -> msgspec.Struct:
+        return self.codec.decode([f.buffer for f in frames])
+
+    def close(self) -> None:
+        self.socket.close(linger=0)

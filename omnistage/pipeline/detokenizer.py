@@ -1,0 +1,74 @@
+"""Incremental detokenisation of the thinker's tokens, with stop strings.
+
+Decoding token by token breaks multi-byte characters and merges, so each
+delta decodes a short window of recent tokens twice (with and without the
+new ones) and emits the difference, holding back text that ends in an
+incomplete character (vLLM's prefix/read offsets). Text that could still
+become the start of a stop string is held back too, so a stop string never
+reaches the caller; the text is cut where the first stop string begins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+REPLACEMENT = "\ufffd"
+WINDOW = 6  # tokens of left context re-decoded with each delta (enough for any merge)
+
+
+class Tokenizer(Protocol):
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+    stopped: bool  # a stop string was found: the request's text ends here
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer: Tokenizer | None, stop: tuple[str, ...] = ()) -> None:
+        self.tokenizer = tokenizer
+        self.stop = tuple(s for s in stop if s)
+        self.hold = max((len(s) for s in self.stop), default=1) - 1
+        self.token_ids: list[int] = []
+        self.text = ""  # everything decoded so far (stop strings not yet cut)
+        self.emitted = 0  # characters of ``text`` already given to the caller
+        self._prefix = 0
+        self._read = 0
+
+    def add(self, token_ids: list[int], final: bool = False) -> TextDelta:
+        """Adds new tokens; returns the text that may be shown now (all of it when ``final``)."""
+        self.token_ids.extend(token_ids)
+        if self.tokenizer is not None:
+            self.text += self._decode_new()
+        stop_at = self._find_stop()
+        if stop_at is not None:
+            self.text = self.text[:stop_at]
+            return TextDelta(self._emit(len(self.text)), stopped=True)
+        safe = len(self.text) if final else len(self.text) - self.hold
+        return TextDelta(self._emit(max(safe, self.emitted)), stopped=False)
+
+    def _decode_new(self) -> str:
+        ids = self.token_ids
+        prefix_text = self.tokenizer.decode(ids[self._prefix:self._read], skip_special_tokens=True)
+        full_text = self.tokenizer.decode(ids[self._prefix:], skip_special_tokens=True)
+        if full_text.endswith(REPLACEMENT) or len(full_text) <= len(prefix_text):
+            return ""  # an incomplete character (or nothing visible): wait for more tokens
+        self._prefix = max(len(ids) - WINDOW, self._read)
+        self._read = len(ids)
+        return full_text[len(prefix_text):]
+
+    def _find_stop(self) -> int | None:
+        if not self.stop:
+            return None
+        # A stop string may straddle the already-emitted boundary by at most ``hold`` characters.
+        start = max(self.emitted - self.hold, 0)
+        hits = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
+        return min(hits) if hits else None
+
+    def _emit(self, upto: int) -> str:
+        delta = self.text[self.emitted:upto]
+        self.emitted = upto
+        return delta

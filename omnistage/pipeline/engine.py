@@ -1,0 +1,100 @@
+"""One loaded pipeline as both Python APIs see it: checkpoint facts, the prompt processor, the runtime."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from omnistage.config.pipeline import PipelineSpec, load_pipeline, load_preset
+from omnistage.core import OmniRequest
+from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
+from omnistage.pipeline.connectors import CONNECTORS
+from omnistage.pipeline.request_state import OutputSink
+from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime, model_factories
+from omnistage.pipeline.topology import topology_of
+from omnistage.processing.prompt import PromptProcessor
+
+PRESET = "qwen3_omni"
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """What the front end needs from ``config.json`` without loading any weights."""
+
+    voices: tuple[str, ...]
+    num_code_groups: int
+    max_positions: int
+
+    @classmethod
+    def read(cls, folder: Path) -> CheckpointFacts:
+        config = json.loads((folder / "config.json").read_text())
+        talker = config.get("talker_config") or {}
+        # Names as the checkpoint spells them (lookups are case-insensitive).
+        voices = tuple(name[:1].upper() + name[1:] for name in (talker.get("speaker_id") or {}))
+        positions = int(config["thinker_config"]["text_config"].get("max_position_embeddings", 32768))
+        return cls(voices, int(talker.get("num_code_groups", 16)), positions)
+
+
+def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
+    """The pipeline's flags for ``omnistage serve`` (what ``AsyncOmni.from_args`` reads)."""
+    group = parser.add_argument_group("pipeline")
+    group.add_argument("--stage-config", default=None, help=f"stage config YAML (default: the {PRESET} preset)")
+    group.add_argument("--in-process", action="store_true",
+                       help="run every stage replica as a thread of the server process (debugging)")
+    group.add_argument("--connector", choices=CONNECTORS, default=None,
+                       help="how tensors cross stages (default: shm for processes, inproc for threads)")
+    group.add_argument("--talker-min-new-tokens", type=int, default=0,
+                       help="frames the talker makes before it may stop (random-weight test checkpoints)")
+
+
+class OmniPipeline:
+    """A started pipeline: the thinker → talker → code2wav replicas behind one orchestrator."""
+
+    def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
+                 options: PipelineOptions | None = None, model_name: str | None = None) -> None:
+        from omnistage.tools.make_tiny import resolve_model
+
+        self.spec = _spec(stage_config)
+        topology = topology_of(self.spec)  # a bad config fails here, before any process starts
+        folder = resolve_model(str(model))
+        facts = CheckpointFacts.read(folder)
+        self.model_name = model_name or str(model)
+        self.processor = PromptProcessor.from_folder(folder)
+        self.voices = facts.voices
+        self.supports_audio = topology.supports_audio
+        thinker = self.spec.stage(topology.thinker).engine
+        self.max_model_len = min(facts.max_positions, thinker.num_kv_blocks * thinker.block_size)
+        options = options or PipelineOptions()
+        self.runtime = PipelineRuntime(self.spec, model_factories(str(folder), self.spec, options),
+                                       self.processor.tokenizer, facts.num_code_groups, options)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> OmniPipeline:
+        options = PipelineOptions(in_process=bool(getattr(args, "in_process", False)),
+                                  connector=getattr(args, "connector", None),
+                                  talker_min_new_tokens=int(getattr(args, "talker_min_new_tokens", 0) or 0))
+        return cls(getattr(args, "model", "tiny"), getattr(args, "stage_config", None), options,
+                   getattr(args, "served_model_name", None))
+
+    def submit(self, request: OmniRequest, sink: OutputSink) -> None:
+        self.runtime.orchestrator.submit(request, sink)
+
+    def abort(self, request_id: str) -> None:
+        self.runtime.orchestrator.abort(request_id)
+
+    def health(self) -> HealthReport:
+        return self.runtime.orchestrator.health()
+
+    def stats(self) -> EngineStats:
+        return self.runtime.orchestrator.stats()
+
+    def close(self) -> None:
+        self.runtime.close()
+
+
+def _spec(stage_config: str | Path | PipelineSpec | None) -> PipelineSpec:
+    if isinstance(stage_config, PipelineSpec):
+        return stage_config
+    return load_preset(PRESET) if stage_config is None else load_pipeline(stage_config)

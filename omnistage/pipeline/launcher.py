@@ -1,0 +1,174 @@
+"""Starting and stopping stage replicas, as processes (the default) or as threads (tests, debugging).
+
+Processes use the ``spawn`` context (forking a process that already runs
+torch threads is unsafe). A replica process must never outlive its parent:
+it asks the kernel for SIGTERM when the parent dies (Linux) and also polls
+its parent id, then removes the parent's sockets and shared memory and
+exits; the parent stops every replica on shutdown and at exit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+
+from omnistage.pipeline.connectors import make_connector
+from omnistage.pipeline.replica import ReplicaAddresses, ReplicaLoop
+from omnistage.pipeline.stage import WorkerFactory
+
+PARENT_POLL_S = 0.5
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ReplicaLaunch:
+    """Everything a replica needs, picklable for ``spawn``."""
+
+    stage: str
+    index: int
+    factory: WorkerFactory
+    addresses: ReplicaAddresses
+    connector: str  # "inproc", "shm" or "frames"
+    pipeline_id: str
+    num_threads: int = 1
+
+
+class ReplicaHandle(ABC):
+    def __init__(self, launch: ReplicaLaunch) -> None:
+        self.launch = launch
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def is_alive(self) -> bool: ...
+
+    @abstractmethod
+    def join(self, timeout: float) -> bool:
+        """Waits for the replica to end after a Shutdown; True once it is gone."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """Ends it now (after a Shutdown was ignored)."""
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    @property
+    def exitcode(self) -> int | None:
+        return None
+
+
+class ThreadReplica(ReplicaHandle):
+    """The replica's loop in a thread of this process, on the caller's zmq context (``inproc://``)."""
+
+    def __init__(self, launch: ReplicaLaunch, ctx: zmq.Context) -> None:
+        super().__init__(launch)
+        store = make_connector(launch.connector, launch.pipeline_id)
+        self.loop = ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid())
+        self.thread = threading.Thread(target=self.loop.run, name=f"{launch.stage}-{launch.index}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def join(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def kill(self) -> None:
+        self.loop.stop.set()  # a thread cannot be killed; the loop notices within its idle wait
+
+
+class ProcessReplica(ReplicaHandle):
+    def __init__(self, launch: ReplicaLaunch) -> None:
+        super().__init__(launch)
+        ctx = multiprocessing.get_context("spawn")
+        self.process = ctx.Process(target=replica_main, args=(launch, os.getpid()),
+                                   name=f"omnistage-{launch.stage}-{launch.index}", daemon=True)
+
+    def start(self) -> None:
+        self.process.start()
+
+    def is_alive(self) -> bool:
+        return self.process.is_alive()
+
+    def join(self, timeout: float) -> bool:
+        self.process.join(timeout)
+        return not self.process.is_alive()
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
+
+
+def _orphan_exit(launch: ReplicaLaunch) -> None:
+    """The parent is gone (or we were told to go): remove what it would have removed, then exit at once."""
+    for address in (launch.addresses.inputs, launch.addresses.outputs):
+        if address.startswith("ipc://"):
+            path = Path(address.removeprefix("ipc://"))
+            path.unlink(missing_ok=True)
+            try:
+                path.parent.rmdir()
+            except OSError:
+                pass  # another replica's sockets are still there; the last one out removes the folder
+    store = make_connector(launch.connector, launch.pipeline_id)
+    if store is not None:
+        store.cleanup()
+    os._exit(1)
+
+
+def _die_with_parent(launch: ReplicaLaunch, parent_pid: int) -> None:
+    # Ctrl-C reaches the whole process group; the parent decides when replicas stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: _orphan_exit(launch))
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass  # no libc by that name: the polling thread below still covers it
+
+    def watch() -> None:
+        # Also covers a main thread stuck in a long native call, where the SIGTERM handler cannot run yet.
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        _orphan_exit(launch)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def replica_main(launch: ReplicaLaunch, parent_pid: int) -> None:
+    """The body of a replica process."""
+    _die_with_parent(launch, parent_pid)
+    import torch
+
+    # Every replica of the machine shares its cores: one process must not claim them all.
+    torch.set_num_threads(launch.num_threads)
+    ctx = zmq.Context()
+    store = make_connector(launch.connector, launch.pipeline_id)
+    try:
+        ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid()).run()
+    finally:
+        ctx.destroy(linger=0)

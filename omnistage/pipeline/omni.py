@@ -1,0 +1,104 @@
+"""``Omni``: the synchronous Python API.
+
+    omni = Omni(model="tiny")
+    for out in omni.generate("Hi!", modalities=["text", "audio"], stream=True, max_tokens=32, seed=0):
+        print(out.text, None if out.audio is None else out.audio.shape)
+
+Unset sampling knobs take the thinker stage's defaults from the stage config.
+With ``stream=False`` one output comes back, holding the whole text and audio.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from omnistage.config.pipeline import PipelineSpec
+from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.pipeline.engine import OmniPipeline
+from omnistage.pipeline.runtime import PipelineOptions
+from omnistage.processing.prompt import ProcessedPrompt
+
+Messages = str | Sequence[int] | Sequence[dict[str, object]]
+
+
+class Omni:
+    def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
+                 *, in_process: bool = False, options: PipelineOptions | None = None) -> None:
+        self.pipeline = OmniPipeline(model, stage_config, options or PipelineOptions(in_process=in_process))
+        self._ids = itertools.count()
+
+    def __enter__(self) -> Omni:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.pipeline.close()
+
+    def prompt(self, messages: Messages, audios: Sequence[np.ndarray] = (), images: Sequence[object] = ()
+               ) -> ProcessedPrompt:
+        """Chat messages (or a user string, or prompt token ids) plus 16 kHz audios / images → thinker input."""
+        proc = self.pipeline.processor
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        if messages and isinstance(messages[0], int):
+            token_ids = [int(t) for t in messages]
+        else:
+            token_ids = proc.apply_chat_template(list(messages))
+        return proc.process(token_ids, audios=list(audios), images=list(images))
+
+    def request(self, messages: Messages, modalities: Iterable[str] = ("text",), *,
+                audios: Sequence[np.ndarray] = (), images: Sequence[object] = (), voice: str = "ethan",
+                initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
+                **sampling: object) -> OmniRequest:
+        """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields."""
+        defaults = self.pipeline.spec.stage(self.pipeline.runtime.topology.thinker).sampling
+        knobs = {"temperature": defaults.temperature, "top_p": defaults.top_p, "top_k": defaults.top_k,
+                 "repetition_penalty": defaults.repetition_penalty, "max_tokens": defaults.max_tokens}
+        knobs.update({k: v for k, v in sampling.items() if v is not None})
+        if "stop" in knobs:
+            knobs["stop"] = tuple(knobs["stop"])
+        return OmniRequest(
+            request_id=request_id or f"omni-{uuid.uuid4().hex[:8]}-{next(self._ids)}",
+            prompt=self.prompt(messages, audios, images), modalities=frozenset(Modality(m) for m in modalities),
+            sampling=RequestSampling(**knobs), voice=voice, initial_codec_chunk_frames=initial_codec_chunk_frames)
+
+    def generate(self, messages: Messages, modalities: Iterable[str] = ("text",), stream: bool = False,
+                 **kwargs: object) -> Iterator[OmniOutput]:
+        """Streams deltas (``stream=True``) or yields one output with everything; kwargs as :meth:`request`."""
+        outputs = self.stream(self.request(messages, modalities, **kwargs))
+        return outputs if stream else _merged(outputs)
+
+    def stream(self, request: OmniRequest) -> Iterator[OmniOutput]:
+        deltas: queue.SimpleQueue[OmniOutput] = queue.SimpleQueue()
+        self.pipeline.submit(request, deltas.put)
+        finished = False
+        try:
+            while not finished:
+                output = deltas.get()
+                finished = output.finished
+                yield output
+        finally:
+            if not finished:  # the caller stopped iterating: free every stage
+                self.pipeline.abort(request.request_id)
+
+
+def _merged(outputs: Iterator[OmniOutput]) -> Iterator[OmniOutput]:
+    yield merge_outputs(list(outputs))
+
+
+def merge_outputs(outputs: Sequence[OmniOutput]) -> OmniOutput:
+    """One request's deltas → one output with the whole text, tokens and audio (the last one's ending)."""
+    last = outputs[-1]
+    chunks = [o.audio for o in outputs if o.audio is not None]
+    audio = np.concatenate(chunks).astype(np.float32, copy=False) if chunks else None
+    return OmniOutput(last.request_id, text="".join(o.text for o in outputs),
+                      token_ids=tuple(t for o in outputs for t in o.token_ids), audio=audio, finished=last.finished,
+                      finish_reason=last.finish_reason, usage=last.usage, error=last.error)

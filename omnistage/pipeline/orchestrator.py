@@ -1,0 +1,268 @@
+"""The orchestrator: one thread that owns every replica socket and every request's state.
+
+Callers (the asyncio server, the sync ``Omni``) hand it commands through a
+queue and a wake-up socket; it never blocks on them and they never touch its
+state. Each pass waits until some socket is readable, runs the queued
+commands, then drains *every* message already waiting from *every* replica
+(not one per replica, and never waiting on an empty one), so an audio chunk
+that is ready reaches its caller within one pass however many internal
+messages (tokens for the talker, frames for code2wav) queued with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from omnistage.core import FinishReason, OmniRequest
+from omnistage.entrypoints.openai.engine_protocol import (
+    EngineStats,
+    HealthReport,
+    ReplicaHealth,
+    ReplicaStats,
+    StageHealth,
+)
+from omnistage.ipc.messages import (
+    AudioChunk,
+    ReplicaFailed,
+    ReplicaInput,
+    ReplicaLoad,
+    ReplicaMessage,
+    ReplicaReady,
+    RequestFailed,
+    StageOutput,
+    StepBatch,
+    TalkerFrames,
+    ThinkerTokens,
+)
+from omnistage.ipc.queues import Receiver, Sender
+from omnistage.pipeline.detokenizer import Tokenizer
+from omnistage.pipeline.flow import FlowSettings, RequestFlows
+from omnistage.pipeline.launcher import ReplicaHandle
+from omnistage.pipeline.request_state import OutputSink, RequestTrace
+from omnistage.pipeline.router import StageRouter
+
+logger = logging.getLogger(__name__)
+LIVENESS_EVERY_S = 0.5
+
+
+class PipelineStartError(RuntimeError):
+    """A replica failed to load or died before it was ready."""
+
+
+@dataclass
+class ReplicaLink:
+    """The orchestrator's end of one replica: its sockets, handle and last reported state."""
+
+    stage: str
+    index: int
+    handle: ReplicaHandle
+    sender: Sender
+    receiver: Receiver
+    ready: bool = False
+    failed: str = ""  # why it is unhealthy; empty while healthy
+    load: ReplicaLoad = field(default_factory=ReplicaLoad)
+
+    @property
+    def healthy(self) -> bool:
+        return self.ready and not self.failed
+
+
+@dataclass(frozen=True)
+class _Submit:
+    request: OmniRequest
+    sink: OutputSink
+
+
+@dataclass(frozen=True)
+class _Abort:
+    request_id: str
+
+
+class Orchestrator:
+    def __init__(self, settings: FlowSettings, links: list[ReplicaLink], tokenizer: Tokenizer | None,
+                 ctx: zmq.Context) -> None:
+        self.links = {(link.stage, link.index): link for link in links}
+        stages = dict.fromkeys(link.stage for link in links)
+        self.routers = {s: StageRouter(s, sum(1 for link in links if link.stage == s)) for s in stages}
+        self.flows = RequestFlows(settings, self.routers, self._send, tokenizer)
+        self._commands: queue.SimpleQueue[_Submit | _Abort] = queue.SimpleQueue()
+        address = f"inproc://omnistage-waker-{id(self)}"
+        self._wake_rx = ctx.socket(zmq.PULL)
+        self._wake_rx.bind(address)
+        self._wake_tx = ctx.socket(zmq.PUSH)
+        self._wake_tx.connect(address)
+        self._wake_lock = threading.Lock()
+        self._poller = zmq.Poller()
+        self._poller.register(self._wake_rx, zmq.POLLIN)
+        for link in links:
+            self._poller.register(link.receiver.socket, zmq.POLLIN)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_liveness = 0.0
+
+    # Thread-safe API -----------------------------------------------------------------------------
+    def submit(self, request: OmniRequest, sink: OutputSink) -> None:
+        self._command(_Submit(request, sink))
+
+    def abort(self, request_id: str) -> None:
+        self._command(_Abort(request_id))
+
+    def _command(self, command: _Submit | _Abort) -> None:
+        if self._stop.is_set():
+            raise RuntimeError("the pipeline is shut down")
+        self._commands.put(command)
+        with self._wake_lock:  # callers come from many threads; a zmq socket takes one at a time
+            try:
+                self._wake_tx.send(b"", zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # the wake-up pipe is full: the loop is already due to wake and run every command
+
+    def stats(self) -> EngineStats:
+        return EngineStats(tuple(
+            ReplicaStats(link.stage, link.index, link.load.kv_blocks_used, link.load.kv_blocks_total,
+                         link.load.waiting, link.load.running)
+            for link in self.links.values()))
+
+    def health(self) -> HealthReport:
+        stages: dict[str, list[ReplicaHealth]] = {}
+        for link in self.links.values():
+            detail = link.failed or ("" if link.ready else "starting")
+            stages.setdefault(link.stage, []).append(ReplicaHealth(link.index, link.healthy, detail))
+        return HealthReport(tuple(StageHealth(stage, tuple(reps)) for stage, reps in stages.items()))
+
+    def trace(self, request_id: str) -> RequestTrace | None:
+        """Milestone times of a finished request (the most recent few hundred are kept)."""
+        return self.flows.traces.get(request_id)
+
+    # Loop ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="omnistage-orchestrator", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._wake_lock:
+            try:
+                self._wake_tx.send(b"", zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        # Nobody will serve what is still in flight or queued: end it, so no caller waits for ever.
+        self.flows.fail_all("the pipeline shut down")
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(command, _Submit):
+                self.flows.reject(command.request, command.sink, "the pipeline shut down")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once(timeout_ms=int(LIVENESS_EVERY_S * 1000))
+            except Exception:  # noqa: BLE001 - the loop must survive a bug in one message's handling
+                logger.exception("orchestrator pass failed")
+
+    def poll_once(self, timeout_ms: int = 0) -> int:
+        """One pass: wait up to ``timeout_ms`` for any socket, then handle everything ready. Returns messages."""
+        events = dict(self._poller.poll(timeout_ms))
+        if self._wake_rx in events:
+            while self._wake_rx.poll(0):
+                self._wake_rx.recv()
+        handled = self._run_commands()
+        for link in self.links.values():
+            for message in link.receiver.drain():
+                self._on_message(link, message)
+                handled += 1
+        if time.monotonic() - self._last_liveness > LIVENESS_EVERY_S:
+            self._check_liveness()
+        return handled
+
+    def _run_commands(self) -> int:
+        count = 0
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return count
+            count += 1
+            if isinstance(command, _Abort):
+                self.flows.fail(command.request_id, None, FinishReason.ABORT)
+            else:
+                self.flows.submit(command.request, command.sink)
+
+    def _on_message(self, link: ReplicaLink, message: ReplicaMessage) -> None:
+        if isinstance(message, StepBatch):
+            link.load = message.load
+            for output in message.outputs:
+                self._on_output(output)
+        elif isinstance(message, ReplicaReady):
+            link.ready, link.load = True, message.load
+        elif isinstance(message, ReplicaFailed):
+            self._replica_down(link, message.error)
+
+    def _on_output(self, output: StageOutput) -> None:
+        try:
+            if isinstance(output, ThinkerTokens):
+                self.flows.on_thinker(output)
+            elif isinstance(output, TalkerFrames):
+                self.flows.on_talker(output)
+            elif isinstance(output, AudioChunk):
+                self.flows.on_audio(output)
+            elif isinstance(output, RequestFailed):
+                self.flows.fail(output.request_id, output.error)
+        except Exception as exc:  # noqa: BLE001 - one request's failure must not stall the others
+            logger.exception("handling %s failed", type(output).__name__)
+            self.flows.fail(output.request_id, f"{type(exc).__name__}: {exc}")
+
+    def _send(self, stage: str, index: int, message: ReplicaInput) -> None:
+        link = self.links[(stage, index)]
+        if not link.failed:  # a dead replica would never read it; zmq would queue it for ever
+            link.sender.send(message)
+
+    # Replica health -------------------------------------------------------------------------------
+    def _check_liveness(self) -> None:
+        self._last_liveness = time.monotonic()
+        for link in self.links.values():
+            if not link.failed and not link.handle.is_alive():
+                for message in link.receiver.drain():  # its last words (e.g. why it failed) come first
+                    self._on_message(link, message)
+                self._replica_down(link, f"replica exited (exit code {link.handle.exitcode})")
+
+    def _replica_down(self, link: ReplicaLink, error: str) -> None:
+        if link.failed:
+            return
+        logger.error("stage %s replica %d is down: %s", link.stage, link.index, error)
+        link.failed = error
+        self.routers[link.stage].healthy[link.index] = False
+        self.flows.fail_replica(link.stage, link.index, error)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Polls (on the caller's thread, before ``start``) until every replica is ready."""
+        deadline = time.monotonic() + timeout_s
+        while not all(link.ready for link in self.links.values()):
+            self.poll_once(timeout_ms=200)
+            self._check_liveness()
+            for link in self.links.values():
+                if link.failed:
+                    raise PipelineStartError(f"stage {link.stage!r} replica {link.index} failed to start: "
+                                             f"{link.failed}")
+            if time.monotonic() > deadline:
+                slow = [f"{s}[{i}]" for (s, i), link in self.links.items() if not link.ready]
+                raise PipelineStartError(f"replicas not ready after {timeout_s:.0f} s: {', '.join(slow)}")
+
+    def close_sockets(self) -> None:
+        with self._wake_lock:
+            self._wake_tx.close(linger=0)
+        self._wake_rx.close(linger=0)
+        for link in self.links.values():
+            link.sender.close()
+            link.receiver.close()

@@ -1,0 +1,145 @@
+"""Stage workers without models: deterministic stand-ins with the real stages' message behaviour.
+
+The fake thinker emits token ``100 + i`` per step; the fake talker makes one
+frame per step while it has text (like the real one, it waits for the next
+token), each frame's codes recording the request's step number; the fake
+code2wav turns each new frame into ``SAMPLES_PER_FRAME`` samples of its code.
+Every instance records the messages it saw, so routing can be checked.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from omnistage.ipc.messages import (
+    AudioChunk,
+    DecodeChunk,
+    FeedText,
+    ReplicaInput,
+    ReplicaLoad,
+    StageOutput,
+    StartTalker,
+    StartThinker,
+    TalkerFrames,
+    ThinkerTokens,
+)
+from omnistage.pipeline.stage import StageWorker, StepResult
+
+GROUPS = 2
+SAMPLES_PER_FRAME = 4
+INSTANCES: list[StageWorker] = []  # in-process replicas register here (tests inspect them)
+
+
+@dataclass
+class _Seq:
+    limit: int
+    made: int = 0
+    text: int = 0
+    text_done: bool = False
+
+
+@dataclass
+class FakeBase(StageWorker):
+    step_s: float = 0.0
+    seqs: dict[str, _Seq] = field(default_factory=dict)
+    seen: list[tuple[str, str]] = field(default_factory=list)  # (message type, request id)
+
+    def __post_init__(self) -> None:
+        INSTANCES.append(self)
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.seen.append(("abort", rid))
+            self.seqs.pop(rid, None)
+
+    def has_work(self) -> bool:
+        return bool(self.seqs)
+
+    def load(self) -> ReplicaLoad:
+        return ReplicaLoad(running=len(self.seqs), kv_blocks_used=len(self.seqs), kv_blocks_total=100)
+
+    def request_ids(self) -> list[str]:
+        return list(self.seqs)
+
+
+@dataclass
+class FakeThinker(FakeBase):
+    fail_on: str = ""  # a request id whose start raises (a bad input)
+    crash_on: str = ""  # a request id whose first step raises (a broken step)
+    exit_on: str = ""  # a request id whose start ends the replica's process
+
+    def handle(self, message: ReplicaInput) -> list[StageOutput]:
+        assert isinstance(message, StartThinker)
+        if message.request_id == self.fail_on:
+            raise ValueError("boom")
+        if message.request_id == self.exit_on:
+            os._exit(3)
+        self.seen.append(("start", message.request_id))
+        self.seqs[message.request_id] = _Seq(message.sampling.max_tokens)
+        return []
+
+    def step(self) -> StepResult:
+        time.sleep(self.step_s)
+        if self.crash_on in self.seqs:
+            raise RuntimeError("step crashed")
+        outs: list[StageOutput] = []
+        for rid, seq in list(self.seqs.items()):
+            seq.made += 1
+            done = seq.made >= seq.limit
+            outs.append(ThinkerTokens(rid, [100 + seq.made], done, "length" if done else None, num_prompt_tokens=3))
+            if done:
+                del self.seqs[rid]
+        return StepResult(outs)
+
+
+class FakeTalker(FakeBase):
+    def handle(self, message: ReplicaInput) -> list[StageOutput]:
+        self.seen.append((type(message).__name__, message.request_id))
+        if isinstance(message, StartTalker):
+            self.seqs[message.request_id] = _Seq(message.sampling.max_tokens, text=1)
+        elif isinstance(message, FeedText) and message.request_id in self.seqs:
+            seq = self.seqs[message.request_id]
+            seq.text += len(message.token_ids)
+            seq.text_done = seq.text_done or message.finished
+        return []
+
+    def step(self) -> StepResult:
+        time.sleep(self.step_s)
+        outs: list[StageOutput] = []
+        for rid, seq in list(self.seqs.items()):
+            if seq.made >= seq.text and not seq.text_done:
+                continue  # waits for text, as the real talker does
+            seq.made += 1
+            done = seq.made >= seq.limit
+            frame = torch.full((1, GROUPS), seq.made, dtype=torch.long)
+            outs.append(TalkerFrames(rid, frame, done, "length" if done else None))
+            if done:
+                del self.seqs[rid]
+        return StepResult(outs, progressed=bool(outs))
+
+
+class FakeCode2Wav(FakeBase):
+    def handle(self, message: ReplicaInput) -> list[StageOutput]:
+        assert isinstance(message, DecodeChunk)
+        self.seen.append(("chunk", message.request_id))
+        new = message.codes[0, message.left_context:].float()
+        wav = new.repeat_interleave(SAMPLES_PER_FRAME)
+        return [AudioChunk(message.request_id, message.chunk_index, wav, message.is_last)]
+
+    def step(self) -> StepResult:
+        return StepResult([], progressed=False)
+
+
+def broken_factory() -> StageWorker:
+    raise OSError("weights not found")
+
+
+def fake_factories(thinker_step_s: float = 0.0, talker_step_s: float = 0.0, **thinker: str) -> dict[str, object]:
+    from functools import partial
+
+    return {"thinker": partial(FakeThinker, step_s=thinker_step_s, **thinker),
+            "talker": partial(FakeTalker, step_s=talker_step_s), "code2wav": FakeCode2Wav}

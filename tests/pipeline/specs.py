@@ -1,0 +1,35 @@
+"""Stage configs for tests: the preset, shrunk so the tiny model finishes quickly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from omnistage.config.pipeline import PRESETS, PipelineSpec, parse_pipeline
+
+
+def preset_dict() -> dict:
+    return yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text())
+
+
+def small_dict(talker_replicas: int = 1, talker_frames: int = 24, initial_chunk: int = 4, chunk: int = 8) -> dict:
+    data = preset_dict()
+    thinker, talker, code2wav = data["stages"]
+    thinker["engine"].update(num_kv_blocks=64)
+    talker["engine"].update(num_kv_blocks=64)
+    talker["replicas"] = talker_replicas
+    talker["sampling"]["max_tokens"] = talker_frames
+    data["streaming"] = {"codec_chunk_frames": chunk, "initial_codec_chunk_frames": initial_chunk,
+                         "codec_left_context_frames": 4}
+    return data
+
+
+def small_spec(**kwargs: int) -> PipelineSpec:
+    return parse_pipeline(small_dict(**kwargs))
+
+
+def write_spec(folder: Path, data: dict, name: str = "stages.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -1,0 +1,207 @@
+"""The orchestrator and replica loops with fake stages (no models): routing, streaming, aborts, failures."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+import numpy as np
+import pytest
+
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
+from omnistage.processing.prompt import ProcessedPrompt
+from tests.pipeline import fakes
+from tests.pipeline.specs import small_spec
+
+AUDIO = frozenset({Modality.TEXT, Modality.AUDIO})
+
+
+def _request(rid: str, max_tokens: int = 6, audio: bool = True) -> OmniRequest:
+    return OmniRequest(rid, ProcessedPrompt([1, 2, 3]), AUDIO if audio else frozenset({Modality.TEXT}),
+                       RequestSampling(max_tokens=max_tokens))
+
+
+def _collect(outputs: queue.Queue, timeout: float = 10.0) -> list[OmniOutput]:
+    got = [outputs.get(timeout=timeout)]
+    while not got[-1].finished:
+        got.append(outputs.get(timeout=timeout))
+    return got
+
+
+@pytest.fixture
+def runtime():
+    fakes.INSTANCES.clear()
+    rt = PipelineRuntime(small_spec(talker_replicas=2, talker_frames=10), fakes.fake_factories(0.001, 0.001), None,
+                         fakes.GROUPS, PipelineOptions(in_process=True))
+    yield rt
+    rt.close()
+
+
+def test_text_and_audio_stream_in_order(runtime: PipelineRuntime) -> None:
+    outputs: queue.Queue = queue.Queue()
+    runtime.orchestrator.submit(_request("a"), outputs.put)
+    got = _collect(outputs)
+    assert [t for o in got for t in o.token_ids] == [101, 102, 103, 104, 105, 106]
+    audio = np.concatenate([o.audio for o in got if o.audio is not None])
+    # Frame k's code is k; each frame becomes 4 samples; chunks came back whole and in order.
+    assert audio.tolist() == np.repeat(np.arange(1, 11), fakes.SAMPLES_PER_FRAME).astype(np.float32).tolist()
+    assert got[-1].finish_reason is FinishReason.LENGTH and got[-1].usage.completion_tokens == 6
+    trace = runtime.orchestrator.trace("a")
+    assert trace.talker_start <= trace.thinker_done  # the talker started on the first token
+
+
+def test_least_loaded_talker_and_sticky_placement(runtime: PipelineRuntime) -> None:
+    outputs = {rid: queue.Queue() for rid in "abc"}
+    for rid in "ab":
+        runtime.orchestrator.submit(_request(rid, max_tokens=8), outputs[rid].put)
+    for rid in "ab":
+        _collect(outputs[rid])
+    runtime.orchestrator.submit(_request("c", max_tokens=8), outputs["c"].put)
+    _collect(outputs["c"])
+    placed = {rid: runtime.orchestrator.trace(rid).replicas["talker"] for rid in "abc"}
+    assert placed["a"] != placed["b"]  # spread: b went to the idle replica
+    assert placed["c"] == 0  # both idle again: ties go to the lowest index
+    # Every talker message of a request (start, each text feed) reached the same worker.
+    talkers = [w for w in fakes.INSTANCES if isinstance(w, fakes.FakeTalker)]
+    holders = {rid: {id(w) for w in talkers for _, r in w.seen if r == rid} for rid in "abc"}
+    assert all(len(h) == 1 for h in holders.values())
+    assert all(sum(r == rid for _, r in w.seen) > 2 for rid in "abc" for w in talkers if id(w) in holders[rid])
+
+
+def test_abort_frees_every_stage(runtime: PipelineRuntime) -> None:
+    outputs: queue.Queue = queue.Queue()
+    runtime.orchestrator.submit(_request("long", max_tokens=10_000), outputs.put)
+    while outputs.get(timeout=10).audio is None:
+        pass  # wait until the request runs in all three stages
+    runtime.orchestrator.abort("long")
+    runtime.orchestrator.abort("long")  # idempotent
+    runtime.orchestrator.abort("unknown")
+    while not (last := outputs.get(timeout=10)).finished:
+        pass
+    assert last.finish_reason is FinishReason.ABORT
+    deadline = time.monotonic() + 5
+    while any(r.kv_blocks_used or r.running for r in runtime.orchestrator.stats().replicas):
+        assert time.monotonic() < deadline, runtime.orchestrator.stats()
+        time.sleep(0.01)
+    aborted = {type(w).__name__ for w in fakes.INSTANCES if ("abort", "long") in w.seen}
+    assert aborted == {"FakeThinker", "FakeTalker", "FakeCode2Wav"}
+
+
+def test_failed_stage_input_fails_only_its_request(runtime: PipelineRuntime) -> None:
+    outputs: queue.Queue = queue.Queue()
+    bad = OmniRequest("bad", ProcessedPrompt([1]), AUDIO, RequestSampling(max_tokens=3))
+    good = _request("good", max_tokens=3)
+    thinker = next(w for w in fakes.INSTANCES if isinstance(w, fakes.FakeThinker))
+    thinker.fail_on = "bad"
+    runtime.orchestrator.submit(bad, outputs.put)
+    runtime.orchestrator.submit(good, outputs.put)
+    finals = {}
+    while len(finals) < 2:
+        out = outputs.get(timeout=10)
+        if out.finished:
+            finals[out.request_id] = out
+    assert finals["bad"].finish_reason is FinishReason.ERROR and "boom" in finals["bad"].error
+    assert finals["good"].finish_reason is FinishReason.LENGTH
+    assert runtime.orchestrator.health().healthy
+
+
+def test_text_only_pipeline_rejects_audio_requests() -> None:
+    from omnistage.config.pipeline import parse_pipeline
+    from tests.pipeline.specs import small_dict
+
+    data = small_dict()
+    data["stages"], data["edges"] = data["stages"][:1], []
+    rt = PipelineRuntime(parse_pipeline(data), fakes.fake_factories(), None, fakes.GROUPS,
+                         PipelineOptions(in_process=True))
+    try:
+        outputs: queue.Queue = queue.Queue()
+        rt.orchestrator.submit(_request("t", audio=False, max_tokens=2), outputs.put)
+        assert _collect(outputs)[-1].finish_reason is FinishReason.LENGTH
+        rt.orchestrator.submit(_request("a"), outputs.put)
+        assert "no talker" in _collect(outputs)[-1].error
+    finally:
+        rt.close()
+
+
+def test_a_broken_step_fails_its_requests_and_the_replica_serves_on() -> None:
+    rt = PipelineRuntime(small_spec(), fakes.fake_factories(crash_on="crash"), None, fakes.GROUPS,
+                         PipelineOptions(in_process=True))
+    try:
+        outputs: queue.Queue = queue.Queue()
+        rt.orchestrator.submit(_request("crash", audio=False), outputs.put)
+        assert "step crashed" in _collect(outputs)[-1].error
+        rt.orchestrator.submit(_request("after", audio=False, max_tokens=2), outputs.put)
+        assert _collect(outputs)[-1].finish_reason is FinishReason.LENGTH
+    finally:
+        rt.close()
+
+
+def test_a_replica_that_cannot_load_stops_the_start() -> None:
+    from omnistage.pipeline.orchestrator import PipelineStartError
+
+    factories = {**fakes.fake_factories(), "talker": fakes.broken_factory}
+    with pytest.raises(PipelineStartError, match=r"'talker' replica 0 failed to start: OSError: weights not found"):
+        PipelineRuntime(small_spec(), factories, None, fakes.GROUPS, PipelineOptions(in_process=True))
+
+
+def test_initial_chunk_grows_with_load() -> None:
+    from omnistage.config.pipeline import StreamingSpec
+    from omnistage.pipeline.sampling import initial_chunk_frames
+
+    streaming = StreamingSpec(codec_chunk_frames=25, initial_codec_chunk_frames=5)
+    assert initial_chunk_frames(streaming, None, busy=0, capacity=10) == 5
+    assert initial_chunk_frames(streaming, None, busy=5, capacity=10) == 15
+    assert initial_chunk_frames(streaming, None, busy=50, capacity=10) == 25
+    assert initial_chunk_frames(streaming, 2, busy=50, capacity=10) == 2  # the request's own choice wins
+
+
+def test_router_places_least_loaded_healthy_and_sticks() -> None:
+    from omnistage.pipeline.router import NoHealthyReplica, StageRouter
+
+    router = StageRouter("talker", 3)
+    assert [router.place(r) for r in "abc"] == [0, 1, 2]
+    router.release("b")
+    assert router.place("d") == 1 and router.place("a") == 0  # d fills the gap; a stays where it is
+    router.healthy[0] = False
+    router.release("a")
+    assert router.place("e") == 1  # replica 0 is idle but unhealthy
+    router.healthy[1] = router.healthy[2] = False
+    with pytest.raises(NoHealthyReplica):
+        router.place("f")
+
+
+def test_close_ends_requests_in_flight() -> None:
+    rt = PipelineRuntime(small_spec(), fakes.fake_factories(thinker_step_s=0.01), None, fakes.GROUPS,
+                         PipelineOptions(in_process=True))
+    outputs: queue.Queue = queue.Queue()
+    rt.orchestrator.submit(_request("busy", max_tokens=10_000), outputs.put)
+    outputs.get(timeout=10)
+    rt.close()
+    final = _collect(outputs)[-1]
+    assert final.finish_reason is FinishReason.ERROR and "shut down" in final.error
+    with pytest.raises(RuntimeError, match="shut down"):
+        rt.orchestrator.submit(_request("late"), outputs.put)
+
+
+def test_every_stage_replicated_serves_concurrent_requests() -> None:
+    from omnistage.config.pipeline import parse_pipeline
+    from tests.pipeline.specs import small_dict
+
+    data = small_dict(talker_replicas=2, talker_frames=10)
+    data["stages"][0]["replicas"] = data["stages"][2]["replicas"] = 2
+    rt = PipelineRuntime(parse_pipeline(data), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
+                         PipelineOptions(in_process=True))
+    try:
+        outputs = {f"r{i}": queue.Queue() for i in range(6)}
+        for rid, q in outputs.items():
+            rt.orchestrator.submit(_request(rid, max_tokens=6), q.put)
+        for q in outputs.values():
+            got = _collect(q)
+            audio = np.concatenate([o.audio for o in got if o.audio is not None])
+            assert audio.tolist() == np.repeat(np.arange(1, 11), fakes.SAMPLES_PER_FRAME).astype(np.float32).tolist()
+        used = {stage: {rt.orchestrator.trace(rid).replicas[stage] for rid in outputs}
+                for stage in ("thinker", "talker", "code2wav")}
+        assert used == {"thinker": {0, 1}, "talker": {0, 1}, "code2wav": {0, 1}}
+    finally:
+        rt.close()

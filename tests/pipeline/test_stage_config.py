@@ -1,0 +1,63 @@
+"""A bad stage config is rejected at start, before any replica starts, with the offending field named."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from omnistage.config.pipeline import ConfigError, parse_pipeline
+from omnistage.pipeline.async_omni import AsyncOmni
+from omnistage.pipeline.engine import add_pipeline_args
+from omnistage.pipeline.omni import Omni
+from omnistage.pipeline.topology import topology_of
+from tests.pipeline.specs import preset_dict, small_dict, write_spec
+
+
+def _mutated(mutate) -> dict:
+    data = preset_dict()
+    mutate(data)
+    return data
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda d: d["stages"][1].update(model="vocoder"), "stages[1].model"),
+    (lambda d: d["stages"][2].update(kind="ar"), "stages[2].kind"),
+    (lambda d: d["stages"][1].update(model="thinker"), "stages[1].model"),
+    (lambda d: d["edges"][0].update(transform="qwen3_omni.nope"), "edges[0].transform"),
+    (lambda d: d["edges"][1].update(transform="qwen3_omni.thinker_to_talker"), "edges[1].from"),
+    (lambda d: d["edges"].pop(0), "stages[1]"),
+    (lambda d: d.update(stages=d["stages"][:2], edges=d["edges"][:1]), "stages"),
+    (lambda d: d.update(stages=d["stages"][1:], edges=d["edges"][1:]), "stages"),
+])
+def test_topology_errors_name_the_field(mutate, field: str) -> None:
+    data = _mutated(mutate)
+    with pytest.raises(ConfigError) as err:
+        topology_of(parse_pipeline(data))
+    assert str(err.value).startswith(field + ":"), str(err.value)
+
+
+def test_text_only_pipeline_is_valid() -> None:
+    data = _mutated(lambda d: d.update(stages=d["stages"][:1], edges=[]))
+    assert not topology_of(parse_pipeline(data)).supports_audio
+
+
+def test_omni_rejects_a_bad_file_before_starting(tiny_dir: Path, tmp_path: Path) -> None:
+    data = small_dict()
+    data["stages"][1]["replicas"] = 0
+    path = write_spec(tmp_path, data)
+    with pytest.raises(ConfigError, match=r"stages\[1\]\.replicas"):
+        Omni(tiny_dir, path)
+
+
+def test_from_args_reads_the_serve_flags(tiny_dir: Path, tmp_path: Path) -> None:
+    data = small_dict()
+    data["edges"][1]["transform"] = "x"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model")
+    add_pipeline_args(parser)
+    args = parser.parse_args(["--model", str(tiny_dir), "--stage-config", str(write_spec(tmp_path, data)),
+                              "--in-process"])
+    with pytest.raises(ConfigError, match=r"edges\[1\]\.transform"):
+        AsyncOmni.from_args(args)
