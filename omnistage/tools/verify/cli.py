@@ -1,7 +1,7 @@
 """``omnistage verify``: parity of omnistage with transformers on one checkpoint.
 
-The lead wires :func:`add_verify_parser` into ``omnistage.entrypoints.cli``;
-until then ``python -m omnistage.tools.verify.cli`` runs the same command.
+:func:`add_verify_parser` is wired into ``omnistage.entrypoints.cli``;
+``python -m omnistage.tools.verify.cli`` runs the same command.
 Exit status: 0 all cases match, 1 some case differs or a side fails to run, 2 no such model folder.
 """
 
