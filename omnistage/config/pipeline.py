@@ -28,6 +28,9 @@ class EngineSettings:
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
     enable_prefix_caching: bool = False
+    # Order of runnable work: "fifo" (arrival, round-robin) or "deadline" (streams whose buffered audio runs
+    # out first go first; code2wav stage).
+    scheduling: str = "fifo"
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ def _engine(data: object, path: str) -> EngineSettings:
     e = _build(EngineSettings, data, path)
     for name in ("block_size", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens"):
         _check(getattr(e, name) >= 1, f"{path}.{name}", "must be >= 1")
+    _check(e.scheduling in ("fifo", "deadline"), f"{path}.scheduling", "must be 'fifo' or 'deadline'")
     return e
 
 

@@ -6,6 +6,11 @@ of each request (chunks of one request must come out in order) and runs them
 as one batch: all of them when the vocoder takes right-padded rows, else
 those whose shape matches the oldest one (``decode_chunk`` takes one ``T``
 and one left context per call).
+
+With ``policy="deadline"`` the heads are taken in order of their stream's
+playback deadline (when the audio already sent to the caller runs out), so a
+stream about to underrun is decoded before one with seconds buffered; ties
+and ``"fifo"`` keep the round-robin order.
 """
 
 from __future__ import annotations
@@ -18,6 +23,18 @@ import torch
 from omnistage.runner.generation_runner import GenerationRunner
 
 
+# On a CPU the vocoder's upsampled activations (rows x channels x 1920 samples a frame) leave the caches past
+# a couple of rows: `bench serve` (tiny, 16 streams) made ~86 audio-s/s at batch <= 2 and 38 at batch 16.
+CPU_MAX_BATCH = 2
+
+
+def vocoder_batch_cap(max_num_seqs: int, device: str) -> int:
+    """Chunks per code2wav step on ``device`` ("auto" resolves as the workers do)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return min(max_num_seqs, CPU_MAX_BATCH) if torch.device(device).type == "cpu" else max_num_seqs
+
+
 @dataclass
 class ChunkJob:
     """codes ``[G, T]``: ``left_context`` frames already decoded, then the new ones."""
@@ -27,6 +44,7 @@ class ChunkJob:
     codes: torch.Tensor
     left_context: int
     is_last: bool = False
+    deadline: float = 0.0  # when the stream's buffered audio runs out (any clock; only compared)
 
     def __post_init__(self) -> None:
         if self.codes.dim() != 2 or not 0 <= self.left_context < self.codes.shape[1]:
@@ -47,9 +65,12 @@ class ChunkOutput:
 
 
 class GenerationEngineCore:
-    def __init__(self, runner: GenerationRunner, max_batch: int = 32) -> None:
+    def __init__(self, runner: GenerationRunner, max_batch: int = 32, policy: str = "fifo") -> None:
+        if policy not in ("fifo", "deadline"):
+            raise ValueError(f"scheduling policy must be 'fifo' or 'deadline', got {policy!r}")
         self.runner = runner
         self.max_batch = max_batch
+        self.policy = policy
         # Request order = arrival order of its first pending job (fairness across requests).
         self._pending: OrderedDict[str, deque[ChunkJob]] = OrderedDict()
 
@@ -66,6 +87,8 @@ class GenerationEngineCore:
         heads = [jobs[0] for jobs in self._pending.values()]
         if not heads:
             return []
+        if self.policy == "deadline":
+            heads.sort(key=lambda job: job.deadline)  # stable: equal deadlines stay round-robin
         key = heads[0].shape_key
         if self.runner.pads_rows:
             batch = [job for job in heads if job.shape_key[0] == key[0]][:self.max_batch]

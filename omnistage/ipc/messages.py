@@ -84,6 +84,7 @@ class DecodeChunk(msgspec.Struct, tag=True):
     codes: torch.Tensor
     left_context: int
     is_last: bool = False
+    deadline: float = 0.0  # orchestrator's monotonic time when the stream's buffered audio runs out
 
 
 class AbortRequests(msgspec.Struct, tag=True):

@@ -11,6 +11,7 @@ caller as soon as they exist.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import numpy as np
 
 from omnistage.config.pipeline import PipelineSpec
 from omnistage.core import FinishReason, OmniOutput, OmniRequest, Usage
+from omnistage.engine.generation_engine import vocoder_batch_cap
 from omnistage.ipc.messages import (
     AbortRequests,
     AudioChunk,
@@ -114,7 +116,7 @@ class RequestFlows:
         c2w = self.settings.spec.stage(self.topo.code2wav)
         busy = sum(1 for s in self.states.values() if s.audio is not None and not s.audio.done)
         first = initial_chunk_frames(streaming, request.initial_codec_chunk_frames, busy,
-                                     c2w.engine.max_num_seqs * c2w.replicas)
+                                     vocoder_batch_cap(c2w.engine.max_num_seqs, c2w.device) * c2w.replicas)
         plan = ChunkPlan(chunk_frames=streaming.codec_chunk_frames,
                          left_context=streaming.codec_left_context_frames, first_chunk_frames=first)
         return AudioProgress(FrameChunker(request.request_id, plan, self.settings.num_code_groups), first)
@@ -190,10 +192,13 @@ class RequestFlows:
             jobs += audio.chunker.finish()
             audio.talker_done = True
             self.routers[self.topo.talker].release(msg.request_id)
+        now = time.monotonic()
         for job in jobs:
             self._to(self.topo.code2wav, msg.request_id,
-                     DecodeChunk(msg.request_id, job.chunk_index, job.codes, job.left_context, job.is_last))
+                     DecodeChunk(msg.request_id, job.chunk_index, job.codes, job.left_context, job.is_last,
+                                 deadline=audio.deadline(now)))
             audio.chunks_sent += 1
+            audio.frames_sent += job.codes.shape[1] - job.left_context
         if audio.done:  # no chunk in flight: code2wav is done with it even if the thinker is not
             self.routers[self.topo.code2wav].release(msg.request_id)
         self._deliver(state)
@@ -203,6 +208,8 @@ class RequestFlows:
         if state is None or state.audio is None:
             return
         state.audio.chunks_received += 1
+        if state.audio.play_start is None:
+            state.audio.play_start = time.monotonic()
         state.trace.mark("first_audio")
         if state.audio.done:
             self.routers[self.topo.code2wav].release(msg.request_id)

@@ -58,6 +58,15 @@ class AudioProgress:
     talker_done: bool = False
     chunks_sent: int = 0
     chunks_received: int = 0
+    play_start: float | None = None  # monotonic time the caller got its first audio (a player starts then)
+    frames_sent: int = 0  # new frames (left context excluded) sent to code2wav so far
+
+    def deadline(self, now: float, frame_s: float = 0.08, startup_s: float = 1.0) -> float:
+        """When a player of this stream runs dry unless the next chunk arrives: its start plus the audio sent
+        before that chunk (12.5 Hz frames). A stream not yet playing cannot run dry; it is given ``startup_s``
+        of slack, so streams already playing and nearly out go first, yet new streams cannot starve."""
+        start = now + startup_s if self.play_start is None else self.play_start
+        return start + self.frames_sent * frame_s
 
     @property
     def done(self) -> bool:

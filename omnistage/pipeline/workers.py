@@ -18,7 +18,7 @@ import torch
 
 from omnistage.config.pipeline import StageSpec
 from omnistage.engine import EngineConfig, EngineCore, Request, SamplingParams
-from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore
+from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore, vocoder_batch_cap
 from omnistage.ipc.messages import (
     AudioChunk,
     DecodeChunk,
@@ -227,13 +227,15 @@ class Code2WavWorker(StageWorker):
         device, dtype = resolve_device(spec.stage.device)
         model = load_code2wav(spec.model_dir, device, dtype)
         runner = code2wav_runner(model, ChunkPlan(seamless=spec.seamless_audio), device)
-        self.engine = GenerationEngineCore(runner, max_batch=spec.stage.engine.max_num_seqs)
+        max_batch = vocoder_batch_cap(spec.stage.engine.max_num_seqs, device)
+        self.engine = GenerationEngineCore(runner, max_batch=max_batch, policy=spec.stage.engine.scheduling)
         self.pending: dict[str, int] = {}  # request id → jobs queued
 
     def handle(self, message: ReplicaInput) -> list[StageOutput]:
         if not isinstance(message, DecodeChunk):
             raise TypeError(f"code2wav does not take {type(message).__name__}")
-        job = ChunkJob(message.request_id, message.chunk_index, message.codes, message.left_context, message.is_last)
+        job = ChunkJob(message.request_id, message.chunk_index, message.codes, message.left_context, message.is_last,
+                       message.deadline)
         self.engine.add_job(job)
         self.pending[message.request_id] = self.pending.get(message.request_id, 0) + 1
         return []

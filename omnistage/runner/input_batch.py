@@ -222,6 +222,7 @@ class InputBatch:
             all_greedy=all(greedy), any_greedy=any(greedy),
             needs_sort=any(p.needs_sort for p in params),
             banned=_banned_ids(requests),
+            max_top_k=max(p.top_k for p in params), any_top_p=any(p.top_p < 1.0 for p in params),
         )
         if any(p.repetition_penalty != 1.0 for p in params):
             batch.repetition_penalty = self._to_device(self.repetition_penalty[index])

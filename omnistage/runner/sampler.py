@@ -33,6 +33,10 @@ class SamplingBatch:
     repetition_penalty: torch.Tensor | None = None
     seen: torch.Tensor | None = None
     banned: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    # Host-side facts that let top-k alone skip the full sort: the largest k of any row (0 = some row is
+    # unrestricted... only used when no row uses top-p) and whether any row uses top-p; None = unknown.
+    max_top_k: int | None = None
+    any_top_p: bool | None = None
 
 
 def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -46,6 +50,16 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     for row, ids in batch.banned:
         logits[row, list(ids)] = float("-inf")
     return logits
+
+
+def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor, max_k: int) -> torch.Tensor:
+    """Masks each row below its own k-th largest logit (rows with k = 0 stay whole): one ``topk`` of width
+    ``max_k`` instead of a sort of the vocabulary; same result as :func:`apply_top_k_top_p` with top-p off."""
+    max_k = min(max_k, logits.shape[-1])
+    best = logits.topk(max_k, dim=-1).values  # [N, max_k], descending
+    kth = best.gather(1, (top_k.clamp(min=1, max=max_k) - 1)[:, None])
+    kth = torch.where(top_k[:, None] > 0, kth, float("-inf"))
+    return logits.masked_fill(logits < kth, float("-inf"))
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -78,7 +92,10 @@ class Sampler:
         temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
         scaled = logits / temperature[:, None]
         if batch.needs_sort:
-            scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
+            if batch.any_top_p is False and batch.max_top_k:
+                scaled = apply_top_k(scaled, batch.top_k, batch.max_top_k)
+            else:
+                scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
         probs = scaled.softmax(dim=-1)
         sampled = probs.div_(self._draw_noise(probs.shape, probs.device, batch.generators)).argmax(dim=-1)
         if batch.any_greedy:

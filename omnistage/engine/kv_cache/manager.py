@@ -62,8 +62,11 @@ class KVCacheManager:
         self, request: Request, num_new_tokens: int, computed_blocks: list[KVBlock] | None = None
     ) -> list[int] | None:
         """Room for ``num_new_tokens`` more tokens; returns the ids of blocks added, or None if full."""
-        computed_blocks = computed_blocks or []
         blocks = self._req_blocks.get(request.request_id, ())
+        if not computed_blocks and request.num_computed_tokens + num_new_tokens <= len(blocks) * self.block_size \
+                and not (self.enable_prefix_caching and request.prefix_cacheable):
+            return []  # the decode fast path: the request's last block still has room
+        computed_blocks = computed_blocks or []
         num_computed = request.num_computed_tokens + len(computed_blocks) * self.block_size
         total = num_computed + num_new_tokens
         need = cdiv(total, self.block_size) - len(blocks) - len(computed_blocks)

@@ -32,3 +32,51 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     engine.set_defaults(func=_run_engine)
+    add_serve_parser(targets)
+
+
+def _policies(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names or any(n not in ("fifo", "deadline") for n in names):
+        raise argparse.ArgumentTypeError(f"--scheduling wants fifo and/or deadline, got {text!r}")
+    return names
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from omnistage.tools.bench.serve import main
+
+    return main(args)
+
+
+def add_serve_parser(targets: argparse._SubParsersAction) -> None:
+    serve = targets.add_parser("serve", help="streaming text+audio latency/throughput under bounded concurrency")
+    serve.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
+    serve.add_argument("--url", default=None,
+                       help="drive a running server (http://HOST:PORT); default: start the pipeline in-process")
+    serve.add_argument("--served-model", default=None, help="model id the server answers to (with --url)")
+    serve.add_argument("--stage-config", default=None, help="stage config YAML for the in-process pipeline")
+    serve.add_argument("--concurrency", type=_batches, default=[1, 4, 16], help="comma-separated levels")
+    serve.add_argument("--num-prompts", type=int, default=16, help="requests per concurrency level")
+    serve.add_argument("--dataset-name", default="random", choices=["random"], help="as vllm bench serve")
+    serve.add_argument("--random-input-len", type=int, default=32, help="prompt tokens (random dataset)")
+    serve.add_argument("--output-tokens", type=int, default=100, help="text tokens per reply")
+    serve.add_argument("--random-output-len", type=int, default=None, help="alias of --output-tokens (vllm name)")
+    serve.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
+                       help="fixed lengths: generate exactly --output-tokens (in-process driver)")
+    serve.add_argument("--audio-frames", type=int, default=None,
+                       help="codec frames (12.5 Hz) per reply, both sides (default: = output tokens)")
+    serve.add_argument("--initial-chunk-frames", type=int, default=None,
+                       help="frames in the first code2wav chunk (default: chosen by load)")
+    serve.add_argument("--scheduling", type=_policies, default=None,
+                       help="fifo,deadline: run each policy on a fresh pipeline at the same load and compare")
+    serve.add_argument("--code2wav-max-batch", type=int, default=None,
+                       help="cap code2wav's batch (to make streams contend at small concurrency)")
+    serve.add_argument("--baseline", choices=["none", "hf"], default="none",
+                       help="hf: also run transformers' generate one request at a time and print ratios")
+    serve.add_argument("--hf-num-prompts", type=int, default=None, help="baseline requests (default min(N, 4))")
+    serve.add_argument("--warmup", type=int, default=1, help="requests run before measuring")
+    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
+    serve.add_argument("--plot", default=None, help="write latency vs concurrency as a PNG (needs matplotlib)")
+    serve.add_argument("--no-progress", action="store_true", help="no progress bar")
+    serve.set_defaults(func=_run_serve)

@@ -1,0 +1,164 @@
+"""``omnistage bench serve``: stream metrics, the JSON it writes, and the ratios against transformers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from omnistage.config.pipeline import ConfigError, load_preset, parse_pipeline
+from omnistage.tools.bench.metrics import SAMPLE_RATE, StreamRecord, summarize
+from omnistage.tools.bench.serve import BenchPrompt, add_ratios, bench_levels, pinned_spec, plot
+
+
+def _record(start: float, packets: list[tuple[float, float]], tokens: list[float]) -> StreamRecord:
+    r = StreamRecord(start)
+    for t in tokens:
+        r.add_tokens(t, 1)
+    for t, seconds in packets:
+        r.add_audio(t, int(seconds * SAMPLE_RATE))
+    r.end = max([t for t, _ in packets] + tokens)
+    return r
+
+
+def test_underrun_is_audio_received_falling_behind_wall_time() -> None:
+    smooth = _record(0.0, [(1.0, 1.0), (1.9, 1.0), (2.8, 1.0)], [0.1])
+    assert smooth.underrun_s() == 0.0
+    late = _record(0.0, [(1.0, 0.5), (2.0, 1.0)], [0.1])  # 0.5 s played, second packet 1 s after the first
+    assert late.underrun_s() == pytest.approx(0.5)
+    assert late.audio_ttfp == 1.0 and late.audio_seconds == pytest.approx(1.5)
+    assert late.audio_rtf == pytest.approx(2.0 / 1.5)
+
+
+def test_summary_uses_vllm_metric_names() -> None:
+    records = [_record(0.0, [(0.5, 2.0)], [0.1, 0.2, 0.4]), _record(0.0, [(0.4, 1.0), (2.0, 1.0)], [0.2, 0.3])]
+    failed = StreamRecord(0.0)
+    failed.error = "boom"
+    out = summarize(records + [failed], wall_s=2.0)
+    for key in ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p90_e2el_ms",
+                "mean_audio_ttfp_ms", "p99_audio_rtf", "output_throughput", "audio_throughput"):
+        assert key in out, key
+    assert out["completed"] == 2 and out["failed"] == 1
+    assert out["median_ttft_ms"] == pytest.approx(150.0)
+    assert out["total_output_tokens"] == 5 and out["audio_throughput"] == pytest.approx(2.0)
+    assert out["underrun_streams"] == 1 and out["max_underrun_ms"] == pytest.approx(600.0)
+
+
+def test_ratios_against_hf() -> None:
+    levels = {1: {"audio_throughput": 4.0, "mean_audio_ttfp_ms": 50.0}}
+    add_ratios(levels, {"audio_throughput": 2.0, "mean_e2el_ms": 1000.0})
+    assert levels[1]["audio_throughput_ratio_vs_hf"] == 2.0 and levels[1]["ttfp_ratio_vs_hf_e2e"] == 0.05
+
+
+class _FakeDriver:
+    """Streams a canned answer after a short sleep; records the most requests it saw in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight = self.peak = 0
+
+    async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
+        import time
+
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        record = StreamRecord(time.perf_counter())
+        await asyncio.sleep(0.01)
+        now = time.perf_counter()
+        record.add_tokens(now, 3)
+        record.add_audio(now, SAMPLE_RATE // 10)
+        record.end = now
+        self.in_flight -= 1
+        return record
+
+
+def test_bench_levels_bounds_concurrency() -> None:
+    driver = _FakeDriver()
+    prompts = [BenchPrompt([1, 2], "x")] * 6
+    levels = asyncio.run(bench_levels(driver, prompts, [2], seed=0, warmup=0, progress=False))
+    assert driver.peak == 2
+    assert levels[2]["completed"] == 6 and levels[2]["total_output_tokens"] == 18
+
+
+def test_pinned_spec_holds_talker_length_and_sets_policy() -> None:
+    spec = pinned_spec(load_preset("qwen3_omni"), audio_frames=40, scheduling="deadline", code2wav_max_batch=2)
+    assert spec.stage("talker").sampling.max_tokens == 40
+    assert {s.engine.scheduling for s in spec.stages} == {"deadline"}
+    assert spec.stage("code2wav").engine.max_num_seqs == 2 and spec.stage("thinker").engine.max_num_seqs == 32
+
+
+def test_stage_config_rejects_unknown_policy() -> None:
+    data = {"name": "x", "stages": [{"name": "t", "kind": "ar", "model": "thinker",
+                                     "engine": {"scheduling": "lifo"}}], "edges": []}
+    with pytest.raises(ConfigError, match="scheduling"):
+        parse_pipeline(data)
+
+
+def test_plot_without_matplotlib_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert not plot({1: {"p50_e2el_ms": 1.0}}, str(tmp_path / "x.png"))
+    assert "matplotlib is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_cli_end_to_end_with_hf_baseline(tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from omnistage.entrypoints.cli import main
+
+    out = tmp_path / "serve.json"
+    code = main(["bench", "serve", "--model", str(tiny_dir), "--concurrency", "1,2", "--num-prompts", "2",
+                 "--random-input-len", "8", "--output-tokens", "6", "--audio-frames", "12", "--baseline", "hf",
+                 "--hf-num-prompts", "1", "--no-progress", "--json", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    for c in ("1", "2"):
+        fig = data["concurrency"][c]
+        assert fig["completed"] == 2 and fig["failed"] == 0
+        assert fig["total_output_tokens"] == 12  # ignore_eos: exactly 6 tokens each
+        assert fig["total_audio_s"] > 0 and fig["audio_throughput_ratio_vs_hf"] > 0
+        assert fig["ttfp_ratio_vs_hf_e2e"] > 0
+    assert data["hf_baseline"]["total_audio_s"] > 0
+    assert "audio x hf" in capsys.readouterr().out
+
+
+def test_http_driver_reads_sse_text_and_pcm16_audio() -> None:
+    import base64
+
+    import httpx
+
+    from omnistage.tools.bench.serve import HttpDriver
+
+    pcm = base64.b64encode(b"\x00\x00" * 2400).decode()
+    events = [{"choices": [{"delta": {"content": "hi"}}]},
+              {"choices": [{"delta": {"audio": {"data": pcm}}}]},
+              {"choices": [{"delta": {"content": " there", "audio": {"data": pcm}}}]}]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    seen = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.update(json.loads(request.content))
+        return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+
+    async def go() -> StreamRecord:
+        driver = HttpDriver("http://x", "tiny", 8, transport=httpx.MockTransport(handler))
+        try:
+            return await driver.stream(BenchPrompt([1], "hello"), seed=3)
+        finally:
+            await driver.close()
+
+    record = asyncio.run(go())
+    assert record.ok and record.num_tokens == 2 and record.audio_seconds == pytest.approx(0.2)
+    assert seen["stream"] and seen["max_tokens"] == 8 and seen["modalities"] == ["text", "audio"]
+
+
+def test_hotpath_splits_a_step_into_model_and_engine_time(tiny_dir: Path) -> None:
+    import torch
+
+    from omnistage.tools.bench.engine import load_stage
+    from omnistage.tools.bench.hotpath import measure
+
+    row = measure(load_stage(str(tiny_dir), "talker", "cpu", torch.float32), batch=2, steps=3)
+    assert row["model_ms"] > 0 and row["non_model_ms"] >= 0
+    assert row["step_ms"] >= row["model_ms"]
