@@ -61,9 +61,10 @@ class Sender:
         self.socket = _socket(ctx, zmq.PUSH, address, bind)
         self.codec = MessageCodec(message_type, store)
 
-    def send(self, message: msgspec.Struct) -> None:
+    def send(self, message: msgspec.Struct, block: bool = True) -> None:
+        """``block=False`` raises ``zmq.Again`` when no peer is connected (a PUSH would wait for one)."""
         # copy=False: zmq sends the tensor buffers from their own memory.
-        self.socket.send_multipart(self.codec.encode(message), copy=False)
+        self.socket.send_multipart(self.codec.encode(message), 0 if block else zmq.NOBLOCK, copy=False)
 
     def close(self, linger_ms: int = 0) -> None:
         """``linger_ms`` > 0 lets messages still queued go out first (a replica's last words)."""

@@ -27,6 +27,7 @@ from omnistage.pipeline.replica import ReplicaAddresses, ReplicaLoop
 from omnistage.pipeline.stage import WorkerFactory
 
 PARENT_POLL_S = 0.5
+SIGTERM_SETTLE_S = 1.0
 PR_SET_PDEATHSIG = 1
 
 
@@ -61,6 +62,10 @@ class ReplicaHandle(ABC):
     def kill(self) -> None:
         """Ends it now (after a Shutdown was ignored)."""
 
+    def respawn(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        """A new, unstarted handle of the same kind for ``launch`` (this replica again, after it died)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be restarted")
+
     @property
     def pid(self) -> int | None:
         return None
@@ -78,6 +83,10 @@ class ThreadReplica(ReplicaHandle):
         store = make_connector(launch.connector, launch.pipeline_id)
         self.loop = ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid())
         self.thread = threading.Thread(target=self.loop.run, name=f"{launch.stage}-{launch.index}", daemon=True)
+        self.ctx = ctx
+
+    def respawn(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        return ThreadReplica(launch, self.ctx)
 
     def start(self) -> None:
         self.thread.start()
@@ -102,6 +111,9 @@ class ProcessReplica(ReplicaHandle):
 
     def start(self) -> None:
         self.process.start()
+
+    def respawn(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        return ProcessReplica(launch)
 
     def is_alive(self) -> bool:
         return self.process.is_alive()
@@ -140,10 +152,23 @@ def _orphan_exit(launch: ReplicaLaunch) -> None:
     os._exit(1)
 
 
+def _on_sigterm(launch: ReplicaLaunch, parent_pid: int) -> None:
+    # The parent-death signal can come while the parent's other threads are still exiting (getppid
+    # has not changed yet): wait a moment before deciding that only this replica was told to go.
+    deadline = time.monotonic() + SIGTERM_SETTLE_S
+    while os.getppid() == parent_pid and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if os.getppid() == parent_pid:
+        # Only this replica was stopped: the parent restarts it, and the pipeline's sockets and shared
+        # memory (other replicas' tensors in flight) are still in use.
+        os._exit(1)
+    _orphan_exit(launch)
+
+
 def _die_with_parent(launch: ReplicaLaunch, parent_pid: int) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when replicas stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: _orphan_exit(launch))
+    signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(launch, parent_pid))
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import zmq
 
@@ -44,11 +44,13 @@ from omnistage.ipc.queues import Receiver, Sender
 from omnistage.pipeline.detokenizer import Tokenizer
 from omnistage.pipeline.flow import FlowSettings, RequestFlows
 from omnistage.pipeline.launcher import ReplicaHandle
+from omnistage.pipeline.replica import ReplicaAddresses
 from omnistage.pipeline.request_state import OutputSink, RequestTrace
 from omnistage.pipeline.router import StageRouter
 
 logger = logging.getLogger(__name__)
 LIVENESS_EVERY_S = 0.5
+RESTART_BACKOFF_S = (0.5, 30.0)  # first wait before restarting a dead replica, and the cap as it doubles
 
 
 class PipelineStartError(RuntimeError):
@@ -67,6 +69,23 @@ class ReplicaLink:
     ready: bool = False
     failed: str = ""  # why it is unhealthy; empty while healthy
     load: ReplicaLoad = field(default_factory=ReplicaLoad)
+    restarts: int = 0  # times this replica was started again after dying
+    restart_at: float | None = None  # when the next restart is due (set while it is down)
+    restarting: bool = False  # a new process/thread is loading; healthy again at its ReplicaReady
+
+    def respawn(self, ctx: zmq.Context) -> None:
+        """A new, unstarted handle on fresh sockets at new addresses: nothing queued for the dead replica
+        reaches the new one, and a socket file the dead one removed (or zmq unlinks late) does not matter."""
+        old = self.handle.launch.addresses
+        addresses = ReplicaAddresses(f"{old.inputs.split('~')[0]}~{self.restarts}",
+                                     f"{old.outputs.split('~')[0]}~{self.restarts}")
+        handle = self.handle.respawn(replace(self.handle.launch, addresses=addresses))
+        store = self.sender.codec.store
+        self.sender.close()
+        self.receiver.close()
+        self.sender = Sender(ctx, addresses.inputs, ReplicaInput, store, bind=True)
+        self.receiver = Receiver(ctx, addresses.outputs, ReplicaMessage, store, bind=True)
+        self.handle = handle
 
     @property
     def healthy(self) -> bool:
@@ -105,6 +124,8 @@ class Orchestrator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_liveness = 0.0
+        self._ctx = ctx
+        self.restart_replicas = False  # set by ``start``: a replica that dies while serving is started again
 
     # Thread-safe API -----------------------------------------------------------------------------
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
@@ -133,6 +154,8 @@ class Orchestrator:
         stages: dict[str, list[ReplicaHealth]] = {}
         for link in self.links.values():
             detail = link.failed or ("" if link.ready else "starting")
+            if link.restarts and not detail:
+                detail = f"restarted {link.restarts} time(s)"
             stages.setdefault(link.stage, []).append(ReplicaHealth(link.index, link.healthy, detail))
         return HealthReport(tuple(StageHealth(stage, tuple(reps)) for stage, reps in stages.items()))
 
@@ -142,6 +165,7 @@ class Orchestrator:
 
     # Loop ---------------------------------------------------------------------------------------
     def start(self) -> None:
+        self.restart_replicas = True
         self._thread = threading.Thread(target=self._run, name="omnistage-orchestrator", daemon=True)
         self._thread.start()
 
@@ -206,6 +230,10 @@ class Orchestrator:
                 self._on_output(output)
         elif isinstance(message, ReplicaReady):
             link.ready, link.load = True, message.load
+            if link.restarting:
+                logger.warning("stage %s replica %d is back (restart %d)", link.stage, link.index, link.restarts)
+                link.restarting, link.failed = False, ""
+                self.routers[link.stage].healthy[link.index] = True
         elif isinstance(message, ReplicaFailed):
             self._replica_down(link, message.error)
 
@@ -225,25 +253,57 @@ class Orchestrator:
 
     def _send(self, stage: str, index: int, message: ReplicaInput) -> None:
         link = self.links[(stage, index)]
-        if not link.failed:  # a dead replica would never read it; zmq would queue it for ever
-            link.sender.send(message)
+        if not link.failed:  # a dead replica would never read it
+            try:
+                link.sender.send(message, block=False)
+            except zmq.Again:
+                # No peer: it died and zmq dropped its pipe before the liveness check noticed. Blocking
+                # here would stall every request; the next pass's check fails this replica's requests.
+                logger.warning("stage %s replica %d is not connected; dropped a %s", link.stage, link.index,
+                               type(message).__name__)
+                self._last_liveness = 0.0
 
     # Replica health -------------------------------------------------------------------------------
     def _check_liveness(self) -> None:
-        self._last_liveness = time.monotonic()
+        now = self._last_liveness = time.monotonic()
         for link in self.links.values():
-            if not link.failed and not link.handle.is_alive():
+            if link.restart_at is not None:
+                if now >= link.restart_at:
+                    self._restart(link)
+            elif (not link.failed or link.restarting) and not link.handle.is_alive():
                 for message in link.receiver.drain():  # its last words (e.g. why it failed) come first
                     self._on_message(link, message)
                 self._replica_down(link, f"replica exited (exit code {link.handle.exitcode})")
 
     def _replica_down(self, link: ReplicaLink, error: str) -> None:
-        if link.failed:
+        if link.failed and not link.restarting:
             return
         logger.error("stage %s replica %d is down: %s", link.stage, link.index, error)
-        link.failed = error
+        link.failed, link.ready, link.restarting = error, False, False
         self.routers[link.stage].healthy[link.index] = False
         self.flows.fail_replica(link.stage, link.index, error)
+        if self.restart_replicas:
+            first, cap = RESTART_BACKOFF_S
+            link.restart_at = time.monotonic() + min(first * 2 ** link.restarts, cap)
+
+    def _restart(self, link: ReplicaLink) -> None:
+        """Starts the replica again; it serves once its ``ReplicaReady`` arrives (or fails and is retried)."""
+        if link.handle.is_alive():
+            link.handle.kill()  # e.g. it reported a failure but did not exit
+        link.restart_at = None
+        self._poller.unregister(link.receiver.socket)
+        try:
+            link.respawn(self._ctx)
+        except NotImplementedError:
+            logger.error("stage %s replica %d cannot be restarted; it stays down", link.stage, link.index)
+            return
+        finally:
+            self._poller.register(link.receiver.socket, zmq.POLLIN)
+        link.restarts += 1
+        link.restart_at, link.restarting = None, True
+        link.failed = f"restarting (attempt {link.restarts}) after: {link.failed.split(' after: ')[-1]}"
+        logger.warning("restarting stage %s replica %d (attempt %d)", link.stage, link.index, link.restarts)
+        link.handle.start()
 
     def wait_ready(self, timeout_s: float) -> None:
         """Polls (on the caller's thread, before ``start``) until every replica is ready."""

@@ -117,7 +117,10 @@ class PipelineRuntime:
             links = list(orch.links.values())
             for link in links:
                 if link.handle.is_alive():
-                    link.sender.send(Shutdown())
+                    try:
+                        link.sender.send(Shutdown(), block=False)
+                    except zmq.Again:
+                        pass  # not connected yet (a restart still loading): the join below kills it
             for link in links:
                 if not link.handle.join(SHUTDOWN_GRACE_S):
                     logger.warning("stage %s replica %d ignored shutdown; killing it", link.stage, link.index)

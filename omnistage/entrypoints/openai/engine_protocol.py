@@ -59,6 +59,7 @@ class ReplicaStats:
 @dataclass(frozen=True)
 class EngineStats:
     replicas: tuple[ReplicaStats, ...]
+    shm_segments: int = 0  # shared-memory tensors written by one stage and not yet taken by the next
 
 
 @runtime_checkable

@@ -124,14 +124,21 @@ class MediaFetcher:
             raise MediaError(f"could not fetch {url}: {exc}", code="fetch_failed") from exc
 
 
+MIN_AUDIO_SAMPLES = 400  # 25 ms at 16 kHz: one window of the audio encoder's feature extractor
+
+
 def decode_audio_item(data: bytes, fmt: str | None, limits: ServerLimits) -> np.ndarray:
     """Any supported container → 16 kHz mono float32, as the audio encoder's feature extractor wants."""
     try:
-        return load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=limits.max_audio_seconds)
+        samples = load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=limits.max_audio_seconds)
     except AudioTooLongError as exc:
         raise MediaError(str(exc), code="audio_too_long") from exc
     except AudioDecodeError as exc:
         raise MediaError(str(exc), code="invalid_audio") from exc
+    if samples.size < MIN_AUDIO_SAMPLES:  # e.g. a few frames at a claimed 10 MHz: no feature window fits
+        raise MediaError(f"the audio is {samples.size / AUDIO_SAMPLE_RATE * 1000:.1f} ms long; the minimum is "
+                         f"{MIN_AUDIO_SAMPLES / AUDIO_SAMPLE_RATE * 1000:g} ms", code="invalid_audio")
+    return samples
 
 
 def _check_pixels(width: int, height: int, limits: ServerLimits) -> None:

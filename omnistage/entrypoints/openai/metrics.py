@@ -31,7 +31,10 @@ class _EngineCollector(Collector):
         total = GaugeMetricFamily("omnistage_kv_blocks_total", "KV cache blocks allocated", labels=labels)
         queued = GaugeMetricFamily("omnistage_queue_depth", "requests waiting to be scheduled", labels=labels)
         running = GaugeMetricFamily("omnistage_requests_running", "requests scheduled in a stage", labels=labels)
-        for r in self.engine.stats().replicas:
+        stats = self.engine.stats()
+        yield GaugeMetricFamily("omnistage_shm_segments", "shared-memory tensors in flight between stages",
+                                value=stats.shm_segments)
+        for r in stats.replicas:
             key = [r.stage, str(r.replica)]
             used.add_metric(key, r.kv_blocks_used)
             total.add_metric(key, r.kv_blocks_total)

@@ -32,6 +32,9 @@ class ServerLimits:
     max_video_frames: int = _limit(16, "frames sampled from one video")
     video_sample_fps: float = _limit(2.0, "frames per second sampled from a video")
     max_request_bytes: int = _limit(256 * MIB, "size of one request body")
+    max_queued_requests: int = _limit(256, "requests in the pipeline at once (running or queued in any stage); "
+                                           "past it a new request gets 429 with Retry-After")
+    request_timeout: float = _limit(600.0, "seconds a request may take in the engine before it is aborted")
 
     def __post_init__(self) -> None:
         for f in fields(self):

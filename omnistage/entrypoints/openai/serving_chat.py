@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, Response
 
 from omnistage.audio import AudioFormat, StreamingAudioEncoder, encode_audio
 from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest, Usage
+from omnistage.entrypoints.openai.admission import Admission, Ticket
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import SERVER_ERROR, APIError, bad_request
@@ -86,10 +87,13 @@ def _usage_info(usage: Usage) -> UsageInfo:
 
 
 class ChatService:
-    def __init__(self, engine: OmniEngine, builder: ChatPromptBuilder, metrics: ServerMetrics) -> None:
+    def __init__(self, engine: OmniEngine, builder: ChatPromptBuilder, metrics: ServerMetrics,
+                 admission: Admission | None = None) -> None:
         self.engine = engine
         self.builder = builder
         self.metrics = metrics
+        self.admission = admission or Admission(engine, builder.limits.max_queued_requests)
+        self.timeout_s = builder.limits.request_timeout
 
     async def create(self, body: ChatCompletionRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
@@ -104,16 +108,19 @@ class ChatService:
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if audio else set()))
         request = OmniRequest(request_id=f"chatcmpl-{uuid.uuid4().hex}", prompt=prompt, modalities=modalities,
                               sampling=sampling, **({"voice": audio.voice} if audio else {}))
+        ticket = self.admission.admit()  # last: a request refused for load has passed every other check
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            stream = self._stream(request, body.model, audio, include_usage, arrived)
-            return AbortingStreamingResponse(stream, media_type="text/event-stream")
+            stream = self._stream(request, body.model, audio, include_usage, arrived, ticket)
+            return AbortingStreamingResponse(stream, media_type="text/event-stream", ticket=ticket)
         timer = self.metrics.track("/v1/chat/completions", arrived)
         try:
-            done = await run_until_disconnect(raw, self._collect(request, timer))
+            done = await run_until_disconnect(raw, self._collect(request, timer, ticket))
         except ClientDisconnected:
             timer.finish("client_disconnected")
             return Response(status_code=499)  # nobody reads it; the status shows in access logs
+        finally:
+            ticket.release()
         reply = await self._reply(request.request_id, body.model, done, audio)
         return JSONResponse(reply.model_dump())
 
@@ -129,12 +136,12 @@ class ChatService:
         voice = resolve_voice(self.engine, body.audio.voice_name, "audio.voice")
         return AudioOutput(voice=voice, format=AudioFormat.parse(body.audio.format))
 
-    async def _collect(self, request: OmniRequest, timer: RequestTimer) -> _Completion:
+    async def _collect(self, request: OmniRequest, timer: RequestTimer, ticket: Ticket) -> _Completion:
         texts: list[str] = []
         chunks: list[np.ndarray] = []
         final: OmniOutput | None = None
         completion_tokens = 0
-        async with aclosing(engine_outputs(self.engine, request)) as outputs:
+        async with aclosing(engine_outputs(self.engine, request, timeout_s=self.timeout_s, ticket=ticket)) as outputs:
             async for out in outputs:
                 timer.observe(out)
                 texts.append(out.text)
@@ -169,7 +176,7 @@ class ChatService:
                                       usage=_usage_info(done.usage))
 
     async def _stream(self, request: OmniRequest, model: str, audio: AudioOutput | None, include_usage: bool,
-                      arrived: float) -> AsyncIterator[str]:
+                      arrived: float, ticket: Ticket) -> AsyncIterator[str]:
         """The SSE body. Nothing starts (no timer, no engine request) until the response is being sent."""
         timer = self.metrics.track("/v1/chat/completions", arrived)
         chunks = _ChunkWriter(request.request_id, model, audio)
@@ -177,7 +184,8 @@ class ChatService:
         completion_tokens = 0
         try:
             yield chunks.delta(ChoiceDelta(role="assistant", content=""))
-            async with aclosing(engine_outputs(self.engine, request)) as outputs:
+            async with aclosing(engine_outputs(self.engine, request, timeout_s=self.timeout_s,
+                                               ticket=ticket)) as outputs:
                 async for out in outputs:
                     timer.observe(out)
                     completion_tokens += len(out.token_ids)

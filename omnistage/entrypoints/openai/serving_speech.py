@@ -26,6 +26,7 @@ from fastapi.responses import Response
 
 from omnistage.audio import AudioFormat, StreamingAudioEncoder
 from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest
+from omnistage.entrypoints.openai.admission import Admission, Ticket
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import APIError, bad_request
 from omnistage.entrypoints.openai.metrics import RequestTimer, ServerMetrics
@@ -62,15 +63,18 @@ _BUDGET_MARGIN = 16
 
 
 class SpeechService:
-    def __init__(self, engine: OmniEngine, metrics: ServerMetrics, limits: ServerLimits) -> None:
+    def __init__(self, engine: OmniEngine, metrics: ServerMetrics, limits: ServerLimits,
+                 admission: Admission | None = None) -> None:
         self.engine = engine
         self.metrics = metrics
         self.limits = limits
+        self.admission = admission or Admission(engine, limits.max_queued_requests)
 
     async def create(self, body: SpeechRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
         request = await self._request(body)
-        encoded = self._encoded(request, body.audio_format, self.metrics.track("/v1/audio/speech", arrived))
+        ticket = self.admission.admit()
+        encoded = self._encoded(request, body.audio_format, self.metrics.track("/v1/audio/speech", arrived), ticket)
         try:
             first, pieces = await peek(raw, encoded)
         except ClientDisconnected:
@@ -114,7 +118,7 @@ class SpeechService:
         ids = self.engine.processor.apply_chat_template(messages)
         return self.engine.processor.process(ids)
 
-    async def _encoded(self, request: OmniRequest, fmt: AudioFormat, timer: RequestTimer,
+    async def _encoded(self, request: OmniRequest, fmt: AudioFormat, timer: RequestTimer, ticket: Ticket,
                        ) -> AsyncGenerator[bytes | OmniOutput, None]:
         """Encoded audio pieces as they come, then the final output (checked for failure by the caller).
 
@@ -123,7 +127,8 @@ class SpeechService:
         outcome = "client_disconnected"  # unless the engine's stream ends
         encoder = StreamingAudioEncoder(fmt, OUTPUT_SAMPLE_RATE)
         try:
-            async with aclosing(engine_outputs(self.engine, request)) as outputs:
+            async with aclosing(engine_outputs(self.engine, request, timeout_s=self.limits.request_timeout,
+                                               ticket=ticket)) as outputs:
                 async for out in outputs:
                     timer.observe(out)
                     if out.audio is not None and out.audio.size and (piece := encoder.feed(out.audio)):
@@ -136,6 +141,7 @@ class SpeechService:
                         return
             outcome = "engine_error"  # the engine stopped without a final output
         finally:
+            ticket.release()  # engine_outputs releases it too, unless it never started
             timer.finish(outcome)
 
     @staticmethod

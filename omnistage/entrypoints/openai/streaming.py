@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TypeVar
 
@@ -22,28 +23,48 @@ from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from omnistage.core import OmniOutput, OmniRequest
+from omnistage.core import FinishReason, OmniOutput, OmniRequest
+from omnistage.entrypoints.openai.admission import Ticket
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 
 T = TypeVar("T")
+TIMED_OUT = "request timed out"  # the error of a final output ``engine_outputs`` made at the deadline
 
 
 class ClientDisconnected(Exception):
     """The client closed the connection before the response was ready."""
 
 
-async def engine_outputs(engine: OmniEngine, request: OmniRequest) -> AsyncGenerator[OmniOutput, None]:
-    """``engine.generate`` that aborts the request unless it was read to its finished output."""
+async def engine_outputs(engine: OmniEngine, request: OmniRequest, *, timeout_s: float | None = None,
+                         ticket: Ticket | None = None) -> AsyncGenerator[OmniOutput, None]:
+    """``engine.generate`` that aborts the request unless it was read to its finished output.
+
+    Past ``timeout_s`` the request is aborted and a final output with ``TIMED_OUT`` as its error ends the
+    stream; ``ticket`` (its admission) is released however the stream ends."""
     finished = False
     stream = engine.generate(request)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        async for out in stream:
+        while True:
+            try:
+                if deadline is None:
+                    out = await anext(stream)
+                else:
+                    out = await asyncio.wait_for(anext(stream), max(deadline - time.monotonic(), 0.0))
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                yield OmniOutput(request.request_id, finished=True, finish_reason=FinishReason.ABORT,
+                                 error=f"{TIMED_OUT} after {timeout_s:g} s")
+                return  # not ``finished``: the finally aborts it in every stage
             finished = out.finished
             yield out
             if finished:
                 return
     finally:
         with anyio.CancelScope(shield=True):
+            if ticket is not None:
+                ticket.release()
             if not finished:
                 await engine.abort(request.request_id)
             aclose = getattr(stream, "aclose", None)
@@ -99,9 +120,10 @@ class AbortingStreamingResponse(StreamingResponse):
     a wrapper that never ran does not reach the generator inside it."""
 
     def __init__(self, content: AsyncIterator[str] | AsyncIterator[bytes], *, media_type: str,
-                 upstream: AsyncGenerator[object, None] | None = None) -> None:
+                 upstream: AsyncGenerator[object, None] | None = None, ticket: Ticket | None = None) -> None:
         super().__init__(content, media_type=media_type)
         self.upstream = upstream
+        self.ticket = ticket  # released even if the body never started (the client left first)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -112,6 +134,8 @@ class AbortingStreamingResponse(StreamingResponse):
                     aclose = getattr(iterator, "aclose", None)
                     if aclose is not None:
                         await aclose()
+                if self.ticket is not None:
+                    self.ticket.release()
 
 
 def sse_event(payload: BaseModel) -> str:

@@ -29,6 +29,10 @@ class TensorConnector(ABC):
     def get(self, key: str, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
         """The tensor stored under ``key`` (each key is fetched exactly once)."""
 
+    def live_segments(self) -> int:
+        """Transport buffers of this pipeline written and not yet taken (0 for by-reference transport)."""
+        return 0
+
     @abstractmethod
     def cleanup(self) -> None:
         """Frees everything this pipeline put and nobody fetched (called at shutdown)."""

@@ -65,6 +65,9 @@ class ShmConnector(TensorConnector):
         # frombuffer keeps ``mapped`` alive for as long as the tensor lives.
         return torch.frombuffer(mapped, dtype=dtype).reshape(shape)
 
+    def live_segments(self) -> int:
+        return sum(1 for _ in SHM_DIR.glob(f"omnistage-{self.pipeline_id}-*"))
+
     def cleanup(self) -> None:
         for path in SHM_DIR.glob(f"omnistage-{self.pipeline_id}-*"):
             path.unlink(missing_ok=True)
