@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omnistage.config.pipeline import PipelineSpec, load_pipeline, load_preset
+from omnistage.config.pipeline import ConfigError, PipelineSpec, load_pipeline, load_preset
 from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
 from omnistage.pipeline.connectors import CONNECTORS
@@ -16,7 +16,19 @@ from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime, model_f
 from omnistage.pipeline.topology import topology_of
 from omnistage.processing.prompt import PromptProcessor
 
-PRESET = "qwen3_omni"
+PRESET = "qwen3_omni"  # Instruct: thinker → talker → code2wav
+TEXT_ONLY_PRESET = "qwen3_omni_thinking"  # Thinking (no talker): the thinker alone
+
+
+def has_talker(config: dict) -> bool:
+    """Whether a checkpoint speaks: transformers builds talker + code2wav only when ``enable_audio_output``
+    is true, and the Thinking checkpoints ship neither the weights nor (some) the ``talker_config``."""
+    return bool(config.get("enable_audio_output", True)) and "talker_config" in config
+
+
+def preset_for(folder: Path) -> str:
+    """The stage preset a checkpoint is served with when no ``--stage-config`` is given."""
+    return PRESET if has_talker(json.loads((folder / "config.json").read_text())) else TEXT_ONLY_PRESET
 
 
 @dataclass(frozen=True)
@@ -40,7 +52,8 @@ class CheckpointFacts:
 def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     """The pipeline's flags for ``omnistage serve`` (what ``AsyncOmni.from_args`` reads)."""
     group = parser.add_argument_group("pipeline")
-    group.add_argument("--stage-config", default=None, help=f"stage config YAML (default: the {PRESET} preset)")
+    group.add_argument("--stage-config", default=None, help=f"stage config YAML (default: the {PRESET} preset, or "
+                       f"{TEXT_ONLY_PRESET} for a checkpoint without a talker)")
     group.add_argument("--in-process", action="store_true",
                        help="run every stage replica as a thread of the server process (debugging)")
     group.add_argument("--connector", choices=CONNECTORS, default=None,
@@ -56,9 +69,12 @@ class OmniPipeline:
                  options: PipelineOptions | None = None, model_name: str | None = None) -> None:
         from omnistage.tools.make_tiny import resolve_model
 
-        self.spec = _spec(stage_config)
-        topology = topology_of(self.spec)  # a bad config fails here, before any process starts
         folder = resolve_model(str(model))
+        self.spec = _spec(stage_config, folder)
+        topology = topology_of(self.spec)  # a bad config fails here, before any process starts
+        if topology.supports_audio and preset_for(folder) == TEXT_ONLY_PRESET:
+            raise ConfigError(f"{folder} has no talker (a Thinking/text-only checkpoint) but the stage config has "
+                              f"talker/code2wav stages; use the {TEXT_ONLY_PRESET} preset")
         facts = CheckpointFacts.read(folder)
         self.model_name = model_name or str(model)
         self.processor = PromptProcessor.from_folder(folder)
@@ -88,13 +104,18 @@ class OmniPipeline:
         return self.runtime.orchestrator.health()
 
     def stats(self) -> EngineStats:
-        return self.runtime.orchestrator.stats()
+        stats = self.runtime.orchestrator.stats()
+        store = self.runtime.store
+        return replace(stats, shm_segments=store.live_segments()) if store is not None else stats
 
     def close(self) -> None:
         self.runtime.close()
 
 
-def _spec(stage_config: str | Path | PipelineSpec | None) -> PipelineSpec:
+def _spec(stage_config: str | Path | PipelineSpec | None, folder: Path | None = None) -> PipelineSpec:
+    """The given stage config, else the preset for ``folder``'s checkpoint (the Instruct one without a folder)."""
     if isinstance(stage_config, PipelineSpec):
         return stage_config
-    return load_preset(PRESET) if stage_config is None else load_pipeline(stage_config)
+    if stage_config is not None:
+        return load_pipeline(stage_config)
+    return load_preset(PRESET if folder is None else preset_for(folder))

@@ -18,12 +18,14 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from omnistage.entrypoints.openai.admission import Admission
 from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.engine_protocol import HealthReport, OmniEngine
 from omnistage.entrypoints.openai.errors import install_error_handlers, model_not_found
 from omnistage.entrypoints.openai.media import MediaFetcher
 from omnistage.entrypoints.openai.metrics import ServerMetrics
+from omnistage.entrypoints.openai.realtime import install_realtime
 from omnistage.entrypoints.openai.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -65,8 +67,10 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorResponse, "description": "invalid request"},
     404: {"model": ErrorResponse, "description": "unknown model"},
     413: {"model": ErrorResponse, "description": "request body over --max-request-bytes"},
+    429: {"model": ErrorResponse, "description": "over --max-queued-requests (see Retry-After)"},
     500: {"model": ErrorResponse, "description": "engine failure"},
-    503: {"model": ErrorResponse, "description": "the engine aborted the request"},
+    503: {"model": ErrorResponse, "description": "a stage has no healthy replica (see Retry-After), or aborted"},
+    504: {"model": ErrorResponse, "description": "over --request-timeout"},
 }
 _SSE_DOC = {"text/event-stream": {"schema": {"$ref": "#/components/schemas/ChatCompletionChunk"}}}
 _AUDIO_DOC = {t: {"schema": {"type": "string", "format": "binary"}}
@@ -151,9 +155,11 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     metrics = ServerMetrics(engine)
     builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits)
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
-    app.state.services = Services(engine=engine, chat=ChatService(engine, builder, metrics),
-                                  speech=SpeechService(engine, metrics, limits), metrics=metrics)
+    admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
+    app.state.services = Services(engine=engine, chat=ChatService(engine, builder, metrics, admission),
+                                  speech=SpeechService(engine, metrics, limits, admission), metrics=metrics)
     app.include_router(api)
+    install_realtime(app, engine, limits)  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_error_handlers(app)
     app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]

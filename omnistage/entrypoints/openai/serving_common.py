@@ -8,6 +8,7 @@ from omnistage.core import FinishReason, OmniOutput, RequestSampling, Usage
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import SERVER_ERROR, APIError, bad_request, model_not_found
 from omnistage.entrypoints.openai.protocol import FinishReasonName
+from omnistage.entrypoints.openai.streaming import TIMED_OUT
 
 
 def check_model(engine: OmniEngine, name: str) -> None:
@@ -27,7 +28,8 @@ def resolve_voice(engine: OmniEngine, name: str, param: str) -> str:
 
 def require_audio_support(engine: OmniEngine, param: str) -> None:
     if not engine.supports_audio:
-        raise bad_request("this model is served without speech output", param=param, code="audio_not_supported")
+        raise bad_request("this model is served text-only (its checkpoint has no talker/code2wav); "
+                          "request modalities ['text']", param=param, code="audio_not_supported")
 
 
 def completion_budget(requested: int | None, prompt_len: int, max_model_len: int, param: str) -> int:
@@ -64,6 +66,8 @@ def engine_failure(out: OmniOutput | None) -> APIError | None:
         return APIError(500, "the engine ended the request without a final output", type=SERVER_ERROR)
     if out.finish_reason is FinishReason.ERROR:
         return APIError(500, f"the engine failed: {out.error or 'unknown error'}", type=SERVER_ERROR)
+    if out.finish_reason is FinishReason.ABORT and (out.error or "").startswith(TIMED_OUT):
+        return APIError(504, f"{out.error} (--request-timeout)", type=SERVER_ERROR, code="timeout")
     if out.finish_reason is FinishReason.ABORT:
         return APIError(503, "the request was aborted by the server", type=SERVER_ERROR, code="aborted")
     return None

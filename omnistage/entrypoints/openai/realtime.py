@@ -1,0 +1,399 @@
+"""``WS /v1/realtime``: OpenAI Realtime-style voice sessions over one WebSocket.
+
+A session holds its configuration, an input audio buffer (PCM16 mono at 16 or
+24 kHz, appended in pieces) and the conversation so far. ``commit`` turns the
+buffer into a user turn (resampled to the audio encoder's 16 kHz with scipy's
+polyphase filter); ``response.create`` renders the whole conversation with the
+chat template and streams the answer as ``response.output_text.delta`` /
+``response.output_audio.delta`` (base64 PCM16, 24 kHz) /
+``response.output_audio_transcript.delta`` events, closed by ``response.done``.
+The next turn re-renders the history, so with prefix caching on the thinker
+reuses the KV blocks of the earlier turns' common prefix.
+
+``response.cancel`` (or speech starting while a response runs, with server VAD)
+cancels the response task: the engine request is aborted in every stage before
+``response.done`` reports ``status: cancelled``. Bad events get ``error`` events
+and the socket stays open. One response runs at a time per session; sessions
+run concurrently, each as its own engine requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+import numpy as np
+from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
+
+from omnistage.audio import float_to_pcm16, resample
+from omnistage.audio.vad import EnergyVad
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.errors import APIError
+from omnistage.entrypoints.openai.realtime_protocol import (
+    EventError,
+    ResponseOptions,
+    SessionConfig,
+    decode_pcm16,
+    error_event,
+    new_id,
+    parse_event,
+    response_options,
+    server_event,
+    update_session,
+    user_text,
+)
+from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling
+from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt, PromptProcessor
+
+logger = logging.getLogger(__name__)
+DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf" (the context may allow more)
+
+router = APIRouter()
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One conversation item: a user's audio (16 kHz float) or text, or an assistant's answer text."""
+
+    item_id: str
+    role: str
+    text: str = ""
+    audio: np.ndarray | None = None
+
+
+def render_prompt(processor: PromptProcessor, instructions: str, turns: list[Turn]) -> ProcessedPrompt:
+    """The conversation as the thinker's prompt; turn N's prompt is a prefix-extension of turn N-1's."""
+    messages: list[dict[str, object]] = [{"role": "system", "content": instructions}] if instructions else []
+    audios: list[np.ndarray] = []
+    for turn in turns:
+        if turn.audio is not None:
+            audios.append(turn.audio)
+            messages.append({"role": turn.role, "content": [{"type": "audio"}]})
+        else:
+            messages.append({"role": turn.role, "content": turn.text})
+    return processor.process(processor.apply_chat_template(messages), audios=audios)
+
+
+class InputBuffer:
+    """PCM16 pieces at the session's input rate, with the VAD (when on) watching them arrive."""
+
+    def __init__(self, rate: int, max_seconds: float) -> None:
+        self.rate = rate
+        self.max_samples = int(max_seconds * rate)
+        self.pieces: list[np.ndarray] = []
+        self.samples = 0
+
+    def append(self, pcm: bytes) -> np.ndarray:
+        piece = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+        if self.samples + len(piece) > self.max_samples:
+            limit = self.max_samples / self.rate
+            raise EventError("input_audio_buffer_too_long",
+                             f"the input audio buffer would exceed {limit:g} s; commit or clear it", "audio")
+        self.pieces.append(piece)
+        self.samples += len(piece)
+        return piece
+
+    def take(self, start: int = 0) -> np.ndarray:
+        """The buffered audio from sample ``start``, resampled to 16 kHz; the buffer is emptied."""
+        audio = np.concatenate(self.pieces)[start:] if self.pieces else np.zeros(0, np.float32)
+        self.clear()
+        return resample(audio, self.rate, AUDIO_SAMPLE_RATE)
+
+    def clear(self) -> None:
+        self.pieces, self.samples = [], 0
+
+
+class RealtimeSession:
+    def __init__(self, ws: WebSocket, engine: OmniEngine, limits: ServerLimits) -> None:
+        self.ws, self.engine, self.limits = ws, engine, limits
+        self.id = new_id("sess")
+        modalities = ("text", "audio") if engine.supports_audio else ("text",)
+        voice = engine.voices[0] if engine.voices else "Ethan"
+        self.config = SessionConfig(voice=voice, output_modalities=modalities)
+        self.buffer = InputBuffer(self.config.input_rate, limits.max_audio_seconds)
+        self.vad: EnergyVad | None = None
+        self.speech_start = 0
+        self.turns: list[Turn] = []
+        self.response: asyncio.Task[None] | None = None
+        self._send_lock = asyncio.Lock()
+        self.closed = False
+
+    # -- sending ---------------------------------------------------------------------------------
+    async def send(self, event: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        async with self._send_lock:
+            try:
+                await self.ws.send_json(event)
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                self.closed = True  # the client left; the read loop ends the session
+
+    async def fail(self, exc: EventError) -> None:
+        await self.send(error_event(exc))
+
+    # -- the read loop ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.send(server_event("session.created", session=self.config.describe(self.id, self.engine.model_name)))
+        try:
+            while not self.closed:
+                message = await self.ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                raw = message.get("text") if message.get("text") is not None else message.get("bytes")
+                try:
+                    await self.handle(parse_event(raw or b""))
+                except EventError as exc:
+                    await self.fail(exc)
+        finally:
+            self.closed = True
+            await self._cancel_response()
+
+    async def handle(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "session.update":
+            await self._update(event)
+        elif kind == "input_audio_buffer.append":
+            await self._append(event)
+        elif kind == "input_audio_buffer.commit":
+            await self._commit(event)
+        elif kind == "input_audio_buffer.clear":
+            self.buffer.clear()
+            if self.vad is not None:
+                self.vad.reset()
+            await self.send(server_event("input_audio_buffer.cleared"))
+        elif kind == "conversation.item.create":
+            turn = Turn(new_id("item"), "user", text=user_text(event))
+            await self._add_turn(turn)
+        elif kind == "response.create":
+            await self._start_response(response_options(self.config, event), event.get("event_id"))
+        elif kind == "response.cancel":
+            if self.response is None or self.response.done():
+                raise EventError("response_cancel_not_active", "there is no active response to cancel",
+                                 event_id=event.get("event_id"))
+            await self._cancel_response()
+
+    # -- session and audio -----------------------------------------------------------------------
+    async def _update(self, event: dict[str, Any]) -> None:
+        config = update_session(self.config, event)
+        self._check_output(config.output_modalities, config.voice, "session", event.get("event_id"))
+        if config.input_rate != self.config.input_rate and self.buffer.samples:
+            raise EventError("invalid_value", "the input rate cannot change while the buffer holds audio; "
+                             "commit or clear it first", "session.audio.input.format.rate", event.get("event_id"))
+        voice = {v.lower(): v for v in self.engine.voices}.get(config.voice.lower(), config.voice)
+        self.config = replace(config, voice=voice)
+        self.buffer.rate = config.input_rate
+        self.buffer.max_samples = int(self.limits.max_audio_seconds * config.input_rate)
+        vad = config.turn_detection
+        self.vad = None if vad is None else EnergyVad(vad, config.input_rate)
+        await self.send(server_event("session.updated", session=self.config.describe(self.id, self.engine.model_name)))
+
+    def _check_output(self, modalities: tuple[str, ...], voice: str, where: str, event_id: object) -> None:
+        eid = event_id if isinstance(event_id, str) else None
+        if "audio" not in modalities:
+            return
+        if not self.engine.supports_audio:
+            raise EventError("audio_not_supported",
+                             "this model is served text-only (its checkpoint has no talker/code2wav); "
+                             "set output_modalities to ['text']", f"{where}.output_modalities", eid)
+        if voice.lower() not in {v.lower() for v in self.engine.voices}:
+            known = ", ".join(self.engine.voices) or "none"
+            raise EventError("invalid_voice", f"unknown voice {voice!r}; this model has: {known}",
+                             f"{where}.audio.output.voice", eid)
+
+    async def _append(self, event: dict[str, Any]) -> None:
+        piece = self.buffer.append(decode_pcm16(event))
+        if self.vad is None:
+            return
+        for vad_event in self.vad.feed(piece):
+            ms = vad_event.sample * 1000 // self.buffer.rate
+            if vad_event.kind == "speech_started":
+                self.speech_start = vad_event.sample
+                await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms, item_id=None))
+                if self.response is not None and not self.response.done():
+                    await self._cancel_response()  # barge-in
+            else:
+                await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=None))
+                vad = self.config.turn_detection
+                pad = (vad.prefix_padding_ms if vad else 0) * self.buffer.rate // 1000
+                await self._commit(event, start=max(0, self.speech_start - pad))
+                if self.config.create_response:
+                    await self._start_response(response_options(self.config, {}), None)
+
+    async def _commit(self, event: dict[str, Any], start: int = 0) -> None:
+        if self.buffer.samples == 0:
+            raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty",
+                             event_id=event.get("event_id"))
+        audio = self.buffer.take(start)
+        if self.vad is not None:
+            self.vad.reset()
+        turn = Turn(new_id("item"), "user", audio=audio)
+        previous = self.turns[-1].item_id if self.turns else None
+        self.turns.append(turn)
+        await self.send(server_event("input_audio_buffer.committed", item_id=turn.item_id,
+                                     previous_item_id=previous))
+
+    async def _add_turn(self, turn: Turn) -> None:
+        previous = self.turns[-1].item_id if self.turns else None
+        self.turns.append(turn)
+        item = {"id": turn.item_id, "type": "message", "role": turn.role,
+                "content": [{"type": "input_text", "text": turn.text}]}
+        await self.send(server_event("conversation.item.created", previous_item_id=previous, item=item))
+
+    # -- responses -------------------------------------------------------------------------------
+    async def _start_response(self, options: ResponseOptions, event_id: object) -> None:
+        eid = event_id if isinstance(event_id, str) else None
+        if self.response is not None and not self.response.done():
+            raise EventError("conversation_already_has_active_response",
+                             "a response is in progress; cancel it or wait for response.done", event_id=eid)
+        self._check_output(options.output_modalities, self.config.voice, "response", eid)
+        if not any(t.role == "user" for t in self.turns):
+            raise EventError("conversation_empty", "nothing to respond to: commit audio or create a user item first",
+                             event_id=eid)
+        request = await self._request(options, eid)
+        self.response = asyncio.create_task(self._respond(request, options))
+
+    async def _request(self, options: ResponseOptions, event_id: str | None) -> OmniRequest:
+        turns = list(self.turns)
+        try:
+            prompt = await anyio.to_thread.run_sync(render_prompt, self.engine.processor, options.instructions, turns)
+        except ValueError as exc:
+            raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
+        requested = options.max_output_tokens
+        try:
+            budget = completion_budget(requested, len(prompt.token_ids), self.engine.max_model_len,
+                                       "max_output_tokens")
+            sampling = make_sampling(max_tokens=budget if requested else min(budget, DEFAULT_MAX_OUTPUT_TOKENS),
+                                     temperature=self.config.temperature)
+        except APIError as exc:
+            raise EventError(exc.detail.code or "invalid_request", exc.detail.message, exc.detail.param,
+                             event_id) from exc
+        wants_audio = "audio" in options.output_modalities
+        modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
+        return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
+                           voice=self.config.voice)
+
+    async def _respond(self, request: OmniRequest, options: ResponseOptions) -> None:
+        writer = _ResponseWriter(self, request, options)
+        await writer.start()
+        final: OmniOutput | None = None
+        try:
+            async with aclosing(self.engine.generate(request)) as outputs:
+                async for out in outputs:
+                    await writer.delta(out)
+                    final = out
+        except asyncio.CancelledError:
+            # Free the request in every stage before reporting it gone; the stream closes after.
+            await asyncio.shield(self.engine.abort(request.request_id))
+            writer.status = "cancelled"
+        except Exception as exc:  # noqa: BLE001 - the session outlives one failed response
+            logger.exception("realtime response %s failed", request.request_id)
+            writer.fail("engine_error", str(exc))
+        self.turns.append(Turn(writer.item_id, "assistant", text="".join(writer.text)))
+        await writer.done(final)
+
+    async def _cancel_response(self) -> None:
+        task = self.response
+        if task is None or task.done():
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class _ResponseWriter:
+    """The server events of one response."""
+
+    def __init__(self, session: RealtimeSession, request: OmniRequest, options: ResponseOptions) -> None:
+        self.session, self.request, self.options = session, request, options
+        self.id = request.request_id
+        self.item_id = new_id("item")
+        self.text: list[str] = []
+        self.audio_bytes = 0
+        self.status = "in_progress"
+        self.details: dict[str, Any] | None = None
+
+    def _body(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "realtime.response", "status": self.status,
+                "status_details": self.details, "output_modalities": list(self.options.output_modalities),
+                "conversation_id": self.session.id, "output": [], "usage": None,
+                "audio": {"output": {"voice": self.session.config.voice, "format": {"type": "audio/pcm",
+                                                                                    "rate": 24000}}}}
+
+    async def start(self) -> None:
+        await self.session.send(server_event("response.created", response=self._body()))
+
+    async def delta(self, out: OmniOutput) -> None:
+        ids = {"response_id": self.id, "item_id": self.item_id, "output_index": 0, "content_index": 0}
+        modalities = self.options.output_modalities
+        if out.text:
+            self.text.append(out.text)
+            if "text" in modalities:
+                await self.session.send(server_event("response.output_text.delta", **ids, delta=out.text))
+            if "audio" in modalities:
+                await self.session.send(server_event("response.output_audio_transcript.delta", **ids,
+                                                     delta=out.text))
+        if out.audio is not None and out.audio.size and "audio" in modalities:
+            pcm = float_to_pcm16(out.audio)
+            self.audio_bytes += len(pcm)
+            await self.session.send(server_event("response.output_audio.delta", **ids,
+                                                 delta=base64.b64encode(pcm).decode("ascii")))
+
+    def fail(self, code: str, message: str) -> None:
+        self.status = "failed"
+        self.details = {"type": "failed", "error": {"type": "server_error", "code": code, "message": message}}
+
+    async def done(self, final: OmniOutput | None) -> None:
+        if self.status == "in_progress":
+            if final is None or not final.finished:
+                self.fail("engine_error", "the engine ended the response without a final output")
+            elif final.finish_reason is FinishReason.ERROR:
+                self.fail("engine_error", final.error or "unknown error")
+            elif final.finish_reason is FinishReason.ABORT:
+                self.status, self.details = "cancelled", {"type": "cancelled", "reason": "server_aborted"}
+            elif final.finish_reason is FinishReason.LENGTH:
+                self.status, self.details = "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
+            else:
+                self.status = "completed"
+        elif self.status == "cancelled":
+            self.details = {"type": "cancelled", "reason": "client_cancelled"}
+        body = self._body()
+        text = "".join(self.text)
+        content = [{"type": "output_audio", "transcript": text} if "audio" in self.options.output_modalities
+                   else {"type": "output_text", "text": text}]
+        body["output"] = [{"id": self.item_id, "type": "message", "role": "assistant", "content": content}]
+        usage = final.usage if final is not None else None
+        if usage is not None:
+            body["usage"] = {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
+                             "total_tokens": usage.total_tokens}
+        await self.session.send(server_event("response.done", response=body))
+
+
+@dataclass
+class RealtimeService:
+    engine: OmniEngine
+    limits: ServerLimits
+
+
+@router.websocket("/v1/realtime")
+async def realtime(ws: WebSocket) -> None:
+    service: RealtimeService = ws.app.state.realtime
+    await ws.accept()
+    model = ws.query_params.get("model")
+    if model is not None and model != service.engine.model_name:
+        await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
+        await ws.close(code=1008)
+        return
+    await RealtimeSession(ws, service.engine, service.limits).run()
+
+
+def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits) -> None:
+    app.state.realtime = RealtimeService(engine, limits)
+    app.include_router(router)

@@ -1,0 +1,272 @@
+"""``WS /v1/realtime`` against the fake engine: event flow, cancel, malformed events, VAD, text-only engines."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from omnistage.audio.vad import EnergyVad, VadConfig
+from omnistage.entrypoints.openai.realtime import InputBuffer
+from tests.entrypoints.conftest import LiveServer
+
+TIMEOUT_S = 20.0
+
+
+def spoken_like(seconds: float, rate: int, seed: int = 0) -> np.ndarray:
+    """A voiced, syllable-modulated signal: harmonics of a wandering pitch under a 4 Hz envelope."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    pitch = 140 + 30 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(pitch) / rate
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 6))
+    envelope = 0.25 + 0.75 * np.abs(np.sin(2 * np.pi * 2 * t))
+    return (0.2 * envelope * voiced + 0.003 * rng.standard_normal(len(t))).astype(np.float32)
+
+
+def pcm16_pieces(samples: np.ndarray, rate: int, piece_ms: int = 100) -> Iterator[str]:
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
+    step = rate * piece_ms // 1000 * 2
+    for i in range(0, len(pcm), step):
+        yield base64.b64encode(pcm[i:i + step]).decode("ascii")
+
+
+def ws_url(server: LiveServer) -> str:
+    return server.base_url.replace("http://", "ws://") + "/v1/realtime"
+
+
+async def recv(ws: ClientConnection) -> dict:
+    return json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
+
+
+async def until(ws: ClientConnection, kind: str) -> tuple[dict, list[dict]]:
+    """Reads events up to the first of ``kind``; returns it and everything read before it."""
+    seen: list[dict] = []
+    while True:
+        event = await recv(ws)
+        if event["type"] == kind:
+            return event, seen
+        seen.append(event)
+
+
+async def send(ws: ClientConnection, event: dict) -> None:
+    await ws.send(json.dumps(event))
+
+
+async def open_session(server: LiveServer, **session: object) -> ClientConnection:
+    ws = await connect(ws_url(server))
+    created = await recv(ws)
+    assert created["type"] == "session.created"
+    if session:
+        await send(ws, {"type": "session.update", "session": session})
+        updated, _ = await until(ws, "session.updated")
+        assert updated["session"]["id"] == created["session"]["id"]
+    return ws
+
+
+async def stream_audio(ws: ClientConnection, samples: np.ndarray, rate: int) -> None:
+    for piece in pcm16_pieces(samples, rate):
+        await send(ws, {"type": "input_audio_buffer.append", "audio": piece})
+
+
+def test_audio_turn_streams_text_and_audio_then_done(server: LiveServer, processor) -> None:  # noqa: ANN001
+    async def scenario() -> None:
+        async with await open_session(server, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000}},
+                                                     "output": {"voice": "chelsie"}}) as ws:
+            await stream_audio(ws, spoken_like(1.0, 16000), 16000)
+            await send(ws, {"type": "input_audio_buffer.commit"})
+            committed, _ = await until(ws, "input_audio_buffer.committed")
+            await send(ws, {"type": "response.create"})
+            done, events = await until(ws, "response.done")
+            kinds = [e["type"] for e in events]
+            assert kinds[0] == "response.created"
+            assert "response.output_text.delta" in kinds and "response.output_audio_transcript.delta" in kinds
+            audio = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+            assert len(audio) > 0 and len(audio) % 2 == 0
+            text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+            assert text == "Hello from the fake engine."
+            assert done["response"]["status"] == "completed"
+            assert done["response"]["output"][0]["content"][0]["transcript"] == text
+            assert done["response"]["usage"]["output_tokens"] == 6
+            assert committed["item_id"]
+    asyncio.run(scenario())
+    request = server.engine.requests[-1]
+    assert request.wants_audio and request.voice == "Chelsie"
+    assert len(processor.seen_audios[-1]) == 16000  # one second at 16 kHz, passed through
+
+
+def test_24khz_input_is_resampled_to_16khz(server: LiveServer, processor) -> None:  # noqa: ANN001
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"]) as ws:  # the default rate: 24 kHz
+            await stream_audio(ws, spoken_like(0.5, 24000), 24000)
+            await send(ws, {"type": "input_audio_buffer.commit"})
+            await send(ws, {"type": "response.create"})
+            done, events = await until(ws, "response.done")
+            assert not any(e["type"] == "response.output_audio.delta" for e in events)
+            assert done["response"]["status"] == "completed"
+    asyncio.run(scenario())
+    assert len(processor.seen_audios[-1]) == 8000
+    assert not server.engine.requests[-1].wants_audio
+
+
+def test_cancel_mid_response_reports_cancelled_and_aborts(server: LiveServer) -> None:
+    server.engine.delay_s = 0.2
+
+    async def scenario() -> None:
+        async with await open_session(server) as ws:
+            await send(ws, {"type": "conversation.item.create",
+                            "item": {"type": "message", "role": "user",
+                                     "content": [{"type": "input_text", "text": "hi"}]}})
+            await until(ws, "conversation.item.created")
+            await send(ws, {"type": "response.create"})
+            await until(ws, "response.output_text.delta")
+            await send(ws, {"type": "response.cancel"})
+            done, _ = await until(ws, "response.done")
+            assert done["response"]["status"] == "cancelled"
+            # The socket still serves: a second cancel is an error, not a disconnect.
+            await send(ws, {"type": "response.cancel"})
+            error, _ = await until(ws, "error")
+            assert error["error"]["code"] == "response_cancel_not_active"
+    asyncio.run(scenario())
+    request_id = server.engine.requests[-1].request_id
+    assert request_id in server.engine.aborted and request_id in server.engine.closed
+
+
+@pytest.mark.parametrize(("raw", "code"), [
+    ("not json", "invalid_json"),
+    ("[1, 2]", "invalid_event"),
+    (json.dumps({"type": "nope.nothing", "event_id": "e1"}), "unknown_event_type"),
+    (json.dumps({"type": "input_audio_buffer.append", "audio": "***"}), "invalid_audio"),
+    (json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"abc").decode()}), "invalid_audio"),
+    (json.dumps({"type": "input_audio_buffer.append"}), "invalid_event"),
+    (json.dumps({"type": "input_audio_buffer.commit"}), "input_audio_buffer_commit_empty"),
+    (json.dumps({"type": "response.create"}), "conversation_empty"),
+    (json.dumps({"type": "session.update", "session": {"output_modalities": ["video"]}}), "invalid_value"),
+    (json.dumps({"type": "session.update", "session": {"audio": {"output": {"voice": "Nobody"}}}}), "invalid_voice"),
+    (json.dumps({"type": "session.update", "session": {"audio": {"input": {"format": {"rate": 8000}}}}}),
+     "invalid_value"),
+])
+def test_malformed_events_get_errors_and_the_socket_stays_usable(server: LiveServer, raw: str, code: str) -> None:
+    async def scenario() -> None:
+        async with await open_session(server) as ws:
+            await ws.send(raw)
+            error, _ = await until(ws, "error")
+            assert error["error"]["code"] == code and error["error"]["message"]
+            await send(ws, {"type": "session.update", "session": {"instructions": "be brief"}})
+            updated, _ = await until(ws, "session.updated")
+            assert updated["session"]["instructions"] == "be brief"
+    asyncio.run(scenario())
+
+
+def test_second_response_while_one_runs_is_refused(server: LiveServer) -> None:
+    server.engine.delay_s = 0.1
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"]) as ws:
+            await send(ws, {"type": "conversation.item.create",
+                            "item": {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
+            await send(ws, {"type": "response.create"})
+            await until(ws, "response.created")
+            await send(ws, {"type": "response.create"})
+            error, _ = await until(ws, "error")
+            assert error["error"]["code"] == "conversation_already_has_active_response"
+            done, _ = await until(ws, "response.done")
+            assert done["response"]["status"] == "completed"
+    asyncio.run(scenario())
+
+
+def test_history_is_kept_across_turns(server: LiveServer) -> None:
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"]) as ws:
+            for text in ("first question", "second question"):
+                await send(ws, {"type": "conversation.item.create",
+                                "item": {"role": "user", "content": [{"type": "input_text", "text": text}]}})
+                await send(ws, {"type": "response.create"})
+                await until(ws, "response.done")
+    asyncio.run(scenario())
+    first, second = (r.prompt.token_ids for r in server.engine.requests[-2:])
+    assert second[:len(first)] == first and len(second) > len(first)
+
+
+def test_text_only_engine_refuses_audio_output(server: LiveServer) -> None:
+    server.engine.supports_audio = False
+
+    async def scenario() -> None:
+        async with await open_session(server) as ws:
+            await send(ws, {"type": "session.update", "session": {"output_modalities": ["audio"]}})
+            error, _ = await until(ws, "error")
+            assert error["error"]["code"] == "audio_not_supported" and "text-only" in error["error"]["message"]
+    asyncio.run(scenario())
+
+
+def test_wrong_model_is_refused(server: LiveServer) -> None:
+    async def scenario() -> None:
+        async with connect(ws_url(server) + "?model=other") as ws:
+            error = await recv(ws)
+            assert error["type"] == "error" and error["error"]["code"] == "model_not_found"
+    asyncio.run(scenario())
+
+
+def test_server_vad_commits_at_end_of_speech_and_responds(server: LiveServer, processor) -> None:  # noqa: ANN001
+    rate = 16000
+    audio = np.concatenate([np.zeros(rate // 2, np.float32), spoken_like(0.8, rate),
+                            np.zeros(rate // 2, np.float32)])
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], audio={"input": {
+                "format": {"rate": rate}, "turn_detection": {"type": "server_vad", "silence_duration_ms": 300}}}) as ws:
+            await stream_audio(ws, audio, rate)
+            started, _ = await until(ws, "input_audio_buffer.speech_started")
+            stopped, _ = await until(ws, "input_audio_buffer.speech_stopped")
+            await until(ws, "input_audio_buffer.committed")
+            done, _ = await until(ws, "response.done")
+            assert done["response"]["status"] == "completed"
+            assert 400 <= started["audio_start_ms"] <= 600 and 1200 <= stopped["audio_end_ms"] <= 1400
+    asyncio.run(scenario())
+    # Committed from 300 ms (prefix padding) before the start of speech.
+    assert 0.9 * rate < len(processor.seen_audios[-1]) < 1.6 * rate
+
+
+def test_energy_vad_on_pieces_matches_whole() -> None:
+    rate = 24000
+    audio = np.concatenate([np.zeros(rate, np.float32), spoken_like(1.0, rate), np.zeros(rate, np.float32)])
+    whole = EnergyVad(VadConfig(silence_duration_ms=200), rate).feed(audio)
+    vad = EnergyVad(VadConfig(silence_duration_ms=200), rate)
+    pieces = [e for i in range(0, len(audio), 1234) for e in vad.feed(audio[i:i + 1234])]
+    assert whole == pieces and [e.kind for e in whole] == ["speech_started", "speech_stopped"]
+    assert abs(whole[0].sample - rate) <= rate // 50 * 3
+
+
+def test_input_buffer_resamples_with_a_real_filter() -> None:
+    buffer = InputBuffer(24000, max_seconds=5)
+    t = np.arange(24000) / 24000
+    tone = 0.5 * np.sin(2 * np.pi * 1000 * t)
+    buffer.append((tone * 32767).astype("<i2").tobytes())
+    out = buffer.take()
+    assert len(out) == 16000
+    spectrum = np.abs(np.fft.rfft(out))
+    assert abs(int(np.argmax(spectrum)) - 1000) <= 1
+
+
+def test_speech_during_a_response_barges_in(server: LiveServer) -> None:
+    server.engine.delay_s = 0.3
+    rate = 16000
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], audio={"input": {
+                "format": {"rate": rate}, "turn_detection": {"type": "server_vad", "create_response": False}}}) as ws:
+            await send(ws, {"type": "conversation.item.create",
+                            "item": {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
+            await send(ws, {"type": "response.create"})
+            await until(ws, "response.created")
+            await stream_audio(ws, spoken_like(0.5, rate), rate)
+            await until(ws, "input_audio_buffer.speech_started")
+            done, _ = await until(ws, "response.done")
+            assert done["response"]["status"] == "cancelled"
+    asyncio.run(scenario())
+    assert server.engine.requests[-1].request_id in server.engine.aborted

@@ -1,0 +1,120 @@
+"""``WS /v1/realtime`` on the real tiny pipeline: spoken input → text + audio deltas, barge-in frees every
+stage's KV blocks, and a second turn reuses the first turn's prefix in the thinker's cache."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from pathlib import Path
+
+import pytest
+
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.entrypoints.openai.realtime import Turn, render_prompt
+from omnistage.pipeline.async_omni import AsyncOmni
+from omnistage.pipeline.runtime import PipelineOptions
+from tests.entrypoints.server_thread import ServerThread
+from tests.entrypoints.test_realtime import open_session, send, spoken_like, stream_audio, until
+from tests.pipeline.specs import small_dict, write_spec
+
+pytestmark = pytest.mark.e2e
+LONG_FRAMES = 160  # talker frames a response makes at least: long enough to cancel in the middle
+
+
+class _Server:
+    def __init__(self, base_url: str, engine: AsyncOmni) -> None:
+        self.base_url, self.engine = base_url, engine
+
+
+@pytest.fixture(scope="module")
+def live(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    data = small_dict(talker_frames=LONG_FRAMES)
+    config = write_spec(tmp_path_factory.mktemp("stages"), data)
+    engine = AsyncOmni(tiny_dir, config, PipelineOptions(in_process=True, talker_min_new_tokens=LONG_FRAMES), "tiny")
+    thread = ServerThread(build_app(engine))
+    try:
+        yield _Server(thread.start(), engine)
+    finally:
+        thread.stop()
+        asyncio.run(engine.shutdown())
+
+
+def _kv_in_use(engine: AsyncOmni) -> dict[str, int]:
+    return {f"{r.stage}/{r.replica}": r.kv_blocks_used + r.running + r.queue_depth for r in engine.stats().replicas}
+
+
+def _wait_idle(engine: AsyncOmni, timeout_s: float = 15.0) -> dict[str, int]:
+    deadline = time.monotonic() + timeout_s
+    while any(_kv_in_use(engine).values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _kv_in_use(engine)
+
+
+def test_spoken_turn_streams_text_and_audio(live: _Server) -> None:
+    async def scenario() -> None:
+        async with await open_session(live, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000}}}) as ws:
+            await stream_audio(ws, spoken_like(1.0, 16000), 16000)  # 100 ms pieces
+            await send(ws, {"type": "input_audio_buffer.commit"})
+            await send(ws, {"type": "response.create", "response": {"max_output_tokens": 6}})
+            done, events = await until(ws, "response.done")
+            kinds = [e["type"] for e in events]
+            assert "response.output_text.delta" in kinds and "response.output_audio_transcript.delta" in kinds
+            pcm = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+            assert len(pcm) > 0 and len(pcm) % 2 == 0
+            assert done["response"]["status"] in ("completed", "incomplete")
+    asyncio.run(scenario())
+    assert not any(_wait_idle(live.engine).values())
+
+
+def test_cancel_mid_response_frees_every_stage(live: _Server) -> None:
+    async def scenario() -> None:
+        async with await open_session(live) as ws:
+            await send(ws, {"type": "conversation.item.create",
+                            "item": {"role": "user", "content": [{"type": "input_text", "text": "talk to me"}]}})
+            await send(ws, {"type": "response.create", "response": {"max_output_tokens": 64}})
+            await until(ws, "response.output_audio.delta")  # mid-response: audio is flowing
+            await send(ws, {"type": "response.cancel"})
+            done, _ = await until(ws, "response.done")
+            assert done["response"]["status"] == "cancelled"
+    asyncio.run(scenario())
+    assert _wait_idle(live.engine) == {k: 0 for k in _kv_in_use(live.engine)}
+
+
+def test_second_turn_reuses_the_cached_prefix(tiny_dir: Path) -> None:
+    """The thinker engine itself (no server): turn 2's prompt, as the session renders it, hits turn 1's blocks."""
+    from omnistage.config.pipeline import parse_pipeline
+    from omnistage.ipc.messages import StartThinker, ThinkerTokens, WireSampling
+    from omnistage.pipeline.workers import ThinkerWorker, WorkerSpec
+    from omnistage.processing.prompt import PromptProcessor
+
+    spec = parse_pipeline(small_dict()).stage("thinker")
+    assert spec.engine.enable_prefix_caching
+    worker = ThinkerWorker(WorkerSpec(str(tiny_dir), spec))
+    processor = PromptProcessor.from_folder(tiny_dir)
+    instructions = "You are a helpful voice assistant. Answer briefly and kindly, in one sentence."
+    turns = [Turn("item_1", "user", text="What is the weather like on the coast today?")]
+
+    def run(request_id: str, token_ids: list[int]) -> list[int]:
+        worker.handle(StartThinker(request_id, token_ids, WireSampling(temperature=0.0, max_tokens=12)))
+        request = worker.requests[request_id]
+        out: list[int] = []
+        while True:
+            for msg in worker.step().outputs:
+                if isinstance(msg, ThinkerTokens) and msg.request_id == request_id:
+                    out.extend(msg.token_ids)
+                    if msg.finished:
+                        run.cached = request.num_cached_tokens  # type: ignore[attr-defined]
+                        return out
+
+    first = render_prompt(processor, instructions, turns).token_ids
+    answer = processor.tokenizer.decode(run("turn-1", first), skip_special_tokens=True)
+    assert run.cached == 0  # type: ignore[attr-defined]
+    turns += [Turn("item_2", "assistant", text=answer), Turn("item_3", "user", text="And tomorrow?")]
+    second = render_prompt(processor, instructions, turns).token_ids
+    assert second[:len(first)] == first
+    run("turn-2", second)
+    block = spec.engine.block_size
+    assert run.cached >= len(first) // block * block > 0  # type: ignore[attr-defined]
+    print(f"\nturn 2 prompt {len(second)} tokens, {run.cached} from the prefix cache "  # type: ignore[attr-defined]
+          f"(turn 1 prompt {len(first)} tokens)")
