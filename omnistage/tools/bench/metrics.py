@@ -120,5 +120,9 @@ def summarize(records: list[StreamRecord], wall_s: float, underrun_tolerance_s: 
         audio_streams=len(shortfalls),
         underrun_streams=sum(1 for s in shortfalls if s > underrun_tolerance_s),
         max_underrun_ms=1000.0 * max(shortfalls, default=0.0),
+        # A player that pauses to rebuffer stalls for exactly the shortfall in total: the mean is the stutter a
+        # listener of this load hears, finer than the count of streams that stuttered at all.
+        mean_underrun_ms=1000.0 * float(np.mean(shortfalls)) if shortfalls else 0.0,
+        total_underrun_s=float(sum(shortfalls)),
     )
     return out
