@@ -35,7 +35,8 @@ from omnistage.ipc.messages import (
     WirePromptLayout,
 )
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer, Tokenizer
-from omnistage.pipeline.request_state import AudioProgress, OutputSink, RequestState, RequestTrace, finish_reason
+from omnistage.pipeline.request_state import (SAMPLE_RATE, AudioProgress, OutputSink, RequestState, RequestTrace,
+                                              finish_reason)
 from omnistage.pipeline.router import StageRouter
 from omnistage.pipeline.sampling import initial_chunk_frames, talker_sampling, thinker_sampling
 from omnistage.pipeline.topology import Topology
@@ -150,6 +151,7 @@ class RequestFlows:
         if state is None or state.thinker_done:
             return  # aborted, or tokens still in flight after a stop string ended the text
         state.trace.mark("first_text")
+        state.num_cached_tokens = max(state.num_cached_tokens, msg.num_cached_tokens)
         state.num_output_tokens += len(msg.token_ids)
         delta = state.detok.add(msg.token_ids, final=msg.finished)
         finished = msg.finished or delta.stopped
@@ -198,7 +200,7 @@ class RequestFlows:
                      DecodeChunk(msg.request_id, job.chunk_index, job.codes, job.left_context, job.is_last,
                                  deadline=audio.deadline(now)))
             audio.chunks_sent += 1
-            audio.frames_sent += job.codes.shape[1] - job.left_context
+            audio.sent(job.codes.shape[1] - job.left_context)
         if audio.done:  # no chunk in flight: code2wav is done with it even if the thinker is not
             self.routers[self.topo.code2wav].release(msg.request_id)
         self._deliver(state)
@@ -208,8 +210,7 @@ class RequestFlows:
         if state is None or state.audio is None:
             return
         state.audio.chunks_received += 1
-        if state.audio.play_start is None:
-            state.audio.play_start = time.monotonic()
+        state.audio.delivered(time.monotonic(), msg.wav.shape[0] / SAMPLE_RATE)
         state.trace.mark("first_audio")
         if state.audio.done:
             self.routers[self.topo.code2wav].release(msg.request_id)
@@ -249,7 +250,8 @@ class RequestFlows:
 
     @staticmethod
     def _usage(state: RequestState) -> Usage:
-        return Usage(prompt_tokens=state.num_prompt_tokens, completion_tokens=state.num_output_tokens)
+        return Usage(prompt_tokens=state.num_prompt_tokens, completion_tokens=state.num_output_tokens,
+                     cached_tokens=state.num_cached_tokens)
 
     def _record(self, state: RequestState) -> None:
         state.trace.mark("finished")

@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING
 from omnistage.core import FinishReason, OmniOutput, OmniRequest
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer
 
+# One codec frame of audio: the 12.5 Hz codec's frame, 1920 samples at 24 kHz.
+FRAME_S = 0.08
+SAMPLE_RATE = 24000
+
 if TYPE_CHECKING:
     from omnistage.pipeline.qwen3_omni_stages import FrameChunker
 
@@ -59,14 +63,29 @@ class AudioProgress:
     chunks_sent: int = 0
     chunks_received: int = 0
     play_start: float | None = None  # monotonic time the caller got its first audio (a player starts then)
+    play_end: float | None = None  # when the caller's player runs dry, if it pauses whenever it ran dry before
     frames_sent: int = 0  # new frames (left context excluded) sent to code2wav so far
+    in_flight_s: float = 0.0  # audio sent to code2wav and not back yet
 
-    def deadline(self, now: float, frame_s: float = 0.08, startup_s: float = 1.0) -> float:
-        """When a player of this stream runs dry unless the next chunk arrives: its start plus the audio sent
-        before that chunk (12.5 Hz frames). A stream not yet playing cannot run dry; it is given ``startup_s``
-        of slack, so streams already playing and nearly out go first, yet new streams cannot starve."""
-        start = now + startup_s if self.play_start is None else self.play_start
-        return start + self.frames_sent * frame_s
+    def sent(self, frames: int, frame_s: float = FRAME_S) -> None:
+        self.frames_sent += frames
+        self.in_flight_s += frames * frame_s
+
+    def delivered(self, now: float, seconds: float) -> None:
+        """``seconds`` of audio reached the caller at ``now``; a player that ran dry resumes then."""
+        if self.play_start is None:
+            self.play_start = now
+        self.play_end = max(now, self.play_end or now) + seconds
+        self.in_flight_s = max(0.0, self.in_flight_s - seconds)
+
+    def deadline(self, now: float, startup_s: float = 1.0) -> float:
+        """When this stream's player runs dry unless a chunk sent now arrives: the audio it holds, then the audio
+        already on its way. A stream not yet playing cannot run dry; it is given ``startup_s`` of slack, so
+        streams already playing and nearly out go first, yet new streams cannot starve. A player that already ran
+        dry counts from ``now``: it stalls until the next chunk, and chasing its past deadline would make every
+        stream late under overload (EDF's domino effect)."""
+        start = now + startup_s if self.play_end is None else max(now, self.play_end)
+        return start + self.in_flight_s
 
     @property
     def done(self) -> bool:
@@ -80,6 +99,7 @@ class RequestState:
     detok: IncrementalDetokenizer
     trace: RequestTrace = field(default_factory=RequestTrace)
     num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
     num_output_tokens: int = 0
     thinker_done: bool = False
     reason: FinishReason | None = None
