@@ -27,6 +27,7 @@ def test_text_only(server: LiveServer) -> None:
     assert reply.object == "chat.completion" and reply.model == "fake-omni"
     assert reply.usage.completion_tokens == len(WORDS)
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + len(WORDS)
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0  # OpenAI's field; the fake engine caches nothing
     request = server.engine.requests[-1]
     assert request.modalities == frozenset({Modality.TEXT})
     assert reply.id == request.request_id
@@ -128,6 +129,15 @@ def test_sampling_fields_reach_the_engine(server: LiveServer) -> None:
     sampling = server.engine.requests[-1].sampling
     assert (sampling.temperature, sampling.top_p, sampling.max_tokens, sampling.seed) == (0.3, 0.9, 3, 7)
     assert sampling.stop == ("\n", "END") and sampling.top_k == 5 and sampling.repetition_penalty == 1.1
+
+
+def test_first_audio_chunk_size_reaches_the_engine(server: LiveServer) -> None:
+    server.client().chat.completions.create(
+        model="fake-omni", messages=USER, modalities=["text", "audio"], audio={"voice": "ethan", "format": "wav"},
+        extra_body={"initial_codec_chunk_frames": 4})
+    assert server.engine.requests[-1].initial_codec_chunk_frames == 4
+    server.client().chat.completions.create(model="fake-omni", messages=USER)
+    assert server.engine.requests[-1].initial_codec_chunk_frames is None  # the pipeline chooses by load
 
 
 def test_max_tokens_truncates_with_length(server: LiveServer) -> None:

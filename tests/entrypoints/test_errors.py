@@ -57,6 +57,8 @@ CHAT_ERRORS: list[tuple[str, Callable[[LiveServer], Body], int, str | None, str 
     ("temperature", lambda s: {"temperature": 3.5}, 400, "temperature", None),
     ("top_p", lambda s: {"top_p": 0}, 400, "top_p", None),
     ("n", lambda s: {"n": 2}, 400, "n", None),
+    ("first chunk", lambda s: {"extra_body": {"initial_codec_chunk_frames": 0}}, 400, "initial_codec_chunk_frames",
+     None),
     ("stops", lambda s: {"stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
     ("unknown field", lambda s: {"extra_body": {"frobnicate": True}}, 400, "frobnicate", None),
     ("unknown role", lambda s: {"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role", None),

@@ -122,6 +122,9 @@ class ChatCompletionRequest(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    initial_codec_chunk_frames: int | None = Field(
+        None, ge=1, le=300, description="extension: codec frames (12.5 Hz) in the first audio chunk; "
+                                        "smaller starts audio sooner. Default: chosen by load")
 
     @field_validator("n")
     @classmethod
@@ -149,10 +152,15 @@ class ChatCompletionRequest(_Strict):
 FinishReasonName = Literal["stop", "length"]
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class ChatCompletionAudio(BaseModel):

@@ -42,6 +42,7 @@ from omnistage.entrypoints.openai.protocol import (
     DeltaAudio,
     ErrorDetail,
     ErrorResponse,
+    PromptTokensDetails,
     UsageInfo,
 )
 from omnistage.entrypoints.openai.serving_common import (
@@ -83,7 +84,8 @@ class _Completion:
 
 def _usage_info(usage: Usage) -> UsageInfo:
     return UsageInfo(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                     total_tokens=usage.total_tokens)
+                     total_tokens=usage.total_tokens,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens))
 
 
 class ChatService:
@@ -107,7 +109,8 @@ class ChatService:
                                  repetition_penalty=body.repetition_penalty, seed=body.seed, stop=body.stop_sequences)
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if audio else set()))
         request = OmniRequest(request_id=f"chatcmpl-{uuid.uuid4().hex}", prompt=prompt, modalities=modalities,
-                              sampling=sampling, **({"voice": audio.voice} if audio else {}))
+                              sampling=sampling, initial_codec_chunk_frames=body.initial_codec_chunk_frames,
+                              **({"voice": audio.voice} if audio else {}))
         ticket = self.admission.admit()  # last: a request refused for load has passed every other check
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
