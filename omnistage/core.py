@@ -73,6 +73,7 @@ class OmniRequest:
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # of prompt_tokens, those served from the thinker's prefix cache
 
     @property
     def total_tokens(self) -> int:

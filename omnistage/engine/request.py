@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -28,6 +29,20 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
+@dataclass(frozen=True)
+class MultimodalSpan:
+    """Prompt positions ``[start, end)`` whose embeddings come from one multimodal item (an audio, an image, a
+    video), and a digest of that item's content: what, besides the ids, a prefix-cache block over them depends on."""
+
+    start: int
+    end: int
+    content_hash: bytes  # SHA-256 digest
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end or len(self.content_hash) != 32:
+            raise ValueError(f"a multimodal span needs 0 <= start < end and a 32-byte digest: {self}")
+
+
 class Request:
     """A generation request inside one stage's engine.
 
@@ -36,7 +51,11 @@ class Request:
     are the prompt's rotary positions (``[3, L]`` for M-RoPE, ``[L]`` otherwise;
     None = ``0..L-1``); generated token ``p`` sits at ``p + rope_delta``.
     ``stage_data`` is per-request state owned by a stage's step hook (the
-    talker's trailing text), opaque to the engine.
+    talker's trailing text), opaque to the engine. ``mm_spans`` says that the
+    embeddings are the ids' own except over these items (the thinker's merged
+    encoder features), so the prompt is identified by ids + item hashes and may
+    share prefix-cache blocks; None (the default with embeddings, e.g. the
+    talker's projected states) means they are not, and it never shares.
     """
 
     def __init__(
@@ -51,6 +70,7 @@ class Request:
         eos_token_id: int | None = None,
         stage_data: object | None = None,
         arrival_time: float | None = None,
+        mm_spans: tuple[MultimodalSpan, ...] | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids or [])
@@ -62,6 +82,7 @@ class Request:
         self.sampling_params = sampling_params
         self.eos_token_id = eos_token_id
         self.stage_data = stage_data
+        self.mm_spans = mm_spans
         self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
 
         self.output_token_ids: list[int] = []
@@ -71,7 +92,7 @@ class Request:
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None
         # Chained hashes of this request's full blocks, extended as blocks fill (prefix caching).
-        self.block_hashes: list[int] = []
+        self.block_hashes: list[bytes] = []
 
     @property
     def num_tokens(self) -> int:
@@ -87,8 +108,12 @@ class Request:
 
     @property
     def prefix_cacheable(self) -> bool:
-        """Embedding prompts (multimodal, talker) are not identified by their ids, so never shared."""
-        return self.prompt_embeds is None
+        """Token prompts, and embedding prompts identified by ids + multimodal item hashes (``mm_spans``)."""
+        return self.prompt_embeds is None or (self.mm_spans is not None and bool(self.prompt_token_ids))
+
+    def mm_spans_in(self, start: int, end: int) -> list[MultimodalSpan]:
+        """The multimodal items that overlap positions ``[start, end)`` (a block's extra hash keys)."""
+        return [s for s in self.mm_spans or () if s.start < end and s.end > start]
 
     def token_id(self, pos: int) -> int:
         """The input id at position ``pos``; 0 for embedding-only prompt positions."""

@@ -26,6 +26,7 @@ from torch import nn
 from omnistage.engine import EngineConfig, Request, RequestOutput, SamplingParams
 from omnistage.engine.generation_engine import ChunkJob, ChunkOutput, GenerationEngineCore
 from omnistage.models.qwen3_omni.code2wav import Code2Wav, load_code2wav
+from omnistage.models.qwen3_omni.mm_spans import multimodal_spans
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
 from omnistage.models.qwen3_omni.talker import Talker
 from omnistage.models.qwen3_omni.thinker import Thinker
@@ -109,8 +110,8 @@ def build_thinker_request(
     *, for_talker: bool = False,
 ) -> Request:
     """The thinker engine's request (run with :class:`ThinkerStepHook`). ``for_talker`` captures the accept-layer
-    states the talker reads at multimodal rows; such prompts go in as embeddings, never prefix-cached, so the
-    capture starts at position 0."""
+    states the talker reads at multimodal rows. Prompts with media go in as embeddings keyed by their items'
+    content (``multimodal_spans``), so they share prefix-cache blocks like token prompts do."""
     device = next(thinker.parameters()).device
     ids = torch.tensor(prompt.token_ids, dtype=torch.long)
     positions, delta = thinker.positions(ids, prompt.mm)
@@ -119,7 +120,8 @@ def build_thinker_request(
     embeds = thinker.embed(ids.to(device), prompt.mm) if _has_media(prompt.mm) or capture else None
     data = ThinkerRequestData(deepstack=embeds.deepstack if embeds else None, capture_hidden=capture)
     return Request(request_id, prompt.token_ids, params, prompt_embeds=embeds.inputs_embeds if embeds else None,
-                   prompt_positions=positions, rope_delta=delta, eos_token_id=eos_token_id, stage_data=data)
+                   prompt_positions=positions, rope_delta=delta, eos_token_id=eos_token_id, stage_data=data,
+                   mm_spans=multimodal_spans(prompt.token_ids, prompt.mm, thinker.mrope_tokens))
 
 
 def multimodal_hidden(request: Request, multimodal: frozenset[int]) -> torch.Tensor | None:

@@ -125,11 +125,20 @@ class PromptProcessor:
     def _audio(self, audios: list[np.ndarray]) -> tuple[tuple, list[int]]:
         if not audios:
             return (None, None), []
-        out = self.features([a.astype(np.float32) for a in audios], sampling_rate=AUDIO_SAMPLE_RATE,
-                            return_attention_mask=True, padding=True, truncation=False, return_tensors="pt")
-        mask = out["attention_mask"]
+        # One audio at a time, then padded: batched, the extractor pads the waveforms first and a shorter
+        # audio's last frame sees zeros instead of its own reflection, so its features (and every KV row
+        # after it) would depend on the other audios of the prompt and a next turn could not reuse them.
+        outs = [self.features(a.astype(np.float32), sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True,
+                              padding=True, truncation=False, return_tensors="pt") for a in audios]
+        frames = max(out["input_features"].shape[-1] for out in outs)
+        features = torch.zeros(len(outs), outs[0]["input_features"].shape[1], frames)
+        mask = torch.zeros(len(outs), frames, dtype=outs[0]["attention_mask"].dtype)
+        for i, out in enumerate(outs):
+            n = out["input_features"].shape[-1]
+            features[i, :, :n] = out["input_features"][0]
+            mask[i, :n] = out["attention_mask"][0]
         counts = audio_token_count(mask.sum(-1), self.n_window).tolist()
-        return (out["input_features"], mask), [int(c) for c in counts]
+        return (features, mask), [int(c) for c in counts]
 
     def _images(self, images: list) -> tuple[tuple, list[int]]:
         if not images:

@@ -57,6 +57,7 @@ class ARModelRunner:
         self.config = config
         self.device = torch.device(config.device)
         self.hook = hook or StepHook()
+        self.hook.bind(config)
         self.backend = backend or default_backend(self.device)
         self.num_blocks = config.num_blocks
         self.kv_caches = allocate_kv_caches(tuple(model.kv_cache_spec()), config)

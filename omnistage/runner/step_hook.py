@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
 from omnistage.runner.base import ARModel, SampleFn
 
@@ -32,6 +33,9 @@ class OutputSpan:
 class StepHook:
     # True when generated positions are fed as hook-made embeddings rather than as ids.
     feeds_output_embeds: bool = False
+
+    def bind(self, config: EngineConfig) -> None:
+        """Called once by the runner, before any step, with the engine's sizes (KV blocks, block size)."""
 
     def is_ready(self, request: Request) -> bool:
         """False holds a running request out of this step (it keeps its blocks)."""

@@ -3,9 +3,13 @@
 A multimodal prompt arrives as merged embeddings plus deepstack features
 (added to the visual rows after the first decoder layers). Prompts may be
 chunked and batched, so each step cuts every request's chunk out of its
-features and re-bases the rows onto the flattened batch. Requests that feed a
-talker also keep the thinker's ``accept_hidden_layer`` states, one row per
-computed position (recomputed positions after preemption are not stored twice).
+features and re-bases the rows onto the flattened batch (a prompt resumed
+after a prefix-cache hit gets only its uncached rows' features: the cached
+rows' deepstack part is already in their KV). Requests that feed a talker also
+keep the thinker's ``accept_hidden_layer`` states, one row per computed
+position (recomputed positions after preemption are not stored twice); with
+prefix caching on, the states of positions served from the cache come from a
+:class:`HiddenStateCache` beside the KV cache.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
+from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
 from omnistage.models.qwen3_omni.decoder import Deepstack
 from omnistage.runner.base import ARModel
+from omnistage.runner.hidden_cache import HiddenStateCache
 from omnistage.runner.step_hook import StepHook
 
 if TYPE_CHECKING:
@@ -35,10 +41,13 @@ class ThinkerRequestData:
     num_captured: int = 0
 
     def hidden_states(self) -> torch.Tensor:
-        """``[num_captured, H]``: accept-layer hidden states of every position computed so far."""
+        """``[num_captured, H]``: accept-layer hidden states of every position so far. Rows served from the
+        prefix cache are exact at multimodal positions (the ones the talker reads), not necessarily elsewhere."""
         return torch.cat(self.accept_hidden)
 
     def record(self, start: int, rows: torch.Tensor) -> None:
+        if start > self.num_captured:
+            raise RuntimeError(f"hidden states of positions {self.num_captured}..{start} were skipped")
         skip = self.num_captured - start  # positions recomputed after a preemption are already stored
         if skip < rows.shape[0]:
             self.accept_hidden.append(rows[max(skip, 0):].clone())
@@ -50,7 +59,18 @@ def _data(request: Request) -> ThinkerRequestData | None:
     return data if isinstance(data, ThinkerRequestData) else None
 
 
+# A capturing request's share of a step: (its index in the step, flat start, its data, first position, count).
+_Capture = tuple[int, int, ThinkerRequestData, int, int]
+
+
 class ThinkerStepHook(StepHook):
+    def __init__(self) -> None:
+        self.hidden_cache: HiddenStateCache | None = None
+
+    def bind(self, config: EngineConfig) -> None:
+        if config.enable_prefix_caching:
+            self.hidden_cache = HiddenStateCache(config.num_blocks * config.block_size, config.block_size)
+
     def _deepstack(self, inputs: StepInputs) -> Deepstack | None:
         parts = []
         for t, request, start, end in inputs.embed_prompt:
@@ -60,25 +80,43 @@ class ThinkerStepHook(StepHook):
         return Deepstack.concat(parts)
 
     @staticmethod
-    def _captures(inputs: StepInputs) -> list[tuple[int, ThinkerRequestData, int, int]]:
+    def _captures(inputs: StepInputs) -> list[_Capture]:
         out = []
-        for t, request, start, count in inputs.spans:
+        for i, (t, request, start, count) in enumerate(inputs.spans):
             data = _data(request)
             if data is not None and data.capture_hidden:
-                out.append((t, data, start, count))
+                out.append((i, t, data, start, count))
         return out
 
+    def _keeps_hidden(self, inputs: StepInputs) -> bool:
+        """Whether this step computes multimodal prompt rows whose states a later prefix hit may need."""
+        return self.hidden_cache is not None and any(
+            request.prefix_cacheable and request.mm_spans_in(start, end)
+            for _, request, start, end in inputs.embed_prompt)
+
     def plain_forward(self, inputs: StepInputs) -> bool:
-        return not self._captures(inputs) and self._deepstack(inputs) is None
+        return not self._captures(inputs) and self._deepstack(inputs) is None and not self._keeps_hidden(inputs)
 
     def forward(self, model: ARModel, inputs: StepInputs, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
         thinker = cast("Thinker", model)  # deepstack and accept-layer capture are thinker-only inputs
         deepstack = self._deepstack(inputs)
         captures = self._captures(inputs)
-        if not captures:
+        keep = self._keeps_hidden(inputs)
+        if not captures and not keep:
             return thinker.forward(inputs.input_ids, inputs.positions, inputs_embeds, deepstack=deepstack)
         hidden, accept = thinker.forward_with_accept_hidden(
             inputs.input_ids, inputs.positions, inputs_embeds, deepstack)
-        for t, data, start, count in captures:
+        # Written before the reads below: a request may hit blocks that another one fills in this same step.
+        if keep and self.hidden_cache is not None:
+            self.hidden_cache.write(inputs.meta.slot_mapping, accept)
+        for i, t, data, start, count in captures:
+            if data.num_captured < start:  # positions served from the prefix cache
+                cached = self._cached_hidden(inputs, i, data.num_captured, start)
+                data.record(data.num_captured, cached)
             data.record(start, accept[t:t + count])
         return hidden
+
+    def _cached_hidden(self, inputs: StepInputs, index: int, start: int, end: int) -> torch.Tensor:
+        if self.hidden_cache is None:
+            raise RuntimeError("a capturing request skipped positions, but no hidden states are cached")
+        return self.hidden_cache.read(inputs.meta.block_tables[index], start, end)

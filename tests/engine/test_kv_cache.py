@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from omnistage.engine.kv_cache import BlockPool, KVCacheManager
-from omnistage.engine.request import Request
+from omnistage.engine.kv_cache.manager import hash_block
+from omnistage.engine.request import MultimodalSpan, Request
 from omnistage.engine.sampling_params import SamplingParams
 
 
@@ -100,6 +101,43 @@ def test_embedding_prompts_are_never_shared() -> None:
     manager.allocate_slots(req, 5)
     other = _req("f", [1, 2, 3, 4, 5], prompt_embeds=torch.ones(5, 3))
     assert manager.get_computed_blocks(other) == ([], 0)
+
+
+AUDIO_A, AUDIO_B = bytes(range(32)), bytes(range(1, 33))  # two items' content digests
+
+
+def _mm_req(rid: str, digest: bytes, start: int = 5, end: int = 11) -> Request:
+    """16 ids (4 blocks of 4) with one audio item over positions [start, end), fed as embeddings."""
+    ids = [7] * 5 + [99] * 6 + [8] * 5  # 99: the placeholder id, equal whatever the audio
+    return _req(rid, ids, prompt_embeds=torch.zeros(16, 3), mm_spans=(MultimodalSpan(start, end, digest),))
+
+
+def test_block_hashes_cover_the_multimodal_items_in_them() -> None:
+    manager = KVCacheManager(num_blocks=16, block_size=4)
+    a, same, other = _mm_req("a", AUDIO_A), _mm_req("s", AUDIO_A), _mm_req("o", AUDIO_B)
+    for req in (a, same, other):
+        manager.get_computed_blocks(req)  # hashes its 3 leading full blocks
+    assert a.block_hashes == same.block_hashes and len(a.block_hashes) == 3
+    assert a.block_hashes[0] == other.block_hashes[0]  # positions 0-3: before the audio
+    # Blocks 1 and 2 hold the audio's rows; any later block differs through the chain.
+    assert all(x != y for x, y in zip(a.block_hashes[1:], other.block_hashes[1:]))
+    moved = _mm_req("m", AUDIO_A, start=6)  # same content, other placement
+    manager.get_computed_blocks(moved)
+    assert moved.block_hashes[1] != a.block_hashes[1]
+    assert hash_block(None, [1, 2]) != hash_block(None, [1, 2], [MultimodalSpan(0, 2, AUDIO_A)])
+
+
+def test_multimodal_prompts_hit_only_with_the_same_items() -> None:
+    manager = KVCacheManager(num_blocks=16, block_size=4)
+    a = _mm_req("a", AUDIO_A)
+    manager.allocate_slots(a, a.num_tokens)
+    hits, n = manager.get_computed_blocks(_mm_req("s", AUDIO_A))
+    assert n == 12 and [b.block_id for b in hits] == manager.block_ids("a")[:3]
+    assert manager.get_computed_blocks(_mm_req("o", AUDIO_B))[1] == 4  # only the text block before the audio
+    unkeyed = _req("u", [7] * 5 + [99] * 6 + [8] * 5, prompt_embeds=torch.zeros(16, 3))  # e.g. talker states
+    assert not unkeyed.prefix_cacheable and manager.get_computed_blocks(unkeyed) == ([], 0)
+    with pytest.raises(ValueError):
+        MultimodalSpan(3, 3, AUDIO_A)
 
 
 def test_no_caching_when_disabled() -> None:

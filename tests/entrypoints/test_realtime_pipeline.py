@@ -1,5 +1,5 @@
 """``WS /v1/realtime`` on the real tiny pipeline: spoken input → text + audio deltas, barge-in frees every
-stage's KV blocks, and a second turn reuses the first turn's prefix in the thinker's cache."""
+stage's KV blocks, and later turns reuse the earlier turns' prefix (spoken ones included) in the thinker's cache."""
 
 from __future__ import annotations
 
@@ -79,6 +79,30 @@ def test_cancel_mid_response_frees_every_stage(live: _Server) -> None:
             assert done["response"]["status"] == "cancelled"
     asyncio.run(scenario())
     assert _wait_idle(live.engine) == {k: 0 for k in _kv_in_use(live.engine)}
+
+
+def test_spoken_turns_report_the_prefix_cache_hits(live: _Server) -> None:
+    """Each spoken turn re-sends the conversation; from turn 2 on, the earlier turns (their audio included) come
+    from the thinker's prefix cache, which response.done reports as usage.input_token_details.cached_tokens."""
+    block = 16  # the preset thinker's block size
+    usages: list[dict] = []
+
+    async def scenario() -> None:
+        async with await open_session(live, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000}}}) as ws:
+            for seed, seconds in ((11, 1.0), (12, 1.4), (13, 0.6)):  # seeds no other test speaks with
+                await stream_audio(ws, spoken_like(seconds, 16000, seed=seed), 16000)
+                await send(ws, {"type": "input_audio_buffer.commit"})
+                await send(ws, {"type": "response.create", "response": {"max_output_tokens": 6}})
+                done, _ = await until(ws, "response.done")
+                assert done["response"]["status"] in ("completed", "incomplete")
+                usages.append(done["response"]["usage"])
+    asyncio.run(scenario())
+    inputs = [u["input_tokens"] for u in usages]
+    cached = [u["input_token_details"]["cached_tokens"] for u in usages]
+    print(f"\nspoken turns: prompt tokens {inputs}, from the prefix cache {cached}")
+    assert cached[0] < inputs[0]  # a new audio: at most the text before it is shared
+    for previous, now in zip(inputs, cached[1:]):
+        assert now >= previous // block * block > 0  # every full block of the previous turn's prompt
 
 
 def test_second_turn_reuses_the_cached_prefix(tiny_dir: Path) -> None:

@@ -19,7 +19,7 @@ class KVBlock:
     block_id: int
     ref_cnt: int = 0
     # Hash of the full block's tokens chained with its prefix; None while partial or uncached.
-    block_hash: int | None = None
+    block_hash: bytes | None = None
 
 
 class BlockPool:
@@ -32,7 +32,7 @@ class BlockPool:
         self.null_block = self.blocks[0]
         # Insertion order is eviction order: the head is the least recently freed block.
         self._free: OrderedDict[int, KVBlock] = OrderedDict((b.block_id, b) for b in self.blocks[1:])
-        self._cached: dict[int, KVBlock] = {}
+        self._cached: dict[bytes, KVBlock] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -53,7 +53,7 @@ class BlockPool:
             out.append(block)
         return out
 
-    def get_cached_block(self, block_hash: int) -> KVBlock | None:
+    def get_cached_block(self, block_hash: bytes) -> KVBlock | None:
         return self._cached.get(block_hash)
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
@@ -63,7 +63,7 @@ class BlockPool:
                 del self._free[block.block_id]
             block.ref_cnt += 1
 
-    def cache_full_block(self, block: KVBlock, block_hash: int) -> None:
+    def cache_full_block(self, block: KVBlock, block_hash: bytes) -> None:
         if not self.enable_caching or block.block_hash is not None:
             return
         block.block_hash = block_hash

@@ -6,21 +6,39 @@ already cached (``get_computed_blocks``), and can the request's next
 someone"). Blocks are cached (hashed) as soon as they are allocated for tokens
 that fill them: those tokens are known, and their KV is written in the same
 forward pass, before any later request can read it.
+
+A block's hash chains its parent's, its token ids, and (vLLM's "extra keys")
+the start and content digest of each multimodal item overlapping it: the
+placeholder ids of two different audios are equal, their KV is not. Hashes
+are SHA-256, so a crafted prompt cannot collide with another user's prefix.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
+from collections.abc import Sequence
+
 from omnistage.engine.kv_cache.block_pool import BlockPool, KVBlock
-from omnistage.engine.request import Request
+from omnistage.engine.request import MultimodalSpan, Request
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def hash_block(parent: int | None, token_ids: list[int]) -> int:
-    # Python's int/tuple hash is deterministic across runs (no PYTHONHASHSEED salt for ints).
-    return hash((parent, tuple(token_ids)))
+_NO_PARENT = bytes(32)
+
+
+def hash_block(parent: bytes | None, token_ids: list[int], mm_spans: Sequence[MultimodalSpan] = ()) -> bytes:
+    # Fixed-width fields, so no two different inputs serialise to the same bytes.
+    h = hashlib.sha256(parent or _NO_PARENT)
+    h.update(len(token_ids).to_bytes(4, "little") + len(mm_spans).to_bytes(4, "little"))
+    h.update(array("q", token_ids).tobytes())
+    for span in mm_spans:
+        h.update(span.start.to_bytes(8, "little", signed=True))
+        h.update(span.content_hash)
+    return h.digest()
 
 
 class KVCacheManager:
@@ -102,4 +120,5 @@ class KVCacheManager:
         bs = self.block_size
         for i in range(len(hashes), num_blocks):
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block(parent, request.token_ids(i * bs, (i + 1) * bs)))
+            start, end = i * bs, (i + 1) * bs
+            hashes.append(hash_block(parent, request.token_ids(start, end), request.mm_spans_in(start, end)))

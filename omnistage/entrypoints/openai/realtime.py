@@ -14,13 +14,16 @@ reuses the KV blocks of the earlier turns' common prefix.
 cancels the response task: the engine request is aborted in every stage before
 ``response.done`` reports ``status: cancelled``. Bad events get ``error`` events
 and the socket stays open. One response runs at a time per session; sessions
-run concurrently, each as its own engine requests.
+run concurrently, each as its own engine requests, under the server's
+admission bound (``--max-queued-requests``: past it ``response.create`` gets
+an ``error`` event, code ``overloaded``, or ``stage_unavailable`` while a stage
+is down) and deadline (``--request-timeout``: the request is aborted and
+``response.done`` reports ``failed``, code ``timeout``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 from contextlib import aclosing
@@ -31,9 +34,10 @@ import anyio
 import numpy as np
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 
-from omnistage.audio import float_to_pcm16, resample
+from omnistage.audio import resample
 from omnistage.audio.vad import EnergyVad
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
+from omnistage.core import Modality, OmniOutput, OmniRequest
+from omnistage.entrypoints.openai.admission import Admission, Overloaded, Ticket
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import APIError
 from omnistage.entrypoints.openai.realtime_protocol import (
@@ -49,8 +53,10 @@ from omnistage.entrypoints.openai.realtime_protocol import (
     update_session,
     user_text,
 )
+from omnistage.entrypoints.openai.realtime_response import ResponseWriter
 from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling
 from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.entrypoints.openai.streaming import engine_outputs
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt, PromptProcessor
 
 logger = logging.getLogger(__name__)
@@ -112,8 +118,8 @@ class InputBuffer:
 
 
 class RealtimeSession:
-    def __init__(self, ws: WebSocket, engine: OmniEngine, limits: ServerLimits) -> None:
-        self.ws, self.engine, self.limits = ws, engine, limits
+    def __init__(self, ws: WebSocket, engine: OmniEngine, limits: ServerLimits, admission: Admission) -> None:
+        self.ws, self.engine, self.limits, self.admission = ws, engine, limits, admission
         self.id = new_id("sess")
         modalities = ("text", "audio") if engine.supports_audio else ("text",)
         voice = engine.voices[0] if engine.voices else "Ethan"
@@ -123,6 +129,7 @@ class RealtimeSession:
         self.speech_start = 0
         self.turns: list[Turn] = []
         self.response: asyncio.Task[None] | None = None
+        self.writer: ResponseWriter | None = None  # the events of the latest response
         self._send_lock = asyncio.Lock()
         self.closed = False
 
@@ -258,7 +265,19 @@ class RealtimeSession:
             raise EventError("conversation_empty", "nothing to respond to: commit audio or create a user item first",
                              event_id=eid)
         request = await self._request(options, eid)
-        self.response = asyncio.create_task(self._respond(request, options))
+        ticket = self._admit(eid)
+        self.writer = ResponseWriter(self.send, self.id, self.config.voice, request, options)
+        self.response = asyncio.create_task(self._respond(self.writer, ticket))
+        # Released however the task ends, even when cancelled before it ever ran (barge-in right away).
+        self.response.add_done_callback(lambda _: ticket.release())
+
+    def _admit(self, event_id: str | None) -> Ticket:
+        """A place under the server's bound shared with every endpoint; refused as an ``error`` event."""
+        try:
+            return self.admission.admit()
+        except Overloaded as exc:
+            raise EventError(exc.detail.code or "overloaded", f"{exc.detail.message} (in {exc.retry_after_s:g} s)",
+                             event_id=event_id, error_type="server_error") from exc
 
     async def _request(self, options: ResponseOptions, event_id: str | None) -> OmniRequest:
         turns = list(self.turns)
@@ -280,106 +299,47 @@ class RealtimeSession:
         return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
                            voice=self.config.voice)
 
-    async def _respond(self, request: OmniRequest, options: ResponseOptions) -> None:
-        writer = _ResponseWriter(self, request, options)
-        await writer.start()
+    async def _respond(self, writer: ResponseWriter, ticket: Ticket) -> None:
+        request = writer.request
         final: OmniOutput | None = None
         try:
-            async with aclosing(self.engine.generate(request)) as outputs:
+            await writer.start()
+            # Unless read to its final output, the request is aborted in every stage before this returns or
+            # raises (cancel, timeout, error); the ticket goes back when it ends.
+            async with aclosing(engine_outputs(self.engine, request, timeout_s=self.limits.request_timeout,
+                                               ticket=ticket)) as outputs:
                 async for out in outputs:
                     await writer.delta(out)
                     final = out
         except asyncio.CancelledError:
-            # Free the request in every stage before reporting it gone; the stream closes after.
-            await asyncio.shield(self.engine.abort(request.request_id))
-            writer.status = "cancelled"
+            writer.cancel()
         except Exception as exc:  # noqa: BLE001 - the session outlives one failed response
             logger.exception("realtime response %s failed", request.request_id)
             writer.fail("engine_error", str(exc))
+        await self._end(writer, final)
+
+    async def _end(self, writer: ResponseWriter, final: OmniOutput | None) -> None:
         self.turns.append(Turn(writer.item_id, "assistant", text="".join(writer.text)))
         await writer.done(final)
 
     async def _cancel_response(self) -> None:
-        task = self.response
-        if task is None or task.done():
+        task, writer = self.response, self.writer
+        if task is None or task.done() or writer is None:
             return
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-class _ResponseWriter:
-    """The server events of one response."""
-
-    def __init__(self, session: RealtimeSession, request: OmniRequest, options: ResponseOptions) -> None:
-        self.session, self.request, self.options = session, request, options
-        self.id = request.request_id
-        self.item_id = new_id("item")
-        self.text: list[str] = []
-        self.audio_bytes = 0
-        self.status = "in_progress"
-        self.details: dict[str, Any] | None = None
-
-    def _body(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "realtime.response", "status": self.status,
-                "status_details": self.details, "output_modalities": list(self.options.output_modalities),
-                "conversation_id": self.session.id, "output": [], "usage": None,
-                "audio": {"output": {"voice": self.session.config.voice, "format": {"type": "audio/pcm",
-                                                                                    "rate": 24000}}}}
-
-    async def start(self) -> None:
-        await self.session.send(server_event("response.created", response=self._body()))
-
-    async def delta(self, out: OmniOutput) -> None:
-        ids = {"response_id": self.id, "item_id": self.item_id, "output_index": 0, "content_index": 0}
-        modalities = self.options.output_modalities
-        if out.text:
-            self.text.append(out.text)
-            if "text" in modalities:
-                await self.session.send(server_event("response.output_text.delta", **ids, delta=out.text))
-            if "audio" in modalities:
-                await self.session.send(server_event("response.output_audio_transcript.delta", **ids,
-                                                     delta=out.text))
-        if out.audio is not None and out.audio.size and "audio" in modalities:
-            pcm = float_to_pcm16(out.audio)
-            self.audio_bytes += len(pcm)
-            await self.session.send(server_event("response.output_audio.delta", **ids,
-                                                 delta=base64.b64encode(pcm).decode("ascii")))
-
-    def fail(self, code: str, message: str) -> None:
-        self.status = "failed"
-        self.details = {"type": "failed", "error": {"type": "server_error", "code": code, "message": message}}
-
-    async def done(self, final: OmniOutput | None) -> None:
-        if self.status == "in_progress":
-            if final is None or not final.finished:
-                self.fail("engine_error", "the engine ended the response without a final output")
-            elif final.finish_reason is FinishReason.ERROR:
-                self.fail("engine_error", final.error or "unknown error")
-            elif final.finish_reason is FinishReason.ABORT:
-                self.status, self.details = "cancelled", {"type": "cancelled", "reason": "server_aborted"}
-            elif final.finish_reason is FinishReason.LENGTH:
-                self.status, self.details = "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
-            else:
-                self.status = "completed"
-        elif self.status == "cancelled":
-            self.details = {"type": "cancelled", "reason": "client_cancelled"}
-        body = self._body()
-        text = "".join(self.text)
-        content = [{"type": "output_audio", "transcript": text} if "audio" in self.options.output_modalities
-                   else {"type": "output_text", "text": text}]
-        body["output"] = [{"id": self.item_id, "type": "message", "role": "assistant", "content": content}]
-        usage = final.usage if final is not None else None
-        if usage is not None:
-            body["usage"] = {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
-                             "total_tokens": usage.total_tokens}
-        await self.session.send(server_event("response.done", response=body))
+        if task.cancelled():  # cancelled before it ever ran: nothing reached the engine, the client hears the end
+            await writer.start()
+            writer.cancel()
+            await self._end(writer, None)
 
 
 @dataclass
 class RealtimeService:
     engine: OmniEngine
     limits: ServerLimits
+    admission: Admission
 
 
 @router.websocket("/v1/realtime")
@@ -391,9 +351,11 @@ async def realtime(ws: WebSocket) -> None:
         await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
         await ws.close(code=1008)
         return
-    await RealtimeSession(ws, service.engine, service.limits).run()
+    await RealtimeSession(ws, service.engine, service.limits, service.admission).run()
 
 
-def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits) -> None:
-    app.state.realtime = RealtimeService(engine, limits)
+def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
+                     admission: Admission | None = None) -> None:
+    """``admission``: the bound the HTTP endpoints share (a realtime response takes a place like a request)."""
+    app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests))
     app.include_router(router)

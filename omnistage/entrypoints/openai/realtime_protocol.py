@@ -24,11 +24,13 @@ CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buf
 
 
 class EventError(ValueError):
-    """A client event the session cannot act on; becomes an ``error`` server event."""
+    """A client event the session cannot act on; becomes an ``error`` server event. ``error_type`` is
+    ``server_error`` when the event was fine but the server cannot take it now (overloaded)."""
 
-    def __init__(self, code: str, message: str, param: str | None = None, event_id: str | None = None) -> None:
+    def __init__(self, code: str, message: str, param: str | None = None, event_id: str | None = None,
+                 error_type: str = "invalid_request_error") -> None:
         super().__init__(message)
-        self.code, self.param, self.event_id = code, param, event_id
+        self.code, self.param, self.event_id, self.error_type = code, param, event_id, error_type
 
 
 def new_id(prefix: str) -> str:
@@ -40,7 +42,7 @@ def server_event(type_: str, **fields: Any) -> dict[str, Any]:
 
 
 def error_event(exc: EventError) -> dict[str, Any]:
-    return server_event("error", error={"type": "invalid_request_error", "code": exc.code, "message": str(exc),
+    return server_event("error", error={"type": exc.error_type, "code": exc.code, "message": str(exc),
                                         "param": exc.param, "event_id": exc.event_id})
 
 

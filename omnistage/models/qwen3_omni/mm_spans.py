@@ -1,0 +1,81 @@
+"""Where each multimodal item of a thinker prompt sits, and a digest of its content (prefix-cache keys).
+
+The placeholder ids of two different audios are equal, so a prompt with media
+is identified by its ids plus what fills the placeholders. Each item (an audio,
+an image, a video) is hashed from the encoder inputs that determine its rows
+and its M-RoPE positions: the audio's valid mel frames, the image's patches and
+grid, the video's patches, grid and seconds per grid step. An item covers its
+placeholder run ``[first, last + 1)`` (a video with interleaved audio: the
+whole stretch, so blocks there carry both items' keys).
+
+A prompt whose placeholders and items do not pair up exactly (a literal
+``<|audio_pad|>`` in text, a count mismatch) gets None: it is never shared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from omnistage.engine.request import MultimodalSpan
+from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length
+from omnistage.processing.prompt import MultimodalInputs
+
+# One item: (modality tag, placeholder tokens it fills, the tensors and numbers its content is).
+_Item = tuple[str, int, Sequence[torch.Tensor | float]]
+
+
+def multimodal_spans(token_ids: Sequence[int], mm: MultimodalInputs,
+                     tokens: MRopeTokens) -> tuple[MultimodalSpan, ...] | None:
+    """The prompt's items in position order, or None when they do not exactly fill its placeholders."""
+    spans: list[MultimodalSpan] = []
+    for pad, items in ((tokens.audio_token_id, _audio_items(mm, tokens.audio_n_window)),
+                       (tokens.image_token_id, _visual_items("image", mm.pixel_values, mm.image_grid_thw, None,
+                                                             tokens.spatial_merge_size)),
+                       (tokens.video_token_id, _visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
+                                                             mm.video_second_per_grid, tokens.spatial_merge_size))):
+        rows = [i for i, tok in enumerate(token_ids) if tok == pad]
+        taken = 0
+        for tag, count, content in items:
+            if count <= 0 or taken + count > len(rows):
+                return None
+            mine = rows[taken:taken + count]
+            spans.append(MultimodalSpan(mine[0], mine[-1] + 1, _digest(tag, content)))
+            taken += count
+        if taken != len(rows):
+            return None
+    return tuple(sorted(spans, key=lambda s: s.start))
+
+
+def _audio_items(mm: MultimodalInputs, n_window: int) -> Iterator[_Item]:
+    if mm.input_features is None or mm.feature_attention_mask is None:
+        return
+    for features, mask in zip(mm.input_features, mm.feature_attention_mask.bool()):
+        frames = int(mask.sum())
+        yield "audio", audio_output_length(frames, n_window), (features[:, mask],)
+
+
+def _visual_items(tag: str, pixels: torch.Tensor | None, grid: torch.Tensor | None,
+                  second_per_grid: torch.Tensor | None, merge: int) -> Iterator[_Item]:
+    if pixels is None or grid is None:
+        return
+    start = 0
+    for i, thw in enumerate(grid):
+        patches = int(thw.prod())
+        extra = [float(second_per_grid[i])] if second_per_grid is not None else []
+        yield tag, patches // merge**2, (thw, pixels[start:start + patches], *extra)
+        start += patches
+
+
+def _digest(tag: str, content: Sequence[torch.Tensor | float]) -> bytes:
+    h = hashlib.sha256(tag.encode())
+    for part in content:
+        if isinstance(part, torch.Tensor):
+            t = part.detach().contiguous().cpu()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(repr(float(part)).encode())
+    return h.digest()

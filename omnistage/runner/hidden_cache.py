@@ -1,0 +1,37 @@
+"""The thinker's accept-layer hidden states kept per KV slot, so prefix-cache hits still feed the talker.
+
+The talker reads the thinker's ``accept_hidden_layer`` states at the prompt's
+multimodal rows. A prompt served partly from the prefix cache never computes
+its cached rows, so those states are stored beside the KV cache, one row per
+slot, and follow the same block ids: a block's rows are overwritten exactly
+when its KV is. They are written for every step that computes multimodal
+prompt rows, so a cached block holding such rows always has their states;
+text rows may hold another prompt's states and are not read for the talker.
+One row of width H per slot costs H / (2·layers·kv_heads·head_dim) of the
+KV cache (about 4 % for the 30B-A3B thinker: 2048 / (2·48·4·128)).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class HiddenStateCache:
+    def __init__(self, num_slots: int, block_size: int) -> None:
+        self.num_slots = num_slots
+        self.block_size = block_size
+        self.rows: torch.Tensor | None = None  # [num_slots, H], made at the first write (H, dtype, device)
+
+    def write(self, slots: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Stores ``hidden [T, H]`` at ``slots [T]`` (a step's slot mapping)."""
+        if self.rows is None:
+            self.rows = hidden.new_zeros(self.num_slots, hidden.shape[-1])
+        self.rows.index_copy_(0, slots.to(self.rows.device, torch.int64), hidden.to(self.rows.dtype))
+
+    def read(self, block_table: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """The rows of positions ``[start, end)`` of the sequence with this block table."""
+        if self.rows is None:
+            raise RuntimeError("hidden states read before any was written")
+        pos = torch.arange(start, end, device=block_table.device)
+        slots = block_table[pos // self.block_size].to(torch.int64) * self.block_size + pos % self.block_size
+        return self.rows[slots.to(self.rows.device)]

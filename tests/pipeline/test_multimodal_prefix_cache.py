@@ -1,0 +1,145 @@
+"""Prefix caching of prompts with audio and images, on the tiny thinker behind its stage worker.
+
+Each case runs the same prompts on a worker with prefix caching and on one
+without: the cached run must skip the shared blocks (``num_cached_tokens``)
+and still produce the same greedy tokens and the same accept-layer states at
+multimodal rows (what the talker is fed), including a prompt whose cached
+prefix ends inside an image (its uncached rows still get their deepstack part).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from omnistage.config.pipeline import parse_pipeline
+from omnistage.entrypoints.openai.realtime import Turn, render_prompt
+from omnistage.ipc.messages import StartThinker, WireMultimodal, WireSampling
+from omnistage.models.qwen3_omni.mm_spans import multimodal_spans
+from omnistage.pipeline.workers import ThinkerWorker, WorkerSpec
+from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from tests.entrypoints.test_realtime import spoken_like
+from tests.pipeline.specs import small_dict
+
+INSTRUCTIONS = "You are a voice assistant."
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    mm_hidden: torch.Tensor | None
+    num_cached: int
+
+
+class Thinkers:
+    """The tiny thinker twice: with prefix caching (the preset's) and without."""
+
+    def __init__(self, tiny_dir: Path) -> None:
+        self.processor = PromptProcessor.from_folder(tiny_dir)
+        self.cached, self.uncached = (self._worker(tiny_dir, on) for on in (True, False))
+        self.block_size = self.cached.engine.config.block_size
+        self.count = 0
+
+    @staticmethod
+    def _worker(tiny_dir: Path, caching: bool) -> ThinkerWorker:
+        data = small_dict()
+        data["stages"][0]["engine"]["enable_prefix_caching"] = caching
+        return ThinkerWorker(WorkerSpec(str(tiny_dir), parse_pipeline(data).stage("thinker")))
+
+    def both(self, prompt: ProcessedPrompt, for_talker: bool = True) -> tuple[Run, Run]:
+        """The prompt on each worker, greedy; ``for_talker`` captures the states the talker reads."""
+        self.count += 1
+        return self._run(self.cached, prompt, for_talker), self._run(self.uncached, prompt, for_talker)
+
+    def _run(self, worker: ThinkerWorker, prompt: ProcessedPrompt, for_talker: bool) -> Run:
+        rid = f"r{self.count}"
+        mm = WireMultimodal(**{k: getattr(prompt.mm, k) for k in WireMultimodal.__struct_fields__})
+        sampling = WireSampling(temperature=0.0, max_tokens=8, min_tokens=8)
+        worker.handle(StartThinker(rid, list(prompt.token_ids), sampling, mm, capture_hidden=for_talker))
+        run = Run([], None, -1)
+        while True:
+            for msg in worker.step().outputs:
+                run.tokens += msg.token_ids
+                run.num_cached = msg.num_cached_tokens
+                if msg.mm_hidden is not None:
+                    run.mm_hidden = msg.mm_hidden
+                if msg.finished:
+                    return run
+
+
+@pytest.fixture(scope="module")
+def thinkers(tiny_dir: Path) -> Thinkers:
+    return Thinkers(tiny_dir)
+
+
+def _same(cached: Run, uncached: Run) -> None:
+    assert uncached.num_cached == 0
+    assert cached.tokens == uncached.tokens
+    assert cached.mm_hidden is not None and uncached.mm_hidden is not None
+    torch.testing.assert_close(cached.mm_hidden, uncached.mm_hidden, rtol=1e-5, atol=1e-5)
+
+
+def test_spoken_turn_two_reuses_turn_one_with_the_same_output(thinkers: Thinkers) -> None:
+    block = thinkers.block_size
+    turns = [Turn("u1", "user", audio=spoken_like(1.0, 16000, seed=21))]
+    first = render_prompt(thinkers.processor, INSTRUCTIONS, turns)
+    one, one_off = thinkers.both(first)
+    _same(one, one_off)
+    reply = thinkers.processor.tokenizer.decode(one.tokens, skip_special_tokens=True)
+    turns += [Turn("a1", "assistant", text=reply), Turn("u2", "user", audio=spoken_like(1.3, 16000, seed=22))]
+    second = render_prompt(thinkers.processor, INSTRUCTIONS, turns)
+    assert second.token_ids[:len(first.token_ids)] == first.token_ids
+    two, two_off = thinkers.both(second)
+    _same(two, two_off)
+    audio_one = multimodal_spans(first.token_ids, first.mm, thinkers.cached.model.mrope_tokens)[0]
+    assert two.num_cached >= len(first.token_ids) // block * block >= audio_one.end  # turn 1's audio skipped
+
+
+def test_blocks_of_a_text_reply_turn_still_feed_a_spoken_reply(thinkers: Thinkers) -> None:
+    """Turn 1 answered in text only (no states captured), turn 2 with speech: the talker's rows for turn 1's
+    audio come from the hidden-state cache, and equal a run that prefilled everything."""
+    turns = [Turn("u1", "user", audio=spoken_like(1.2, 16000, seed=41))]
+    first = render_prompt(thinkers.processor, INSTRUCTIONS, turns)
+    text_only, _ = thinkers.both(first, for_talker=False)
+    assert text_only.mm_hidden is None
+    turns += [Turn("a1", "assistant", text="Sure."), Turn("u2", "user", text="Say it aloud.")]
+    spoken, spoken_off = thinkers.both(render_prompt(thinkers.processor, INSTRUCTIONS, turns))
+    _same(spoken, spoken_off)
+    assert spoken.num_cached >= len(first.token_ids) // thinkers.block_size * thinkers.block_size
+
+
+def test_a_different_audio_with_the_same_ids_is_not_a_hit(thinkers: Thinkers) -> None:
+    block = thinkers.block_size
+    prompts = [render_prompt(thinkers.processor, INSTRUCTIONS, [Turn("u", "user", audio=spoken_like(1.0, 16000, s))])
+               for s in (31, 32)]
+    assert prompts[0].token_ids == prompts[1].token_ids
+    span = multimodal_spans(prompts[0].token_ids, prompts[0].mm, thinkers.cached.model.mrope_tokens)[0]
+    thinkers.both(prompts[0])
+    again, again_off = thinkers.both(prompts[1])
+    _same(again, again_off)
+    assert again.num_cached == span.start // block * block  # only the text before the audio
+
+
+def test_a_prefix_that_ends_inside_an_image_resumes_with_its_deepstack_rows(thinkers: Thinkers) -> None:
+    from PIL import Image
+
+    block = thinkers.block_size
+    pixels = (np.random.default_rng(5).random((128, 160, 3)) * 255).astype(np.uint8)
+    image = Image.fromarray(pixels)
+
+    def prompt(question: str) -> ProcessedPrompt:
+        messages = [{"role": "system", "content": INSTRUCTIONS},
+                    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        return thinkers.processor.process(thinkers.processor.apply_chat_template(messages), images=[image])
+
+    first, second = prompt("What is in this picture?"), prompt("Which colours do you see?")
+    span = multimodal_spans(second.token_ids, second.mm, thinkers.cached.model.mrope_tokens)[0]
+    thinkers.both(first)
+    hit, hit_off = thinkers.both(second)
+    _same(hit, hit_off)
+    # The questions differ right after the image: the hit stops at the last block boundary inside it.
+    assert hit.num_cached == (span.end + 1) // block * block and span.start < hit.num_cached < span.end
