@@ -2,7 +2,8 @@
 
 A preset YAML (``presets/qwen3_omni.yaml``) or a user's own file is parsed into
 frozen, validated dataclasses; any bad field is rejected at start-up with its
-dotted path (``stages[1].engine.block_size: must be >= 1``).
+dotted path (``stages[1].engine.block_size: must be >= 1``). A stage's
+``placement`` is read only by the Ray backend (``docs/ray.md``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,24 @@ class StageSampling:
 
 
 @dataclass(frozen=True)
+class PlacementSpec:
+    """Where each replica of a stage runs on a Ray cluster (the local backend ignores it).
+
+    num_cpus: CPUs the replica reserves on its node, also its torch threads (at least 1); 0 reserves none,
+        so small stages share a node's cores (Ray's own default for an actor that runs).
+    num_gpus: GPUs it reserves (Ray then sets ``CUDA_VISIBLE_DEVICES`` for it).
+    resources: custom resources it reserves, as the nodes were started with (``ray start --resources``).
+    node_labels: labels its node must carry (``ray start --labels``); a value may use Ray's selector syntax
+        (``in(a,b)``, ``!x``). Pairs are kept as sorted tuples so the spec stays frozen and hashable.
+    """
+
+    num_cpus: float = 0.0
+    num_gpus: float = 0.0
+    resources: tuple[tuple[str, float], ...] = ()
+    node_labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class StageSpec:
     name: str
     kind: str
@@ -51,6 +70,7 @@ class StageSpec:
     device: str = "auto"
     engine: EngineSettings = field(default_factory=EngineSettings)
     sampling: StageSampling = field(default_factory=StageSampling)
+    placement: PlacementSpec = field(default_factory=PlacementSpec)
 
 
 @dataclass(frozen=True)
@@ -125,9 +145,34 @@ def _sampling(data: object, path: str) -> StageSampling:
     return s
 
 
+def _pairs(data: object, path: str, kind: type) -> tuple[tuple[str, object], ...]:
+    """A mapping of non-empty names to ``kind`` values, as sorted pairs."""
+    _check(isinstance(data, dict), path, f"must be a mapping, got {type(data).__name__}")
+    for key, value in data.items():
+        _check(isinstance(key, str) and bool(key), path, f"keys must be non-empty strings, got {key!r}")
+        ok = isinstance(value, str) and bool(value) if kind is str else (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0)
+        _check(ok, f"{path}.{key}", "must be a non-empty string" if kind is str else "must be a number >= 0")
+    return tuple(sorted((key, kind(value)) for key, value in data.items()))
+
+
+def _placement(data: object, path: str) -> PlacementSpec:
+    _check(isinstance(data, dict), path, f"must be a mapping, got {type(data).__name__}")
+    flat = {k: v for k, v in data.items() if k not in ("resources", "node_labels")}
+    p = _build(PlacementSpec, flat, path)
+    for name in ("num_cpus", "num_gpus"):
+        _check(getattr(p, name) >= 0, f"{path}.{name}", "must be >= 0")
+    resources = _pairs(data.get("resources", {}), f"{path}.resources", float)
+    for key, _ in resources:
+        # Ray names these itself; asking for them as custom resources would never match a node.
+        _check(key not in ("CPU", "GPU", "memory"), f"{path}.resources.{key}", "use num_cpus/num_gpus instead")
+    return PlacementSpec(p.num_cpus, p.num_gpus, resources, _pairs(data.get("node_labels", {}),
+                                                                    f"{path}.node_labels", str))
+
+
 def _stage(data: object, path: str) -> StageSpec:
     _check(isinstance(data, dict), path, "must be a mapping")
-    flat = {k: v for k, v in data.items() if k not in ("engine", "sampling")}
+    flat = {k: v for k, v in data.items() if k not in ("engine", "sampling", "placement")}
     spec = _build(StageSpec, flat, path)
     _check(bool(spec.name), f"{path}.name", "must not be empty")
     _check(spec.kind in STAGE_KINDS, f"{path}.kind", f"must be one of {STAGE_KINDS}")
@@ -135,7 +180,8 @@ def _stage(data: object, path: str) -> StageSpec:
     _check(spec.replicas >= 1, f"{path}.replicas", "must be >= 1")
     return StageSpec(**{**{f.name: getattr(spec, f.name) for f in fields(StageSpec)},
                         "engine": _engine(data.get("engine", {}), f"{path}.engine"),
-                        "sampling": _sampling(data.get("sampling", {}), f"{path}.sampling")})
+                        "sampling": _sampling(data.get("sampling", {}), f"{path}.sampling"),
+                        "placement": _placement(data.get("placement", {}), f"{path}.placement")})
 
 
 def _edge(data: object, path: str, stages: set[str]) -> EdgeSpec:

@@ -115,6 +115,7 @@ class ThinkerTokens(msgspec.Struct, tag=True):
     finish_reason: str | None = None
     num_prompt_tokens: int = 0
     mm_hidden: torch.Tensor | None = None
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (their prefill skipped)
 
 
 class TalkerFrames(msgspec.Struct, tag=True):
@@ -151,6 +152,9 @@ class StepBatch(msgspec.Struct, tag=True):
 class ReplicaReady(msgspec.Struct, tag=True):
     load: ReplicaLoad
     pid: int
+    # False when the replica runs on another machine (Ray): tensors for it must travel in the message
+    # frames, since it cannot map this machine's shared memory.
+    same_host: bool = True
 
 
 class ReplicaFailed(msgspec.Struct, tag=True):

@@ -1,8 +1,10 @@
 """ZeroMQ PUSH/PULL pipes carrying typed messages, one pipe per direction per replica.
 
 The orchestrator binds every socket; a replica connects. Addresses are
-``ipc://`` files for replicas in processes and ``inproc://`` names (same zmq
-context) for replicas in threads. High-water marks are off: a pipe never drops
+``ipc://`` files for replicas in processes, ``inproc://`` names (same zmq
+context) for replicas in threads, and ``tcp://`` ports on the orchestrator's
+host for replicas on other machines (Ray): those bind to any free port and the
+bound ``address`` is what a replica is told. High-water marks are off: a pipe never drops
 a message and a send never blocks on a slow reader. A socket is used by one
 thread only (zmq sockets are not thread-safe).
 """
@@ -24,16 +26,22 @@ _NAMES = itertools.count()
 
 
 class AddressBook:
-    """Fresh addresses for one pipeline: a private folder of sockets, or in-process names."""
+    """Fresh addresses for one pipeline: a private folder of sockets, in-process names, or TCP ports on
+    ``tcp_host`` (an address other machines reach this one at)."""
 
-    def __init__(self, in_process: bool) -> None:
+    def __init__(self, in_process: bool, tcp_host: str | None = None) -> None:
         self.in_process = in_process
+        self.tcp_host = tcp_host
         # A unix socket path must fit in ~107 bytes: a long $TMPDIR falls back to /tmp.
         base = tempfile.gettempdir() if len(tempfile.gettempdir()) <= 60 else "/tmp"
-        self.folder = None if in_process else Path(tempfile.mkdtemp(prefix="omnistage-zmq-", dir=base))
+        local = in_process or tcp_host is not None
+        self.folder = None if local else Path(tempfile.mkdtemp(prefix="omnistage-zmq-", dir=base))
         self._tag = f"{os.getpid()}-{next(_NAMES)}"
 
     def new(self, name: str) -> str:
+        """An address to bind (for TCP a wildcard port: read the bound one from the socket's ``address``)."""
+        if self.tcp_host is not None:
+            return f"tcp://{self.tcp_host}:*"
         if self.folder is None:
             return f"inproc://omnistage-{self._tag}-{name}"
         return f"ipc://{self.folder / name}"
@@ -43,11 +51,21 @@ class AddressBook:
             shutil.rmtree(self.folder, ignore_errors=True)  # replicas may have removed parts already
 
 
+def next_address(address: str, generation: int) -> str:
+    """A fresh address to bind in place of ``address`` (a restarted replica's): nothing queued for the old
+    peer reaches the new one, and a socket file the old one removed (or zmq unlinks late) does not matter."""
+    if address.startswith("tcp://"):
+        return f"{address.rsplit(':', 1)[0]}:*"
+    return f"{address.split('~')[0]}~{generation}"
+
+
 def _socket(ctx: zmq.Context, kind: int, address: str, bind: bool) -> zmq.Socket:
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
+    if address.startswith("tcp://["):
+        sock.setsockopt(zmq.IPV6, 1)  # an IPv6 node address (IPv4 ones stay plain, as a peer may lack IPv6)
     if bind:
         sock.bind(address)
     else:
@@ -55,10 +73,16 @@ def _socket(ctx: zmq.Context, kind: int, address: str, bind: bool) -> zmq.Socket
     return sock
 
 
+def _bound(sock: zmq.Socket) -> str:
+    """The address a peer connects to: a wildcard TCP port resolved to the one the kernel gave."""
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
 class Sender:
     def __init__(self, ctx: zmq.Context, address: str, message_type: object, store: TensorStore | None,
                  bind: bool) -> None:
         self.socket = _socket(ctx, zmq.PUSH, address, bind)
+        self.address = _bound(self.socket) if bind else address
         self.codec = MessageCodec(message_type, store)
 
     def send(self, message: msgspec.Struct, block: bool = True) -> None:
@@ -75,6 +99,7 @@ class Receiver:
     def __init__(self, ctx: zmq.Context, address: str, message_type: object, store: TensorStore | None,
                  bind: bool) -> None:
         self.socket = _socket(ctx, zmq.PULL, address, bind)
+        self.address = _bound(self.socket) if bind else address
         self.codec = MessageCodec(message_type, store)
 
     def recv(self, timeout_ms: int | None = None) -> msgspec.Struct | None:

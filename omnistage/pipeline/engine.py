@@ -12,7 +12,7 @@ from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
 from omnistage.pipeline.connectors import CONNECTORS
 from omnistage.pipeline.request_state import OutputSink
-from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime, model_factories
+from omnistage.pipeline.runtime import BACKENDS, PipelineOptions, PipelineRuntime, model_factories
 from omnistage.pipeline.topology import topology_of
 from omnistage.processing.prompt import PromptProcessor
 
@@ -60,6 +60,21 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="how tensors cross stages (default: shm for processes, inproc for threads)")
     group.add_argument("--talker-min-new-tokens", type=int, default=0,
                        help="frames the talker makes before it may stop (random-weight test checkpoints)")
+    group.add_argument("--backend", choices=BACKENDS, default="local",
+                       help="where stage replicas run: local processes (default) or Ray actors placed by each "
+                            "stage's `placement` (docs/ray.md)")
+    group.add_argument("--ray-address", default=None,
+                       help="the Ray cluster to join with --backend ray (default: the one started on this machine "
+                            "by `ray start --head`, else a new local one)")
+
+
+def options_from_args(args: argparse.Namespace) -> PipelineOptions:
+    """The flags of :func:`add_pipeline_args` as options; ``ValueError`` names a bad combination."""
+    return PipelineOptions(in_process=bool(getattr(args, "in_process", False)),
+                           connector=getattr(args, "connector", None),
+                           talker_min_new_tokens=int(getattr(args, "talker_min_new_tokens", 0) or 0),
+                           backend=getattr(args, "backend", None) or "local",
+                           ray_address=getattr(args, "ray_address", None))
 
 
 class OmniPipeline:
@@ -88,10 +103,7 @@ class OmniPipeline:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> OmniPipeline:
-        options = PipelineOptions(in_process=bool(getattr(args, "in_process", False)),
-                                  connector=getattr(args, "connector", None),
-                                  talker_min_new_tokens=int(getattr(args, "talker_min_new_tokens", 0) or 0))
-        return cls(getattr(args, "model", "tiny"), getattr(args, "stage_config", None), options,
+        return cls(getattr(args, "model", "tiny"), getattr(args, "stage_config", None), options_from_args(args),
                    getattr(args, "served_model_name", None))
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:

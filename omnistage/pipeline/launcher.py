@@ -1,5 +1,7 @@
 """Starting and stopping stage replicas, as processes (the default) or as threads (tests, debugging).
 
+(Replicas on a Ray cluster are ``omnistage.pipeline.ray_replica.RayReplica``, the same handle interface.)
+
 Processes use the ``spawn`` context (forking a process that already runs
 torch threads is unsafe). A replica process must never outlive its parent:
 it asks the kernel for SIGTERM when the parent dies (Linux) and also polls
@@ -39,7 +41,7 @@ class ReplicaLaunch:
     index: int
     factory: WorkerFactory
     addresses: ReplicaAddresses
-    connector: str  # "inproc", "shm" or "frames"
+    connector: str  # "inproc", "shm" or "frames" (Ray: used only on the orchestrator's node)
     pipeline_id: str
     num_threads: int = 1
 
@@ -74,6 +76,11 @@ class ReplicaHandle(ABC):
     def exitcode(self) -> int | None:
         return None
 
+    @property
+    def exit_detail(self) -> str:
+        """How it ended, for the error its requests fail with."""
+        return f"exit code {self.exitcode}"
+
 
 class ThreadReplica(ReplicaHandle):
     """The replica's loop in a thread of this process, on the caller's zmq context (``inproc://``)."""
@@ -95,6 +102,8 @@ class ThreadReplica(ReplicaHandle):
         return self.thread.is_alive()
 
     def join(self, timeout: float) -> bool:
+        if self.thread.ident is None:  # never started (a start-up failure tears down the rest)
+            return True
         self.thread.join(timeout)
         return not self.thread.is_alive()
 
@@ -119,6 +128,8 @@ class ProcessReplica(ReplicaHandle):
         return self.process.is_alive()
 
     def join(self, timeout: float) -> bool:
+        if self.process.pid is None:  # never started (a start-up failure tears down the rest)
+            return True
         self.process.join(timeout)
         return not self.process.is_alive()
 

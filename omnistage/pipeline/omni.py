@@ -29,8 +29,12 @@ Messages = str | Sequence[int] | Sequence[dict[str, object]]
 
 class Omni:
     def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
-                 *, in_process: bool = False, options: PipelineOptions | None = None) -> None:
-        self.pipeline = OmniPipeline(model, stage_config, options or PipelineOptions(in_process=in_process))
+                 *, in_process: bool = False, backend: str = "local", options: PipelineOptions | None = None
+                 ) -> None:
+        """``backend="ray"`` runs the stage replicas as Ray actors (``docs/ray.md``); ``options`` wins over both
+        keywords."""
+        self.pipeline = OmniPipeline(model, stage_config,
+                                     options or PipelineOptions(in_process=in_process, backend=backend))
         self._ids = itertools.count()
 
     def __enter__(self) -> Omni:

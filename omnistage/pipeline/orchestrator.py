@@ -40,7 +40,8 @@ from omnistage.ipc.messages import (
     TalkerFrames,
     ThinkerTokens,
 )
-from omnistage.ipc.queues import Receiver, Sender
+from omnistage.ipc.queues import Receiver, Sender, next_address
+from omnistage.ipc.serialization import TensorStore
 from omnistage.pipeline.detokenizer import Tokenizer
 from omnistage.pipeline.flow import FlowSettings, RequestFlows
 from omnistage.pipeline.launcher import ReplicaHandle
@@ -72,20 +73,24 @@ class ReplicaLink:
     restarts: int = 0  # times this replica was started again after dying
     restart_at: float | None = None  # when the next restart is due (set while it is down)
     restarting: bool = False  # a new process/thread is loading; healthy again at its ReplicaReady
+    # The pipeline's tensor connector; the sender drops it for a replica on another machine (``use_store``).
+    store: TensorStore | None = None
 
     def respawn(self, ctx: zmq.Context) -> None:
-        """A new, unstarted handle on fresh sockets at new addresses: nothing queued for the dead replica
-        reaches the new one, and a socket file the dead one removed (or zmq unlinks late) does not matter."""
+        """A new, unstarted handle on fresh sockets at new addresses (``next_address``)."""
         old = self.handle.launch.addresses
-        addresses = ReplicaAddresses(f"{old.inputs.split('~')[0]}~{self.restarts}",
-                                     f"{old.outputs.split('~')[0]}~{self.restarts}")
-        handle = self.handle.respawn(replace(self.handle.launch, addresses=addresses))
-        store = self.sender.codec.store
         self.sender.close()
         self.receiver.close()
-        self.sender = Sender(ctx, addresses.inputs, ReplicaInput, store, bind=True)
-        self.receiver = Receiver(ctx, addresses.outputs, ReplicaMessage, store, bind=True)
-        self.handle = handle
+        self.sender = Sender(ctx, next_address(old.inputs, self.restarts), ReplicaInput, self.store, bind=True)
+        self.receiver = Receiver(ctx, next_address(old.outputs, self.restarts), ReplicaMessage, self.store,
+                                 bind=True)
+        addresses = ReplicaAddresses(self.sender.address, self.receiver.address)
+        self.handle = self.handle.respawn(replace(self.handle.launch, addresses=addresses))
+
+    def use_store(self, same_host: bool) -> None:
+        """Tensors to a replica on another machine go in the message frames: it cannot read this one's
+        shared memory. (Nothing carrying a tensor is sent before its ``ReplicaReady`` says where it is.)"""
+        self.sender.codec.store = self.store if same_host else None
 
     @property
     def healthy(self) -> bool:
@@ -230,6 +235,7 @@ class Orchestrator:
                 self._on_output(output)
         elif isinstance(message, ReplicaReady):
             link.ready, link.load = True, message.load
+            link.use_store(message.same_host)
             if link.restarting:
                 logger.warning("stage %s replica %d is back (restart %d)", link.stage, link.index, link.restarts)
                 link.restarting, link.failed = False, ""
@@ -273,7 +279,7 @@ class Orchestrator:
             elif (not link.failed or link.restarting) and not link.handle.is_alive():
                 for message in link.receiver.drain():  # its last words (e.g. why it failed) come first
                     self._on_message(link, message)
-                self._replica_down(link, f"replica exited (exit code {link.handle.exitcode})")
+                self._replica_down(link, f"replica exited ({link.handle.exit_detail})")
 
     def _replica_down(self, link: ReplicaLink, error: str) -> None:
         if link.failed and not link.restarting:

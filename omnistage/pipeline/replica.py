@@ -4,8 +4,9 @@ The input thread receives and decodes messages while the engine computes;
 the output thread encodes and sends what a pass produced, so serialisation
 overlaps the next step (vLLM v1's engine-core layout). The loop itself only
 moves typed messages between two local queues and the ``StageWorker``.
-A replica runs in its own process (``ProcessReplica``) or as threads of the
-caller's process (``ThreadReplica``, tests and debugging); both run this loop.
+A replica runs in its own process (``ProcessReplica``), as threads of the
+caller's process (``ThreadReplica``, tests and debugging) or in a Ray actor
+(``RayReplica``, possibly on another machine); all run this loop.
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ class ReplicaAddresses:
 
 class ReplicaLoop:
     def __init__(self, factory: WorkerFactory, ctx: zmq.Context, addresses: ReplicaAddresses,
-                 store: TensorStore | None, pid: int) -> None:
+                 store: TensorStore | None, pid: int, same_host: bool = True) -> None:
         self.factory = factory
         self.ctx = ctx
         self.addresses = addresses
         self.store = store
         self.pid = pid
+        self.same_host = same_host  # whether the orchestrator shares this machine (its ReplicaReady says so)
         self.stop = threading.Event()
         self.inbox: queue.Queue[ReplicaInput] = queue.Queue()
         self.outbox: queue.Queue[ReplicaMessage | object] = queue.Queue()
@@ -70,7 +72,7 @@ class ReplicaLoop:
             logger.exception("stage worker failed to start")
             self.outbox.put(ReplicaFailed(f"{type(exc).__name__}: {exc}"))
         else:
-            self.outbox.put(ReplicaReady(worker.load(), self.pid))
+            self.outbox.put(ReplicaReady(worker.load(), self.pid, self.same_host))
             self._engine_loop(worker)
         finally:
             self.stop.set()

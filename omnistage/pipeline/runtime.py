@@ -2,8 +2,10 @@
 
 The default runs each replica in its own process; ``in_process=True`` runs
 them as threads of this process (same loop, same messages, ``inproc://``
-sockets and tensors passed by reference) for tests and debugging. Whatever
-happens, ``close`` (also run at interpreter exit) stops every replica.
+sockets and tensors passed by reference) for tests and debugging;
+``backend="ray"`` runs each as a Ray actor placed by its stage's
+``placement``, reaching this process over TCP. Whatever happens, ``close``
+(also run at interpreter exit) stops every replica.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import atexit
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import zmq
 
-from omnistage.config.pipeline import PipelineSpec
+from omnistage.config.pipeline import PipelineSpec, StageSpec
 from omnistage.ipc.messages import ReplicaInput, ReplicaMessage, Shutdown
 from omnistage.ipc.queues import AddressBook, Receiver, Sender
 from omnistage.pipeline.connectors import TensorConnector, make_connector
@@ -29,8 +33,12 @@ from omnistage.pipeline.replica import ReplicaAddresses
 from omnistage.pipeline.stage import WorkerFactory
 from omnistage.pipeline.topology import topology_of
 
+if TYPE_CHECKING:
+    from omnistage.pipeline.ray_cluster import RayCluster
+
 logger = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0
+BACKENDS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,12 @@ class PipelineOptions:
         emit codec EOS at once; tests use this to get audio).
     seamless_audio: code2wav chunks keep their left context's tail, so streamed chunks join without
         the 555-sample hole transformers' chunked decode leaves at each boundary.
-    threads_per_replica: torch threads in each replica process; None splits the machine's cores.
+    threads_per_replica: torch threads in each replica process; None splits the machine's cores (Ray: the
+        stage's ``placement.num_cpus``, at least 1).
+    backend: ``local`` (processes or threads of this machine) or ``ray`` (actors on a Ray cluster; the
+        connector then applies only where a replica shares this machine, tensors to others go in the frames).
+    ray_address: the cluster to join (``ray.init(address=...)``); None joins the one started on this
+        machine, else starts a local one. Ignored when this process already called ``ray.init``.
     """
 
     in_process: bool = False
@@ -51,6 +64,21 @@ class PipelineOptions:
     seamless_audio: bool = True
     ready_timeout_s: float = 900.0
     threads_per_replica: int | None = None
+    backend: str = "local"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend == "ray" and (self.in_process or self.connector == "inproc"):
+            raise ValueError("backend 'ray' runs replicas in Ray actors: in_process and the inproc connector "
+                             "need them in this process")
+        if self.ray_address is not None and self.backend != "ray":
+            raise ValueError("ray_address needs backend 'ray'")
+        if (self.ray_address or "").startswith("ray://"):
+            # Replicas connect back to this process's sockets, so it must run on a cluster node itself.
+            raise ValueError("ray_address: Ray Client (ray://) is not supported; run the server on a cluster node "
+                             "and give the cluster's GCS address (HOST:6379) or 'auto'")
 
     @property
     def connector_kind(self) -> str:
@@ -66,15 +94,20 @@ class PipelineRuntime:
         self.options = options = options or PipelineOptions()
         self.topology = topology_of(spec)
         self.pipeline_id = uuid.uuid4().hex[:12]
-        self.ctx = zmq.Context()
-        self.addresses = AddressBook(options.in_process)
-        self.store: TensorConnector | None = make_connector(options.connector_kind, self.pipeline_id)
         self._closed = False
-        links = self._make_links(factories)
-        settings = FlowSettings(spec, self.topology, num_code_groups, options.talker_min_new_tokens)
-        self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx)
+        self.cluster: RayCluster | None = None
+        if options.backend == "ray":
+            from omnistage.pipeline.ray_cluster import RayCluster
+
+            self.cluster = RayCluster.connect(options.ray_address)
+        self.ctx = zmq.Context()
+        self.addresses = AddressBook(options.in_process, self.cluster.node_ip if self.cluster else None)
+        self.store: TensorConnector | None = make_connector(options.connector_kind, self.pipeline_id)
         atexit.register(self.close)
         try:
+            links = self._make_links(factories)
+            settings = FlowSettings(spec, self.topology, num_code_groups, options.talker_min_new_tokens)
+            self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx)
             for link in links:
                 link.handle.start()
             self.orchestrator.wait_ready(options.ready_timeout_s)
@@ -83,27 +116,43 @@ class PipelineRuntime:
             raise
         self.orchestrator.start()
 
-    def _threads(self) -> int:
+    def _threads(self, stage: StageSpec) -> int:
         if self.options.threads_per_replica is not None:
             return self.options.threads_per_replica
-        total = sum(stage.replicas for stage in self.spec.stages)
+        if self.cluster is not None:
+            from omnistage.pipeline.ray_replica import replica_threads
+
+            return replica_threads(stage.placement)
+        total = sum(s.replicas for s in self.spec.stages)
         return max((os.cpu_count() or 1) // total, 1)
 
     def _make_links(self, factories: dict[str, WorkerFactory]) -> list[ReplicaLink]:
         links = []
-        for stage in self.spec.stages:
+        for position, stage in enumerate(self.spec.stages):
+            new_handle = self._handle_maker(stage, f"stages[{position}].placement")
             for index in range(stage.replicas):
-                addresses = ReplicaAddresses(self.addresses.new(f"{stage.name}-{index}-in"),
-                                             self.addresses.new(f"{stage.name}-{index}-out"))
                 # Bound before the replica starts, so its connects always find them.
-                sender = Sender(self.ctx, addresses.inputs, ReplicaInput, self.store, bind=True)
-                receiver = Receiver(self.ctx, addresses.outputs, ReplicaMessage, self.store, bind=True)
-                launch = ReplicaLaunch(stage.name, index, factories[stage.name], addresses,
-                                       self.options.connector_kind, self.pipeline_id, self._threads())
-                handle: ReplicaHandle = (ThreadReplica(launch, self.ctx) if self.options.in_process
-                                         else ProcessReplica(launch))
-                links.append(ReplicaLink(stage.name, index, handle, sender, receiver))
+                sender = Sender(self.ctx, self.addresses.new(f"{stage.name}-{index}-in"), ReplicaInput,
+                                self.store, bind=True)
+                receiver = Receiver(self.ctx, self.addresses.new(f"{stage.name}-{index}-out"), ReplicaMessage,
+                                    self.store, bind=True)
+                launch = ReplicaLaunch(stage.name, index, factories[stage.name],
+                                       ReplicaAddresses(sender.address, receiver.address),
+                                       self.options.connector_kind, self.pipeline_id, self._threads(stage))
+                links.append(ReplicaLink(stage.name, index, new_handle(launch), sender, receiver, store=self.store))
         return links
+
+    def _handle_maker(self, stage: StageSpec, path: str) -> Callable[[ReplicaLaunch], ReplicaHandle]:
+        """How this stage's replicas run: threads, local processes, or Ray actors placed as the stage says
+        (its placement checked here, before any replica starts)."""
+        if self.options.in_process:
+            return partial(ThreadReplica, ctx=self.ctx)
+        if self.cluster is not None:
+            from omnistage.pipeline.ray_replica import RayReplica, actor_options
+
+            options = actor_options(stage, path)
+            return partial(RayReplica, options=options, orchestrator_node=self.cluster.node_id)
+        return ProcessReplica
 
     def close(self) -> None:
         """Stops the orchestrator, asks every replica to stop, kills those that do not. Idempotent."""
@@ -134,6 +183,8 @@ class PipelineRuntime:
         else:
             self.ctx.destroy(linger=0)
         self.addresses.cleanup()
+        if self.cluster is not None:
+            self.cluster.close()
 
 
 def model_factories(model_dir: str, spec: PipelineSpec, options: PipelineOptions) -> dict[str, WorkerFactory]:

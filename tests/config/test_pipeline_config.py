@@ -34,6 +34,14 @@ def test_preset_parses() -> None:
         (lambda d: d["edges"][0].update({"to": "nowhere"}), "edges[0].to"),
         (lambda d: d["streaming"].update(codec_chunk_frames=0), "streaming.codec_chunk_frames"),
         (lambda d: d["stages"].append(copy.deepcopy(d["stages"][0])), "stages"),
+        (lambda d: d["stages"][0].update(placement={"num_gpus": -1}), "stages[0].placement.num_gpus"),
+        (lambda d: d["stages"][0].update(placement={"gpus": 1}), "stages[0].placement.gpus"),
+        (lambda d: d["stages"][1].update(placement={"resources": {"cheap": "yes"}}),
+         "stages[1].placement.resources.cheap"),
+        (lambda d: d["stages"][1].update(placement={"resources": {"GPU": 1}}), "stages[1].placement.resources.GPU"),
+        (lambda d: d["stages"][2].update(placement={"node_labels": {"tier": 3}}),
+         "stages[2].placement.node_labels.tier"),
+        (lambda d: d["stages"][2].update(placement=["cpu"]), "stages[2].placement"),
     ],
 )
 def test_bad_field_is_named(mutate, path: str) -> None:
@@ -49,3 +57,16 @@ def test_bad_yaml_file(tmp_path: Path) -> None:
     bad.write_text("stages: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_pipeline(bad)
+
+
+def test_placement_parses_into_frozen_sorted_pairs() -> None:
+    data = _preset()
+    data["stages"][0]["placement"] = {"num_gpus": 1, "node_labels": {"tier": "gpu", "zone": "in(a,b)"}}
+    data["stages"][2]["placement"] = {"num_cpus": 2, "resources": {"cheap": 1, "big_mem": 0.5}}
+    spec = parse_pipeline(data)
+    thinker, code2wav = spec.stage("thinker").placement, spec.stage("code2wav").placement
+    assert (thinker.num_gpus, thinker.num_cpus) == (1.0, 0.0)
+    assert thinker.node_labels == (("tier", "gpu"), ("zone", "in(a,b)"))
+    assert code2wav.resources == (("big_mem", 0.5), ("cheap", 1.0)) and code2wav.num_cpus == 2.0
+    assert spec.stage("talker").placement == type(thinker)()  # absent: reserves nothing, any node
+    hash(spec)  # frozen all the way down

@@ -28,7 +28,7 @@ from omnistage.ipc.messages import (
     WirePromptLayout,
     WireSampling,
 )
-from omnistage.ipc.queues import AddressBook, Receiver, Sender
+from omnistage.ipc.queues import AddressBook, Receiver, Sender, next_address
 from omnistage.ipc.serialization import MessageCodec
 from omnistage.pipeline.connectors import InprocConnector, ShmConnector, shm_available
 
@@ -113,6 +113,28 @@ def test_messages_cross_a_zmq_pipe() -> None:
         got = [rx.recv(timeout_ms=2000) for _ in INPUTS]
         assert all(_equal(a, b) for a, b in zip(INPUTS, got))
         assert rx.recv(timeout_ms=10) is None and rx.drain() == []
+        tx.close()
+        rx.close()
+    finally:
+        ctx.destroy(linger=0)
+        book.cleanup()
+
+
+def test_messages_cross_a_tcp_pipe_at_the_bound_port() -> None:
+    # The Ray backend's pipes: the orchestrator binds a wildcard port and tells the replica the bound address.
+    ctx = zmq.Context()
+    book = AddressBook(in_process=False, tcp_host="127.0.0.1")
+    try:
+        assert book.folder is None and book.new("pipe") == "tcp://127.0.0.1:*"
+        rx = Receiver(ctx, book.new("pipe"), ReplicaInput, None, bind=True)
+        assert rx.address.startswith("tcp://127.0.0.1:") and not rx.address.endswith("*")
+        tx = Sender(ctx, rx.address, ReplicaInput, None, bind=False)
+        for message in INPUTS:
+            tx.send(message)
+        got = [rx.recv(timeout_ms=2000) for _ in INPUTS]
+        assert all(_equal(a, b) for a, b in zip(INPUTS, got))
+        assert next_address(rx.address, 3) == "tcp://127.0.0.1:*"
+        assert next_address("ipc:///tmp/x/talker-0-in~0", 1) == "ipc:///tmp/x/talker-0-in~1"
         tx.close()
         rx.close()
     finally:

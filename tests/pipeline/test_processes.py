@@ -123,3 +123,24 @@ def test_a_replica_process_that_cannot_load_reports_why() -> None:
     factories = {**fakes.fake_factories(), "code2wav": fakes.broken_factory}
     with pytest.raises(PipelineStartError, match="'code2wav' replica 0 failed to start: OSError: weights not found"):
         PipelineRuntime(small_spec(), factories, None, fakes.GROUPS, PipelineOptions())
+
+
+UNGUARDED = textwrap.dedent("""
+    # No `if __name__ == "__main__"`: spawning a replica re-imports this script, which is an error.
+    from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
+    from tests.pipeline import fakes
+    from tests.pipeline.specs import small_spec
+
+    PipelineRuntime(small_spec(), fakes.fake_factories(), None, fakes.GROUPS, PipelineOptions(ready_timeout_s=20))
+""")
+
+
+def test_a_replica_that_cannot_start_is_reported_not_hidden_by_teardown(tmp_path: Path) -> None:
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=60)
+    assert run.returncode != 0
+    assert "can only join a started process" not in run.stderr  # teardown skips replicas never started
+    assert "PipelineStartError" in run.stderr or "bootstrapping phase" in run.stderr

@@ -61,3 +61,20 @@ def test_from_args_reads_the_serve_flags(tiny_dir: Path, tmp_path: Path) -> None
                               "--in-process"])
     with pytest.raises(ConfigError, match=r"edges\[1\]\.transform"):
         AsyncOmni.from_args(args)
+
+
+def test_backend_flags_become_options() -> None:
+    from omnistage.pipeline.engine import options_from_args
+    from omnistage.pipeline.runtime import PipelineOptions
+
+    parser = argparse.ArgumentParser()
+    add_pipeline_args(parser)
+    assert options_from_args(parser.parse_args([])).backend == "local"
+    options = options_from_args(parser.parse_args(["--backend", "ray", "--ray-address", "10.0.0.1:6379"]))
+    assert (options.backend, options.ray_address, options.connector_kind) == ("ray", "10.0.0.1:6379", "shm")
+    for bad in (["--backend", "ray", "--in-process"], ["--ray-address", "10.0.0.1:6379"],
+                ["--backend", "ray", "--connector", "inproc"], ["--backend", "ray", "--ray-address", "ray://h:10001"]):
+        with pytest.raises(ValueError):
+            options_from_args(parser.parse_args(bad))
+    with pytest.raises(ValueError, match="backend"):
+        PipelineOptions(backend="kubernetes")

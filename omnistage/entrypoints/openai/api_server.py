@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import sys
 import time
 from dataclasses import dataclass, field
@@ -159,7 +160,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     app.state.services = Services(engine=engine, chat=ChatService(engine, builder, metrics, admission),
                                   speech=SpeechService(engine, metrics, limits, admission), metrics=metrics)
     app.include_router(api)
-    install_realtime(app, engine, limits)  # WS /v1/realtime
+    install_realtime(app, engine, limits, admission)  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_error_handlers(app)
     app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
@@ -190,8 +191,17 @@ def run_server(args: argparse.Namespace) -> int:
         return 2
     try:
         import omnistage.pipeline.async_omni  # noqa: F401 - checked here so the message names the gap
+        from omnistage.pipeline.engine import options_from_args
     except ImportError as exc:
         print(f"omnistage serve: the pipeline (omnistage.pipeline.async_omni.AsyncOmni) is not available: {exc}",
               file=sys.stderr)
+        return 3
+    try:
+        options = options_from_args(args)  # a bad combination (--in-process --backend ray) is a usage error
+    except ValueError as exc:
+        print(f"omnistage serve: {exc}", file=sys.stderr)
+        return 2
+    if options.backend == "ray" and importlib.util.find_spec("ray") is None:
+        print("omnistage serve: --backend ray needs Ray: pip install 'omnistage[ray]'", file=sys.stderr)
         return 3
     return asyncio.run(_serve(args, limits, media))

@@ -1,0 +1,142 @@
+"""Stage replicas as Ray actors: the same replica loop, on whichever node the stage's placement picks.
+
+The actor connects to the orchestrator's TCP sockets, so the orchestrator and
+the request flows are the same as for local processes. Tensors travel in the
+message frames, except between ends on one machine, which use the pipeline's
+connector (shared memory by default). The actor's one ``run`` call is the
+replica's lifetime: once its result is ready the replica has ended (it
+returned after a ``Shutdown``, or the actor died: killed, out of memory, its
+node lost), and ``is_alive`` says so exactly as for a dead local process, so
+the orchestrator fails the requests it held and starts a new actor. Ray's own
+actor restarts stay off: a restart needs fresh sockets and the orchestrator's
+bookkeeping. Actors belong to this driver, so Ray ends them if it exits.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import ray
+import zmq
+from ray.exceptions import RayActorError
+
+from omnistage.config.pipeline import ConfigError, PlacementSpec, StageSpec
+from omnistage.pipeline.connectors import make_connector
+from omnistage.pipeline.launcher import ReplicaHandle, ReplicaLaunch
+from omnistage.pipeline.replica import ReplicaLoop
+
+KILL_WAIT_S = 5.0
+
+
+class ReplicaActor:
+    """The body of a replica on a Ray worker (what ``replica_main`` is to a local process)."""
+
+    def run(self, launch: ReplicaLaunch, orchestrator_node: str) -> None:
+        if not ray.get_runtime_context().get_accelerator_ids().get("GPU"):
+            # Ray leaves CUDA_VISIBLE_DEVICES alone for an actor that reserved no GPU: hide them (before torch
+            # first touches CUDA), so such a stage's ``device: auto`` means the CPU, not a GPU it did not reserve.
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        import torch
+
+        torch.set_num_threads(launch.num_threads)
+        same_host = ray.get_runtime_context().get_node_id() == orchestrator_node
+        store = make_connector(launch.connector if same_host else "frames", launch.pipeline_id)
+        ctx = zmq.Context()
+        try:
+            ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), same_host).run()
+        finally:
+            ctx.destroy(linger=0)
+
+
+_REMOTE_ACTOR = ray.remote(ReplicaActor)
+
+
+def actor_options(stage: StageSpec, path: str = "placement") -> dict[str, object]:
+    """The stage's placement as Ray's actor options (``ActorClass.options`` keywords), checked by Ray now,
+    before any replica starts; errors name ``path`` (the placement's place in the stage config)."""
+    placement = stage.placement
+    if stage.device == "cuda" and placement.num_gpus == 0:
+        raise ConfigError(f"{path}.num_gpus: device 'cuda' needs a GPU reserved on the Ray backend (num_gpus > 0)")
+    options: dict[str, object] = {"num_cpus": placement.num_cpus, "num_gpus": placement.num_gpus,
+                                  "max_restarts": 0}
+    if placement.resources:
+        options["resources"] = dict(placement.resources)
+    if placement.node_labels:
+        options["label_selector"] = dict(placement.node_labels)
+    try:
+        _REMOTE_ACTOR.options(**options)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    return options
+
+
+def replica_threads(placement: PlacementSpec) -> int:
+    """Torch threads of a replica: the CPUs it reserved, at least one."""
+    return max(math.ceil(placement.num_cpus), 1)
+
+
+class RayReplica(ReplicaHandle):
+    def __init__(self, launch: ReplicaLaunch, options: dict[str, object], orchestrator_node: str,
+                 generation: int = 0) -> None:
+        super().__init__(launch)
+        self.options = options
+        self.orchestrator_node = orchestrator_node
+        self.generation = generation
+        self.actor: ray.actor.ActorHandle | None = None
+        self._done: ray.ObjectRef | None = None  # the result of ``run``: ready once the replica ended
+
+    def start(self) -> None:
+        # Named so ``ray list actors`` tells replicas apart; the generation keeps a restart's name free.
+        name = f"omnistage-{self.launch.pipeline_id}-{self.launch.stage}-{self.launch.index}-{self.generation}"
+        self.actor = _REMOTE_ACTOR.options(name=name, **self.options).remote()
+        self._done = self.actor.run.remote(self.launch, self.orchestrator_node)
+
+    def respawn(self, launch: ReplicaLaunch) -> ReplicaHandle:
+        self._release()  # an actor whose loop returned still holds its node's resources
+        return RayReplica(launch, self.options, self.orchestrator_node, self.generation + 1)
+
+    def is_alive(self) -> bool:
+        if self._done is None or not ray.is_initialized():
+            return False
+        ready, _ = ray.wait([self._done], timeout=0, fetch_local=False)
+        return not ready
+
+    def join(self, timeout: float) -> bool:
+        if self._done is not None and ray.is_initialized():
+            ready, _ = ray.wait([self._done], timeout=timeout, fetch_local=False)
+            if not ready:
+                return False
+        self._release()
+        return True
+
+    def kill(self) -> None:
+        self._release()
+        if self._done is not None and ray.is_initialized():
+            ray.wait([self._done], timeout=KILL_WAIT_S, fetch_local=False)
+
+    def _release(self) -> None:
+        if self.actor is not None and ray.is_initialized():
+            ray.kill(self.actor, no_restart=True)
+
+    @property
+    def exit_detail(self) -> str:
+        if self._done is None or not ray.is_initialized():
+            return "never started"
+        try:
+            ray.get(self._done, timeout=0)
+        except RayActorError as exc:
+            return f"Ray actor died: {_death_reason(exc)}"
+        except Exception as exc:  # noqa: BLE001 - whatever ended it is only reported
+            return f"Ray actor failed: {type(exc).__name__}: {_death_reason(exc)}"
+        return "its loop returned"
+
+
+def _death_reason(exc: BaseException) -> str:
+    """Ray's message in one line: its last plain line (the cause, e.g. killed, out of memory, node lost) and
+    where the actor ran (Ray lists ``pid``/``ip`` as indented fields)."""
+    lines = str(exc).splitlines()
+    plain = [line.strip() for line in lines if line.strip() and not line.startswith("\t")]
+    where = dict(line.strip().split(": ", 1) for line in lines if line.startswith("\t") and ": " in line)
+    reason = plain[-1] if plain else type(exc).__name__
+    return f"{reason} (pid {where['pid']} on {where['ip']})" if "pid" in where and "ip" in where else reason
