@@ -23,6 +23,7 @@ from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling
 from omnistage.pipeline.engine import OmniPipeline
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.processing.video import Video
 
 Messages = str | Sequence[int] | Sequence[dict[str, object]]
 
@@ -46,9 +47,10 @@ class Omni:
     def close(self) -> None:
         self.pipeline.close()
 
-    def prompt(self, messages: Messages, audios: Sequence[np.ndarray] = (), images: Sequence[object] = ()
-               ) -> ProcessedPrompt:
-        """Chat messages (or a user string, or prompt token ids) plus 16 kHz audios / images → thinker input."""
+    def prompt(self, messages: Messages, audios: Sequence[np.ndarray] = (), images: Sequence[object] = (),
+               videos: Sequence[Video] = ()) -> ProcessedPrompt:
+        """Chat messages (or a user string, or prompt token ids) plus 16 kHz audios / images / videos (frames
+        and their fps) → thinker input."""
         proc = self.pipeline.processor
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
@@ -56,11 +58,11 @@ class Omni:
             token_ids = [int(t) for t in messages]
         else:
             token_ids = proc.apply_chat_template(list(messages))
-        return proc.process(token_ids, audios=list(audios), images=list(images))
+        return proc.process(token_ids, audios=list(audios), images=list(images), videos=list(videos))
 
     def request(self, messages: Messages, modalities: Iterable[str] = ("text",), *,
-                audios: Sequence[np.ndarray] = (), images: Sequence[object] = (), voice: str = "ethan",
-                initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
+                audios: Sequence[np.ndarray] = (), images: Sequence[object] = (), videos: Sequence[Video] = (),
+                voice: str = "ethan", initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
                 **sampling: object) -> OmniRequest:
         """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields."""
         defaults = self.pipeline.spec.stage(self.pipeline.runtime.topology.thinker).sampling
@@ -71,7 +73,8 @@ class Omni:
             knobs["stop"] = tuple(knobs["stop"])
         return OmniRequest(
             request_id=request_id or f"omni-{uuid.uuid4().hex[:8]}-{next(self._ids)}",
-            prompt=self.prompt(messages, audios, images), modalities=frozenset(Modality(m) for m in modalities),
+            prompt=self.prompt(messages, audios, images, videos),
+            modalities=frozenset(Modality(m) for m in modalities),
             sampling=RequestSampling(**knobs), voice=voice, initial_codec_chunk_frames=initial_codec_chunk_frames)
 
     def generate(self, messages: Messages, modalities: Iterable[str] = ("text",), stream: bool = False,

@@ -1,12 +1,13 @@
-"""Turns a prompt (token ids or chat messages) plus raw audio/images into thinker inputs.
+"""Turns a prompt (token ids or chat messages) plus raw audio/images/videos into thinker inputs.
 
 transformers' ``Qwen3OmniMoeProcessor`` cannot be built without torchvision
 (its video processor), so this does the same work from the parts that load
 without it: the tokenizer, the Whisper feature extractor and the PIL image
-processor. Each ``<|audio_pad|>``/``<|image_pad|>`` placeholder is expanded to
+processor (which ``processing/video.py`` also uses for video frames). Each
+``<|audio_pad|>``/``<|image_pad|>``/``<|video_pad|>`` placeholder is expanded to
 the number of encoder outputs its item produces, exactly as the processor does.
 When the folder has no tokenizer or processor configs (a bare checkpoint), the
-feature extractor and image processor are built from the model config.
+feature extractor, image and video processors are built from the model config.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from omnistage.processing.video import Video, VideoProcessor
 
 AUDIO_SAMPLE_RATE = 16000
 
@@ -65,12 +68,14 @@ class PromptProcessor:
         thinker = config["thinker_config"]
         self.audio_token_id = int(thinker["audio_token_id"])
         self.image_token_id = int(thinker["image_token_id"])
+        self.video_token_id = int(thinker["video_token_id"])
         self.n_window = int(thinker["audio_config"].get("n_window", 50))
         vision = thinker["vision_config"]
         self.merge_size = int(vision.get("spatial_merge_size", 2))
         self.tokenizer = self._load_tokenizer()
         self.features = self._load_feature_extractor(int(thinker["audio_config"].get("num_mel_bins", 128)))
         self.images = self._load_image_processor(vision)
+        self.videos = VideoProcessor.from_folder(self.folder, vision)
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> PromptProcessor:
@@ -111,14 +116,21 @@ class PromptProcessor:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
-    def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = ()) -> ProcessedPrompt:
-        """Expands each placeholder of ``token_ids`` to its item's encoder length; audio is 16 kHz mono float."""
+    def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = (),
+                videos: list[Video] = ()) -> ProcessedPrompt:
+        """Expands each placeholder of ``token_ids`` to its item's encoder length; audio is 16 kHz mono float.
+
+        A video's placeholder is one ``<|video_pad|>`` (as the chat template renders a video part), not the
+        audio-interleaved layout of ``use_audio_in_video``: a video's sound track is not used."""
         audio_in, counts_a = self._audio(list(audios))
         image_in, counts_i = self._images(list(images))
-        expanded = self._expand(token_ids, counts_a, counts_i)
+        video_in, counts_v = self._videos(list(videos))
+        expanded = self._expand(token_ids, {self.audio_token_id: counts_a, self.image_token_id: counts_i,
+                                            self.video_token_id: counts_v})
         mm = MultimodalInputs(
             input_features=audio_in[0], feature_attention_mask=audio_in[1],
             pixel_values=image_in[0], image_grid_thw=image_in[1],
+            pixel_values_videos=video_in[0], video_grid_thw=video_in[1], video_second_per_grid=video_in[2],
         )
         return ProcessedPrompt(token_ids=expanded, mm=mm)
 
@@ -148,8 +160,14 @@ class PromptProcessor:
         counts = (grid.prod(-1) // self.merge_size**2).tolist()
         return (out["pixel_values"], grid), [int(c) for c in counts]
 
-    def _expand(self, token_ids: list[int], audio_counts: list[int], image_counts: list[int]) -> list[int]:
-        placeholders = {self.audio_token_id: list(audio_counts), self.image_token_id: list(image_counts)}
+    def _videos(self, videos: list[Video]) -> tuple[tuple, list[int]]:
+        if not videos:
+            return (None, None, None), []
+        out = self.videos(videos)
+        return (out.pixel_values, out.grid_thw, out.second_per_grid), self.videos.token_count(out.grid_thw)
+
+    def _expand(self, token_ids: list[int], counts: dict[int, list[int]]) -> list[int]:
+        placeholders = {tok: list(c) for tok, c in counts.items()}
         out: list[int] = []
         for tok in token_ids:
             queue = placeholders.get(tok)

@@ -66,4 +66,5 @@ def server(live_server: LiveServer, processor: RecordingProcessor) -> LiveServer
     live_server.engine.reset()
     processor.seen_audios.clear()
     processor.seen_images.clear()
+    processor.seen_videos.clear()
     return live_server

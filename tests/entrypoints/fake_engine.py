@@ -24,6 +24,7 @@ from omnistage.entrypoints.openai.engine_protocol import (
     StageHealth,
 )
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.processing.video import Video
 
 WORDS: tuple[str, ...] = ("Hello", " from", " the", " fake", " engine", ".")
 SINE_HZ = 440.0
@@ -36,11 +37,14 @@ class RecordingProcessor(PromptProcessor):
         super().__init__(*args, **kwargs)
         self.seen_audios: list[np.ndarray] = []
         self.seen_images: list[Image.Image] = []
+        self.seen_videos: list[Video] = []
 
-    def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = ()) -> ProcessedPrompt:
+    def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = (),
+                videos: list[Video] = ()) -> ProcessedPrompt:
         self.seen_audios.extend(audios)
         self.seen_images.extend(images)
-        return super().process(token_ids, audios=audios, images=images)
+        self.seen_videos.extend(videos)
+        return super().process(token_ids, audios=audios, images=images, videos=videos)
 
 
 def sine_chunk(index: int, seconds: float) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Media content parts reach the processor decoded: audio at 16 kHz mono, images and video frames as RGB."""
+"""Media content parts reach the processor decoded: audio at 16 kHz mono, images as RGB, a video as its sampled
+RGB frames and their rate."""
 
 from __future__ import annotations
 
@@ -53,11 +54,18 @@ def test_image_url_data_url(server: LiveServer, processor: RecordingProcessor) -
     assert server.engine.requests[-1].prompt.mm.image_grid_thw is not None
 
 
-def test_video_url_becomes_sampled_frames(server: LiveServer, processor: RecordingProcessor) -> None:
+def test_video_url_becomes_one_video(server: LiveServer, processor: RecordingProcessor) -> None:
     _ask(server, {"type": "video_url", "video_url": {"url": data_url("video/mp4", mp4_bytes())}})
-    # 2 s at 2 fps would be 4 frames; the test server caps videos at 3.
-    assert len(processor.seen_images) == 3
-    assert all(img.size == (64, 64) for img in processor.seen_images)
+    (video,) = processor.seen_videos
+    # 2 s at 2 fps would be 4 frames; the test server caps videos at 3, spread over the clip: t = 0, 0.7, 1.4 s.
+    assert len(video.frames) == 3 and all(img.size == (64, 64) for img in video.frames)
+    assert video.fps == pytest.approx(2 / 1.4)
+    assert not processor.seen_images
+    request = server.engine.requests[-1].prompt
+    # 3 frames padded to 4 → 2 temporal patches; 64-px frames scaled up to the video minimum (384 px, 24 patches).
+    assert request.mm.video_grid_thw.tolist() == [[2, 24, 24]]
+    assert request.mm.video_second_per_grid.tolist() == pytest.approx([2 / video.fps])
+    assert request.token_ids.count(processor.video_token_id) == 2 * 24 * 24 // 4
 
 
 def test_media_order_is_kept(server: LiveServer, processor: RecordingProcessor) -> None:
@@ -77,10 +85,11 @@ def test_local_file_under_allowed_folder(server: LiveServer, processor: Recordin
 
 
 def test_frames_spread_over_a_long_video() -> None:
-    from omnistage.entrypoints.openai.media import decode_video_frames
+    from omnistage.entrypoints.openai.media import decode_video
     from omnistage.entrypoints.openai.server_config import ServerLimits
 
-    frames = decode_video_frames(mp4_bytes(seconds=6.0), ServerLimits(max_video_frames=3))
+    video = decode_video(mp4_bytes(seconds=6.0), ServerLimits(max_video_frames=3))
     # Frame i of the sample video is grey level 10*i at 10 fps: t = 0, 2, 4 s → levels 0, 200, 400 % 255.
-    levels = [int(np.asarray(f)[32, 32, 0]) for f in frames]
+    levels = [int(np.asarray(f)[32, 32, 0]) for f in video.frames]
+    assert video.fps == pytest.approx(0.5)
     assert [abs(a - b) <= 12 for a, b in zip(levels, [0, 200, 145], strict=True)] == [True] * 3

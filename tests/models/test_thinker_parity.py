@@ -108,6 +108,8 @@ def prompts(tiny_dir: Path) -> dict[str, Prompt]:
     video_mm = dict(pixel_values_videos=image["pixel_values"].flip(0), video_grid_thw=image["image_grid_thw"],
                     video_second_per_grid=torch.tensor([2.0]))
     return {
+        "video": _processed_video_prompt(tiny_dir, build([special("<|vision_start|>"), special("<|video_pad|>"),
+                                                          special("<|vision_end|>")]), rng),
         "image_video": Prompt(build(video_part + tok("and").input_ids + image_part),
                               MultimodalInputs(**image_mm, **video_mm), {**image_mm, **video_mm}),
         "text": Prompt(build(tok("hello there").input_ids), MultimodalInputs(), {}),
@@ -116,6 +118,20 @@ def prompts(tiny_dir: Path) -> dict[str, Prompt]:
         "image_audio": Prompt(build(image_part + audio_part), MultimodalInputs(**audio_mm, **image_mm),
                               {**audio_mm, **image_mm}),
     }
+
+
+def _processed_video_prompt(tiny_dir: Path, ids: torch.Tensor, rng: np.random.Generator) -> Prompt:
+    """Three distinct frames at 2 fps through omnistage's processor: two temporal patches (the last padded),
+    one second per patch, so transformers' positions are whole numbers too."""
+    from omnistage.processing.prompt import PromptProcessor
+    from omnistage.processing.video import Video
+
+    frames = [(rng.random((48, 64, 3)) * 255).astype(np.uint8) for _ in range(3)]
+    processed = PromptProcessor.from_folder(tiny_dir).process(ids.tolist(), videos=[Video(frames, fps=2.0)])
+    mm = processed.mm
+    assert mm.video_grid_thw[0, 0] == 2 and mm.video_second_per_grid.tolist() == [1.0]
+    names = ("pixel_values_videos", "video_grid_thw", "video_second_per_grid")
+    return Prompt(torch.tensor(processed.token_ids), mm, {n: getattr(mm, n) for n in names})
 
 
 def _reference(ref: torch.nn.Module, prompt: Prompt, ids: torch.Tensor | None = None):  # noqa: ANN202
@@ -133,7 +149,7 @@ def _prefill_fresh(ours: Thinker, prompt: Prompt) -> tuple[torch.Tensor, torch.T
     return ours.compute_logits(hidden), accept, embeds, delta
 
 
-@pytest.mark.parametrize("name", ["text", "audio", "image", "image_audio", "image_video"])
+@pytest.mark.parametrize("name", ["text", "audio", "image", "image_audio", "image_video", "video"])
 def test_logits_and_accept_hidden_match_transformers(models, prompts, name: str) -> None:  # noqa: ANN001
     ours, ref = models
     prompt = prompts[name]
@@ -142,7 +158,7 @@ def test_logits_and_accept_hidden_match_transformers(models, prompts, name: str)
     torch.testing.assert_close(logits, expected.logits[0], atol=ATOL, rtol=0)
     torch.testing.assert_close(accept, expected.hidden_states[ours.accept_hidden_layer][0], atol=ATOL, rtol=0)
     torch.testing.assert_close(embeds.inputs_embeds, expected.hidden_states[0][0], atol=ATOL, rtol=0)
-    if name.startswith("image"):
+    if name != "text" and name != "audio":
         assert embeds.deepstack is not None and embeds.deepstack.features.shape[0] == 2
         visual = (prompt.ids == ref.config.image_token_id) | (prompt.ids == ref.config.video_token_id)
         assert torch.equal(embeds.deepstack.rows, visual.nonzero().squeeze(1))
@@ -168,7 +184,7 @@ def test_mrope_audio_in_video_matches_transformers(models, second_per_grid: floa
         assert delta == int(expected_delta)
 
 
-@pytest.mark.parametrize("name", ["text", "audio", "image", "image_audio", "image_video"])
+@pytest.mark.parametrize("name", ["text", "audio", "image", "image_audio", "image_video", "video"])
 def test_mrope_positions_match_transformers(models, prompts, name: str) -> None:  # noqa: ANN001
     ours, ref = models
     prompt = prompts[name]
@@ -183,14 +199,16 @@ def test_mrope_positions_match_transformers(models, prompts, name: str) -> None:
         assert delta < 0  # a 4x4 grid covers 4 tokens with 2x2 positions
 
 
-def test_paged_prefill_then_decode_equals_full_forward(models, prompts) -> None:  # noqa: ANN001
-    """Chunked prefill through the paged cache, then decode steps, give the no-cache logits (and transformers')."""
+@pytest.mark.parametrize("name", ["image", "video"])
+def test_paged_prefill_then_decode_equals_full_forward(models, prompts, name: str) -> None:  # noqa: ANN001
+    """Chunked prefill through the paged cache, then decode steps, give the no-cache logits (and transformers'):
+    the same greedy tokens."""
     ours, ref = models
-    prompt = prompts["image"]
+    prompt = prompts[name]
     embeds = ours.embed(prompt.ids, prompt.mm)
     positions, delta = ours.positions(prompt.ids, prompt.mm)
-    # Two prefill chunks, split inside the image: each chunk carries its own part of the deepstack rows.
-    cache, length, split = PagedKV(ours.kv_cache_spec()), len(prompt.ids), int(embeds.deepstack.rows[2])
+    # Two prefill chunks, split inside the image/video: each chunk carries its own part of the deepstack rows.
+    cache, length, split = PagedKV(ours.kv_cache_spec(), num_blocks=128), len(prompt.ids), int(embeds.deepstack.rows[2])
     with torch.no_grad():
         for start, end in ((0, split), (split, length)):
             with forward_context(cache.context([(0, end - start)])):
@@ -213,6 +231,7 @@ def test_paged_prefill_then_decode_equals_full_forward(models, prompts) -> None:
     torch.testing.assert_close(cached, full_logits[length - 1:], atol=1e-5, rtol=0)
     expected = _reference(ref, prompt, full_ids).logits[0, length - 1:]
     torch.testing.assert_close(cached, expected, atol=ATOL, rtol=0)
+    assert expected[:3].argmax(-1).tolist() == generated  # transformers' greedy tokens
 
 
 def test_two_sequences_batched_equal_each_alone(models, prompts) -> None:  # noqa: ANN001

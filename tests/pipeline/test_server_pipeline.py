@@ -1,4 +1,5 @@
-"""The OpenAI server on the real pipeline (tiny checkpoint): streamed text + speech, health and metrics."""
+"""The OpenAI server on the real pipeline (tiny checkpoint): streamed text + speech, a video prompt, health and
+metrics."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
+from tests.entrypoints.media_samples import data_url, mp4_bytes
 from tests.entrypoints.server_thread import ServerThread
 from tests.pipeline.specs import small_dict, write_spec
 
@@ -45,6 +47,22 @@ def test_streamed_chat_with_speech(base_url: str) -> None:
             reasons.append(choice.finish_reason)
     assert text and len(pcm) > 0 and len(pcm) % 2 == 0
     assert reasons[-1] in ("stop", "length")
+
+
+def test_chat_with_a_video_url(base_url: str) -> None:
+    """A data: URL mp4 becomes one video (4 frames at 2 fps → 2 temporal patches of 12x12 merged patches), which
+    the thinker encodes and the talker speaks about; the same video again is served from the prefix cache."""
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+    content = [{"type": "video_url", "video_url": {"url": data_url("video/mp4", mp4_bytes())}},
+               {"type": "text", "text": "what happens?"}]
+    answers = [client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": content}], modalities=["text", "audio"],
+        audio={"voice": "Ethan", "format": "wav"}, max_tokens=8, seed=1) for _ in range(2)]
+    first, again = answers
+    assert first.choices[0].message.content and first.choices[0].message.audio.data
+    assert first.usage.prompt_tokens > 2 * 12 * 12
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert again.usage.prompt_tokens_details.cached_tokens >= 2 * 12 * 12
 
 
 def test_health_and_metrics_read_the_replicas(base_url: str) -> None:

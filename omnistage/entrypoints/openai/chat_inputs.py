@@ -1,10 +1,9 @@
 """Chat messages → the thinker's prompt: media are fetched and decoded, then the chat template runs.
 
-The processor's chat template places one placeholder per audio/image part, and
-``PromptProcessor.process`` expands them in order, so audios and images are
-collected in the order their parts appear. The processor has no video path
-yet, so a video becomes its sampled frames, each an image part (the video's
-audio track is not used).
+The processor's chat template places one placeholder per audio/image/video part,
+and ``PromptProcessor.process`` expands them in order, so each kind is collected
+in the order its parts appear. A video part reaches the processor as its sampled
+frames and their rate; its audio track is not used.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from omnistage.entrypoints.openai.media import (
     decode_audio_item,
     decode_base64,
     decode_image,
-    decode_video_frames,
+    decode_video,
 )
 from omnistage.entrypoints.openai.protocol import (
     AudioURLPart,
@@ -37,6 +36,7 @@ from omnistage.entrypoints.openai.protocol import (
 )
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.processing.video import Video
 
 # The processor's chat-template input; this module is the only place that builds it.
 TemplatePart = dict[str, str]
@@ -50,6 +50,7 @@ class _Collected:
     messages: list[TemplateMessage] = field(default_factory=list)
     audios: list[np.ndarray] = field(default_factory=list)
     images: list[Image.Image] = field(default_factory=list)
+    videos: list[Video] = field(default_factory=list)
 
 
 def _media_error(exc: MediaError, param: str) -> APIError:
@@ -94,7 +95,7 @@ class ChatPromptBuilder:
 
     def _process(self, collected: _Collected) -> ProcessedPrompt:
         ids = self.processor.apply_chat_template(collected.messages)
-        return self.processor.process(ids, audios=collected.audios, images=collected.images)
+        return self.processor.process(ids, audios=collected.audios, images=collected.images, videos=collected.videos)
 
     async def _message(self, msg: ChatMessage, param: str, out: _Collected) -> TemplateMessage:
         role = _TEXT_ROLE.get(msg.role, msg.role)
@@ -121,9 +122,8 @@ class ChatPromptBuilder:
             return [{"type": "image"}]
         assert isinstance(part, VideoURLPart)
         data = await self._fetch(part.video_url.url, f"{param}.video_url.url")
-        frames = await self._decode(decode_video_frames, data, param=f"{param}.video_url.url")
-        out.images.extend(frames)
-        return [{"type": "image"} for _ in frames]
+        out.videos.append(await self._decode(decode_video, data, param=f"{param}.video_url.url"))
+        return [{"type": "video"}]
 
     async def _input_audio(self, part: InputAudioPart, param: str) -> np.ndarray:
         try:

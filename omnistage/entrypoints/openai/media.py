@@ -21,6 +21,7 @@ from PIL import Image, UnidentifiedImageError
 from omnistage.audio import AudioDecodeError, AudioTooLongError, load_audio
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+from omnistage.processing.video import Video
 
 # data: URL media types → the decoder hint; anything else is probed.
 _AUDIO_MIME_HINTS: dict[str, str] = {
@@ -160,8 +161,9 @@ def decode_image(data: bytes, limits: ServerLimits) -> Image.Image:
     return img.convert("RGB")
 
 
-def decode_video_frames(data: bytes, limits: ServerLimits) -> list[Image.Image]:
-    """Frames sampled at ``video_sample_fps`` (at most ``max_video_frames``) as RGB images."""
+def decode_video(data: bytes, limits: ServerLimits) -> Video:
+    """RGB frames sampled at ``video_sample_fps`` (at most ``max_video_frames``), with the rate they were
+    sampled at; the video's audio track is not read."""
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.video:
@@ -182,10 +184,11 @@ def _frame_interval(container: av.container.InputContainer, limits: ServerLimits
     return interval
 
 
-def _sample_frames(container: av.container.InputContainer, limits: ServerLimits) -> list[Image.Image]:
+def _sample_frames(container: av.container.InputContainer, limits: ServerLimits) -> Video:
     stream = container.streams.video[0]
     interval = _frame_interval(container, limits)
     frames: list[Image.Image] = []
+    times: list[float] = []
     next_t = 0.0
     for frame in container.decode(stream):
         t = float(frame.time) if frame.time is not None else next_t
@@ -193,9 +196,17 @@ def _sample_frames(container: av.container.InputContainer, limits: ServerLimits)
             continue
         _check_pixels(frame.width, frame.height, limits)
         frames.append(frame.to_image().convert("RGB"))
+        times.append(t)
         next_t = t + interval
         if len(frames) >= limits.max_video_frames:
             break
     if not frames:
         raise MediaError("the video has no frames", code="invalid_video")
-    return frames
+    return Video(frames=tuple(frames), fps=_sampled_fps(times, interval))
+
+
+def _sampled_fps(times: list[float], interval: float) -> float:
+    """The rate of the sampled frames from their mean spacing: source frames rarely fall exactly on the
+    sampling grid (a 3 fps clip sampled every 0.5 s gives a frame every 0.67 s). One frame: the grid's rate."""
+    span = times[-1] - times[0]
+    return (len(times) - 1) / span if len(times) > 1 and span > 0 else 1.0 / interval
