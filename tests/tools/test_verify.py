@@ -91,7 +91,7 @@ def make_variant(out: Path) -> Path:
 
 
 def _assert_passes(report) -> None:  # noqa: ANN001
-    assert [c.name for c in report.cases] == ["text", "text+audio", "text+image"]
+    assert [c.name for c in report.cases] == ["text", "text+audio", "text+image", "text+video"]
     for case in report.cases:
         assert case.ok, case
         assert case.frames > 0 and case.samples > 0  # audio exists: the talker's min tokens held

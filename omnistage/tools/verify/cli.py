@@ -22,7 +22,7 @@ def add_verify_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     verify = subparsers.add_parser(
         "verify", help="compare omnistage with transformers on a checkpoint (greedy, fp32, CPU)",
         description="Runs transformers' Qwen3OmniMoeForConditionalGeneration and omnistage on the same prompts "
-                    "(text, text+audio, text+image) and checks thinker tokens, prompt logits, talker codes and "
+                    "(text, text+audio, text+image, text+video) and checks thinker tokens, prompt logits, talker codes and "
                     "the waveform. Needs only config.json and weights.")
     verify.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
     verify.add_argument("--json", nargs="?", const="-", metavar="FILE",

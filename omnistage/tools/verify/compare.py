@@ -29,7 +29,7 @@ from omnistage.tools.verify.prompts import VerifyCase, build_cases
 from omnistage.tools.verify.reference import Reference, StageResult, quiet_transformers
 
 TOLERANCE = 1e-4
-CASE_NAMES = ("text", "text+audio", "text+image")
+CASE_NAMES = ("text", "text+audio", "text+image", "text+video")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The verify prompts: text-only, text+audio, text+image, built with or without a tokenizer."""
+"""The verify prompts: text-only, text+audio, text+image, text+video, built with or without a tokenizer."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 from PIL import Image
 
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.processing.video import Video
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ def _synthetic_image(seed: int = 0) -> Image.Image:
     return Image.fromarray(pixels)
 
 
+def _synthetic_video(frames: int = 3) -> Video:
+    """Distinct frames (an odd count, so the temporal padding is exercised) at 2 fps: one temporal patch spans a
+    whole second, so M-RoPE time positions are integers and transformers' fractional ones agree."""
+    return Video([_synthetic_image(seed) for seed in range(1, frames + 1)], fps=2.0)
+
+
 def _ids_without_tokenizer(config: dict[str, object], part: str) -> list[int]:
     """ChatML by id: the config names every special id the model needs; filler ids stand in for words."""
     thinker, talker = config["thinker_config"], config["talker_config"]
@@ -39,6 +46,7 @@ def _ids_without_tokenizer(config: dict[str, object], part: str) -> list[int]:
         "text": [],
         "audio": [thinker["audio_start_token_id"], thinker["audio_token_id"], thinker["audio_start_token_id"] + 1],
         "image": [talker["vision_start_token_id"], thinker["image_token_id"], talker["vision_start_token_id"] + 1],
+        "video": [talker["vision_start_token_id"], thinker["video_token_id"], talker["vision_start_token_id"] + 1],
     }[part]
     im_start, im_end = config["im_start_token_id"], config["im_end_token_id"]
     return ([im_start, config["user_token_id"], newline, *placeholder, *words, im_end, newline,
@@ -51,6 +59,8 @@ def build_cases(proc: PromptProcessor, config: dict[str, object]) -> list[Verify
         "text": ([{"type": "text", "text": "Tell me a short story."}], {}),
         "text+audio": ([{"type": "audio"}, {"type": "text", "text": "What do you hear?"}], {"audios": [audio]}),
         "text+image": ([{"type": "image"}, {"type": "text", "text": "What is in the picture?"}], {"images": [image]}),
+        "text+video": ([{"type": "video"}, {"type": "text", "text": "What happens?"}],
+                       {"videos": [_synthetic_video()]}),
     }
     cases = []
     for name, (content, items) in parts.items():

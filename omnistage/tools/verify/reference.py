@@ -93,4 +93,7 @@ def _model_inputs(case: VerifyCase) -> dict[str, torch.Tensor]:
         inputs.update(input_features=mm.input_features, feature_attention_mask=mm.feature_attention_mask)
     if mm.pixel_values is not None:
         inputs.update(pixel_values=mm.pixel_values, image_grid_thw=mm.image_grid_thw)
+    if mm.pixel_values_videos is not None:
+        inputs.update(pixel_values_videos=mm.pixel_values_videos, video_grid_thw=mm.video_grid_thw,
+                      video_second_per_grid=mm.video_second_per_grid)
     return inputs
