@@ -95,6 +95,17 @@ def test_stage_config_rejects_unknown_policy() -> None:
         parse_pipeline(data)
 
 
+def test_plot_writes_latency_vs_concurrency_png(tmp_path: Path) -> None:
+    from PIL import Image
+
+    levels = {c: {"p50_e2el_ms": 100.0 * c, "p99_e2el_ms": 150.0 * c, "median_audio_ttfp_ms": 50.0 * c,
+                  "median_ttft_ms": 5.0} for c in (1, 4, 16)}
+    out = tmp_path / "latency.png"
+    assert plot(levels, str(out))
+    with Image.open(out) as image:
+        assert image.format == "PNG" and image.size == (600, 400)  # figsize 6x4 at 100 dpi
+
+
 def test_plot_without_matplotlib_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
     import sys
 

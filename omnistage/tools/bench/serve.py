@@ -296,6 +296,7 @@ def plot(levels: dict[int, dict[str, float]], path: str) -> bool:
                        ("median_audio_ttfp_ms", "audio ttfp p50"), ("median_ttft_ms", "ttft p50")):
         ax.plot(xs, [levels[c].get(key, float("nan")) for c in xs], marker="o", label=label)
     ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(c) for c in xs])  # the levels run, not powers of two
     ax.set_xlabel("concurrency")
     ax.set_ylabel("ms")
     ax.legend()
