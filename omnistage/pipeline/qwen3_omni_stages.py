@@ -28,6 +28,7 @@ from omnistage.engine.generation_engine import ChunkJob, ChunkOutput, Generation
 from omnistage.models.qwen3_omni.code2wav import Code2Wav, load_code2wav
 from omnistage.models.qwen3_omni.mm_spans import multimodal_spans
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
+from omnistage.models.qwen3_omni.prompt_media import PromptMedia
 from omnistage.models.qwen3_omni.talker import Talker
 from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.models.qwen3_omni.weights import Checkpoint
@@ -111,15 +112,17 @@ def build_thinker_request(
 ) -> Request:
     """The thinker engine's request (run with :class:`ThinkerStepHook`). ``for_talker`` captures the accept-layer
     states the talker reads at multimodal rows. Prompts with media go in as embeddings keyed by their items'
-    content (``multimodal_spans``), so they share prefix-cache blocks like token prompts do."""
+    content (``multimodal_spans``), so they share prefix-cache blocks like token prompts do. Their encoders run
+    when a step first computes an item's rows (:class:`PromptMedia`), never for items the prefix cache serves."""
     device = next(thinker.parameters()).device
     ids = torch.tensor(prompt.token_ids, dtype=torch.long)
     positions, delta = thinker.positions(ids, prompt.mm)
     multimodal = frozenset(getattr(thinker.config, f"{kind}_token_id") for kind in ("audio", "image", "video"))
     capture = for_talker and bool(multimodal_rows(prompt.token_ids, multimodal))
-    embeds = thinker.embed(ids.to(device), prompt.mm) if _has_media(prompt.mm) or capture else None
-    data = ThinkerRequestData(deepstack=embeds.deepstack if embeds else None, capture_hidden=capture)
-    return Request(request_id, prompt.token_ids, params, prompt_embeds=embeds.inputs_embeds if embeds else None,
+    media = PromptMedia.build(thinker, ids.to(device), prompt.mm) if _has_media(prompt.mm) else None
+    embeds = media.embeds if media else (thinker.embed(ids.to(device)).inputs_embeds if capture else None)
+    data = ThinkerRequestData(media=media, capture_hidden=capture)
+    return Request(request_id, prompt.token_ids, params, prompt_embeds=embeds,
                    prompt_positions=positions, rope_delta=delta, eos_token_id=eos_token_id, stage_data=data,
                    mm_spans=multimodal_spans(prompt.token_ids, prompt.mm, thinker.mrope_tokens))
 

@@ -2,8 +2,9 @@
 
 Start-up order (nano-vllm's): allocate the paged KV cache → build persistent
 buffers → capture decode CUDA graphs (CUDA only). Each step: prepare inputs
-from the scheduler's plan → forward (graph replay for decode-only batches of a
-captured size, eager otherwise) → logits of the rows that reached their last
+from the scheduler's plan → the hook fills prompt rows it makes lazily (the
+thinker's encoder features) → forward (graph replay for decode-only batches of
+a captured size, eager otherwise) → logits of the rows that reached their last
 token → stage hook → batched sampling → stage hook's extras.
 """
 
@@ -77,6 +78,7 @@ class ARModelRunner:
             self.batch.drop(sched)
             return ModelRunnerOutput([])
         inputs = self.batch.prepare(sched)
+        self.hook.prepare(self.model, inputs)
         hidden = self.forward(inputs, self.input_embeds(inputs))
         tokens = [-1] * len(sched.scheduled)
         requests = inputs.sample_requests

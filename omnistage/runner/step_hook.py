@@ -41,6 +41,9 @@ class StepHook:
         """False holds a running request out of this step (it keeps its blocks)."""
         return True
 
+    def prepare(self, model: ARModel, inputs: StepInputs) -> None:
+        """Called before the step's embeddings are gathered: a hook may fill in prompt rows it makes lazily."""
+
     def output_embeds(self, spans: list[OutputSpan]) -> torch.Tensor:
         """Input embeddings ``[sum of span lengths, H]`` for the spans, in order."""
         raise NotImplementedError("this hook feeds generated ids, not embeddings")

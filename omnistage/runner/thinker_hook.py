@@ -1,11 +1,14 @@
 """The thinker's step: deepstack visual features for prompt chunks, and hidden states kept for the talker.
 
-A multimodal prompt arrives as merged embeddings plus deepstack features
-(added to the visual rows after the first decoder layers). Prompts may be
-chunked and batched, so each step cuts every request's chunk out of its
-features and re-bases the rows onto the flattened batch (a prompt resumed
-after a prefix-cache hit gets only its uncached rows' features: the cached
-rows' deepstack part is already in their KV). Requests that feed a talker also
+A multimodal prompt arrives as token embeddings plus its items' encoder
+inputs (:class:`PromptMedia`); before a step computes prompt rows, the items
+overlapping them are encoded into the embeddings and deepstack features
+(added to the visual rows after the first decoder layers), so items served
+whole from the prefix cache are never encoded. Prompts may be chunked and
+batched, so each step cuts every request's chunk out of its features and
+re-bases the rows onto the flattened batch (a prompt resumed after a
+prefix-cache hit gets only its uncached rows' features: the cached rows'
+deepstack part is already in their KV). Requests that feed a talker also
 keep the thinker's ``accept_hidden_layer`` states, one row per computed
 position (recomputed positions after preemption are not stored twice); with
 prefix caching on, the states of positions served from the cache come from a
@@ -22,6 +25,7 @@ import torch
 from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
 from omnistage.models.qwen3_omni.decoder import Deepstack
+from omnistage.models.qwen3_omni.prompt_media import PromptMedia, encode_needed
 from omnistage.runner.base import ARModel
 from omnistage.runner.hidden_cache import HiddenStateCache
 from omnistage.runner.step_hook import StepHook
@@ -35,7 +39,8 @@ if TYPE_CHECKING:
 class ThinkerRequestData:
     """Per-request thinker state, set as ``Request.stage_data``."""
 
-    deepstack: Deepstack | None = None  # rows relative to the prompt
+    media: PromptMedia | None = None  # the prompt's items, encoded as steps reach them (with their deepstack)
+    deepstack: Deepstack | None = None  # or deepstack features given whole, rows relative to the prompt
     capture_hidden: bool = False
     accept_hidden: list[torch.Tensor] = field(default_factory=list)  # [k, H] chunks, in position order
     num_captured: int = 0
@@ -71,11 +76,19 @@ class ThinkerStepHook(StepHook):
         if config.enable_prefix_caching:
             self.hidden_cache = HiddenStateCache(config.num_blocks * config.block_size, config.block_size)
 
+    def prepare(self, model: ARModel, inputs: StepInputs) -> None:
+        needs = [(data.media, start, end) for _, request, start, end in inputs.embed_prompt
+                 if (data := _data(request)) is not None and data.media is not None]
+        if needs:
+            encode_needed(cast("Thinker", model), needs)
+
     def _deepstack(self, inputs: StepInputs) -> Deepstack | None:
         parts = []
         for t, request, start, end in inputs.embed_prompt:
             data = _data(request)
-            if data is not None and data.deepstack is not None:
+            if data is not None and data.media is not None:
+                parts.append((t, data.media.deepstack(start, end)))
+            elif data is not None and data.deepstack is not None:
                 parts.append((t, data.deepstack.select(start, end)))
         return Deepstack.concat(parts)
 

@@ -5,11 +5,13 @@ without: the cached run must skip the shared blocks (``num_cached_tokens``)
 and still produce the same greedy tokens and the same accept-layer states at
 multimodal rows (what the talker is fed), including a prompt whose cached
 prefix ends inside an image (its uncached rows still get their deepstack part).
+Items served whole from the cache are never encoded (``PromptMedia.encoded``),
+also across a preemption that needs a skipped item again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +19,16 @@ import pytest
 import torch
 
 from omnistage.config.pipeline import parse_pipeline
+from omnistage.engine import SamplingParams
 from omnistage.entrypoints.openai.realtime import Turn, render_prompt
 from omnistage.ipc.messages import StartThinker, WireMultimodal, WireSampling
 from omnistage.models.qwen3_omni.mm_spans import multimodal_spans
+from omnistage.pipeline.qwen3_omni_stages import build_thinker_request
 from omnistage.pipeline.workers import ThinkerWorker, WorkerSpec
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.runner.thinker_hook import ThinkerRequestData, ThinkerStepHook
 from tests.entrypoints.test_realtime import spoken_like
+from tests.runner.helpers import collect, config, make_engine
 from tests.pipeline.specs import small_dict
 
 INSTRUCTIONS = "You are a voice assistant."
@@ -33,6 +39,7 @@ class Run:
     tokens: list[int]
     mm_hidden: torch.Tensor | None
     num_cached: int
+    encoded: list[int] = field(default_factory=list)  # the prompt's items the encoders ran on, in order
 
 
 class Thinkers:
@@ -60,7 +67,9 @@ class Thinkers:
         mm = WireMultimodal(**{k: getattr(prompt.mm, k) for k in WireMultimodal.__struct_fields__})
         sampling = WireSampling(temperature=0.0, max_tokens=8, min_tokens=8)
         worker.handle(StartThinker(rid, list(prompt.token_ids), sampling, mm, capture_hidden=for_talker))
-        run = Run([], None, -1)
+        data = worker.requests[rid].stage_data
+        assert isinstance(data, ThinkerRequestData) and data.media is not None
+        run = Run([], None, -1, data.media.encoded)
         while True:
             for msg in worker.step().outputs:
                 run.tokens += msg.token_ids
@@ -97,6 +106,7 @@ def test_spoken_turn_two_reuses_turn_one_with_the_same_output(thinkers: Thinkers
     _same(two, two_off)
     audio_one = multimodal_spans(first.token_ids, first.mm, thinkers.cached.model.mrope_tokens)[0]
     assert two.num_cached >= len(first.token_ids) // block * block >= audio_one.end  # turn 1's audio skipped
+    assert two.encoded == [1] and two_off.encoded == [0, 1]  # ... and never encoded
 
 
 def test_blocks_of_a_text_reply_turn_still_feed_a_spoken_reply(thinkers: Thinkers) -> None:
@@ -143,3 +153,60 @@ def test_a_prefix_that_ends_inside_an_image_resumes_with_its_deepstack_rows(thin
     _same(hit, hit_off)
     # The questions differ right after the image: the hit stops at the last block boundary inside it.
     assert hit.num_cached == (span.end + 1) // block * block and span.start < hit.num_cached < span.end
+
+
+def test_a_session_encodes_only_audios_not_served_by_the_cache(thinkers: Thinkers) -> None:
+    """Three spoken turns: with prefix caching a turn encodes exactly the audios with a row past its cache hit
+    (its new one, and the previous turn's when that audio's last block holds reply tokens that do not re-tokenise
+    the same); turn 1's audio is never encoded again. Without, every turn encodes every audio."""
+    turns: list[Turn] = []
+    for i in range(3):
+        turns.append(Turn(f"u{i}", "user", audio=spoken_like(0.8 + 0.3 * i, 16000, seed=60 + i)))
+        prompt = render_prompt(thinkers.processor, INSTRUCTIONS, turns)
+        cached, uncached = thinkers.both(prompt)
+        _same(cached, uncached)
+        spans = multimodal_spans(prompt.token_ids, prompt.mm, thinkers.cached.model.mrope_tokens)
+        assert sorted(cached.encoded) == [j for j, span in enumerate(spans) if span.end > cached.num_cached]
+        assert i in cached.encoded and (i < 2 or 0 not in cached.encoded)
+        assert sorted(uncached.encoded) == list(range(i + 1))
+        reply = thinkers.processor.tokenizer.decode(cached.tokens, skip_special_tokens=True)
+        turns.append(Turn(f"a{i}", "assistant", text=reply))
+
+
+def test_an_item_skipped_by_a_hit_is_encoded_when_a_preemption_needs_it(thinkers: Thinkers) -> None:
+    """Turn 2 hits turn 1's blocks (its audio is not encoded), is preempted by two long requests that take the
+    blocks, and recomputes from a shorter hit: turn 1's audio is encoded then, and the tokens are unchanged."""
+    thinker, processor = thinkers.cached.model, thinkers.processor
+    turns = [Turn("u1", "user", audio=spoken_like(1.0, 16000, seed=21))]
+    first = render_prompt(processor, INSTRUCTIONS, turns)
+    turns += [Turn("a1", "assistant", text="Fine."), Turn("u2", "user", audio=spoken_like(1.3, 16000, seed=22))]
+    second = render_prompt(processor, INSTRUCTIONS, turns)
+    others = [render_prompt(processor, "Other.", [Turn("u", "user", audio=spoken_like(2.0, 16000, seed=s))])
+              for s in (51, 52)]
+    short, long = (SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (8, 40))
+
+    def requests() -> list:
+        return [build_thinker_request(thinker, rid, prompt, params, None)
+                for rid, prompt, params in (("c", others[0], long), ("d", others[1], long), ("b", second, short))]
+
+    alone = {}
+    for request in requests():
+        engine = make_engine(thinker, config(num_blocks=64, enable_prefix_caching=False), ThinkerStepHook())
+        engine.add_request(request)
+        alone.update(collect(engine.run_until_done()))
+
+    engine = make_engine(thinker, config(num_blocks=44, max_num_batched_tokens=16, max_num_seqs=4),
+                         ThinkerStepHook())
+    engine.add_request(build_thinker_request(thinker, "a", first, short, None))
+    engine.run_until_done()
+    c, d, b = requests()
+    engine.add_request(c)
+    engine.add_request(d)
+    outputs = [out for _ in range(6) for out in engine.step()]  # c and d admitted first: b is the one preempted
+    engine.add_request(b)
+    outputs += engine.run_until_done()
+    assert collect(outputs) == alone
+    audio_one = multimodal_spans(first.token_ids, first.mm, thinker.mrope_tokens)[0]
+    assert b.num_cached_tokens >= audio_one.end and b.num_preemptions > 0
+    assert isinstance(b.stage_data, ThinkerRequestData) and b.stage_data.media is not None
+    assert b.stage_data.media.encoded == [1, 0]  # turn 2's audio at admission, turn 1's after the preemption

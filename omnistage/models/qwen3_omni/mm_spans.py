@@ -30,7 +30,19 @@ _Item = tuple[str, int, Sequence[torch.Tensor | float]]
 def multimodal_spans(token_ids: Sequence[int], mm: MultimodalInputs,
                      tokens: MRopeTokens) -> tuple[MultimodalSpan, ...] | None:
     """The prompt's items in position order, or None when they do not exactly fill its placeholders."""
-    spans: list[MultimodalSpan] = []
+    placed = placed_items(token_ids, mm, tokens)
+    if placed is None:
+        return None
+    spans = [MultimodalSpan(rows[0], rows[-1] + 1, _digest(tag, content)) for tag, rows, content in placed]
+    return tuple(sorted(spans, key=lambda s: s.start))
+
+
+def placed_items(token_ids: Sequence[int], mm: MultimodalInputs,
+                 tokens: MRopeTokens) -> list[tuple[str, list[int], Sequence[torch.Tensor | float]]] | None:
+    """Each item as (modality tag, the prompt rows its features fill, its encoder inputs), in processor order
+    (audios, images, videos); None when the items do not exactly fill the placeholders. Audio content is the
+    valid mel frames ``[mel, frames]``; visual content is ``(grid_thw [3], patches[, seconds per grid])``."""
+    placed: list[tuple[str, list[int], Sequence[torch.Tensor | float]]] = []
     for pad, items in ((tokens.audio_token_id, _audio_items(mm, tokens.audio_n_window)),
                        (tokens.image_token_id, _visual_items("image", mm.pixel_values, mm.image_grid_thw, None,
                                                              tokens.spatial_merge_size)),
@@ -41,12 +53,11 @@ def multimodal_spans(token_ids: Sequence[int], mm: MultimodalInputs,
         for tag, count, content in items:
             if count <= 0 or taken + count > len(rows):
                 return None
-            mine = rows[taken:taken + count]
-            spans.append(MultimodalSpan(mine[0], mine[-1] + 1, _digest(tag, content)))
+            placed.append((tag, rows[taken:taken + count], content))
             taken += count
         if taken != len(rows):
             return None
-    return tuple(sorted(spans, key=lambda s: s.start))
+    return placed
 
 
 def _audio_items(mm: MultimodalInputs, n_window: int) -> Iterator[_Item]:

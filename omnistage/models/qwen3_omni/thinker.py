@@ -2,9 +2,11 @@
 
 The audio and vision encoders are transformers' own ``Qwen3OmniMoeAudioEncoder``
 and ``Qwen3OmniMoeVisionEncoder`` modules, used as sub-modules and filled from
-our checkpoint reader (:func:`weights.load_module`): they run once per request
-on whole inputs, so they need neither paged attention nor batching across
-requests. The text decoder is ours (:mod:`decoder`) and reads attention from
+our checkpoint reader (:func:`weights.load_module`): they run on whole items
+(an audio, an image, a video), never on chunks, so they need no paged
+attention. :meth:`Thinker.embed` encodes a prompt's items eagerly, batched per
+modality; the engine path encodes them lazily through :meth:`encode_audios` /
+:meth:`encode_visuals` (:mod:`prompt_media`), with the same rows. The text decoder is ours (:mod:`decoder`) and reads attention from
 the forward context.
 
 Module names mirror the checkpoint under ``thinker.``:
@@ -31,7 +33,7 @@ from omnistage.models.qwen3_omni.decoder import (
     hf_config,
     load_checkpoint,
 )
-from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
+from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length, mrope_positions
 from omnistage.processing.prompt import MultimodalInputs
 
 if TYPE_CHECKING:
@@ -160,6 +162,28 @@ class Thinker(nn.Module):
         features = mm.input_features.to(tower.device, tower.dtype).permute(0, 2, 1)[mask].permute(1, 0)
         out = tower(features, feature_lens=mask.sum(-1))
         return out.last_hidden_state
+
+    @torch.no_grad()
+    def encode_audios(self, mels: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Features ``[tokens_i, H]`` of each audio given as its valid mel frames ``[mel, frames_i]``: one encoder
+        call over all of them, in :meth:`embed`'s packed layout (an audio's rows depend on it alone)."""
+        tower = self.model.audio_tower
+        lens = torch.tensor([m.shape[1] for m in mels], dtype=torch.long, device=tower.device)
+        features = torch.cat([m.to(tower.device, tower.dtype) for m in mels], dim=1)
+        out = tower(features, feature_lens=lens).last_hidden_state
+        window = self.mrope_tokens.audio_n_window
+        return list(out.split([audio_output_length(m.shape[1], window) for m in mels]))
+
+    @torch.no_grad()
+    def encode_visuals(
+        self, pixels: list[torch.Tensor], grids: list[torch.Tensor]
+    ) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+        """(merged features ``[tokens_i, H]``, deepstack features per layer) of each image or video
+        (``pixels[i]`` its patches, ``grids[i]`` its ``[3]`` grid): one encoder call over all of them."""
+        pooled, deepstack = self._visual_features(torch.cat(pixels), torch.stack(grids))
+        counts = [int(g.prod()) // self.mrope_tokens.spatial_merge_size**2 for g in grids]
+        layers = [d.split(counts) for d in deepstack]
+        return [(p, [layer[i] for layer in layers]) for i, p in enumerate(pooled.split(counts))]
 
     @staticmethod
     def _merge(embeds: torch.Tensor, input_ids: torch.Tensor, token: int, features: torch.Tensor) -> torch.Tensor:

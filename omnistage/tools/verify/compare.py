@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from omnistage.layers.attention import AttentionMetadata, ForwardContext, forward_context
+from omnistage.models.qwen3_omni.prompt_media import encode_needed
 from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.pipeline.qwen3_omni_stages import (
     GenerationSettings,
@@ -25,6 +26,7 @@ from omnistage.pipeline.qwen3_omni_stages import (
 )
 from omnistage.processing.prompt import PromptProcessor
 from omnistage.runner.ar_runner import default_backend
+from omnistage.runner.thinker_hook import ThinkerRequestData
 from omnistage.tools.verify.prompts import VerifyCase, build_cases
 from omnistage.tools.verify.reference import Reference, StageResult, quiet_transformers
 
@@ -123,7 +125,10 @@ def prompt_logits(thinker: Thinker, case: VerifyCase, eos: int) -> torch.Tensor:
     request = build_thinker_request(thinker, "logits", case.prompt, GenerationSettings().thinker_params(), eos)
     device = next(thinker.parameters()).device
     ids = torch.tensor(request.prompt_token_ids, device=device)
-    deepstack = getattr(request.stage_data, "deepstack", None)
+    media = request.stage_data.media if isinstance(request.stage_data, ThinkerRequestData) else None
+    if media is not None:  # the whole prompt, as the engine's first step encodes it
+        encode_needed(thinker, [(media, 0, len(ids))])
+    deepstack = media.deepstack(0, len(ids)) if media is not None else None
     meta = AttentionMetadata.for_fresh_sequences([len(ids)], device)
     with forward_context(ForwardContext(meta, default_backend(device), None)):
         hidden = thinker(ids, request.prompt_positions.to(device), request.prompt_embeds, deepstack)
