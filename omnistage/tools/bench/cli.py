@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
+
+
+def _lazy_main(module: str) -> Callable[[argparse.Namespace], int]:
+    """``module.main`` imported when the bench runs, so ``omnistage --help`` stays fast (no torch import)."""
+
+    def run(args: argparse.Namespace) -> int:
+        return importlib.import_module(module).main(args)
+
+    return run
 
 
 def _batches(text: str) -> list[int]:
@@ -10,12 +21,6 @@ def _batches(text: str) -> list[int]:
     if not sizes or min(sizes) < 1:
         raise argparse.ArgumentTypeError(f"--batch wants positive sizes like 1,4,16, got {text!r}")
     return sizes
-
-
-def _run_engine(args: argparse.Namespace) -> int:
-    from omnistage.tools.bench.engine import main
-
-    return main(args)
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +36,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--device", default="cpu")
     engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
-    engine.set_defaults(func=_run_engine)
+    engine.set_defaults(func=_lazy_main("omnistage.tools.bench.engine"))
     add_serve_parser(targets)
 
 
@@ -40,12 +45,6 @@ def _policies(text: str) -> list[str]:
     if not names or any(n not in ("fifo", "deadline") for n in names):
         raise argparse.ArgumentTypeError(f"--scheduling wants fifo and/or deadline, got {text!r}")
     return names
-
-
-def _run_serve(args: argparse.Namespace) -> int:
-    from omnistage.tools.bench.serve import main
-
-    return main(args)
 
 
 def add_serve_parser(targets: argparse._SubParsersAction) -> None:
@@ -79,4 +78,4 @@ def add_serve_parser(targets: argparse._SubParsersAction) -> None:
     serve.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
     serve.add_argument("--plot", default=None, help="write latency vs concurrency as a PNG (needs matplotlib)")
     serve.add_argument("--no-progress", action="store_true", help="no progress bar")
-    serve.set_defaults(func=_run_serve)
+    serve.set_defaults(func=_lazy_main("omnistage.tools.bench.serve"))
