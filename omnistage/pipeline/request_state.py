@@ -62,19 +62,17 @@ class AudioProgress:
     talker_done: bool = False
     chunks_sent: int = 0
     chunks_received: int = 0
-    play_start: float | None = None  # monotonic time the caller got its first audio (a player starts then)
-    play_end: float | None = None  # when the caller's player runs dry, if it pauses whenever it ran dry before
-    frames_sent: int = 0  # new frames (left context excluded) sent to code2wav so far
+    # When the caller's player runs dry (it starts at the first audio and pauses whenever it ran dry); None
+    # until the first audio reached the caller.
+    play_end: float | None = None
     in_flight_s: float = 0.0  # audio sent to code2wav and not back yet
 
     def sent(self, frames: int, frame_s: float = FRAME_S) -> None:
-        self.frames_sent += frames
+        """``frames`` new frames (left context excluded) went to code2wav."""
         self.in_flight_s += frames * frame_s
 
     def delivered(self, now: float, seconds: float) -> None:
         """``seconds`` of audio reached the caller at ``now``; a player that ran dry resumes then."""
-        if self.play_start is None:
-            self.play_start = now
         self.play_end = max(now, self.play_end or now) + seconds
         self.in_flight_s = max(0.0, self.in_flight_s - seconds)
 

@@ -53,7 +53,7 @@ def test_audio_progress_deadline_is_when_the_player_runs_dry() -> None:
     progress.sent(25)  # 2 s on the way
     assert progress.deadline(now=100.0) == pytest.approx(103.0)
     progress.delivered(50.0, 2.0)  # it arrives at t=50: plays until 52, nothing left in flight
-    assert progress.play_start == 50.0 and progress.in_flight_s == pytest.approx(0.0)
+    assert progress.play_end == pytest.approx(52.0) and progress.in_flight_s == pytest.approx(0.0)
     assert progress.deadline(now=51.0) == pytest.approx(52.0)
     progress.sent(10)
     assert progress.deadline(now=51.0) == pytest.approx(52.8)
