@@ -7,6 +7,13 @@ from dataclasses import dataclass
 import torch
 
 
+def auto_device(device: str) -> str:
+    """A stage config's device with ``"auto"`` resolved: CUDA when this process sees a GPU, else the CPU."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Limits shared by the scheduler and the runner of one stage.

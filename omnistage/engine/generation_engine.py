@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from omnistage.engine.config import auto_device
 from omnistage.runner.generation_runner import GenerationRunner
 
 
@@ -29,10 +30,8 @@ CPU_MAX_BATCH = 2
 
 
 def vocoder_batch_cap(max_num_seqs: int, device: str) -> int:
-    """Chunks per code2wav step on ``device`` ("auto" resolves as the workers do)."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return min(max_num_seqs, CPU_MAX_BATCH) if torch.device(device).type == "cpu" else max_num_seqs
+    """Chunks per code2wav step on ``device`` (a stage config's, ``"auto"`` allowed)."""
+    return min(max_num_seqs, CPU_MAX_BATCH) if torch.device(auto_device(device)).type == "cpu" else max_num_seqs
 
 
 @dataclass

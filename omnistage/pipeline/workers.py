@@ -18,6 +18,7 @@ import torch
 
 from omnistage.config.pipeline import StageSpec
 from omnistage.engine import EngineConfig, EngineCore, Request, SamplingParams
+from omnistage.engine.config import auto_device
 from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore, vocoder_batch_cap
 from omnistage.ipc.messages import (
     AudioChunk,
@@ -67,8 +68,7 @@ class WorkerSpec:
 
 
 def resolve_device(device: str) -> tuple[str, torch.dtype]:
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = auto_device(device)
     # bf16 is what the checkpoints ship in; on CPU fp32 is faster and exact.
     return device, (torch.bfloat16 if device.startswith("cuda") else torch.float32)
 
