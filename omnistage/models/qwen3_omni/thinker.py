@@ -6,8 +6,8 @@ our checkpoint reader (:func:`weights.load_module`): they run on whole items
 (an audio, an image, a video), never on chunks, so they need no paged
 attention. :meth:`Thinker.embed` encodes a prompt's items eagerly, batched per
 modality; the engine path encodes them lazily through :meth:`encode_audios` /
-:meth:`encode_visuals` (:mod:`prompt_media`), with the same rows. The text decoder is ours (:mod:`decoder`) and reads attention from
-the forward context.
+:meth:`encode_visuals` (:mod:`prompt_media`), with the same rows. The text
+decoder is ours (:mod:`decoder`) and reads attention from the forward context.
 
 Module names mirror the checkpoint under ``thinker.``:
 ``model.language_model.*``, ``model.audio_tower.*``, ``model.visual.*``,
