@@ -2,7 +2,9 @@
 
 A prompt with three audios, two images and two videos on the tiny thinker is
 encoded whole, item by item, and in chunk-sized ranges; the embeddings and the
-deepstack features must be bit-identical to the eager path every time.
+deepstack features must equal the eager path's every time. Rows are compared exactly (integers); features within
+a tolerance: encoding one item alone runs other matmul shapes than the batch, and BLAS picks a kernel per shape
+(on AMD EPYC the two differ by ~3e-8), while a misplaced or missing row differs by ~1e-2.
 """
 
 from __future__ import annotations
@@ -44,12 +46,17 @@ def prompt(tiny_dir: Path) -> ProcessedPrompt:
     return processor.process(ids, audios=audios, images=images, videos=videos)
 
 
+# fp32 features of magnitude ~0.05: 1e-6 absolute is 30x the cross-kernel noise and 1e4x below a wrong row.
+TOLERANCE = {"atol": 1e-6, "rtol": 1e-5}
+
+
 def _check(media: PromptMedia, thinker: Thinker, prompt: ProcessedPrompt) -> None:
     eager = thinker.embed(torch.tensor(prompt.token_ids), prompt.mm)
-    assert torch.equal(media.embeds, eager.inputs_embeds)
+    torch.testing.assert_close(media.embeds, eager.inputs_embeds, **TOLERANCE)
     lazy = media.deepstack(0, len(prompt.token_ids))
     assert lazy is not None and eager.deepstack is not None
-    assert torch.equal(lazy.rows, eager.deepstack.rows) and torch.equal(lazy.features, eager.deepstack.features)
+    assert torch.equal(lazy.rows, eager.deepstack.rows)
+    torch.testing.assert_close(lazy.features, eager.deepstack.features, **TOLERANCE)
 
 
 def test_items_encoded_in_any_grouping_equal_the_eager_prompt(thinker: Thinker, prompt: ProcessedPrompt) -> None:
