@@ -22,3 +22,12 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from omnistage.tools.make_tiny import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("tiny"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def medium_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``--size medium`` checkpoint (real codec layout, ~130M parameters; ~8 s to make)."""
+    from omnistage.tools.checkpoint_sizes import MEDIUM
+    from omnistage.tools.make_tiny import make_tiny
+
+    return make_tiny(tmp_path_factory.mktemp("medium"), seed=0, size=MEDIUM)

@@ -10,15 +10,17 @@ from omnistage.entrypoints.openai.server_config import add_server_args
 
 
 def _make_tiny(args: argparse.Namespace) -> int:
+    from omnistage.tools.checkpoint_sizes import SIZES
     from omnistage.tools.make_tiny import make_tiny, tiny_model_dir
 
+    size = SIZES[args.size]
     if args.cached:
-        print(tiny_model_dir(seed=args.seed))
+        print(tiny_model_dir(seed=args.seed, size=size))
         return 0
     if args.out_dir is None:
         print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
         return 2
-    print(make_tiny(args.out_dir, seed=args.seed))
+    print(make_tiny(args.out_dir, seed=args.seed, size=size))
     return 0
 
 
@@ -35,15 +37,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="omnistage", description="Serve Qwen3-Omni-style models.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    tiny = sub.add_parser("make-tiny", help="write a tiny random Qwen3-Omni checkpoint (offline)")
+    tiny = sub.add_parser("make-tiny", help="write a random Qwen3-Omni checkpoint (offline): tiny, medium or slice")
     tiny.add_argument("out_dir", nargs="?", help="folder to write the checkpoint into")
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--size", choices=("tiny", "medium", "slice"), default="tiny",
+                      help="tiny: toy widths (default); medium: the real codec layout, ~130M parameters; "
+                           "slice: the real 30B-A3B widths with 2 decoder layers (~3.7 GB in bf16)")
     tiny.add_argument("--cached", action="store_true",
-                      help="make (if absent) the embedded tiny model under $OMNISTAGE_CACHE and print its path")
+                      help="make (if absent) the embedded model of --size under $OMNISTAGE_CACHE and print its path")
     tiny.set_defaults(func=_make_tiny)
 
     serve = sub.add_parser("serve", help="serve a model with an OpenAI-compatible API")
-    serve.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
+    serve.add_argument("--model", default="tiny",
+                       help="checkpoint folder, or tiny/medium/slice for an embedded random checkpoint")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     add_server_args(serve)

@@ -1,10 +1,11 @@
-"""``omnistage make-tiny``: a tiny random Qwen3-Omni checkpoint, written offline.
+"""``omnistage make-tiny [--size tiny|medium|slice]``: a random Qwen3-Omni checkpoint, written offline.
 
 The output is a Hugging Face folder (config.json, model.safetensors, tokenizer,
 chat template, processor configs) that transformers' own
 ``Qwen3OmniMoeForConditionalGeneration`` and ``AutoProcessor`` load. Weights are
 drawn from transformers' initialisers under a fixed seed and saved with sorted
-names, so one seed always gives byte-identical files.
+names, so one seed always gives byte-identical files. The sizes are
+:mod:`omnistage.tools.checkpoint_sizes`.
 """
 
 from __future__ import annotations
@@ -19,22 +20,22 @@ import torch
 from safetensors.torch import save_file
 
 from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
-from omnistage.tools.tiny_config import tiny_config_dict
+from omnistage.tools.checkpoint_config import checkpoint_config_dict
+from omnistage.tools.checkpoint_sizes import SIZES, TINY, CheckpointSize
 from omnistage.tools.tiny_tokenizer import ROLE_WORDS, TokenizerLayout, save_tokenizer
 
 BPE_SIZE = 960
-TINY_NAME = "tiny"
-# Bump when the tiny checkpoint's content changes, so caches are rebuilt.
+# Bump when a made checkpoint's content changes, so caches are rebuilt.
 TINY_VERSION = 1
 
 
-def make_tiny(out_dir: str | Path, seed: int = 0) -> Path:
-    """Writes the tiny checkpoint into ``out_dir`` (created; existing files replaced)."""
+def make_tiny(out_dir: str | Path, seed: int = 0, size: CheckpointSize = TINY) -> Path:
+    """Writes a random checkpoint of ``size`` into ``out_dir`` (created; existing files replaced)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layout = save_tokenizer(out, BPE_SIZE, QWEN3_OMNI_CHAT_TEMPLATE)
     role_ids = _role_ids(out)
-    config = tiny_config_dict(layout, role_ids)
+    config = checkpoint_config_dict(layout, role_ids, size)
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     _save_weights(out, seed)
     _save_processor(out)
@@ -48,14 +49,16 @@ def _role_ids(out: Path) -> dict[str, int]:
 
 
 def _save_weights(out: Path, seed: int) -> None:
+    """Draws the weights in the dtype config.json names (bf16 halves the peak memory of the ``slice`` size)."""
     from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
 
     config = Qwen3OmniMoeConfig.from_pretrained(out)
+    dtype = getattr(torch, json.loads((out / "config.json").read_text())["torch_dtype"])
     torch.manual_seed(seed)
-    model = Qwen3OmniMoeForConditionalGeneration(config).eval()
+    model = Qwen3OmniMoeForConditionalGeneration._from_config(config, dtype=dtype).eval()
     _init_experts(model, std=config.initializer_range)
     _audible_vocoder(model.code2wav)
-    state = {name: t.detach().contiguous().clone() for name, t in sorted(model.state_dict().items())}
+    state = {name: t.detach().contiguous() for name, t in sorted(model.state_dict().items())}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
@@ -129,19 +132,19 @@ def cache_root() -> Path:
     return Path(os.environ.get("OMNISTAGE_CACHE", Path.home() / ".cache" / "omnistage"))
 
 
-def tiny_model_dir(seed: int = 0) -> Path:
-    """The embedded tiny checkpoint, made on first use under the cache folder.
+def tiny_model_dir(seed: int = 0, size: CheckpointSize = TINY) -> Path:
+    """The embedded checkpoint of ``size`` (the tiny one by default), made on first use under the cache folder.
 
     Built in a temporary sibling folder and renamed into place, so a crash or a
     concurrent builder never leaves a half-written checkpoint behind.
     """
-    target = cache_root() / f"tiny-v{TINY_VERSION}-seed{seed}"
+    target = cache_root() / f"{size.name}-v{TINY_VERSION}-seed{seed}"
     if (target / "model.safetensors").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{size.name}-", dir=target.parent))
     try:
-        make_tiny(tmp, seed=seed)
+        make_tiny(tmp, seed=seed, size=size)
         try:
             tmp.rename(target)
         except OSError:
@@ -153,9 +156,10 @@ def tiny_model_dir(seed: int = 0) -> Path:
 
 
 def resolve_model(model: str) -> Path:
-    """Maps a ``--model`` value to a checkpoint folder (``tiny`` → the embedded one)."""
-    if model == TINY_NAME:
-        return tiny_model_dir()
+    """Maps a ``--model`` value to a checkpoint folder: a size name (``tiny``, ``medium``, ``slice``) → the
+    embedded random checkpoint of that size, made on first use; anything else is a folder."""
+    if model in SIZES:
+        return tiny_model_dir(size=SIZES[model])
     path = Path(model).expanduser()
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model folder {path} has no config.json (use --model tiny for the embedded model)")

@@ -26,12 +26,12 @@ def processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny checkpoint's tokenizer and config, without its weights (fast to make)."""
     from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
     from omnistage.tools.make_tiny import BPE_SIZE, _role_ids
-    from omnistage.tools.tiny_config import tiny_config_dict
+    from omnistage.tools.checkpoint_config import checkpoint_config_dict
     from omnistage.tools.tiny_tokenizer import save_tokenizer
 
     out = tmp_path_factory.mktemp("processor")
     layout = save_tokenizer(out, BPE_SIZE, QWEN3_OMNI_CHAT_TEMPLATE)
-    (out / "config.json").write_text(json.dumps(tiny_config_dict(layout, _role_ids(out))))
+    (out / "config.json").write_text(json.dumps(checkpoint_config_dict(layout, _role_ids(out))))
     return out
 
 
