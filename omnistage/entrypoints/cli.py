@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("out_dir", nargs="?", help="folder to write the checkpoint into")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--size", choices=("tiny", "medium", "slice"), default="tiny",
-                      help="tiny: toy widths (default); medium: the real codec layout, ~130M parameters; "
+                      help="tiny: toy widths (default); medium: the real codec layout, ~90M parameters; "
                            "slice: the real 30B-A3B widths with 2 decoder layers (~3.7 GB in bf16)")
     tiny.add_argument("--cached", action="store_true",
                       help="make (if absent) the embedded model of --size under $OMNISTAGE_CACHE and print its path")

@@ -89,9 +89,7 @@ class ARModelRunner:
         sampling = self.batch.sampling_batch(inputs, logits.shape[-1])
         token_ids = self.sampler.sample(logits, sampling)
         self.batch.record_sampled(requests, token_ids)
-        extra = self.hook.on_sampled(
-            hidden_last, token_ids, requests, lambda lg: self.sampler.sample(lg, sampling, penalties=False)
-        )
+        extra = self.hook.on_sampled(hidden_last, token_ids, requests, self.sampler, sampling)
         for row, token in zip(inputs.sample_rows, token_ids.tolist()):
             tokens[row] = token
         return ModelRunnerOutput(tokens, extra)

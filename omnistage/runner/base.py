@@ -7,13 +7,15 @@ context, so these methods take only tensors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import torch
 
-# Samples one id per row of ``logits [N, V]`` with each row's request settings and seed.
-SampleFn = Callable[[torch.Tensor], torch.Tensor]
+
+class CodeSampler(Protocol):
+    """Samples residual codebook ``step + 1`` of ``logits [N, V]`` with each row's settings (tensors only)."""
+
+    def sample(self, logits: torch.Tensor, step: int) -> torch.Tensor: ...
 
 
 @runtime_checkable
@@ -44,8 +46,11 @@ class ARModel(Protocol):
 class TalkerModel(ARModel, Protocol):
     """The talker: codebook 0 from ``compute_logits``, the residual codebooks from its code predictor."""
 
+    num_code_groups: int  # G: codebook 0 plus G - 1 residual codebooks
+    residual_vocab_size: int  # ids per residual codebook
+
     def predict_residual_codes(
-        self, hidden_last: torch.Tensor, code0: torch.Tensor, sample_fn: SampleFn
+        self, hidden_last: torch.Tensor, code0: torch.Tensor, sampler: CodeSampler
     ) -> torch.Tensor:
         """hidden_last ``[N, H]``, code0 ``[N]`` → the whole frame's codes ``[N, G]`` (code0 first)."""
         ...

@@ -86,35 +86,68 @@ class Sampler:
         logits = logits.float()
         if penalties:
             logits = apply_penalties(logits, batch)
-        greedy = logits.argmax(dim=-1)
         if batch.all_greedy:
-            return greedy
-        temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
-        scaled = logits / temperature[:, None]
-        if batch.needs_sort:
-            if batch.any_top_p is False and batch.max_top_k:
-                scaled = apply_top_k(scaled, batch.top_k, batch.max_top_k)
-            else:
-                scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
-        probs = scaled.softmax(dim=-1)
-        sampled = probs.div_(self._draw_noise(probs.shape, probs.device, batch.generators)).argmax(dim=-1)
-        if batch.any_greedy:
-            sampled = torch.where(batch.temperature > 0, sampled, greedy)
-        return sampled
+            return logits.argmax(dim=-1)
+        return race(logits, batch, self._draw_noise((logits.shape[0],), logits.shape[-1], logits.device,
+                                                    batch.generators)[0])
+
+    def residual(self, batch: SamplingBatch, steps: int, vocab: int, device: torch.device) -> ResidualSampling:
+        """The code predictor's sampling of ``steps`` residual codebooks for the rows of ``batch``: each row's
+        settings, and its noise for every step drawn now from its own generator, so the predictor's loop is
+        tensors only (no generator calls, no host syncs) and can be captured in a CUDA graph."""
+        noise = None if batch.all_greedy else self._draw_noise((steps, len(batch.generators)), vocab, device,
+                                                               batch.generators)
+        return ResidualSampling(batch, noise)
 
     def _draw_noise(
-        self, shape: torch.Size, device: torch.device, generators: list[torch.Generator | None]
+        self, lead: tuple[int, ...], vocab: int, device: torch.device, generators: list[torch.Generator | None]
     ) -> torch.Tensor:
-        n, vocab = shape
-        key = (str(device), vocab)
+        """Exp(1) noise ``[*lead, vocab]`` whose last lead axis is the batch row; seeded rows draw from their own
+        generator (a row's draws depend on nothing else in the batch)."""
+        n = lead[-1]
+        key = (str(device), vocab, len(lead))
         buf = self._noise.get(key)
-        if buf is None or buf.shape[0] < n:
-            buf = torch.empty(max(n, 8), vocab, device=device)
+        if buf is None or buf.shape[-2] < n or buf.shape[:-2] != lead[:-1]:
+            buf = torch.empty(*lead[:-1], max(n, 8), vocab, device=device)
             self._noise[key] = buf
-        noise = buf[:n]
+        noise = buf[..., :n, :]
         seeded = [(i, g) for i, g in enumerate(generators) if g is not None]
         if len(seeded) < n:
             noise.exponential_()
         for i, gen in seeded:
-            noise[i].exponential_(generator=gen)
-        return noise
+            noise[..., i, :].exponential_(generator=gen)
+        return noise if len(lead) > 1 else noise[None]
+
+
+def race(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) -> torch.Tensor:
+    """Samples float32 ``logits [N, V]`` with each row's temperature (0 = greedy), top-k and top-p by the
+    exponential race over ``noise [N, V]``. Tensors only: no host sync, no generator call."""
+    greedy = logits.argmax(dim=-1)
+    temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
+    scaled = logits / temperature[:, None]
+    if batch.needs_sort:
+        if batch.any_top_p is False and batch.max_top_k:
+            scaled = apply_top_k(scaled, batch.top_k, batch.max_top_k)
+        else:
+            scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
+    sampled = (scaled.softmax(dim=-1) / noise).argmax(dim=-1)
+    if batch.any_greedy:
+        sampled = torch.where(batch.temperature > 0, sampled, greedy)
+    return sampled
+
+
+@dataclass
+class ResidualSampling:
+    """How the code predictor samples each residual codebook of N frames: the rows' settings and, unless every
+    row is greedy, their noise ``[steps, N, V]`` drawn beforehand (``Sampler.residual``). A CUDA graph replays
+    :meth:`sample` on the static buffers this object points to."""
+
+    batch: SamplingBatch
+    noise: torch.Tensor | None
+
+    def sample(self, logits: torch.Tensor, step: int) -> torch.Tensor:
+        """Residual logits ``[N, V]`` of codebook ``step + 1`` → ids ``[N]``."""
+        logits = logits.float()
+        if self.noise is None:
+            return logits.argmax(dim=-1)
+        return race(logits, self.batch, self.noise[step])

@@ -15,10 +15,11 @@ import torch
 
 from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
-from omnistage.runner.base import ARModel, SampleFn
+from omnistage.runner.base import ARModel
 
 if TYPE_CHECKING:
     from omnistage.runner.input_batch import StepInputs
+    from omnistage.runner.sampler import Sampler, SamplingBatch
 
 
 @dataclass
@@ -62,7 +63,9 @@ class StepHook:
         return logits
 
     def on_sampled(
-        self, hidden_last: torch.Tensor, token_ids: torch.Tensor, requests: list[Request], sample_fn: SampleFn
+        self, hidden_last: torch.Tensor, token_ids: torch.Tensor, requests: list[Request], sampler: Sampler,
+        sampling: SamplingBatch,
     ) -> torch.Tensor | None:
-        """Extra per-request rows made from the sampled ids (returned to the caller), or None."""
+        """Extra per-request rows made from the sampled ids (returned to the caller), or None. ``sampler`` and
+        ``sampling`` (the rows' settings and generators) serve any further sampling the hook does."""
         return None

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 import torch
 
 from omnistage.engine.request import Request
-from omnistage.runner.base import SampleFn, TalkerModel
+from omnistage.engine.config import EngineConfig
+from omnistage.runner.base import TalkerModel
+from omnistage.runner.predictor_graph import PredictorGraphs
+from omnistage.runner.sampler import Sampler, SamplingBatch
 from omnistage.runner.step_hook import OutputSpan, StepHook
 
 
@@ -61,6 +64,14 @@ class TalkerStepHook(StepHook):
     def __init__(self, model: TalkerModel, suppress_mask: torch.Tensor | None = None) -> None:
         self.model = model
         self.suppress_mask = suppress_mask
+        self.graphs: PredictorGraphs | None = None
+
+    def bind(self, config: EngineConfig) -> None:
+        """On CUDA, captures the code predictor's loop as one graph per batch bucket."""
+        device = torch.device(config.device)
+        if device.type == "cuda" and not config.enforce_eager and config.cuda_graph_max_batch > 0:
+            max_batch = min(config.cuda_graph_max_batch, config.max_num_seqs)
+            self.graphs = PredictorGraphs.try_capture(self.model, max_batch, device, config.dtype)
 
     def is_ready(self, request: Request) -> bool:
         n = request.num_output_tokens
@@ -89,9 +100,15 @@ class TalkerStepHook(StepHook):
         return logits
 
     def on_sampled(
-        self, hidden_last: torch.Tensor, token_ids: torch.Tensor, requests: list[Request], sample_fn: SampleFn
+        self, hidden_last: torch.Tensor, token_ids: torch.Tensor, requests: list[Request], sampler: Sampler,
+        sampling: SamplingBatch,
     ) -> torch.Tensor:
-        codes = self.model.predict_residual_codes(hidden_last, token_ids, sample_fn)
+        if self.graphs is not None and self.graphs.can_run(sampling):
+            codes = self.graphs.run(hidden_last, token_ids, sampler, sampling)
+        else:
+            residual = sampler.residual(sampling, self.model.num_code_groups - 1, self.model.residual_vocab_size,
+                                        hidden_last.device)
+            codes = self.model.predict_residual_codes(hidden_last, token_ids, residual)
         # Kept on the device (fed back next step); the caller gets one host copy.
         for i, request in enumerate(requests):
             _data(request).frames.append(codes[i])

@@ -2,7 +2,9 @@
 
 * ``tiny``: toy widths (hidden 32, 4 code groups); Python overhead is all the work. The default.
 * ``medium``: the real codec layout (16 code groups, codebook 2048, talker vocab 3072, so the real codec and speaker
-  ids) and stacks wide enough that compute dominates on a CPU (thinker hidden 512, 6 layers, 32 experts top-4).
+  ids) and stacks wide enough that compute dominates on a CPU (thinker hidden 512, 6 layers, 32 experts top-4;
+  talker and code predictor hidden 256, so that one stream's 15 code-predictor passes per frame stay well inside
+  real time on a 2-core CPU, as the real widths do on a GPU).
 * ``slice``: Qwen3-Omni-30B-A3B's real widths (thinker hidden 2048, 128 experts top-8, moe_intermediate 768,
   32/4 heads of 128; the real talker, code predictor and code2wav) with only a few decoder layers, so that
   per-layer costs at real size can be measured on a CPU. Stored in bf16 as the real checkpoint is (~3.5 GB).
@@ -98,8 +100,8 @@ TINY = CheckpointSize(
 MEDIUM = CheckpointSize(
     name="medium",
     thinker=DecoderWidths(512, 6, 8, 2, 64, 1024, experts=32, top_k=4, moe_intermediate=128),
-    talker=DecoderWidths(512, 4, 8, 2, 64, 1024, experts=16, top_k=4, moe_intermediate=128, shared_expert=256),
-    code_predictor=DecoderWidths(512, 5, 8, 4, 64, 1024),
+    talker=DecoderWidths(256, 4, 4, 2, 64, 512, experts=16, top_k=4, moe_intermediate=128, shared_expert=256),
+    code_predictor=DecoderWidths(256, 5, 4, 2, 64, 512),
     audio=EncoderWidths(256, 2, 4, 1024, downsample_hidden=64),
     vision=EncoderWidths(256, 2, 4, 1024),
     code2wav=VocoderWidths(256, 2, 4, 512, decoder_dim=256),

@@ -55,17 +55,19 @@ def test_residual_codes_match_transformers_greedy(models) -> None:  # noqa: ANN0
             assert torch.equal(codes[i, 1:], out[0, -(groups - 1):]), i
 
 
-def test_sampler_fn_drives_every_residual_step(models) -> None:  # noqa: ANN001
+def test_sampler_drives_every_residual_step(models) -> None:  # noqa: ANN001
     ours, _ = models
-    seen: list[tuple[int, ...]] = []
+    seen: list[tuple[tuple[int, ...], int]] = []
 
-    def sampler(logits: torch.Tensor) -> torch.Tensor:
-        seen.append(tuple(logits.shape))
-        return torch.full((logits.shape[0],), len(seen))
+    class Recording:
+        def sample(self, logits: torch.Tensor, step: int) -> torch.Tensor:
+            seen.append((tuple(logits.shape), step))
+            return torch.full((logits.shape[0],), len(seen))
 
-    codes = ours.predict_residual_codes(_hidden(2, 32, 2), torch.tensor([1, 2]), sampler)
+    codes = ours.predict_residual_codes(_hidden(2, 32, 2), torch.tensor([1, 2]), Recording())
     groups = ours.num_code_groups
-    assert seen == [(2, ours.code_predictor.lm_head[0].out_features)] * (groups - 1)
+    width = ours.code_predictor.lm_head[0].out_features
+    assert seen == [((2, width), step) for step in range(groups - 1)]
     assert codes[:, 1:].tolist() == [list(range(1, groups))] * 2
 
 

@@ -87,13 +87,14 @@ class ToyTalker(ToyLM):
         hidden = self.embed.embedding_dim
         self.residual_embeds = nn.ModuleList(nn.Embedding(codebook, hidden) for _ in range(groups - 1))
         self.residual_heads = nn.ModuleList(nn.Linear(hidden, codebook, bias=False) for _ in range(groups - 1))
+        self.num_code_groups, self.residual_vocab_size = groups, codebook
         self.eval().requires_grad_(False)
 
-    def predict_residual_codes(self, hidden_last: torch.Tensor, code0: torch.Tensor, sample_fn) -> torch.Tensor:
+    def predict_residual_codes(self, hidden_last: torch.Tensor, code0: torch.Tensor, sampler) -> torch.Tensor:
         codes = [code0]
         h = hidden_last + self.embed(code0)
-        for head, emb in zip(self.residual_heads, self.residual_embeds):
-            code = sample_fn(head(h))
+        for step, (head, emb) in enumerate(zip(self.residual_heads, self.residual_embeds)):
+            code = sampler.sample(head(h), step)
             codes.append(code)
             h = h + emb(code)
         return torch.stack(codes, dim=1)

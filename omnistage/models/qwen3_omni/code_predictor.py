@@ -7,34 +7,42 @@ the output at position ``g + 1`` goes through ``lm_head[g]`` to give code
 That is transformers' ``Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration``
 driven by ``generate(max_new_tokens=G-1)``.
 
-Here the ``G - 1`` steps run batched over the N frames of one talker step, with
-a private KV cache for the call: one cache block of ``G`` slots per frame, read
-through the same attention backend as every other decoder (so a GPU backend
-serves it too).
+Here the ``G - 1`` steps run batched over the N frames of one talker step, in
+lockstep (:class:`LockstepBackend`: frame i owns row i of a contiguous cache).
+At real widths these 15 sequential passes dominate the talker, so the loop
+allocates nothing per call that it can keep: caches, attention metadata and
+positions live in a :class:`PredictorWorkspace` reused across frames and steps,
+and sampling is a tensor-only :class:`CodeSampler` (noise drawn beforehand), so
+the whole loop is capturable in one CUDA graph per batch size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
 
-from omnistage.layers.attention.base import AttentionBackend, AttentionMetadata
+from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
-from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
+from omnistage.layers.attention.dense import LockstepBackend
 from omnistage.models.qwen3_omni.decoder import Decoder, DecoderConfig, decoder_config
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-# logits [N, vocab] -> token ids [N]
-SampleFn = Callable[[torch.Tensor], torch.Tensor]
+
+class CodeSampler(Protocol):
+    """Picks residual codes: ``sample(logits [N, vocab], step)`` → ids ``[N]`` for codebook ``step + 1``.
+    Implementations keep to tensors (no host sync), so a CUDA graph can record the loop that calls them."""
+
+    def sample(self, logits: torch.Tensor, step: int) -> torch.Tensor: ...
 
 
-def greedy(logits: torch.Tensor) -> torch.Tensor:
-    return logits.argmax(dim=-1)
+class GreedyCodes:
+    def sample(self, logits: torch.Tensor, step: int) -> torch.Tensor:
+        return logits.argmax(dim=-1)
 
 
 class CodePredictorModel(Decoder):
@@ -43,6 +51,50 @@ class CodePredictorModel(Decoder):
         self.codec_embedding = nn.ModuleList(
             nn.Embedding(vocab_size, cfg.hidden_size) for _ in range(num_code_groups - 1)
         )
+
+
+@dataclass
+class _Step:
+    meta: AttentionMetadata
+    positions: torch.Tensor
+
+
+class PredictorWorkspace:
+    """Buffers of the predict loop, kept across calls: per-layer caches ``[2, N_max, G, Hkv, D]`` (grown to the
+    largest N seen; rows are overwritten from position 0 each call, so they are never cleared) and each
+    ``(N, step)``'s attention metadata and positions."""
+
+    def __init__(self, cfg: DecoderConfig, num_groups: int) -> None:
+        self.cfg, self.num_groups = cfg, num_groups
+        self.caches: list[torch.Tensor] = []
+        # Caches replaced by larger ones stay alive: a CUDA graph captured on them still writes there.
+        self._retired: list[list[torch.Tensor]] = []
+        self._steps: dict[tuple[int, int], _Step] = {}
+
+    def kv_caches(self, n: int, like: torch.Tensor) -> list[torch.Tensor]:
+        if not self.caches or self.caches[0].shape[1] < n or self.caches[0].device != like.device \
+                or self.caches[0].dtype != like.dtype:
+            if self.caches:
+                self._retired.append(self.caches)
+            shape = (2, max(n, 8), self.num_groups, self.cfg.num_kv_heads, self.cfg.head_dim)
+            self.caches = [like.new_zeros(shape) for _ in range(self.cfg.num_layers)]
+        return self.caches
+
+    def step(self, n: int, step: int, device: torch.device) -> _Step:
+        """Step 0 adds the talker hidden and code 0 (2 tokens), every later step one code."""
+        key = (n, step)
+        cached = self._steps.get(key)
+        if cached is None or cached.positions.device != device:
+            num_new, context = (2 if step == 0 else 1), step + 2
+            meta = AttentionMetadata(
+                query_start_loc=torch.arange(n + 1, device=device, dtype=torch.int32) * num_new,
+                context_lens=torch.full((n,), context, device=device, dtype=torch.int32),
+                slot_mapping=torch.empty(0, dtype=torch.int64, device=device),  # lockstep: rows, not slots
+                block_tables=None, query_lens=[num_new] * n, context_lens_cpu=[context] * n,
+            )
+            positions = torch.arange(context - num_new, context, device=device).repeat(n)
+            cached = self._steps[key] = _Step(meta, positions)
+        return cached
 
 
 class CodePredictor(nn.Module):
@@ -58,8 +110,8 @@ class CodePredictor(nn.Module):
         self.lm_head = nn.ModuleList(
             nn.Linear(cfg.hidden_size, config.vocab_size, bias=False) for _ in range(self.num_code_groups - 1)
         )
-        # The runner may swap in its device's backend; the predictor's cache layout suits any paged backend.
-        self.backend: AttentionBackend = TorchSDPABackend()
+        self.backend = LockstepBackend()
+        self.workspace = PredictorWorkspace(cfg, self.num_code_groups)
 
     def embed_code(self, group: int, codes: torch.Tensor) -> torch.Tensor:
         """Embedding of codes of codebook ``group`` (1..G-1)."""
@@ -67,43 +119,21 @@ class CodePredictor(nn.Module):
 
     @torch.no_grad()
     def predict(
-        self, talker_hidden: torch.Tensor, code0_embed: torch.Tensor, sample_fn: SampleFn | None = None
+        self, talker_hidden: torch.Tensor, code0_embed: torch.Tensor, sampler: CodeSampler | None = None
     ) -> torch.Tensor:
         """talker_hidden, code0_embed ``[N, H]`` -> codes of groups 1..G-1 ``[N, G-1]``."""
-        sample = sample_fn or greedy
+        sampler = sampler or GreedyCodes()
         num_groups, n = self.num_code_groups, talker_hidden.shape[0]
-        caches = self._new_caches(n, talker_hidden)
+        caches = self.workspace.kv_caches(n, talker_hidden)
         x = torch.stack([talker_hidden, code0_embed], dim=1).flatten(0, 1)  # [2N, H]: hidden then code 0, per frame
         codes: list[torch.Tensor] = []
         for step in range(num_groups - 1):
-            num_new, context = (2 if step == 0 else 1), step + 2
-            meta = _step_metadata(n, num_new, context, num_groups, x.device)
-            positions = torch.arange(context - num_new, context, device=x.device).repeat(n)
-            with forward_context(ForwardContext(meta, self.backend, caches)):
-                hidden, _ = self.model(x, positions)
-            last = hidden.view(n, num_new, -1)[:, -1]
-            code = sample(self.lm_head[step](last))
+            plan = self.workspace.step(n, step, x.device)
+            with forward_context(ForwardContext(plan.meta, self.backend, caches)):
+                hidden, _ = self.model(x, plan.positions)
+            last = hidden.view(n, plan.meta.query_lens[0], -1)[:, -1]
+            code = sampler.sample(self.lm_head[step](last), step)
             codes.append(code)
             if step + 2 < num_groups:
                 x = self.embed_code(step + 1, code)
         return torch.stack(codes, dim=1)
-
-    def _new_caches(self, n: int, like: torch.Tensor) -> list[torch.Tensor]:
-        """One block of ``num_code_groups`` slots per frame and layer (zeros: never read unwritten)."""
-        cfg = self.model.cfg
-        shape = (2, n, self.num_code_groups, cfg.num_kv_heads, cfg.head_dim)
-        return [like.new_zeros(shape) for _ in range(cfg.num_layers)]
-
-
-def _step_metadata(n: int, num_new: int, context: int, block_size: int, device: torch.device) -> AttentionMetadata:
-    """N sequences, each adding ``num_new`` tokens to reach ``context``; sequence i owns cache block i."""
-    seq = torch.arange(n, device=device)
-    slots = seq[:, None] * block_size + torch.arange(context - num_new, context, device=device)[None, :]
-    return AttentionMetadata(
-        query_start_loc=torch.arange(n + 1, device=device, dtype=torch.int32) * num_new,
-        context_lens=torch.full((n,), context, device=device, dtype=torch.int32),
-        slot_mapping=slots.flatten(),
-        block_tables=seq[:, None].to(torch.int32),
-        query_lens=[num_new] * n,
-        context_lens_cpu=[context] * n,
-    )

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from omnistage.layers.linear import activation
-from omnistage.models.qwen3_omni.code_predictor import CodePredictor, SampleFn
+from omnistage.models.qwen3_omni.code_predictor import CodePredictor, CodeSampler
 from omnistage.models.qwen3_omni.decoder import (
     Decoder,
     DecoderConfig,
@@ -75,6 +75,7 @@ class Talker(nn.Module):
         self.config = config
         text = config.text_config
         self.num_code_groups = config.num_code_groups
+        self.residual_vocab_size = config.code_predictor_config.vocab_size
         cfg = decoder_config(text, mrope=True, sparse_layers=[True] * text.num_hidden_layers)
         self.model = TalkerModel(cfg, text.vocab_size)
         mlp_args = (config.thinker_hidden_size, text.intermediate_size, text.hidden_size, text.hidden_act)
@@ -135,11 +136,11 @@ class Talker(nn.Module):
         return self.codec_head(hidden)
 
     def predict_residual_codes(
-        self, hidden_last: torch.Tensor, code0: torch.Tensor, sample_fn: SampleFn | None = None
+        self, hidden_last: torch.Tensor, code0: torch.Tensor, sampler: CodeSampler | None = None
     ) -> torch.Tensor:
         """hidden_last ``[N, H]`` (the rows code 0 was sampled from), code0 ``[N]`` -> codes ``[N, G]``.
 
-        ``sample_fn`` maps residual logits ``[N, vocab]`` to ids ``[N]``; greedy when None.
+        ``sampler`` picks each residual codebook's ids from its logits; greedy when None.
         """
-        rest = self.code_predictor.predict(hidden_last, self.embed_tokens(code0), sample_fn)
+        rest = self.code_predictor.predict(hidden_last, self.embed_tokens(code0), sampler)
         return torch.cat([code0[:, None].to(rest.dtype), rest], dim=1)
