@@ -61,8 +61,11 @@ class OmniRequest:
     modalities: frozenset[Modality] = frozenset({Modality.TEXT})
     sampling: RequestSampling = field(default_factory=RequestSampling)
     voice: str = "ethan"
-    # Frames in the first code2wav chunk (None = chosen by load); later chunks use the stage's chunk size.
+    # Frames in the first code2wav chunk (None = chosen by load).
     initial_codec_chunk_frames: int | None = None
+    # The caller plays the audio as it arrives: later chunks are sized to keep its player fed. False: the audio
+    # is consumed whole, so every later chunk takes the stage's full chunk size (fewer vocoder calls).
+    stream: bool = True
 
     @property
     def wants_audio(self) -> bool:

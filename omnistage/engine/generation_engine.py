@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from omnistage.engine.config import auto_device
-from omnistage.runner.generation_runner import GenerationRunner
+from omnistage.runner.generation_runner import ChunkRef, GenerationRunner
 
 
 # On a CPU the vocoder's upsampled activations (rows x channels x 1920 samples a frame) leave the caches past
@@ -77,6 +77,7 @@ class GenerationEngineCore:
         self._pending.setdefault(job.request_id, deque()).append(job)
 
     def abort_request(self, request_id: str) -> bool:
+        self.runner.drop(request_id)
         return self._pending.pop(request_id, None) is not None
 
     def has_pending(self) -> bool:
@@ -106,7 +107,8 @@ class GenerationEngineCore:
         batch = self.schedule()
         if not batch:
             return []
-        wavs = self.runner.run([job.codes for job in batch], [job.left_context for job in batch])
+        refs = [ChunkRef(job.request_id, job.chunk_index, job.is_last) for job in batch]
+        wavs = self.runner.run([job.codes for job in batch], [job.left_context for job in batch], refs)
         return [ChunkOutput(job.request_id, job.chunk_index, wav, job.is_last) for job, wav in zip(batch, wavs)]
 
     def run_until_done(self) -> list[ChunkOutput]:

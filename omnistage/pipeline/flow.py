@@ -34,7 +34,9 @@ from omnistage.ipc.messages import (
     WireMultimodal,
     WirePromptLayout,
 )
+from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer, Tokenizer
+from omnistage.pipeline.playback import Playback
 from omnistage.pipeline.request_state import (SAMPLE_RATE, AudioProgress, OutputSink, RequestState, RequestTrace,
                                               finish_reason)
 from omnistage.pipeline.router import StageRouter
@@ -77,6 +79,7 @@ class RequestFlows:
         self.send = send
         self.tokenizer = tokenizer
         self.states: dict[str, RequestState] = {}
+        self.paces = StagePaces()  # every stream's measured talker and code2wav paces
         self.traces: OrderedDict[str, RequestTrace] = OrderedDict()  # finished requests, newest last
 
     # Entry and exits -----------------------------------------------------------------------------
@@ -111,6 +114,8 @@ class RequestFlows:
                                      error=error))
 
     def _audio_progress(self, request: OmniRequest) -> AudioProgress:
+        """A streamed request's chunks follow its player (a small first chunk, then as large as its buffer
+        allows); a request consumed whole gets full-size chunks after the first."""
         from omnistage.pipeline.qwen3_omni_stages import ChunkPlan, FrameChunker
 
         streaming = self.settings.spec.streaming
@@ -120,7 +125,13 @@ class RequestFlows:
                                      vocoder_batch_cap(c2w.engine.max_num_seqs, c2w.device) * c2w.replicas)
         plan = ChunkPlan(chunk_frames=streaming.codec_chunk_frames,
                          left_context=streaming.codec_left_context_frames, first_chunk_frames=first)
-        return AudioProgress(FrameChunker(request.request_id, plan, self.settings.num_code_groups), first)
+        playback = Playback()
+        planner = None
+        if request.stream:
+            bounds = ChunkBounds(first, streaming.codec_chunk_frames, streaming.codec_left_context_frames)
+            planner = PlaybackPlanner(bounds, playback, self.paces)
+        chunker = FrameChunker(request.request_id, plan, self.settings.num_code_groups, planner)
+        return AudioProgress(chunker, first, playback, planner)
 
     def fail(self, request_id: str, error: str | None, reason: FinishReason = FinishReason.ERROR) -> None:
         """Ends a request now (abort or failure): every stage holding it frees it."""
@@ -187,6 +198,9 @@ class RequestFlows:
         if state is None or state.audio is None:
             return
         audio = state.audio
+        now = time.monotonic()
+        if audio.planner is not None:
+            audio.planner.frames_arrived(now, msg.frames.shape[0])
         jobs = audio.chunker.push(msg.frames) if msg.frames.numel() else []
         if msg.frames.numel():
             state.trace.mark("first_frames")
@@ -194,13 +208,15 @@ class RequestFlows:
             jobs += audio.chunker.finish()
             audio.talker_done = True
             self.routers[self.topo.talker].release(msg.request_id)
-        now = time.monotonic()
         for job in jobs:
             self._to(self.topo.code2wav, msg.request_id,
                      DecodeChunk(msg.request_id, job.chunk_index, job.codes, job.left_context, job.is_last,
-                                 deadline=audio.deadline(now)))
+                                 deadline=audio.playback.deadline(now)))
             audio.chunks_sent += 1
-            audio.sent(job.codes.shape[1] - job.left_context)
+            new_frames = job.codes.shape[1] - job.left_context
+            audio.playback.sent(new_frames)
+            if audio.planner is not None:
+                audio.planner.chunk_sent(job.chunk_index, now, new_frames, job.codes.shape[1])
         if audio.done:  # no chunk in flight: code2wav is done with it even if the thinker is not
             self.routers[self.topo.code2wav].release(msg.request_id)
         self._deliver(state)
@@ -209,8 +225,11 @@ class RequestFlows:
         state = self.states.get(msg.request_id)
         if state is None or state.audio is None:
             return
-        state.audio.chunks_received += 1
-        state.audio.delivered(time.monotonic(), msg.wav.shape[0] / SAMPLE_RATE)
+        audio, now = state.audio, time.monotonic()
+        audio.chunks_received += 1
+        audio.playback.delivered(now, msg.wav.shape[0] / SAMPLE_RATE)
+        if audio.planner is not None:
+            audio.planner.chunk_returned(msg.chunk_index, now)
         state.trace.mark("first_audio")
         if state.audio.done:
             self.routers[self.topo.code2wav].release(msg.request_id)

@@ -63,8 +63,9 @@ class Omni:
     def request(self, messages: Messages, modalities: Iterable[str] = ("text",), *,
                 audios: Sequence[np.ndarray] = (), images: Sequence[object] = (), videos: Sequence[Video] = (),
                 voice: str = "ethan", initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
-                **sampling: object) -> OmniRequest:
-        """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields."""
+                stream: bool = True, **sampling: object) -> OmniRequest:
+        """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields.
+        ``stream``: the audio is played as it arrives (chunks follow the player), else consumed whole."""
         defaults = self.pipeline.spec.stage(self.pipeline.runtime.topology.thinker).sampling
         knobs = {"temperature": defaults.temperature, "top_p": defaults.top_p, "top_k": defaults.top_k,
                  "repetition_penalty": defaults.repetition_penalty, "max_tokens": defaults.max_tokens}
@@ -75,12 +76,13 @@ class Omni:
             request_id=request_id or f"omni-{uuid.uuid4().hex[:8]}-{next(self._ids)}",
             prompt=self.prompt(messages, audios, images, videos),
             modalities=frozenset(Modality(m) for m in modalities),
-            sampling=RequestSampling(**knobs), voice=voice, initial_codec_chunk_frames=initial_codec_chunk_frames)
+            sampling=RequestSampling(**knobs), voice=voice, initial_codec_chunk_frames=initial_codec_chunk_frames,
+            stream=stream)
 
     def generate(self, messages: Messages, modalities: Iterable[str] = ("text",), stream: bool = False,
                  **kwargs: object) -> Iterator[OmniOutput]:
         """Streams deltas (``stream=True``) or yields one output with everything; kwargs as :meth:`request`."""
-        outputs = self.stream(self.request(messages, modalities, **kwargs))
+        outputs = self.stream(self.request(messages, modalities, stream=stream, **kwargs))
         return outputs if stream else _merged(outputs)
 
     def stream(self, request: OmniRequest) -> Iterator[OmniOutput]:

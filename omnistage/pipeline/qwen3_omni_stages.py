@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -26,6 +26,7 @@ from torch import nn
 from omnistage.engine import EngineConfig, Request, RequestOutput, SamplingParams
 from omnistage.engine.generation_engine import ChunkJob, ChunkOutput, GenerationEngineCore
 from omnistage.models.qwen3_omni.code2wav import Code2Wav, load_code2wav
+from omnistage.models.qwen3_omni.code2wav_stream import StreamingCode2Wav
 from omnistage.models.qwen3_omni.mm_spans import multimodal_spans
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia
@@ -46,9 +47,9 @@ from omnistage.runner.thinker_hook import ThinkerRequestData, ThinkerStepHook
 class ChunkPlan:
     """How talker frames become code2wav chunks; defaults are transformers' ``chunked_decode(300, 25)``.
 
-    A smaller ``first_chunk_frames`` starts audio sooner. ``seamless`` keeps the samples each chunk's
-    context determines (``Code2Wav.decode_chunk``): no 555-sample hole at each boundary, and the joined
-    chunks equal one whole decode once the context covers the vocoder's receptive field.
+    A smaller ``first_chunk_frames`` starts audio sooner. ``seamless`` decodes each request as a stream
+    (``StreamingCode2Wav``: its transformer window and last outputs kept between chunks): no 555-sample hole at
+    each boundary, and the joined chunks equal one whole decode whatever the chunk sizes.
     """
 
     chunk_frames: int = 300
@@ -61,9 +62,16 @@ class ChunkPlan:
                                                                and self.first_chunk_frames < 1):
             raise ValueError(f"chunk sizes must be positive and left_context >= 0: {self}")
 
-    def size(self, chunk_index: int) -> int:
+    def size(self, chunk_index: int, pending: int = 0) -> int:
+        """Frames in chunk ``chunk_index`` (fixed: ``pending`` is for sizers that follow a player)."""
         first = self.first_chunk_frames or self.chunk_frames
         return first if chunk_index == 0 else self.chunk_frames
+
+
+class ChunkSizer(Protocol):
+    """Frames the chunk ``chunk_index`` takes, asked each time frames arrive (``pending`` are waiting)."""
+
+    def size(self, chunk_index: int, pending: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -243,10 +251,12 @@ def build_talker_request(
 
 class FrameChunker:
     """Talker frames in (``[n, G]``, any pace), code2wav jobs out. A chunk is cut once a frame past its end
-    exists, so the final chunk is always the one :meth:`finish` emits, marked ``is_last``."""
+    exists, so the final chunk is always the one :meth:`finish` emits, marked ``is_last``. Sizes come from
+    ``sizer`` (e.g. a player-aware planner), else from the plan; the left context from the plan."""
 
-    def __init__(self, request_id: str, plan: ChunkPlan, num_groups: int) -> None:
+    def __init__(self, request_id: str, plan: ChunkPlan, num_groups: int, sizer: ChunkSizer | None = None) -> None:
         self.request_id, self.plan = request_id, plan
+        self.sizer: ChunkSizer = sizer or plan
         self._buf = torch.empty(num_groups, 0, dtype=torch.long)  # [G, context + pending]
         self._context = 0
         self._index = 0
@@ -258,8 +268,8 @@ class FrameChunker:
     def push(self, frames: torch.Tensor) -> list[ChunkJob]:
         self._buf = torch.cat([self._buf, frames.to("cpu", torch.long).T], dim=1)
         jobs = []
-        while self.num_pending > self.plan.size(self._index):
-            jobs.append(self._emit(self.plan.size(self._index), last=False))
+        while self.num_pending > (size := self.sizer.size(self._index, self.num_pending)):
+            jobs.append(self._emit(size, last=False))
         return jobs
 
     def finish(self) -> list[ChunkJob]:
@@ -293,21 +303,10 @@ class TalkerCodecStream:
         return jobs + self.chunker.finish() if output.finished else jobs
 
 
-class SeamlessCode2Wav:
-    """A vocoder view whose chunks keep their context's tail (``seamless=True``) for the generation runner."""
-
-    def __init__(self, model: Code2Wav) -> None:
-        self.model = model
-
-    def decode_chunk(self, codes: torch.Tensor, left_context: int) -> torch.Tensor:
-        return self.model.decode_chunk(codes, left_context, seamless=True)
-
-    def decode_rows(self, codes: torch.Tensor, lengths: list[int], left_contexts: list[int]) -> list[torch.Tensor]:
-        return self.model.decode_rows(codes, lengths, left_contexts, seamless=True)
-
-
 def code2wav_runner(model: Code2Wav, plan: ChunkPlan, device: torch.device | str = "cpu") -> GenerationRunner:
-    return GenerationRunner(SeamlessCode2Wav(model) if plan.seamless else model, device)
+    """Seamless: each stream decoded with its state kept between chunks (joined chunks equal the whole decode,
+    whatever their sizes). Otherwise transformers' ``chunked_decode``: each chunk alone with its left context."""
+    return GenerationRunner(StreamingCode2Wav(model) if plan.seamless else model, device)
 
 
 def join_chunks(outputs: Iterable[ChunkOutput]) -> torch.Tensor:

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 from omnistage.core import FinishReason, OmniOutput, OmniRequest
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer
 
-# One codec frame of audio: the 12.5 Hz codec's frame, 1920 samples at 24 kHz.
-FRAME_S = 0.08
+from omnistage.pipeline.playback import Playback
+
 SAMPLE_RATE = 24000
 
 if TYPE_CHECKING:
+    from omnistage.pipeline.chunk_planner import PlaybackPlanner
     from omnistage.pipeline.qwen3_omni_stages import FrameChunker
 
 # Receives each delta of a request; called from the orchestrator's thread, so it must not block.
@@ -55,35 +56,16 @@ class RequestTrace:
 
 @dataclass
 class AudioProgress:
-    """The talker → code2wav leg of one request."""
+    """The talker → code2wav leg of one request: its chunker, its caller's player and, when the caller plays
+    as audio arrives, the planner that sizes chunks to that player."""
 
     chunker: FrameChunker
     initial_chunk_frames: int
+    playback: Playback = field(default_factory=Playback)
+    planner: PlaybackPlanner | None = None
     talker_done: bool = False
     chunks_sent: int = 0
     chunks_received: int = 0
-    # When the caller's player runs dry (it starts at the first audio and pauses whenever it ran dry); None
-    # until the first audio reached the caller.
-    play_end: float | None = None
-    in_flight_s: float = 0.0  # audio sent to code2wav and not back yet
-
-    def sent(self, frames: int, frame_s: float = FRAME_S) -> None:
-        """``frames`` new frames (left context excluded) went to code2wav."""
-        self.in_flight_s += frames * frame_s
-
-    def delivered(self, now: float, seconds: float) -> None:
-        """``seconds`` of audio reached the caller at ``now``; a player that ran dry resumes then."""
-        self.play_end = max(now, self.play_end or now) + seconds
-        self.in_flight_s = max(0.0, self.in_flight_s - seconds)
-
-    def deadline(self, now: float, startup_s: float = 1.0) -> float:
-        """When this stream's player runs dry unless a chunk sent now arrives: the audio it holds, then the audio
-        already on its way. A stream not yet playing cannot run dry; it is given ``startup_s`` of slack, so
-        streams already playing and nearly out go first, yet new streams cannot starve. A player that already ran
-        dry counts from ``now``: it stalls until the next chunk, and chasing its past deadline would make every
-        stream late under overload (EDF's domino effect)."""
-        start = now + startup_s if self.play_end is None else max(now, self.play_end)
-        return start + self.in_flight_s
 
     @property
     def done(self) -> bool:

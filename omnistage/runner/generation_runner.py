@@ -1,26 +1,52 @@
 """The non-autoregressive runner (Code2Wav): one batched decode per step.
 
-Chunks of one shape go through ``decode_chunk`` as one batch. A vocoder that
-also offers ``decode_rows`` (causal, so right-padding cannot change a row's
-samples) takes chunks of different lengths and left contexts in one call.
+A streaming vocoder (``decode_streams``: it keeps each stream's state between chunks, so chunks join exactly)
+takes the step's chunks of any shapes at once, each named by its stream and index. Otherwise chunks of one
+shape go through ``decode_chunk`` as one batch, and a vocoder that also offers ``decode_rows`` (causal, so
+right-padding cannot change a row's samples) takes chunks of different lengths and left contexts in one call.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from omnistage.runner.base import Code2WavModel
 
 
+@dataclass(frozen=True)
+class ChunkRef:
+    """Which stream a chunk continues, and whether it ends that stream."""
+
+    stream_id: str
+    index: int
+    last: bool
+
+
 class GenerationRunner:
     def __init__(self, model: Code2WavModel, device: torch.device | str = "cpu") -> None:
         self.model = model
         self.device = torch.device(device)
-        self.pads_rows = callable(getattr(model, "decode_rows", None))
+        self.streams = callable(getattr(model, "decode_streams", None))
+        self.pads_rows = self.streams or callable(getattr(model, "decode_rows", None))
+
+    def drop(self, stream_id: str) -> None:
+        """Frees what a streaming vocoder keeps for a stream that will send no more chunks (an abort)."""
+        if self.streams:
+            self.model.drop(stream_id)  # type: ignore[attr-defined]
 
     @torch.inference_mode()
-    def run(self, chunks: list[torch.Tensor], left_contexts: list[int]) -> list[torch.Tensor]:
-        """Chunks ``[G, T_i]`` with their left contexts → one host float32 wav per chunk."""
+    def run(self, chunks: list[torch.Tensor], left_contexts: list[int],
+            refs: list[ChunkRef] | None = None) -> list[torch.Tensor]:
+        """Chunks ``[G, T_i]`` with their left contexts (and streams) → one host float32 wav per chunk."""
+        if self.streams:
+            if refs is None:
+                raise ValueError("a streaming vocoder needs each chunk's stream")
+            wavs = self.model.decode_streams(  # type: ignore[attr-defined]
+                [r.stream_id for r in refs], [r.index for r in refs],
+                [c.to(self.device, non_blocking=True) for c in chunks], left_contexts, [r.last for r in refs])
+            return [w.float().cpu() for w in wavs]
         lengths = [c.shape[-1] for c in chunks]
         same = len(set(lengths)) == 1 and len(set(left_contexts)) == 1
         if same:

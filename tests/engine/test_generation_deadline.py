@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore
-from omnistage.pipeline.request_state import AudioProgress
+from omnistage.pipeline.playback import Playback
 from omnistage.runner.generation_runner import GenerationRunner
 from omnistage.tools.bench.metrics import StreamRecord
 
@@ -47,8 +47,8 @@ def test_unknown_policy_is_rejected() -> None:
         GenerationEngineCore(GenerationRunner(_Vocoder()), policy="lifo")
 
 
-def test_audio_progress_deadline_is_when_the_player_runs_dry() -> None:
-    progress = AudioProgress(chunker=None, initial_chunk_frames=10)  # type: ignore[arg-type]
+def test_playback_deadline_is_when_the_player_runs_dry() -> None:
+    progress = Playback()
     assert progress.deadline(now=100.0) == 101.0  # not started: a second of start-up slack
     progress.sent(25)  # 2 s on the way
     assert progress.deadline(now=100.0) == pytest.approx(103.0)
@@ -60,7 +60,7 @@ def test_audio_progress_deadline_is_when_the_player_runs_dry() -> None:
 
 
 def test_a_player_that_ran_dry_resumes_when_audio_arrives() -> None:
-    progress = AudioProgress(chunker=None, initial_chunk_frames=10)  # type: ignore[arg-type]
+    progress = Playback()
     progress.sent(50)
     progress.delivered(10.0, 2.0)  # plays 10..12
     progress.delivered(15.0, 2.0)  # dry 12..15, then plays 15..17
@@ -80,7 +80,7 @@ def _simulate(policy: str, starts: list[float], chunks: int = 6, gen_s: float = 
     faster than real time); code2wav decodes one chunk per ``decode_s``. Returns each stream's total stall (s)
     as a player that starts at its first packet would hear it (the bench's underrun measure)."""
     core = GenerationEngineCore(GenerationRunner(_Vocoder()), max_batch=1, policy=policy)
-    progress = {f"s{i}": AudioProgress(chunker=None, initial_chunk_frames=10) for i in range(len(starts))}  # type: ignore[arg-type]
+    progress = {f"s{i}": Playback() for i in range(len(starts))}
     arrivals = sorted((start + k * gen_s, f"s{i}", k) for i, start in enumerate(starts) for k in range(chunks))
     records = {rid: StreamRecord(0.0) for rid in progress}
     now = 0.0

@@ -89,3 +89,32 @@ def test_openapi_matches_what_is_served(server: LiveServer) -> None:
     assert "HTTPValidationError" not in schema["components"]["schemas"]
     speech = schema["paths"]["/v1/audio/speech"]["post"]["responses"]["200"]["content"]
     assert {"audio/mpeg", "audio/wav", "text/event-stream"} <= set(speech)
+
+
+def _underruns(server: LiveServer) -> tuple[float, float, float]:
+    samples = _samples(server)
+    chat = (("endpoint", "/v1/chat/completions"),)
+    return (samples.get(("omnistage_audio_underruns_total", chat), 0.0),
+            samples.get(("omnistage_audio_stall_seconds_count", chat), 0.0),
+            samples.get(("omnistage_audio_stall_seconds_sum", chat), 0.0))
+
+
+def _stream_speech(server: LiveServer) -> None:
+    stream = server.client().chat.completions.create(
+        model="fake-omni", messages=[{"role": "user", "content": "hi"}], modalities=["text", "audio"],
+        audio={"voice": "ethan", "format": "pcm16"}, stream=True)
+    for _ in stream:
+        pass
+
+
+def test_underruns_of_streamed_speech_are_counted_with_their_stalls(server: LiveServer) -> None:
+    engine = server.engine
+    before = _underruns(server)
+    engine.delay_s, engine.chunk_seconds = 0.0, 0.1  # all audio at once: a player never runs dry
+    _stream_speech(server)
+    assert _underruns(server) == before
+    engine.delay_s, engine.chunk_seconds = 0.15, 0.03  # 30 ms of audio every 150 ms: dry after each chunk
+    _stream_speech(server)
+    count, stalls, stall_s = (a - b for a, b in zip(_underruns(server), before))
+    assert count == stalls >= len(engine.words) - 2  # every chunk after the first arrived late
+    assert 0.08 * stalls <= stall_s <= 0.5 * stalls  # ~120 ms each

@@ -56,7 +56,11 @@ def test_audio_streams_early_and_equals_non_streamed(omni: Omni) -> None:
     print(f"in-process: time to first audio {trace.time_to_first_audio * 1000:.0f} ms, total {total * 1000:.0f} ms")
 
     (whole,) = omni.generate(PROMPT, modalities=["text", "audio"], stream=False, **LONG)
-    assert whole.text == text and np.array_equal(whole.audio, audio)
+    # Streamed chunks follow the player, the whole answer takes full-size chunks: other boundaries, so other
+    # matmul shapes. Seamless streams still join into the same samples, to rounding (a boundary artifact
+    # would be ~1e-2).
+    assert whole.text == text and whole.audio is not None and whole.audio.shape == audio.shape
+    np.testing.assert_allclose(whole.audio, audio, atol=1e-5, rtol=1e-4)
 
 
 def test_abort_frees_kv_blocks_in_every_stage(omni: Omni) -> None:
@@ -121,8 +125,10 @@ def test_streaming_pipeline_equals_the_sequential_offline_run(tiny_dir: Path, tm
     data["stages"][1]["sampling"]["temperature"] = 0.0
     options = PipelineOptions(in_process=True, talker_min_new_tokens=10, seamless_audio=True)
     with Omni(tiny_dir, write_spec(tmp_path, data), options=options) as omni:
+        # Consumed whole: chunks of 4 then 8 frames, as the offline plan cuts them (a played stream's sizes
+        # follow its player), so both run the same computation.
         request = omni.request(PROMPT, ["text", "audio"], max_tokens=20, temperature=0.0,
-                               initial_codec_chunk_frames=4)
+                               initial_codec_chunk_frames=4, stream=False)
         outputs = list(omni.stream(request))
     settings = GenerationSettings(max_new_tokens=20, talker_max_new_tokens=24, talker_min_new_tokens=10,
                                   chunks=ChunkPlan(chunk_frames=8, left_context=4, first_chunk_frames=4,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
@@ -161,7 +162,10 @@ def test_ray_serves_the_same_text_and_audio_as_local_processes(tiny_dir: Path, c
     ray_s = time.monotonic() - start
     assert expected[0] and len(expected[1]) > FRAMES * 1920  # over half of FRAMES frames of 1920 PCM16 samples
     assert got[0] == expected[0]
-    assert got[1] == expected[1]
+    # Streamed chunk sizes follow each run's player timing; seamless chunks join into the same samples to
+    # rounding, so the PCM16 values agree within one step.
+    ours, theirs = (np.frombuffer(pcm, dtype=np.int16).astype(np.int32) for pcm in (got[1], expected[1]))
+    assert ours.shape == theirs.shape and int(np.abs(ours - theirs).max()) <= 1
     links = on_ray.engine.pipeline.runtime.orchestrator.links
     assert sum(stage == "talker" for stage, _ in links) == 2
     # Tensors to the other node go in the frames; the thinker shares the head node's shared memory.

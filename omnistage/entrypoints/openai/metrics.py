@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from omnistage.core import OUTPUT_SAMPLE_RATE, OmniOutput
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.pipeline.playback import Playback
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _RTF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 10.0)
@@ -56,23 +57,31 @@ class ServerMetrics:
                               ["endpoint"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.rtf = Histogram("omnistage_audio_real_time_factor", "generation seconds per second of audio",
                              ["endpoint"], buckets=_RTF_BUCKETS, registry=self.registry)
+        self.underruns = Counter("omnistage_audio_underruns", "times a streamed answer's player ran dry before the "
+                                 "next audio arrived", ["endpoint"], registry=self.registry)
+        self.stall = Histogram("omnistage_audio_stall_seconds", "how long a streamed answer's player waited, "
+                               "per underrun", ["endpoint"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_EngineCollector(engine))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def track(self, endpoint: str, start: float) -> RequestTimer:
-        return RequestTimer(self, endpoint, start)
+    def track(self, endpoint: str, start: float, streamed: bool = False) -> RequestTimer:
+        return RequestTimer(self, endpoint, start, streamed)
 
 
 class RequestTimer:
     """Times one request from ``start`` (``time.perf_counter()`` when it arrived, so media
-    decoding and prompt processing count towards the latencies, as the client sees them)."""
+    decoding and prompt processing count towards the latencies, as the client sees them).
 
-    def __init__(self, metrics: ServerMetrics, endpoint: str, start: float) -> None:
+    A ``streamed`` answer's audio is played as it arrives: a player that starts at the first chunk and pauses
+    when it runs dry counts each underrun and its stall, as the caller would hear it."""
+
+    def __init__(self, metrics: ServerMetrics, endpoint: str, start: float, streamed: bool = False) -> None:
         self.metrics = metrics
         self.endpoint = endpoint
         self.start = start
+        self.player = Playback() if streamed else None
         self.audio_samples = 0
         self._first_text = self._first_audio = False
         self._done = False
@@ -88,6 +97,11 @@ class RequestTimer:
                 self._first_audio = True
                 self.metrics.ttfa.labels(self.endpoint).observe(now)
             self.audio_samples += int(out.audio.size)
+            if self.player is not None:
+                stall = self.player.delivered(now, out.audio.size / OUTPUT_SAMPLE_RATE)
+                if stall > 0:
+                    self.metrics.underruns.labels(self.endpoint).inc()
+                    self.metrics.stall.labels(self.endpoint).observe(stall)
 
     def finish(self, outcome: str) -> None:
         """``outcome``: ok, engine_error, client_disconnected. Later calls are ignored."""

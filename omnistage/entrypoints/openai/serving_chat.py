@@ -110,6 +110,7 @@ class ChatService:
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if audio else set()))
         request = OmniRequest(request_id=f"chatcmpl-{uuid.uuid4().hex}", prompt=prompt, modalities=modalities,
                               sampling=sampling, initial_codec_chunk_frames=body.initial_codec_chunk_frames,
+                              stream=bool(body.stream),
                               **({"voice": audio.voice} if audio else {}))
         ticket = self.admission.admit()  # last: a request refused for load has passed every other check
         if body.stream:
@@ -181,7 +182,7 @@ class ChatService:
     async def _stream(self, request: OmniRequest, model: str, audio: AudioOutput | None, include_usage: bool,
                       arrived: float, ticket: Ticket) -> AsyncIterator[str]:
         """The SSE body. Nothing starts (no timer, no engine request) until the response is being sent."""
-        timer = self.metrics.track("/v1/chat/completions", arrived)
+        timer = self.metrics.track("/v1/chat/completions", arrived, streamed=True)
         chunks = _ChunkWriter(request.request_id, model, audio)
         outcome = "client_disconnected"  # unless the engine's final output is reached
         completion_tokens = 0

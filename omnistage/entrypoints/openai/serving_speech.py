@@ -74,7 +74,8 @@ class SpeechService:
         arrived = time.perf_counter()
         request = await self._request(body)
         ticket = self.admission.admit()
-        encoded = self._encoded(request, body.audio_format, self.metrics.track("/v1/audio/speech", arrived), ticket)
+        timer = self.metrics.track("/v1/audio/speech", arrived, streamed=True)
+        encoded = self._encoded(request, body.audio_format, timer, ticket)
         try:
             first, pieces = await peek(raw, encoded)
         except ClientDisconnected:

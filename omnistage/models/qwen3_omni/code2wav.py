@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omnistage.models.qwen3_omni.code2wav_convs import (CausalConv1d, ConvNeXtBlock, DecoderBlock, SnakeBeta,
+                                                       TrimmedConvTranspose1d)
 from omnistage.models.qwen3_omni.weights import Checkpoint, load_module
 
 _ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
@@ -87,84 +89,6 @@ class Code2WavConfig:
         return cls(**{k: v for k, v in raw.items() if k in known and v is not None})
 
 
-class CausalConv1d(nn.Module):
-    """Stride-1 conv padded on the left only, so output t sees inputs <= t."""
-
-    def __init__(self, in_dim: int, out_dim: int, kernel: int, dilation: int = 1, groups: int = 1) -> None:
-        super().__init__()
-        self.conv = nn.Conv1d(in_dim, out_dim, kernel, dilation=dilation, groups=groups)
-        self.left_pad = (kernel - 1) * dilation
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.pad(x, (self.left_pad, 0)))
-
-
-class TrimmedConvTranspose1d(nn.Module):
-    """Upsampling by ``stride`` with ``kernel - stride`` samples cut from each end. With kernel = 2 *
-    stride (the decoder) an output mixes its own input step and the next one: L steps -> (L - 1) * stride."""
-
-    def __init__(self, in_dim: int, out_dim: int, kernel: int, stride: int) -> None:
-        super().__init__()
-        self.conv = nn.ConvTranspose1d(in_dim, out_dim, kernel, stride=stride)
-        self.trim = kernel - stride
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv(x)
-        return x[..., self.trim : x.shape[-1] - self.trim]
-
-
-class ConvNeXtBlock(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.dwconv = CausalConv1d(dim, dim, kernel=7, groups=dim)
-        self.norm = nn.LayerNorm(dim, eps=1e-6)
-        self.pwconv1 = nn.Linear(dim, 4 * dim)
-        self.pwconv2 = nn.Linear(4 * dim, dim)
-        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.dwconv(x).transpose(1, 2)  # channels last for LayerNorm / Linear
-        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
-        return x + (self.gamma * h).transpose(1, 2)
-
-
-class SnakeBeta(nn.Module):
-    """x + sin^2(x * e^alpha) / e^beta per channel (log-scale parameters, as trained)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.alpha = nn.Parameter(torch.zeros(dim))
-        self.beta = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha, beta = self.alpha.exp()[:, None], self.beta.exp()[:, None]
-        return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
-
-
-class ResidualUnit(nn.Module):
-    def __init__(self, dim: int, dilation: int) -> None:
-        super().__init__()
-        self.act1 = SnakeBeta(dim)
-        self.conv1 = CausalConv1d(dim, dim, kernel=7, dilation=dilation)
-        self.act2 = SnakeBeta(dim)
-        self.conv2 = CausalConv1d(dim, dim, kernel=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv2(self.act2(self.conv1(self.act1(x))))
-
-
-class DecoderBlock(nn.Module):
-    def __init__(self, in_dim: int, out_dim: int, rate: int) -> None:
-        super().__init__()
-        units = [ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)]
-        self.block = nn.ModuleList([SnakeBeta(in_dim), TrimmedConvTranspose1d(in_dim, out_dim, 2 * rate, rate), *units])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.block:
-            x = layer(x)
-        return x
-
-
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -202,11 +126,14 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(q_dim, cfg.hidden_size, bias=cfg.attention_bias)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                window: KVWindow | None = None) -> torch.Tensor:
         batch, length, _ = x.shape
         q, k, v = (proj(x).view(batch, length, -1, self.head_dim).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
         q, k = (t * cos + _rotate_half(t) * sin for t in (q, k))
+        if window is not None:  # a stream's earlier frames: attend over them too, keep the newest
+            k, v = window.extend(k, v)
         if self.kv_groups > 1:  # KV head h serves query heads h * groups ... (h + 1) * groups - 1
             k, v = (t.repeat_interleave(self.kv_groups, dim=1) for t in (k, v))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
@@ -235,9 +162,31 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
         self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask))
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                window: KVWindow | None = None) -> torch.Tensor:
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, window))
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+@dataclass
+class KVWindow:
+    """One layer's keys/values ``[B, Hkv, L, D]`` of a stream's last ``size`` frames (the sliding window less
+    one), so the next chunk's frames attend exactly as in a whole-utterance pass."""
+
+    size: int
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The earlier frames' keys/values followed by ``k``/``v``; the newest ``size`` are kept."""
+        if self.keys is not None and self.values is not None:
+            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        self.keys, self.values = k[:, :, -self.size:], v[:, :, -self.size:]
+        return k, v
 
 
 class PreTransformer(nn.Module):
@@ -249,29 +198,38 @@ class PreTransformer(nn.Module):
         self.layers = nn.ModuleList([TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, windows: list[KVWindow] | None = None, offset: int = 0) -> torch.Tensor:
+        """``[B, T, hidden]`` -> ``[B, T, hidden]``. With ``windows`` (one per layer) the frames continue a
+        stream at position ``offset``, attending over its earlier frames kept there."""
         length = x.shape[1]
-        cos, sin = self._rope(length, x)
-        mask = sliding_causal_mask(length, self.cfg.sliding_window, x.device)
-        for layer in self.layers:
-            x = layer(x, cos, sin, mask)
+        cos, sin = self._rope(length, x, offset)
+        past = windows[0].length if windows else 0
+        mask = sliding_causal_mask(length, self.cfg.sliding_window, x.device, past)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, mask, windows[i] if windows else None)
         return self.norm(x)
 
-    def _rope(self, length: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Computed per call in fp32 (not a buffer) so module.to(bf16) cannot
-        # coarsen the frequencies; positions restart at 0 in every chunk.
+    def windows(self) -> list[KVWindow]:
+        """Empty per-layer windows for a new stream."""
+        return [KVWindow(self.cfg.sliding_window - 1) for _ in self.layers]
+
+    def _rope(self, length: int, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        # Computed per call in fp32 (not a buffer) so module.to(bf16) cannot coarsen the frequencies; positions
+        # start at ``offset`` (0 for a stateless chunk; a stream's frames decoded so far when it carries a cache).
         dim = int(self.cfg.head_dim)
         steps = torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim
         inv_freq = 1.0 / (self.cfg.rope_theta**steps)
-        freqs = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv_freq
+        positions = torch.arange(offset, offset + length, device=x.device, dtype=torch.float32)
+        freqs = positions[:, None] * inv_freq
         angles = torch.cat((freqs, freqs), dim=-1)
         return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
 
 
-def sliding_causal_mask(length: int, window: int, device: torch.device) -> torch.Tensor:
-    """``[T, T]`` bool, True where query q may see key k: q - window < k <= q."""
-    pos = torch.arange(length, device=device)
-    offset = pos[:, None] - pos[None, :]
+def sliding_causal_mask(length: int, window: int, device: torch.device, past: int = 0) -> torch.Tensor:
+    """``[T, past + T]`` bool, True where query q may see key k: q - window < k <= q. The keys are ``past``
+    earlier frames then the ``T`` queried ones."""
+    queries = torch.arange(past, past + length, device=device)
+    offset = queries[:, None] - torch.arange(past + length, device=device)[None, :]
     return (offset >= 0) & (offset < window)
 
 
@@ -323,8 +281,15 @@ class Code2Wav(nn.Module):
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """``[B, G, T]`` codes -> ``[B, 1, num_samples(T)]``, as transformers' ``Code2Wav.forward``."""
         self._check_codes(codes)
-        hidden = self.code_embedding(codes + self.code_offset).mean(1)
-        hidden = self.pre_transformer(hidden).transpose(1, 2)  # [B, hidden, T]: channels first for convs
+        hidden = self.pre_transformer(self.embed(codes)).transpose(1, 2)  # [B, hidden, T]: channels first
+        return self.vocode(hidden)
+
+    def embed(self, codes: torch.Tensor) -> torch.Tensor:
+        """``[B, G, T]`` codes -> ``[B, T, hidden]``, the mean of the groups' code embeddings."""
+        return self.code_embedding(codes + self.code_offset).mean(1)
+
+    def vocode(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The convolutional part: transformer outputs ``[B, hidden, T]`` -> ``[B, 1, num_samples(T)]``."""
         for upsample_conv, convnext in self.upsample:
             hidden = convnext(upsample_conv(hidden))
         for layer in self.decoder:

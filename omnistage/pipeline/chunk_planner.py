@@ -1,0 +1,122 @@
+"""Playback-aware chunking: each code2wav chunk as large as the stream's player allows.
+
+A small chunk starts audio sooner, a large one costs less per frame (each chunk re-decodes its left context, and
+each vocoder call has a fixed cost). Which is right changes during a stream: the first chunk must be small (time
+to first audio); after it, the player holds what was delivered, and the next chunk may grow as long as it is
+decoded and back before the player runs dry. Fixed sizes get this wrong at realistic widths: a 10-frame first
+chunk holds 0.8 s of audio, and making and decoding a 25-frame second chunk can take longer than that.
+
+So the planner decides, each time talker frames arrive, how many frames the next chunk takes, from
+- the player's state (:class:`Playback`: audio delivered minus wall time since it started, plus audio in flight),
+- the stream's measured paces: wall seconds per talker frame (frame arrivals) and code2wav seconds per decoded
+  frame, context included (chunk send → audio back, queueing included); a stream without its own measurements
+  yet uses the pipeline's (:class:`StagePaces`), and before anything is measured, conservative defaults.
+Waiting for ``k`` more frames and decoding ``m`` new frames (plus ``c`` of context) takes ``k * talker +
+(m + c) * vocoder`` seconds; the chunk is the largest ``m <= max_frames`` that fits a share of the slack.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from omnistage.pipeline.playback import FRAME_S, Playback
+
+# Before anything is measured: a talker at half real time, a vocoder at a quarter of real time per frame.
+DEFAULT_TALKER_FRAME_S = 0.5 * FRAME_S
+DEFAULT_VOCODER_FRAME_S = 0.25 * FRAME_S
+
+
+@dataclass
+class Pace:
+    """An exponential moving average of seconds per unit; None until the first sample."""
+
+    alpha: float = 0.3
+    value: float | None = None
+
+    def add(self, sample: float) -> None:
+        self.value = sample if self.value is None else self.value + self.alpha * (sample - self.value)
+
+
+@dataclass
+class StagePaces:
+    """What every stream measured: the estimate of a stream that has not measured its own yet."""
+
+    talker_frame_s: Pace = field(default_factory=Pace)
+    vocoder_frame_s: Pace = field(default_factory=Pace)
+
+
+@dataclass(frozen=True)
+class ChunkBounds:
+    """first_frames: the first chunk (time to first audio); max_frames: never more (``codec_chunk_frames``).
+    A chunk may take ``safety`` of the time until the player runs dry, less ``margin_s`` for delivery."""
+
+    first_frames: int
+    max_frames: int
+    left_context: int
+    safety: float = 0.75
+    margin_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.first_frames < 1 or self.max_frames < 1 or self.left_context < 0 or not 0 < self.safety <= 1:
+            raise ValueError(f"invalid chunk bounds: {self}")
+
+
+class PlaybackPlanner:
+    """One stream's chunk sizes (``FrameChunker`` asks :meth:`size`), and the paces it measures."""
+
+    def __init__(self, bounds: ChunkBounds, playback: Playback, stage: StagePaces,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bounds, self.playback, self.stage, self.clock = bounds, playback, stage, clock
+        self.talker, self.vocoder = Pace(), Pace()
+        self._frames_at: float | None = None
+        self._sent: dict[int, tuple[float, int]] = {}  # chunk index -> (sent at, frames decoded incl. context)
+        self._cut = 0  # new frames in chunks so far: the next chunk's context is min(left_context, this)
+
+    # Measurements ---------------------------------------------------------------------------------
+    def frames_arrived(self, now: float, count: int) -> None:
+        if count <= 0:
+            return
+        if self._frames_at is not None:
+            per_frame = (now - self._frames_at) / count
+            self.talker.add(per_frame)
+            self.stage.talker_frame_s.add(per_frame)
+        self._frames_at = now
+
+    def chunk_sent(self, index: int, now: float, new_frames: int, total_frames: int) -> None:
+        self._sent[index] = (now, total_frames)
+        self._cut += new_frames
+
+    def chunk_returned(self, index: int, now: float) -> None:
+        sent = self._sent.pop(index, None)
+        if sent is not None and sent[1] > 0:
+            per_frame = (now - sent[0]) / sent[1]
+            self.vocoder.add(per_frame)
+            self.stage.vocoder_frame_s.add(per_frame)
+
+    def paces(self) -> tuple[float, float]:
+        """(talker, vocoder) seconds per frame: this stream's, else the pipeline's, else the defaults."""
+        talker = self.talker.value or self.stage.talker_frame_s.value or DEFAULT_TALKER_FRAME_S
+        vocoder = self.vocoder.value or self.stage.vocoder_frame_s.value or DEFAULT_VOCODER_FRAME_S
+        return talker, vocoder
+
+    # Sizing ---------------------------------------------------------------------------------------
+    def size(self, index: int, pending: int) -> int:
+        """Frames the chunk ``index`` takes; the chunker cuts it once more than that many are pending."""
+        b = self.bounds
+        if index == 0:
+            return b.first_frames
+        now = self.clock()
+        slack = b.safety * (self.playback.deadline(now, startup_s=0.0) - now) - b.margin_s
+        talker, vocoder = self.paces()
+        context = min(b.left_context, self._cut)
+        ready = pending - 1  # cuttable now: one frame always stays back for the final chunk
+        if ready >= 1 and vocoder * (ready + context) > slack:
+            best = math.floor(slack / vocoder - context)  # behind: no time to wait, nor to decode all
+        else:  # waiting for more frames pays off while they arrive and decode in time
+            best = max(ready, math.floor((slack + ready * talker - vocoder * context) / (talker + vocoder)))
+        # Never below the first chunk's size: behind the player, tiny chunks would spend the vocoder on context
+        # and per-call cost, and fall further behind.
+        return min(max(best, b.first_frames), b.max_frames)
