@@ -85,6 +85,9 @@ class StreamingSpec:
     codec_chunk_frames: int = 25
     initial_codec_chunk_frames: int = 10
     codec_left_context_frames: int = 25
+    # A new audio request waits while the running streams' real-time factor, with it added, would pass this
+    # (so running streams never degrade into underruns); 0 admits every request at once.
+    admission_rtf_limit: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,7 @@ def parse_pipeline(data: object) -> PipelineSpec:
     for name in ("codec_chunk_frames", "initial_codec_chunk_frames"):
         _check(getattr(streaming, name) >= 1, f"streaming.{name}", "must be >= 1")
     _check(streaming.codec_left_context_frames >= 0, "streaming.codec_left_context_frames", "must be >= 0")
+    _check(0.0 <= streaming.admission_rtf_limit <= 10.0, "streaming.admission_rtf_limit", "must be in [0, 10]")
     return PipelineSpec(name=str(data.get("name", "custom")), stages=stages, edges=edges, streaming=streaming)
 
 

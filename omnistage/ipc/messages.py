@@ -132,6 +132,7 @@ class AudioChunk(msgspec.Struct, tag=True):
     chunk_index: int
     wav: torch.Tensor  # float32 mono samples at 24 kHz
     is_last: bool = False
+    busy_s: float = 0.0  # this chunk's share of the vocoder step that made it (admission measures load)
 
 
 class RequestFailed(msgspec.Struct, tag=True):

@@ -34,6 +34,7 @@ from omnistage.ipc.messages import (
     WireMultimodal,
     WirePromptLayout,
 )
+from omnistage.pipeline.audio_gate import AudioGate, StreamLoad
 from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer, Tokenizer
 from omnistage.pipeline.playback import Playback
@@ -80,17 +81,42 @@ class RequestFlows:
         self.tokenizer = tokenizer
         self.states: dict[str, RequestState] = {}
         self.paces = StagePaces()  # every stream's measured talker and code2wav paces
+        self.gate = AudioGate(settings.spec.streaming.admission_rtf_limit)
+        # Audio requests held back while the running streams are near real time, in arrival order.
+        self.waiting: OrderedDict[str, tuple[OmniRequest, OutputSink]] = OrderedDict()
         self.traces: OrderedDict[str, RequestTrace] = OrderedDict()  # finished requests, newest last
 
     # Entry and exits -----------------------------------------------------------------------------
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
-        """Starts a request at the thinker; a request that cannot start gets its error as its only output."""
+        """Starts a request at the thinker, or holds an audio request while the running streams have no room
+        (:class:`AudioGate`); a request that cannot start gets its error as its only output."""
         rid = request.request_id
-        if rid in self.states:
+        if rid in self.states or rid in self.waiting:
             return self.reject(request, sink, "duplicate request id")
         if request.wants_audio and not self.topo.supports_audio:
             return self.reject(request, sink, "this pipeline has no talker/code2wav stages: "
                                                "audio output is not available")
+        if request.wants_audio and (self.waiting or not self.gate.admits(self._stream_loads())):
+            self.waiting[rid] = (request, sink)
+            return None
+        return self._start(request, sink)
+
+    def tick(self) -> None:
+        """Records the running streams' load, then starts waiting audio requests while there is room."""
+        loads = self._stream_loads()
+        self.gate.observe(loads)
+        while self.waiting and self.gate.admits(loads):
+            _, (request, sink) = self.waiting.popitem(last=False)
+            self._start(request, sink)
+            loads = self._stream_loads()
+
+    def _stream_loads(self) -> list[StreamLoad]:
+        """Audio streams in flight; a stream's talker pace counts while its talker runs."""
+        return [StreamLoad(None if s.audio.talker_done else s.audio.planner.talker.value)
+                for s in self.states.values() if s.audio is not None and not s.audio.done]
+
+    def _start(self, request: OmniRequest, sink: OutputSink) -> None:
+        rid = request.request_id
         state = RequestState(request, sink, IncrementalDetokenizer(self.tokenizer, request.sampling.stop),
                              num_prompt_tokens=len(request.prompt.token_ids))
         try:
@@ -126,15 +152,20 @@ class RequestFlows:
         plan = ChunkPlan(chunk_frames=streaming.codec_chunk_frames,
                          left_context=streaming.codec_left_context_frames, first_chunk_frames=first)
         playback = Playback()
-        planner = None
-        if request.stream:
-            bounds = ChunkBounds(first, streaming.codec_chunk_frames, streaming.codec_left_context_frames)
-            planner = PlaybackPlanner(bounds, playback, self.paces)
-        chunker = FrameChunker(request.request_id, plan, self.settings.num_code_groups, planner)
+        bounds = ChunkBounds(first, streaming.codec_chunk_frames, streaming.codec_left_context_frames)
+        planner = PlaybackPlanner(bounds, playback, self.paces)  # measures every stream; sizes played ones
+        sizer = planner if request.stream else None
+        chunker = FrameChunker(request.request_id, plan, self.settings.num_code_groups, sizer)
         return AudioProgress(chunker, first, playback, planner)
 
     def fail(self, request_id: str, error: str | None, reason: FinishReason = FinishReason.ERROR) -> None:
         """Ends a request now (abort or failure): every stage holding it frees it."""
+        held = self.waiting.pop(request_id, None)
+        if held is not None:  # never started: nothing to free
+            request, sink = held
+            state = RequestState(request, sink, IncrementalDetokenizer(None), reason=reason)
+            self._emit(state, OmniOutput(request_id, finished=True, finish_reason=reason, error=error))
+            return
         state = self.states.pop(request_id, None)
         if state is None:
             return  # unknown or already finished: aborts are idempotent
@@ -149,7 +180,7 @@ class RequestFlows:
                                      error=error))
 
     def fail_all(self, error: str) -> None:
-        for rid in list(self.states):
+        for rid in [*self.waiting, *self.states]:
             self.fail(rid, error)
 
     def fail_replica(self, stage: str, index: int, error: str) -> None:
@@ -199,8 +230,7 @@ class RequestFlows:
             return
         audio = state.audio
         now = time.monotonic()
-        if audio.planner is not None:
-            audio.planner.frames_arrived(now, msg.frames.shape[0])
+        audio.planner.frames_arrived(now, msg.frames.shape[0])
         jobs = audio.chunker.push(msg.frames) if msg.frames.numel() else []
         if msg.frames.numel():
             state.trace.mark("first_frames")
@@ -215,8 +245,7 @@ class RequestFlows:
             audio.chunks_sent += 1
             new_frames = job.codes.shape[1] - job.left_context
             audio.playback.sent(new_frames)
-            if audio.planner is not None:
-                audio.planner.chunk_sent(job.chunk_index, now, new_frames, job.codes.shape[1])
+            audio.planner.chunk_sent(job.chunk_index, now, new_frames, job.codes.shape[1])
         if audio.done:  # no chunk in flight: code2wav is done with it even if the thinker is not
             self.routers[self.topo.code2wav].release(msg.request_id)
         self._deliver(state)
@@ -227,9 +256,10 @@ class RequestFlows:
             return
         audio, now = state.audio, time.monotonic()
         audio.chunks_received += 1
-        audio.playback.delivered(now, msg.wav.shape[0] / SAMPLE_RATE)
-        if audio.planner is not None:
-            audio.planner.chunk_returned(msg.chunk_index, now)
+        seconds = msg.wav.shape[0] / SAMPLE_RATE
+        audio.playback.delivered(now, seconds)
+        self.gate.vocoded(msg.busy_s, seconds)
+        audio.planner.chunk_returned(msg.chunk_index, now)
         state.trace.mark("first_audio")
         if state.audio.done:
             self.routers[self.topo.code2wav].release(msg.request_id)

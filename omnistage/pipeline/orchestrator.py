@@ -211,6 +211,7 @@ class Orchestrator:
             for message in link.receiver.drain():
                 self._on_message(link, message)
                 handled += 1
+        self.flows.tick()
         if time.monotonic() - self._last_liveness > LIVENESS_EVERY_S:
             self._check_liveness()
         return handled

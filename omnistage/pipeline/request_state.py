@@ -56,13 +56,13 @@ class RequestTrace:
 
 @dataclass
 class AudioProgress:
-    """The talker → code2wav leg of one request: its chunker, its caller's player and, when the caller plays
-    as audio arrives, the planner that sizes chunks to that player."""
+    """The talker → code2wav leg of one request: its chunker, its caller's player, and the planner that
+    measures its paces (and, when the caller plays the audio as it arrives, sizes its chunks)."""
 
     chunker: FrameChunker
     initial_chunk_frames: int
-    playback: Playback = field(default_factory=Playback)
-    planner: PlaybackPlanner | None = None
+    playback: Playback
+    planner: PlaybackPlanner
     talker_done: bool = False
     chunks_sent: int = 0
     chunks_received: int = 0

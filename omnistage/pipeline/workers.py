@@ -9,6 +9,7 @@ does the per-request work; this module only adapts engines to messages.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -251,13 +252,18 @@ class Code2WavWorker(StageWorker):
 
     def step(self) -> StepResult:
         outputs: list[StageOutput] = []
-        for out in self.engine.step():
+        start = time.perf_counter()
+        made = self.engine.step()
+        busy = time.perf_counter() - start
+        samples = sum(out.wav.numel() for out in made) or 1
+        for out in made:
             left = self.pending.get(out.request_id, 1) - 1
             if left > 0:
                 self.pending[out.request_id] = left
             else:
                 self.pending.pop(out.request_id, None)
-            outputs.append(AudioChunk(out.request_id, out.chunk_index, out.wav.float(), out.is_last))
+            share = busy * out.wav.numel() / samples
+            outputs.append(AudioChunk(out.request_id, out.chunk_index, out.wav.float(), out.is_last, share))
         return StepResult(outputs, progressed=bool(outputs))
 
     def load(self) -> ReplicaLoad:

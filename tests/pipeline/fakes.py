@@ -96,7 +96,10 @@ class FakeThinker(FakeBase):
         return StepResult(outs)
 
 
+@dataclass
 class FakeTalker(FakeBase):
+    step_s_per_seq: float = 0.0  # a talker whose step slows with its batch (one that does not batch)
+
     def handle(self, message: ReplicaInput) -> list[StageOutput]:
         self.seen.append((type(message).__name__, message.request_id))
         if isinstance(message, StartTalker):
@@ -108,7 +111,7 @@ class FakeTalker(FakeBase):
         return []
 
     def step(self) -> StepResult:
-        time.sleep(self.step_s)
+        time.sleep(self.step_s + self.step_s_per_seq * len(self.seqs))
         outs: list[StageOutput] = []
         for rid, seq in list(self.seqs.items()):
             if seq.made >= seq.text and not seq.text_done:
@@ -138,8 +141,10 @@ def broken_factory() -> StageWorker:
     raise OSError("weights not found")
 
 
-def fake_factories(thinker_step_s: float = 0.0, talker_step_s: float = 0.0, **thinker: str) -> dict[str, object]:
+def fake_factories(thinker_step_s: float = 0.0, talker_step_s: float = 0.0, talker_step_s_per_seq: float = 0.0,
+                   **thinker: str) -> dict[str, object]:
     from functools import partial
 
     return {"thinker": partial(FakeThinker, step_s=thinker_step_s, **thinker),
-            "talker": partial(FakeTalker, step_s=talker_step_s), "code2wav": FakeCode2Wav}
+            "talker": partial(FakeTalker, step_s=talker_step_s, step_s_per_seq=talker_step_s_per_seq),
+            "code2wav": FakeCode2Wav}
