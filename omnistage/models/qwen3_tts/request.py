@@ -41,9 +41,10 @@ class TextTokenizer:
     """The checkpoint's own text tokenizer, with the reference's ChatML wrappers."""
 
     def __init__(self, folder: str | Path) -> None:
-        from transformers import AutoTokenizer
+        # The class named by tokenizer_config.json (AutoTokenizer would also read config.json's unknown model type).
+        from transformers import Qwen2Tokenizer
 
-        self._tok = AutoTokenizer.from_pretrained(str(folder))
+        self._tok = Qwen2Tokenizer.from_pretrained(str(folder))
 
     def ids(self, text: str) -> list[int]:
         return list(self._tok(text)["input_ids"])
