@@ -12,7 +12,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from omnistage.models.qwen3_omni.decoder import DecoderConfig
@@ -23,8 +22,9 @@ TOKENIZER_FOLDER = "speech_tokenizer"
 TTS_MODEL_TYPES = ("custom_voice", "voice_design", "base")
 
 
-def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping or {}))
+def _pairs(mapping: Mapping[str, Any] | None, value=int) -> tuple[tuple[str, Any], ...]:
+    """A config dict as sorted pairs with lower-case keys: immutable, hashable and picklable."""
+    return tuple(sorted((str(k).lower(), v if value is None else value(v)) for k, v in (mapping or {}).items()))
 
 
 def _decoder(raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> DecoderConfig:
@@ -90,10 +90,22 @@ class TalkerConfig:
     text_hidden_size: int
     num_code_groups: int
     codec: CodecIds
-    speakers: Mapping[str, int]  # lower-case name -> codec id (CustomVoice)
-    speaker_dialects: Mapping[str, str | bool]  # name -> the dialect's language name, or False
-    languages: Mapping[str, int]  # lower-case language -> codec id
+    speaker_ids: tuple[tuple[str, int], ...]  # lower-case name -> codec id (CustomVoice)
+    dialect_pairs: tuple[tuple[str, str | bool], ...]  # name -> the dialect's language name, or False
+    language_ids: tuple[tuple[str, int], ...]  # lower-case language -> codec id
     code_predictor: CodePredictorConfig
+
+    @property
+    def speakers(self) -> dict[str, int]:
+        return dict(self.speaker_ids)
+
+    @property
+    def speaker_dialects(self) -> dict[str, str | bool]:
+        return dict(self.dialect_pairs)
+
+    @property
+    def languages(self) -> dict[str, int]:
+        return dict(self.language_ids)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TalkerConfig:
@@ -105,9 +117,8 @@ class TalkerConfig:
             stack=_decoder(raw, _TALKER_DEFAULTS), vocab_size=int(raw.get("vocab_size", 3072)),
             text_vocab_size=int(raw["text_vocab_size"]), text_hidden_size=int(raw.get("text_hidden_size", 2048)),
             num_code_groups=int(raw.get("num_code_groups", 32)), codec=CodecIds.from_talker(raw),
-            speakers=_frozen({k.lower(): int(v) for k, v in (raw.get("spk_id") or {}).items()}),
-            speaker_dialects=_frozen({k.lower(): v for k, v in (raw.get("spk_is_dialect") or {}).items()}),
-            languages=_frozen({k.lower(): int(v) for k, v in (raw.get("codec_language_id") or {}).items()}),
+            speaker_ids=_pairs(raw.get("spk_id")), dialect_pairs=_pairs(raw.get("spk_is_dialect"), value=None),
+            language_ids=_pairs(raw.get("codec_language_id")),
             code_predictor=predictor,
         )
 

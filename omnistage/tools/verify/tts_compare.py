@@ -115,17 +115,17 @@ def run_tts_verify(folder: str | Path, *, max_new_tokens: int = 24, cases: list[
         voice = synthetic_voice()
         np.save(work / "voice.npy", voice)
         job = {"model": str(folder), "max_new_tokens": max_new_tokens,
-               "cases": [_job_case(c, work / "voice.npy") for c in selected]}
+               "cases": [job_case(c, work / "voice.npy") for c in selected]}
         theirs = run_reference(job, work)
     reports = []
     for case in selected:
-        ours = generate_offline(models, tokenizer, _speech_input(models, tokenizer, case, voice), settings)
-        reports.append(_compare(case.name, ours, theirs[f"{case.name}.codes"], theirs[f"{case.name}.wav"],
+        ours = generate_offline(models, tokenizer, speech_input(models, tokenizer, case, voice), settings)
+        reports.append(compare_case(case.name, ours, theirs[f"{case.name}.codes"], theirs[f"{case.name}.wav"],
                                 tolerance))
     return TTSVerifyReport(str(folder), reports, tolerance)
 
 
-def _job_case(case: TTSCase, voice_path: Path) -> dict[str, object]:
+def job_case(case: TTSCase, voice_path: Path) -> dict[str, object]:
     out: dict[str, object] = {"name": case.name, "kind": case.kind, "text": TEXT}
     for key in ("speaker", "instruct", "ref_text"):
         if getattr(case, key):
@@ -135,12 +135,12 @@ def _job_case(case: TTSCase, voice_path: Path) -> dict[str, object]:
     return out
 
 
-def _speech_input(models: Qwen3TTSModels, tokenizer: TextTokenizer, case: TTSCase, voice: np.ndarray) -> SpeechInput:
+def speech_input(models: Qwen3TTSModels, tokenizer: TextTokenizer, case: TTSCase, voice: np.ndarray) -> SpeechInput:
     clone = make_voice_clone(models, tokenizer, voice, 24000, case.ref_text) if case.kind == "voice_clone" else None
     return SpeechInput(TEXT, speaker=case.speaker, instructions=case.instruct, voice_clone=clone)
 
 
-def _compare(name: str, ours: SpeechOutput, codes: torch.Tensor, wav: torch.Tensor, tolerance: float) -> TTSCaseReport:
+def compare_case(name: str, ours: SpeechOutput, codes: torch.Tensor, wav: torch.Tensor, tolerance: float) -> TTSCaseReport:
     same_shape = ours.codes.shape == codes.shape
     identical = same_shape and torch.equal(ours.codes.long(), codes.long())
     diff = float((ours.wav - wav).abs().max()) if ours.wav.shape == wav.shape and wav.numel() else (
