@@ -6,7 +6,7 @@ past, kept between chunks:
 - per transformer layer the keys/values of its last ``sliding_window - 1`` frames (:class:`KVWindow`), so new
   frames attend exactly as in a whole pass (positions continue);
 - the transformer outputs of its last few frames, enough for the convolutional decoder's receptive field
-  (:func:`conv_context_frames`, 3 frames at the real rates), which the convs re-read as context.
+  (:func:`conv_context_frames`, 11 frames at the real rates), which the convs re-read as context.
 A chunk of ``n`` new frames then yields the whole decode's samples ``[start * 1920, (start + n) * 1920)``.
 State lives from a stream's first chunk to its last (or :meth:`drop`). The interface is the one
 :class:`omnistage.runner.GenerationRunner` drives (``decode_streams``/``drop``).
