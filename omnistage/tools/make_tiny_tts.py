@@ -73,17 +73,18 @@ def draw_weights(models: Qwen3TTSModels, seed: int) -> None:
 
 
 def _draw(module: nn.Module, name: str, tensor: torch.Tensor, gen: torch.Generator) -> None:
-    leaf = name.rpartition(".")[2]
-    owner = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+    path, _, leaf = name.rpartition(".")
+    owner = module.get_submodule(path) if path else module
     if not tensor.is_floating_point():
         return
-    if leaf in ("cluster_usage", "initialized") or (leaf == "weight" and isinstance(owner, nn.LayerNorm)) \
-            or (leaf == "weight" and tensor.dim() == 1 and "norm" in name):
-        tensor.fill_(1.0)
+    if leaf in ("cluster_usage", "initialized") or (leaf == "weight" and tensor.dim() == 1):
+        tensor.fill_(1.0)  # codebook usage counts; RMSNorm and LayerNorm scales
     elif leaf in ("scale", "gamma"):
-        tensor.fill_(0.01 if leaf == "scale" else 0.1)
-    elif leaf in ("alpha", "beta") or leaf == "bias" or (leaf == "bias" and isinstance(owner, nn.LayerNorm)):
-        tensor.normal_(0.0, 0.02, generator=gen) if leaf == "bias" else tensor.zero_()
+        tensor.fill_(0.01 if leaf == "scale" else 0.1)  # layer scales, ConvNeXt gains
+    elif leaf in ("alpha", "beta"):
+        tensor.zero_()  # SnakeBeta's log-scale parameters: exp(0) = 1
+    elif leaf == "bias":
+        tensor.normal_(0.0, 0.02, generator=gen)
     elif leaf in ("embedding_sum", "embed_sum") or isinstance(owner, nn.Embedding):
         tensor.normal_(0.0, 1.0, generator=gen)
     elif isinstance(owner, (nn.Conv1d, nn.ConvTranspose1d)):
@@ -91,6 +92,5 @@ def _draw(module: nn.Module, name: str, tensor: torch.Tensor, gen: torch.Generat
         if isinstance(owner, nn.ConvTranspose1d):
             fan_in = tensor.shape[0] * tensor.shape[2] // owner.stride[0]
         tensor.normal_(0.0, 0.6 * fan_in**-0.5, generator=gen)
-    else:
-        tensor.normal_(0.0, 0.02 if tensor.dim() > 1 and tensor.shape[-1] > 64 else tensor.shape[-1] ** -0.5,
-                       generator=gen)
+    else:  # linears: unit-scale activations at tiny widths, the reference's 0.02 at wide ones
+        tensor.normal_(0.0, 0.02 if tensor.shape[-1] > 64 else tensor.shape[-1] ** -0.5, generator=gen)

@@ -68,25 +68,37 @@ class TalkerPrompt:
     tts_pad: torch.Tensor  # [H], added to every later step
 
 
+class _Tracks:
+    """The two embedding tables a prompt row is summed from, taking id lists."""
+
+    def __init__(self, talker: Qwen3TTSTalker) -> None:
+        self.talker, self.device = talker, talker.codec_head.weight.device
+
+    def text(self, ids: list[int]) -> torch.Tensor:
+        return self.talker.embed_text(torch.tensor(ids, dtype=torch.long, device=self.device))
+
+    def codec(self, ids: list[int]) -> torch.Tensor:
+        return self.talker.embed_tokens(torch.tensor(ids, dtype=torch.long, device=self.device))
+
+
 @torch.no_grad()
 def build_talker_prompt(talker: Qwen3TTSTalker, config: Qwen3TTSConfig, spec: PromptSpec) -> TalkerPrompt:
     ids = spec.text_ids
     if len(ids) < ROLE_TOKENS + TEXT_TAIL + 1:
         raise ValueError("the text to speak is empty")
-    device = talker.codec_head.weight.device
-    text = lambda values: talker.embed_text(torch.tensor(values, dtype=torch.long, device=device))  # noqa: E731
-    codec = lambda values: talker.embed_tokens(torch.tensor(values, dtype=torch.long, device=device))  # noqa: E731
+    tracks = _Tracks(talker)
+    text, codec = tracks.text, tracks.codec
     t = config.token_ids
     tts_bos, tts_eos, tts_pad = text([t.tts_bos, t.tts_eos, t.tts_pad]).chunk(3)
-    track = _codec_prefix(talker, config, spec, codec)  # [n, H]
+    track = _codec_prefix(config, spec, tracks)  # [n, H]
     rows = torch.cat([tts_pad.expand(track.shape[0] - 2, -1), tts_bos]) + track[:-1]
     parts = [text(spec.instruct_ids)] if spec.instruct_ids else []
     parts += [text(ids[:ROLE_TOKENS]), rows]
     body = ids[ROLE_TOKENS:-TEXT_TAIL]
     c = config.talker.codec
     if spec.voice_clone is not None and spec.voice_clone.icl:
-        icl, trailing = _icl_rows(talker, spec, text(spec.voice_clone.ref_text_ids[ROLE_TOKENS:-REF_TAIL] + body),
-                                  tts_eos, tts_pad, codec)
+        icl, trailing = _icl_rows(spec.voice_clone, spec.non_streaming, tracks,
+                                  text(spec.voice_clone.ref_text_ids[ROLE_TOKENS:-REF_TAIL] + body), tts_eos, tts_pad)
         parts.append(icl)
     elif spec.non_streaming:
         parts += [torch.cat([text(body), tts_eos]) + codec([c.pad] * (len(body) + 1)), tts_pad + codec([c.bos])]
@@ -97,22 +109,22 @@ def build_talker_prompt(talker: Qwen3TTSTalker, config: Qwen3TTSConfig, spec: Pr
     return TalkerPrompt(torch.cat(parts), trailing, tts_pad[0])
 
 
-def _codec_prefix(talker: Qwen3TTSTalker, config: Qwen3TTSConfig, spec: PromptSpec, codec) -> torch.Tensor:
+def _codec_prefix(config: Qwen3TTSConfig, spec: PromptSpec, tracks: _Tracks) -> torch.Tensor:
     """``[n, H]``: the think tags (with the language), the voice row, ``codec_pad``, ``codec_bos``."""
     c, language = config.talker.codec, language_id(config, spec)
     tags = [c.nothink, c.think_bos, c.think_eos] if language is None else [c.think, c.think_bos, language, c.think_eos]
-    voice = _voice_row(talker, config, spec, codec)
-    rows = [codec(tags)] + ([voice[None]] if voice is not None else []) + [codec([c.pad, c.bos])]
+    voice = _voice_row(config, spec, tracks)
+    rows = [tracks.codec(tags)] + ([voice[None]] if voice is not None else []) + [tracks.codec([c.pad, c.bos])]
     return torch.cat(rows)
 
 
-def _voice_row(talker: Qwen3TTSTalker, config: Qwen3TTSConfig, spec: PromptSpec, codec) -> torch.Tensor | None:
+def _voice_row(config: Qwen3TTSConfig, spec: PromptSpec, tracks: _Tracks) -> torch.Tensor | None:
     if spec.voice_clone is not None:
-        weight = talker.codec_head.weight
+        weight = tracks.talker.codec_head.weight
         return spec.voice_clone.speaker_embedding.to(weight.device, weight.dtype)
     if not spec.speaker:
         return None
-    return codec([speaker_id(config, spec.speaker)])[0]
+    return tracks.codec([speaker_id(config, spec.speaker)])[0]
 
 
 def speaker_id(config: Qwen3TTSConfig, speaker: str) -> int:
@@ -134,18 +146,18 @@ def language_id(config: Qwen3TTSConfig, spec: PromptSpec) -> int | None:
     return chosen
 
 
-def _icl_rows(talker: Qwen3TTSTalker, spec: PromptSpec, text_rows: torch.Tensor, tts_eos: torch.Tensor,
-              tts_pad: torch.Tensor, codec) -> tuple[torch.Tensor, torch.Tensor]:
+def _icl_rows(clone: VoiceClone, non_streaming: bool, tracks: _Tracks, text_rows: torch.Tensor,
+              tts_eos: torch.Tensor, tts_pad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(prompt rows, trailing rows) of in-context voice cloning: the transcript and text against the reference's
     frames, each track led or padded as the reference lays them out."""
-    clone = spec.voice_clone
-    assert clone is not None and clone.ref_codes is not None
+    if clone.ref_codes is None:
+        raise ValueError("in-context voice cloning needs the reference codes")
+    talker, codec = tracks.talker, tracks.codec
     c = talker.config.codec
-    weight = talker.codec_head.weight
     text_rows = torch.cat([text_rows, tts_eos])
-    frames = talker.frame_embedding(clone.ref_codes.to(weight.device))
+    frames = talker.frame_embedding(clone.ref_codes.to(tracks.device))
     codec_rows = torch.cat([codec([c.bos]), frames])
-    if spec.non_streaming:
+    if non_streaming:
         text_part = text_rows + codec([c.pad] * text_rows.shape[0])
         return torch.cat([text_part, codec_rows + tts_pad]), tts_pad
     n = codec_rows.shape[0]
