@@ -10,6 +10,8 @@ from omnistage.entrypoints.openai.server_config import add_server_args
 
 
 def _make_tiny(args: argparse.Namespace) -> int:
+    if args.model_type == "qwen3_tts":
+        return _make_tiny_tts(args)
     from omnistage.tools.checkpoint_sizes import SIZES
     from omnistage.tools.make_tiny import make_tiny, tiny_model_dir
 
@@ -21,6 +23,17 @@ def _make_tiny(args: argparse.Namespace) -> int:
         print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
         return 2
     print(make_tiny(args.out_dir, seed=args.seed, size=size))
+    return 0
+
+
+def _make_tiny_tts(args: argparse.Namespace) -> int:
+    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.tools.tts_checkpoint_config import TTS_SIZES
+
+    if args.cached or args.out_dir is None or args.size not in TTS_SIZES:
+        print(f"make-tiny --model-type qwen3_tts: give OUT_DIR and a --size of {sorted(TTS_SIZES)}", file=sys.stderr)
+        return 2
+    print(make_tiny_tts(args.out_dir, seed=args.seed, size=TTS_SIZES[args.size], tts_model_type=args.tts_model_type))
     return 0
 
 
@@ -43,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--size", choices=("tiny", "medium", "slice"), default="tiny",
                       help="tiny: toy widths (default); medium: the real codec layout, ~90M parameters; "
                            "slice: the real 30B-A3B widths with 2 decoder layers (~3.7 GB in bf16)")
+    tiny.add_argument("--model-type", choices=("qwen3_omni", "qwen3_tts"), default="qwen3_omni",
+                      help="the model family (qwen3_tts: Qwen3-TTS 12 Hz, sizes tiny and medium)")
+    tiny.add_argument("--tts-model-type", choices=("custom_voice", "voice_design", "base"), default="custom_voice",
+                      help="qwen3_tts only: named speakers, voice design, or voice cloning (Base)")
     tiny.add_argument("--cached", action="store_true",
                       help="make (if absent) the embedded model of --size under $OMNISTAGE_CACHE and print its path")
     tiny.set_defaults(func=_make_tiny)

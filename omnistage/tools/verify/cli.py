@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omnistage.pipeline.qwen3_omni_stages import GenerationSettings
 from omnistage.tools.verify.compare import CASE_NAMES, TOLERANCE, format_table, run_verify
+from omnistage.tools.verify.tts_cli import TTS_CASE_NAMES, run_tts_verify_command
 
 
 def add_verify_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -28,7 +29,8 @@ def add_verify_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     verify.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="also write a JSON report to FILE (stdout when FILE is omitted; the table then "
                              "goes to stderr)")
-    verify.add_argument("--case", action="append", choices=CASE_NAMES, help="run only this case (repeatable)")
+    verify.add_argument("--case", action="append", choices=CASE_NAMES + TTS_CASE_NAMES,
+                        help="run only this case (repeatable)")
     defaults = GenerationSettings()
     # transformers needs two thinker tokens to build a talker prompt and two talker steps for one frame.
     verify.add_argument("--max-new-tokens", type=_at_least_two, default=defaults.max_new_tokens,
@@ -48,6 +50,7 @@ def _at_least_two(text: str) -> int:
 
 
 def run_verify_command(args: argparse.Namespace) -> int:
+    from omnistage.models.qwen3_tts.config import is_qwen3_tts
     from omnistage.tools.make_tiny import resolve_model
 
     try:
@@ -55,6 +58,8 @@ def run_verify_command(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         print(f"omnistage verify: {exc}", file=sys.stderr)
         return 2
+    if is_qwen3_tts(folder):  # Qwen3-TTS checkpoints: the qwen-tts reference (docs/qwen3_tts.md)
+        return run_tts_verify_command(args, folder, _write_json)
     defaults = GenerationSettings()
     settings = replace(defaults, max_new_tokens=args.max_new_tokens,
                        talker_max_new_tokens=args.talker_max_new_tokens,

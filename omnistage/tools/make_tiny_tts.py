@@ -1,0 +1,96 @@
+"""``omnistage make-tiny --model-type qwen3_tts``: a random Qwen3-TTS checkpoint in the Hugging Face layout.
+
+Writes config.json, generation_config.json, model.safetensors, the offline BPE tokenizer, and speech_tokenizer/
+(config.json, preprocessor_config.json, model.safetensors): what ``qwen_tts``'s ``Qwen3TTSModel.from_pretrained``
+loads. Weights are drawn from omnistage's own modules under a fixed seed (no reference code needed) and saved
+with sorted names, so one seed always gives byte-identical files. Sizes: :mod:`omnistage.tools.tts_checkpoint_config`.
+
+Drawn so that tests test something: greedy codes must not flip under float noise, so the heads are wide
+(logit gaps far above rounding error); codec EOS gets a zero head row, so a random talker speaks until
+``max_tokens`` rather than stopping at once; the codec's convolutions are fan-in scaled, so the waveform is of
+order 0.01-0.1 and a 1e-4 bound on it is not trivially met.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
+from omnistage.models.qwen3_tts.config import TOKENIZER_FOLDER, Qwen3TTSConfig
+from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+from omnistage.tools.tiny_tokenizer import save_tokenizer
+from omnistage.tools.tts_checkpoint_config import (FEATURE_EXTRACTOR, GENERATION_CONFIG, TINY, TTSSize, model_config,
+                                                   speech_tokenizer_config)
+
+BPE_SIZE = 960
+HEAD_STD = 0.5  # codec_head and the code predictor's heads: logit gaps of order 1
+
+
+def make_tiny_tts(out_dir: str | Path, seed: int = 0, size: TTSSize = TINY,
+                  tts_model_type: str = "custom_voice") -> Path:
+    """Writes a random Qwen3-TTS checkpoint of ``size`` and type into ``out_dir`` (existing files replaced)."""
+    out = Path(out_dir)
+    (out / TOKENIZER_FOLDER).mkdir(parents=True, exist_ok=True)
+    layout = save_tokenizer(out, BPE_SIZE, QWEN3_OMNI_CHAT_TEMPLATE)
+    raw, tokenizer_raw = model_config(size, layout, tts_model_type), speech_tokenizer_config(size)
+    _write_json(out / "config.json", raw)
+    _write_json(out / "generation_config.json", GENERATION_CONFIG)
+    _write_json(out / TOKENIZER_FOLDER / "config.json", tokenizer_raw)
+    _write_json(out / TOKENIZER_FOLDER / "preprocessor_config.json", FEATURE_EXTRACTOR)
+    models = Qwen3TTSModels.build(Qwen3TTSConfig.from_dicts(raw, tokenizer_raw), out)
+    draw_weights(models, seed)
+    main, codec = models.state_dicts()
+    _save(main, out / "model.safetensors")
+    _save(codec, out / TOKENIZER_FOLDER / "model.safetensors")
+    return out
+
+
+def _write_json(path: Path, value: object) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def _save(state: dict[str, torch.Tensor], path: Path) -> None:
+    tensors = {name: t.detach().contiguous() for name, t in sorted(state.items())}
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+@torch.no_grad()
+def draw_weights(models: Qwen3TTSModels, seed: int) -> None:
+    """Every tensor from one seeded generator, in module order (so the draw does not depend on the allocator)."""
+    gen = torch.Generator().manual_seed(seed)
+    for module in models.modules():
+        for name, tensor in module.state_dict(keep_vars=True).items():
+            _draw(module, name, tensor, gen)
+    talker = models.talker
+    for head in [talker.codec_head, *talker.code_predictor.lm_head]:
+        head.weight.normal_(0.0, HEAD_STD, generator=gen)
+    talker.codec_head.weight[talker.config.codec.eos] = 0.0
+
+
+def _draw(module: nn.Module, name: str, tensor: torch.Tensor, gen: torch.Generator) -> None:
+    path, _, leaf = name.rpartition(".")
+    owner = module.get_submodule(path) if path else module
+    if not tensor.is_floating_point():
+        return
+    if leaf in ("cluster_usage", "initialized") or (leaf == "weight" and tensor.dim() == 1):
+        tensor.fill_(1.0)  # codebook usage counts; RMSNorm and LayerNorm scales
+    elif leaf in ("scale", "gamma"):
+        tensor.fill_(0.01 if leaf == "scale" else 0.1)  # layer scales, ConvNeXt gains
+    elif leaf in ("alpha", "beta"):
+        tensor.zero_()  # SnakeBeta's log-scale parameters: exp(0) = 1
+    elif leaf == "bias":
+        tensor.normal_(0.0, 0.02, generator=gen)
+    elif leaf in ("embedding_sum", "embed_sum") or isinstance(owner, nn.Embedding):
+        tensor.normal_(0.0, 1.0, generator=gen)
+    elif isinstance(owner, (nn.Conv1d, nn.ConvTranspose1d)):
+        fan_in = tensor.shape[1] * tensor.shape[2]
+        if isinstance(owner, nn.ConvTranspose1d):
+            fan_in = tensor.shape[0] * tensor.shape[2] // owner.stride[0]
+        tensor.normal_(0.0, 0.6 * fan_in**-0.5, generator=gen)
+    else:  # linears: unit-scale activations at tiny widths, the reference's 0.02 at wide ones
+        tensor.normal_(0.0, 0.02 if tensor.shape[-1] > 64 else tensor.shape[-1] ** -0.5, generator=gen)
