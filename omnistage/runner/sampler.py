@@ -4,6 +4,11 @@ Random choice uses the exponential race (``argmax(p / E)``, ``E ~ Exp(1)``),
 which samples exactly from ``p``. Each seeded request fills its own noise row
 from its own generator, so its draws depend on nothing else in the batch;
 the argmax over all rows is then one batched op.
+
+One request's settings must never break the batch: a row whose logits become
+NaN or +inf, or all -inf (a penalty or temperature out of range, a model that
+overflowed on its input), is reported in :class:`SampledTokens` ``bad`` and
+given a harmless token, so the engine fails that request alone.
 """
 
 from __future__ import annotations
@@ -37,6 +42,22 @@ class SamplingBatch:
     # unrestricted... only used when no row uses top-p) and whether any row uses top-p; None = unknown.
     max_top_k: int | None = None
     any_top_p: bool | None = None
+
+
+@dataclass
+class SampledTokens:
+    """token_ids: [N] long. bad: [N] bool, rows whose logits were not usable (NaN, +inf, or nothing finite):
+    their token is a placeholder (0) the caller must not use as an answer."""
+
+    token_ids: torch.Tensor
+    bad: torch.Tensor
+
+
+def unusable_rows(logits: torch.Tensor) -> torch.Tensor:
+    """[N] bool: rows with a NaN or +inf, or no finite logit at all. One reduction: ``amax`` carries a NaN
+    through, is +inf when any entry is, and -inf only when every entry is (masked tokens are -inf, but the
+    best token always survives masking)."""
+    return ~torch.isfinite(logits.amax(dim=-1))
 
 
 def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -83,12 +104,17 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, batch: SamplingBatch, penalties: bool = True) -> torch.Tensor:
         """logits ``[N, V]`` → sampled ids ``[N]`` (long)."""
+        return self.sample_checked(logits, batch, penalties).token_ids
+
+    def sample_checked(self, logits: torch.Tensor, batch: SamplingBatch, penalties: bool = True) -> SampledTokens:
+        """Like :meth:`sample`, also saying which rows could not be sampled (their ids are 0)."""
         logits = logits.float()
         if penalties:
             logits = apply_penalties(logits, batch)
+        bad = unusable_rows(logits)
         greedy = logits.argmax(dim=-1)
         if batch.all_greedy:
-            return greedy
+            return SampledTokens(greedy.masked_fill(bad, 0), bad)
         temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
         scaled = logits / temperature[:, None]
         if batch.needs_sort:
@@ -96,11 +122,13 @@ class Sampler:
                 scaled = apply_top_k(scaled, batch.top_k, batch.max_top_k)
             else:
                 scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
+        # A tiny temperature can overflow a row that was finite before scaling; greedy rows ignore scaling.
+        bad = bad | (unusable_rows(scaled) & (batch.temperature > 0))
         probs = scaled.softmax(dim=-1)
         sampled = probs.div_(self._draw_noise(probs.shape, probs.device, batch.generators)).argmax(dim=-1)
         if batch.any_greedy:
             sampled = torch.where(batch.temperature > 0, sampled, greedy)
-        return sampled
+        return SampledTokens(sampled.masked_fill(bad, 0), bad)
 
     def _draw_noise(
         self, shape: torch.Size, device: torch.device, generators: list[torch.Generator | None]

@@ -53,6 +53,7 @@ from omnistage.entrypoints.openai.serving_common import (
     make_sampling,
     require_audio_support,
     resolve_voice,
+    top_k_of,
     usage_of,
 )
 from omnistage.entrypoints.openai.streaming import (
@@ -105,7 +106,7 @@ class ChatService:
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         budget = completion_budget(body.max_completion_tokens or body.max_tokens, len(prompt.token_ids),
                                    self.engine.max_model_len, param)
-        sampling = make_sampling(max_tokens=budget, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+        sampling = make_sampling(max_tokens=budget, temperature=body.temperature, top_p=body.top_p, top_k=top_k_of(self.engine, body.top_k),
                                  repetition_penalty=body.repetition_penalty, seed=body.seed, stop=body.stop_sequences)
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if audio else set()))
         request = OmniRequest(request_id=f"chatcmpl-{uuid.uuid4().hex}", prompt=prompt, modalities=modalities,
