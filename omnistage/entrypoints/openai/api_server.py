@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from omnistage.entrypoints.openai.admission import Admission
+from omnistage.entrypoints.openai.auth import AccessMiddleware
 from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.engine_protocol import HealthReport, OmniEngine
@@ -42,8 +43,10 @@ from omnistage.entrypoints.openai.protocol import (
     StageHealthInfo,
 )
 from omnistage.entrypoints.openai.server_config import (
+    AccessPolicy,
     MediaPolicy,
     ServerLimits,
+    access_policy_from_args,
     limits_from_args,
     media_policy_from_args,
 )
@@ -66,6 +69,7 @@ def _services(request: Request) -> Services:
 
 _ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorResponse, "description": "invalid request"},
+    401: {"model": ErrorResponse, "description": "missing or wrong API key (--api-key)"},
     404: {"model": ErrorResponse, "description": "unknown model"},
     413: {"model": ErrorResponse, "description": "request body over --max-request-bytes"},
     429: {"model": ErrorResponse, "description": "over --max-queued-requests (see Retry-After)"},
@@ -151,7 +155,8 @@ def _openapi_schema(app: FastAPI) -> dict[str, object]:
     return app.openapi_schema
 
 
-def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None) -> FastAPI:
+def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None,
+              access: AccessPolicy | None = None) -> FastAPI:
     limits = limits or ServerLimits()
     metrics = ServerMetrics(engine)
     builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits)
@@ -162,20 +167,26 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     app.include_router(api)
     install_realtime(app, engine, limits, admission)  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
+    app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read
     install_error_handlers(app)
     app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
     return app
 
 
-async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy) -> int:
+def uvicorn_options(args: argparse.Namespace, limits: ServerLimits) -> dict[str, object]:
+    """The ``uvicorn.Config`` settings the serve flags choose (TLS), beside host, port and logging."""
+    return {"ssl_keyfile": getattr(args, "ssl_keyfile", None), "ssl_certfile": getattr(args, "ssl_certfile", None)}
+
+
+async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy, access: AccessPolicy) -> int:
     import uvicorn
 
     from omnistage.pipeline.async_omni import AsyncOmni
 
     engine = AsyncOmni.from_args(args)
     try:
-        config = uvicorn.Config(build_app(engine, limits, media), host=args.host, port=args.port,
-                                log_level="info")
+        config = uvicorn.Config(build_app(engine, limits, media, access), host=args.host, port=args.port,
+                                log_level="info", **uvicorn_options(args, limits))
         await uvicorn.Server(config).serve()
     finally:
         await engine.shutdown()
@@ -185,7 +196,7 @@ async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPol
 def run_server(args: argparse.Namespace) -> int:
     """``omnistage serve``: 2 for bad flags, 3 when the pipeline is not available, else uvicorn's run."""
     try:
-        limits, media = limits_from_args(args), media_policy_from_args(args)
+        limits, media, access = limits_from_args(args), media_policy_from_args(args), access_policy_from_args(args)
     except ValueError as exc:
         print(f"omnistage serve: {exc}", file=sys.stderr)
         return 2
@@ -204,4 +215,4 @@ def run_server(args: argparse.Namespace) -> int:
     if options.backend == "ray" and importlib.util.find_spec("ray") is None:
         print("omnistage serve: --backend ray needs Ray: pip install 'omnistage[ray]'", file=sys.stderr)
         return 3
-    return asyncio.run(_serve(args, limits, media))
+    return asyncio.run(_serve(args, limits, media, access))

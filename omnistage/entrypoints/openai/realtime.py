@@ -345,7 +345,8 @@ class RealtimeService:
 @router.websocket("/v1/realtime")
 async def realtime(ws: WebSocket) -> None:
     service: RealtimeService = ws.app.state.realtime
-    await ws.accept()
+    # OpenAI's browser SDKs offer "realtime" beside the key subprotocol and expect it back, as OpenAI answers.
+    await ws.accept(subprotocol="realtime" if "realtime" in ws.scope.get("subprotocols", ()) else None)
     model = ws.query_params.get("model")
     if model is not None and model != service.engine.model_name:
         await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
