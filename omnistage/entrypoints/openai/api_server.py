@@ -23,11 +23,13 @@ from omnistage.entrypoints.openai.admission import Admission
 from omnistage.entrypoints.openai.auth import AccessMiddleware
 from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
+from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import HealthReport, OmniEngine
 from omnistage.entrypoints.openai.errors import install_error_handlers, model_not_found
 from omnistage.entrypoints.openai.media import MediaFetcher
 from omnistage.entrypoints.openai.metrics import ServerMetrics
 from omnistage.entrypoints.openai.realtime import install_realtime
+from omnistage.entrypoints.openai.request_budget import BudgetedRoute
 from omnistage.entrypoints.openai.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -82,7 +84,7 @@ _AUDIO_DOC = {t: {"schema": {"type": "string", "format": "binary"}}
               for t in ("audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav", "audio/pcm")}
 _SPEECH_SSE_DOC = {"text/event-stream": {"schema": {"$ref": "#/components/schemas/SpeechAudioDelta"}}}
 
-api = APIRouter()
+api = APIRouter(route_class=BudgetedRoute)  # chat bodies are counted before FastAPI validates them
 
 
 @api.post("/v1/chat/completions", response_model=ChatCompletionResponse,
@@ -159,13 +161,15 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
               access: AccessPolicy | None = None) -> FastAPI:
     limits = limits or ServerLimits()
     metrics = ServerMetrics(engine)
-    builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits)
+    pool = DecodePool(limits.decode_workers)  # decoding and preprocessing of every endpoint, bounded
+    builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits, pool)
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
+    app.state.limits = limits
     app.state.services = Services(engine=engine, chat=ChatService(engine, builder, metrics, admission),
-                                  speech=SpeechService(engine, metrics, limits, admission), metrics=metrics)
+                                  speech=SpeechService(engine, metrics, limits, admission, pool), metrics=metrics)
     app.include_router(api)
-    install_realtime(app, engine, limits, admission)  # WS /v1/realtime
+    install_realtime(app, engine, limits, admission, pool)  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read
     install_error_handlers(app)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -128,10 +129,12 @@ class MediaFetcher:
 MIN_AUDIO_SAMPLES = 400  # 25 ms at 16 kHz: one window of the audio encoder's feature extractor
 
 
-def decode_audio_item(data: bytes, fmt: str | None, limits: ServerLimits) -> np.ndarray:
-    """Any supported container → 16 kHz mono float32, as the audio encoder's feature extractor wants."""
+def decode_audio_item(data: bytes, fmt: str | None, max_seconds: float,
+                      checkpoint: Callable[[], None] | None = None) -> np.ndarray:
+    """Any supported container → 16 kHz mono float32, as the audio encoder's feature extractor wants;
+    ``max_seconds`` stops a decoder whose header understated the length."""
     try:
-        samples = load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=limits.max_audio_seconds)
+        samples = load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=max_seconds, checkpoint=checkpoint)
     except AudioTooLongError as exc:
         raise MediaError(str(exc), code="audio_too_long") from exc
     except AudioDecodeError as exc:
@@ -161,14 +164,18 @@ def decode_image(data: bytes, limits: ServerLimits) -> Image.Image:
     return img.convert("RGB")
 
 
-def decode_video(data: bytes, limits: ServerLimits) -> Video:
+# Called with each decoded frame's width and height before it is kept; may raise to stop decoding.
+FrameCheck = Callable[[int, int], None]
+
+
+def decode_video(data: bytes, limits: ServerLimits, on_frame: FrameCheck | None = None) -> Video:
     """RGB frames sampled at ``video_sample_fps`` (at most ``max_video_frames``), with the rate they were
     sampled at; the video's audio track is not read."""
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.video:
                 raise MediaError("the file has no video stream", code="invalid_video")
-            return _sample_frames(container, limits)
+            return _sample_frames(container, limits, on_frame)
     except MediaError:
         raise
     except (av.FFmpegError, ValueError, IndexError) as exc:
@@ -184,13 +191,16 @@ def _frame_interval(container: av.container.InputContainer, limits: ServerLimits
     return interval
 
 
-def _sample_frames(container: av.container.InputContainer, limits: ServerLimits) -> Video:
+def _sample_frames(container: av.container.InputContainer, limits: ServerLimits,
+                   on_frame: FrameCheck | None) -> Video:
     stream = container.streams.video[0]
     interval = _frame_interval(container, limits)
     frames: list[Image.Image] = []
     times: list[float] = []
     next_t = 0.0
     for frame in container.decode(stream):
+        if on_frame is not None:
+            on_frame(frame.width, frame.height)
         t = float(frame.time) if frame.time is not None else next_t
         if t + 1e-6 < next_t:
             continue
