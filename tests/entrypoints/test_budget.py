@@ -287,3 +287,55 @@ def test_the_pool_cancels_queued_and_running_jobs() -> None:
         time.sleep(0.01)
     assert pool.queued == 0 and ran == ["first"]  # the queued one never ran
     pool.shutdown()
+
+
+def test_speech_instructions_and_input_are_bounded(budgeted: Budgeted) -> None:
+    """12 MB of instructions took 15 s and 1.25 GB to tokenise: refused from its length."""
+    body = {"model": "fake-omni", "voice": "Ethan", "input": "hi", "instructions": "x" * 12_000_000}
+    started = time.perf_counter()
+    r = httpx.post(f"{budgeted.url}/v1/audio/speech", json=body, timeout=30)
+    error = _error(r)
+    assert time.perf_counter() - started < 2.0
+    assert error["param"] == "instructions" and "--max-instructions-chars" in error["message"]
+    r = httpx.post(f"{budgeted.url}/v1/audio/speech", json={**body, "instructions": None, "input": "y" * 5000},
+                   timeout=30)
+    assert "--max-speech-input-chars" in _error(r)["message"]
+    assert budgeted.engine.requests == []
+
+
+async def _realtime(url: str, events: list[dict[str, object]], until: str) -> list[dict[str, object]]:
+    from websockets.asyncio.client import connect
+
+    seen: list[dict[str, object]] = []
+    async with connect(url.replace("http://", "ws://") + "/v1/realtime", open_timeout=10, max_size=None) as ws:
+        for event in events:
+            await ws.send(json.dumps(event))
+        while not seen or seen[-1]["type"] != until:
+            seen.append(json.loads(await asyncio.wait_for(ws.recv(), 20)))
+    return seen
+
+
+def _item(text: str) -> dict[str, object]:
+    return {"type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
+
+
+def test_realtime_text_is_bounded(budgeted: Budgeted) -> None:
+    seen = asyncio.run(_realtime(budgeted.url, [_item("x" * 12_000_000)], "error"))
+    assert seen[-1]["error"]["code"] == "input_too_long" and "--max-text-chars" in seen[-1]["error"]["message"]
+    seen = asyncio.run(_realtime(budgeted.url, [{"type": "session.update", "session": {"instructions": "y" * 20_000}}],
+                                 "error"))
+    assert "--max-instructions-chars" in seen[-1]["error"]["message"]
+
+
+def test_a_long_conversation_keeps_its_newest_turns_within_the_budget(processor: RecordingProcessor) -> None:
+    thread, server = _start(processor, ServerLimits(max_text_chars=100))
+    try:
+        turns = [_item(f"turn{i} " + "z" * 40) for i in range(4)]  # 46 characters each; two fit, plus answers
+        create = {"type": "response.create", "response": {"output_modalities": ["text"]}}
+        seen = asyncio.run(_realtime(server.url, [*turns, create], "response.done"))
+        assert seen[-1]["response"]["status"] == "completed"
+        prompt = processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+        assert "turn3" in prompt and "turn2" in prompt and "turn0" not in prompt and "turn1" not in prompt
+    finally:
+        thread.stop()

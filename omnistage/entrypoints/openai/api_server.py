@@ -23,6 +23,7 @@ from omnistage.entrypoints.openai.admission import Admission
 from omnistage.entrypoints.openai.auth import AccessMiddleware
 from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
+from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
 from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import HealthReport, OmniEngine
 from omnistage.entrypoints.openai.errors import install_error_handlers, model_not_found
@@ -178,8 +179,10 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
 
 
 def uvicorn_options(args: argparse.Namespace, limits: ServerLimits) -> dict[str, object]:
-    """The ``uvicorn.Config`` settings the serve flags choose (TLS), beside host, port and logging."""
-    return {"ssl_keyfile": getattr(args, "ssl_keyfile", None), "ssl_certfile": getattr(args, "ssl_certfile", None)}
+    """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP
+    protocol class), beside host, port and logging."""
+    return {"ssl_keyfile": getattr(args, "ssl_keyfile", None), "ssl_certfile": getattr(args, "ssl_certfile", None),
+            "http": guarded_http_protocol(limits.header_timeout, limits.send_timeout)}
 
 
 async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy, access: AccessPolicy) -> int:

@@ -81,16 +81,28 @@ class RealtimeSession:
         self.writer: ResponseWriter | None = None  # the events of the latest response
         self._send_lock = asyncio.Lock()
         self.closed = False
+        self._reader: asyncio.Task[Any] | None = None  # the read loop's task, while it waits for a message
 
     # -- sending ---------------------------------------------------------------------------------
     async def send(self, event: dict[str, Any]) -> None:
-        if self.closed:
-            return
         async with self._send_lock:
+            if self.closed:
+                return
             try:
-                await self.ws.send_json(event)
+                async with asyncio.timeout(self.limits.send_timeout):
+                    await self.ws.send_json(event)
+            except TimeoutError:
+                # The client stopped reading: end the session rather than buffer for it or hold its place.
+                logger.warning("realtime session %s: the client read nothing for %g s (--send-timeout); closing",
+                               self.id, self.limits.send_timeout)
+                self._end_session()
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self.closed = True  # the client left; the read loop ends the session
+
+    def _end_session(self) -> None:
+        self.closed = True
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()  # wakes the read loop from its wait (see _receive)
 
     async def fail(self, exc: EventError) -> None:
         await self.send(error_event(exc))
@@ -100,8 +112,8 @@ class RealtimeSession:
         await self.send(server_event("session.created", session=self.config.describe(self.id, self.engine.model_name)))
         try:
             while not self.closed:
-                message = await self.ws.receive()
-                if message["type"] == "websocket.disconnect":
+                message = await self._receive()
+                if message is None or message["type"] == "websocket.disconnect":
                     break
                 raw = message.get("text") if message.get("text") is not None else message.get("bytes")
                 try:
@@ -111,6 +123,35 @@ class RealtimeSession:
         finally:
             self.closed = True
             await self._cancel_response()
+
+    async def _receive(self) -> dict[str, Any] | None:
+        """The next client message; None when the session ends first: idle past ``--ws-idle-timeout`` with no
+        response running, or ended by ``_end_session`` while waiting."""
+        self._reader = asyncio.current_task()
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.limits.ws_idle_timeout):
+                        return await self.ws.receive()
+                except TimeoutError:
+                    if self.response is None or self.response.done():
+                        await self._close_idle()
+                        return None
+        except asyncio.CancelledError:
+            if not self.closed:
+                raise
+            asyncio.current_task().uncancel()  # our own wake-up, not the server's cancellation
+            return None
+        finally:
+            self._reader = None
+
+    async def _close_idle(self) -> None:
+        await self.fail(EventError("idle_timeout", f"no event for {self.limits.ws_idle_timeout:g} s "
+                                                   "(--ws-idle-timeout); closing the session"))
+        self.closed = True
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            async with asyncio.timeout(self.limits.send_timeout):
+                await self.ws.close(code=1000, reason="idle timeout")
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind = event["type"]
