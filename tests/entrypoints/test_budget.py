@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from omnistage.entrypoints.openai.server_config import MIB, ServerLimits
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 from tests.entrypoints.media_samples import b64, data_url
 from tests.entrypoints.server_thread import ServerThread
+from tests.waiting import wait_until
 
 ROUNDS = 3
 LIMITS = ServerLimits(max_request_bytes=64 * MIB, max_base64_bytes=48 * MIB)  # the defaults, else
@@ -238,20 +239,12 @@ def test_a_client_leaving_while_its_media_decode_frees_everything(processor: Rec
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            assert _wait(lambda: server.admission.admitted == 1)  # admitted: the decode has started
-        assert _wait(lambda: server.pool.queued == 0 and server.admission.admitted == 0)
+            assert wait_until(lambda: server.admission.admitted == 1)  # admitted: the decode has started
+        assert wait_until(lambda: server.pool.queued == 0 and server.admission.admitted == 0)
         assert processor.seen_videos == [] and server.engine.requests == []
     finally:
         thread.stop()
 
-
-def _wait(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_the_pool_cancels_queued_and_running_jobs() -> None:

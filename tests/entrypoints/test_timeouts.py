@@ -10,7 +10,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import pytest
@@ -22,6 +22,7 @@ from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
 from tests.entrypoints.conftest import TEST_LIMITS
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 from tests.entrypoints.server_thread import ServerThread
+from tests.waiting import wait_until
 
 LIMITS = replace(TEST_LIMITS, send_timeout=1.0, header_timeout=1.0, ws_idle_timeout=1.0)
 MANY_WORDS = tuple(f" w{i}" for i in range(10_000))
@@ -49,14 +50,6 @@ def guarded(processor: RecordingProcessor) -> Iterator[Guarded]:
     thread.stop()
 
 
-def _wait(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
 
 def _reader_that_stalls(server: Guarded) -> socket.socket:
     """A client socket with a small receive window that will never be read."""
@@ -79,12 +72,12 @@ def test_a_stream_nobody_reads_is_aborted_and_its_place_freed(guarded: Guarded) 
             "modalities": ["text", "audio"], "audio": {"voice": "Ethan", "format": "pcm16"}}
     with _reader_that_stalls(guarded) as sock:
         sock.sendall(_post("/v1/chat/completions", body))
-        assert _wait(lambda: guarded.admission.admitted == 1 and len(guarded.engine.requests) == 1)
+        assert wait_until(lambda: guarded.admission.admitted == 1 and len(guarded.engine.requests) == 1)
         started = time.monotonic()
-        assert _wait(lambda: guarded.admission.admitted == 0, 15), "the slot is still held"
+        assert wait_until(lambda: guarded.admission.admitted == 0, 15), "the slot is still held"
         held = time.monotonic() - started
         request_id = guarded.engine.requests[0].request_id
-        assert _wait(lambda: request_id in guarded.engine.aborted and request_id in guarded.engine.closed)
+        assert wait_until(lambda: request_id in guarded.engine.aborted and request_id in guarded.engine.closed)
     assert held < 8, f"freed after {held:.1f} s (send timeout {LIMITS.send_timeout:g} s)"
 
 
@@ -181,7 +174,7 @@ def test_a_realtime_client_that_stops_reading_is_closed_and_its_response_aborted
         item = {"type": "conversation.item.create", "item": {"type": "message", "role": "user",
                                                              "content": [{"type": "input_text", "text": "hi"}]}}
         sock.sendall(_frame(json.dumps(item).encode()) + _frame(b'{"type": "response.create"}'))
-        assert _wait(lambda: guarded.admission.admitted == 1 and len(guarded.engine.requests) == 1)
-        assert _wait(lambda: guarded.admission.admitted == 0, 15), "the response still holds its place"
+        assert wait_until(lambda: guarded.admission.admitted == 1 and len(guarded.engine.requests) == 1)
+        assert wait_until(lambda: guarded.admission.admitted == 0, 15), "the response still holds its place"
         request_id = guarded.engine.requests[0].request_id
-        assert _wait(lambda: request_id in guarded.engine.aborted)
+        assert wait_until(lambda: request_id in guarded.engine.aborted)
