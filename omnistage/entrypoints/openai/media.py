@@ -15,11 +15,12 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import av
-import httpx
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from omnistage.audio import AudioDecodeError, AudioTooLongError, load_audio
+from omnistage.entrypoints.openai.errors import MediaError
+from omnistage.entrypoints.openai.remote_fetch import RemoteFetcher
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.video import Video
@@ -29,12 +30,6 @@ _AUDIO_MIME_HINTS: dict[str, str] = {
     "audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/vnd.wave": "wav",
     "audio/mpeg": "mp3", "audio/mp3": "mp3", "audio/flac": "flac", "audio/x-flac": "flac",
 }
-
-
-class MediaError(ValueError):
-    def __init__(self, message: str, code: str = "invalid_media") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class FetchedMedia:
@@ -68,6 +63,7 @@ class MediaFetcher:
     def __init__(self, policy: MediaPolicy, limits: ServerLimits) -> None:
         self.policy = policy
         self.limits = limits
+        self.remote = RemoteFetcher(policy, limits.max_media_bytes)
 
     async def fetch(self, url: str) -> FetchedMedia:
         scheme = urlparse(url).scheme.lower()
@@ -87,43 +83,35 @@ class MediaFetcher:
         return FetchedMedia(decode_base64(payload, self.limits), mime)
 
     def _from_file(self, url: str) -> bytes:
+        """One error for a missing file and a file outside the folder (no existence oracle), never a path."""
         root = self.policy.allowed_local_media_path
         if root is None:
             raise MediaError("file:// URLs are disabled (start the server with --allowed-local-media-path)",
                              code="local_media_disabled")
         parsed = urlparse(url)
-        if parsed.netloc not in ("", "localhost"):
+        path = unquote(parsed.path)
+        if parsed.netloc not in ("", "localhost") or "\x00" in path:
             raise MediaError("file:// URLs must name a local path (file:///...)", code="invalid_url")
-        path = Path(unquote(parsed.path))
+        unavailable = MediaError("the file URL does not name a readable file under the allowed media folder",
+                                 code="file_not_available")
         try:
             # resolve() follows symlinks, so a link inside the folder cannot reach outside it.
-            resolved = path.resolve(strict=True)
-        except OSError:
-            raise MediaError(f"no such file: {path}", code="file_not_found") from None
-        if not resolved.is_relative_to(root) or not resolved.is_file():
-            raise MediaError(f"{path} is not a file under the allowed media folder", code="file_not_allowed")
-        if resolved.stat().st_size > self.limits.max_media_bytes:
-            raise MediaError(f"{path} is larger than {self.limits.max_media_bytes} bytes", code="media_too_large")
-        return resolved.read_bytes()
+            resolved = Path(path).resolve(strict=True)
+            if not resolved.is_relative_to(root) or not resolved.is_file():
+                raise unavailable
+            if resolved.stat().st_size > self.limits.max_media_bytes:
+                raise MediaError(f"the file is larger than {self.limits.max_media_bytes} bytes", code="media_too_large")
+            return resolved.read_bytes()
+        except MediaError:
+            raise
+        except (OSError, ValueError, RuntimeError):  # missing, unreadable, a symlink loop
+            raise unavailable from None
 
     async def _from_remote(self, url: str) -> bytes:
         if not self.policy.allow_remote_media:
             raise MediaError("http(s) media URLs are disabled (start the server with --allow-remote-media)",
                              code="remote_media_disabled")
-        limit = self.limits.max_media_bytes
-        try:
-            async with httpx.AsyncClient(timeout=self.policy.remote_timeout_s, follow_redirects=True) as client:
-                async with client.stream("GET", url) as resp:
-                    if resp.status_code != 200:
-                        raise MediaError(f"fetching {url} returned HTTP {resp.status_code}", code="fetch_failed")
-                    body = bytearray()
-                    async for chunk in resp.aiter_bytes():
-                        body += chunk
-                        if len(body) > limit:  # stop reading: the size header may lie or be absent
-                            raise MediaError(f"{url} is larger than {limit} bytes", code="media_too_large")
-                    return bytes(body)
-        except httpx.HTTPError as exc:
-            raise MediaError(f"could not fetch {url}: {exc}", code="fetch_failed") from exc
+        return await self.remote.fetch(url)
 
 
 MIN_AUDIO_SAMPLES = 400  # 25 ms at 16 kHz: one window of the audio encoder's feature extractor
