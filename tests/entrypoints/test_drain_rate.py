@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import httpx
 
@@ -42,13 +43,16 @@ def test_retry_after_follows_the_drain_rate_and_spreads_a_burst() -> None:
 
 
 def test_a_refused_request_hears_when_a_place_should_free(processor: RecordingProcessor) -> None:
-    """Requests finishing about 10 per second: a burst refused together is told 1, 1, ..., then 2 s and more."""
+    """A burst refused together is told when each of its places should free: 1 s for the first, more for
+    those behind (a burst three seconds' drain long)."""
     engine = FakeEngine(processor=processor)
     app = build_app(engine, ServerLimits(max_queued_requests=2))
     thread = ServerThread(app)
     url = thread.start()
     try:
-        async def scenario() -> list[int]:
+        drain = app.state.services.chat.admission.drain
+
+        async def scenario() -> tuple[float, list[int]]:
             async with httpx.AsyncClient(base_url=url, timeout=20) as client:
                 chat = {"model": "fake-omni", "messages": [{"role": "user", "content": "hi"}]}
                 for _ in range(20):  # completions to measure
@@ -57,16 +61,19 @@ def test_a_refused_request_hears_when_a_place_should_free(processor: RecordingPr
                 held = [asyncio.ensure_future(client.post("/v1/chat/completions", json=chat)) for _ in range(2)]
                 while len(engine.requests) < 22:
                     await asyncio.sleep(0.01)
-                refused = [await client.post("/v1/chat/completions", json=chat) for _ in range(30)]
+                rate = drain.per_second()
+                burst = [client.post("/v1/chat/completions", json=chat) for _ in range(math.ceil(3 * rate))]
+                refused = list(await asyncio.gather(*burst))
                 for task in held:
                     task.cancel()
                 assert all(r.status_code == 429 for r in refused)
-                return [int(r.headers["retry-after"]) for r in refused]
+                return rate, [int(r.headers["retry-after"]) for r in refused]
 
-        waits = asyncio.run(scenario())
-        rate = app.state.services.chat.admission.drain.per_second()
+        rate, waits = asyncio.run(scenario())
         assert rate > 0
-        assert waits == sorted(waits) and waits[0] == 1 and waits[-1] > 1, waits  # not one constant
-        assert abs(waits[-1] - min(30 / rate, RETRY_MAX_S)) <= 2, (waits, rate)
+        waits.sort()  # (the burst's replies arrive in any order)
+        # Not one constant: the first refused hear 1 s, those behind them longer (the measured rate
+        # itself falls while the burst is refused: nothing finishes meanwhile).
+        assert waits[0] == 1 and 2 <= waits[-1] <= RETRY_MAX_S, (rate, waits)
     finally:
         thread.stop()
