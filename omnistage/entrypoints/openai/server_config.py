@@ -126,7 +126,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     media.add_argument("--allow-remote-media", action="store_true",
                        help="fetch http(s):// media URLs (off by default: the server would fetch any URL it is given)")
     media.add_argument("--remote-media-timeout", type=float, default=10.0,
-                       help="seconds one remote fetch may take in all: connecting, every redirect and the body")
+                       help="seconds one remote fetch may take in all: connecting, every redirect and the body "
+                            "(default 10)")
     media.add_argument("--allowed-media-domains", type=_csv, default=(),
                        help="comma-separated hosts that remote media may be fetched from even when they resolve to "
                             "loopback, private or link-local addresses (those are refused otherwise)")
