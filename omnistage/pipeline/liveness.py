@@ -12,7 +12,8 @@ cap) and the backoff starts over once a replica has stayed healthy for
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 HEARTBEAT_S = 1.0  # a replica's engine loop reports at least this often
 RESTART_BACKOFF_S = (0.5, 30.0)  # first wait before restarting a dead replica, and the cap as it doubles
@@ -22,7 +23,7 @@ DEFAULT_STALL_TIMEOUT_S = 60.0
 
 @dataclass
 class Liveness:
-    last_seen: float = 0.0  # monotonic time of its latest message
+    last_seen: float = field(default_factory=time.monotonic)  # its latest message (or its creation)
     healthy_since: float | None = None
     backoff: int = 0  # restarts since it was last healthy for BACKOFF_RESET_S
 
