@@ -10,12 +10,14 @@ import math
 from dataclasses import dataclass, field
 
 # Ranges no request can leave without breaking its batch's tensors: seeds as OpenAI/vLLM take them (a
-# torch generator takes < 2**64), top-k within int32, repetition penalties as vLLM bounds them (far outside
-# (0, 2] a penalised logit overflows float32).
+# torch generator takes < 2**64), top-k within int32, repetition penalties far from overflowing a float32
+# logit. The API takes repetition penalties up to REPETITION_PENALTY_MAX (vLLM's bound); the engine, which
+# tests and stage configs drive directly, up to ENGINE_REPETITION_PENALTY_MAX.
 SEED_MAX = 2**63 - 1
 TOP_K_MAX = 2**31 - 1
 REPETITION_PENALTY_MIN = 0.01
 REPETITION_PENALTY_MAX = 2.0
+ENGINE_REPETITION_PENALTY_MAX = 100.0
 
 
 def check_sampling_ranges(temperature: float, top_p: float, top_k: int, repetition_penalty: float,
@@ -27,8 +29,8 @@ def check_sampling_ranges(temperature: float, top_p: float, top_k: int, repetiti
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if not 0 <= top_k <= TOP_K_MAX:
         raise ValueError(f"top_k must be in [0, {TOP_K_MAX}] (0 disables), got {top_k}")
-    if not REPETITION_PENALTY_MIN <= repetition_penalty <= REPETITION_PENALTY_MAX:
-        raise ValueError(f"repetition_penalty must be in [{REPETITION_PENALTY_MIN}, {REPETITION_PENALTY_MAX}], "
+    if not REPETITION_PENALTY_MIN <= repetition_penalty <= ENGINE_REPETITION_PENALTY_MAX:
+        raise ValueError(f"repetition_penalty must be in [{REPETITION_PENALTY_MIN}, {ENGINE_REPETITION_PENALTY_MAX}], "
                          f"got {repetition_penalty}")
     if seed is not None and not 0 <= seed <= SEED_MAX:
         raise ValueError(f"seed must be in [0, {SEED_MAX}], got {seed}")
