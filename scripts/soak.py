@@ -8,8 +8,9 @@ The mix, per client loop: whole text chats, streamed text+speech chats, /v1/audi
 leaves early (disconnects), and hostile cases: bad bodies (sampling extremes, odd sample rates, pixel bombs,
 bad paths: must be 4xx), a 16 MB body of a million empty messages (400), requests without the API key (401),
 streams whose client never reads (the server must cut them after --send-timeout) and slowloris headers (cut
-after --header-timeout). Any 5xx, any unexpected status or a stream without its end counts as an error. Memory is the summed RSS of the server and its stage processes, sampled
-every few seconds; "flat" compares the mean of the last quarter of the run with the first quarter after warm-up.
+after --header-timeout). Any 5xx, any unexpected status or a stream without its end counts as an error.
+Memory is the summed RSS of the server and its stage processes, sampled every few seconds; "flat" compares the
+mean of the last quarter of the run with the first quarter after warm-up.
 At the end /metrics must show no KV blocks, queued/running requests or shared-memory segments left.
 Exit status 0 only when there were no errors, memory grew less than --max-growth-mib, and nothing leaked.
 """
@@ -155,7 +156,8 @@ class Soak:
 
     async def million_messages(self, client: httpx.AsyncClient) -> None:
         started = time.monotonic()
-        r = await client.post("/v1/chat/completions", content=MILLION_EMPTY, headers={"content-type": "application/json"})
+        r = await client.post("/v1/chat/completions", content=MILLION_EMPTY,
+                              headers={"content-type": "application/json"})
         self._record("million_messages", started, r.status_code == 400 and "--max-messages" in r.text, r.text[:200])
 
     async def no_key(self, client: httpx.AsyncClient) -> None:

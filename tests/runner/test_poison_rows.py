@@ -66,7 +66,8 @@ def test_a_poisoned_request_fails_alone_and_its_batch_completes(field: str, valu
     poisoned = [o for o in outputs if o.request_id == "r1"]
     assert len(poisoned) == 1 and poisoned[0].finished and poisoned[0].finish_reason is FinishReason.ERROR
     assert poisoned[0].error == NON_FINITE and poisoned[0].new_token_ids == []
-    assert not engine.has_unfinished_requests() and engine.scheduler.kv.num_free_blocks == engine.scheduler.kv.usable_blocks
+    kv = engine.scheduler.kv
+    assert not engine.has_unfinished_requests() and kv.num_free_blocks == kv.usable_blocks
     for i in (0, 2, 3):
         got = [t for o in outputs if o.request_id == f"r{i}" for t in o.new_token_ids]
         assert got == generate(model, [Request("solo", token_lists[i], GREEDY)])["solo"]
