@@ -16,10 +16,27 @@ import signal
 import sys
 import time
 
+from collections.abc import AsyncIterator
+
+from omnistage.core import OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from omnistage.processing.prompt import PromptProcessor
+from tests.entrypoints.fake_engine import FakeEngine
 from tests.entrypoints.server_thread import ServerThread
+
+
+class _ForgetfulEngine(FakeEngine):
+    """Keeps no record of its requests (their prompts' tensors would count as the server's memory)."""
+
+    async def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]:
+        try:
+            async for out in super().generate(request):
+                yield out
+        finally:  # also when the server stops reading at the final output and closes this generator
+            self.requests.clear()
+            self.closed.clear()
+            self.aborted.clear()
 
 
 def _trim(*_: object) -> None:
@@ -32,9 +49,9 @@ def _trim(*_: object) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGUSR1, _trim)
-    processor = RecordingProcessor.from_folder(sys.argv[1])
+    processor = PromptProcessor.from_folder(sys.argv[1])
     limits = ServerLimits(**json.loads(sys.argv[2]))
-    url = ServerThread(build_app(FakeEngine(processor=processor), limits)).start()
+    url = ServerThread(build_app(_ForgetfulEngine(processor=processor), limits)).start()
     print(url.rsplit(":", 1)[1], flush=True)
     while True:
         time.sleep(3600)
