@@ -55,11 +55,12 @@ def test_a_refused_request_hears_when_a_place_should_free(processor: RecordingPr
         async def scenario() -> tuple[float, list[int]]:
             async with httpx.AsyncClient(base_url=url, timeout=20) as client:
                 chat = {"model": "fake-omni", "messages": [{"role": "user", "content": "hi"}]}
-                for _ in range(20):  # completions to measure
+                engine.delay_s = 0.02  # ~8 completions a second to measure
+                for _ in range(12):
                     assert (await client.post("/v1/chat/completions", json=chat)).status_code == 200
                 engine.delay_s = 5.0  # now two slow ones fill the server
                 held = [asyncio.ensure_future(client.post("/v1/chat/completions", json=chat)) for _ in range(2)]
-                while len(engine.requests) < 22:
+                while len(engine.requests) < 14:
                     await asyncio.sleep(0.01)
                 rate = drain.per_second()
                 burst = [client.post("/v1/chat/completions", json=chat) for _ in range(math.ceil(3 * rate))]
