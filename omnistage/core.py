@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from omnistage.engine.sampling_params import check_sampling_ranges
 from omnistage.processing.prompt import ProcessedPrompt
 
 OUTPUT_SAMPLE_RATE = 24000
@@ -44,14 +45,9 @@ class RequestSampling:
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 2.0:
             raise ValueError("temperature must be in [0, 2]")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0 (0 = off)")
+        check_sampling_ranges(self.temperature, self.top_p, self.top_k, self.repetition_penalty, self.seed)
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        if self.repetition_penalty <= 0:
-            raise ValueError("repetition_penalty must be > 0")
 
 
 @dataclass(frozen=True)

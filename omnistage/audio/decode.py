@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import av
@@ -38,15 +39,17 @@ class DecodedAudio:
         return len(self.samples) / self.sample_rate
 
 
-def decode_audio(data: bytes, fmt: str | None = None, max_seconds: float | None = None) -> DecodedAudio:
-    """Decodes ``data`` to mono float32 at its own rate; ``fmt`` (wav/mp3/flac) picks the decoder first."""
+def decode_audio(data: bytes, fmt: str | None = None, max_seconds: float | None = None,
+                 checkpoint: Callable[[], None] | None = None) -> DecodedAudio:
+    """Decodes ``data`` to mono float32 at its own rate; ``fmt`` (wav/mp3/flac) picks the decoder first.
+    ``checkpoint`` is called between decoded packets (it may raise to stop the work)."""
     if not data:
         raise AudioDecodeError("the audio is empty")
     hint = (fmt or "").lower()
     if hint in _SOUNDFILE_HINTS:
         decoded = _decode_soundfile(data, max_seconds)
     elif hint:
-        decoded = _decode_av(data, max_seconds)
+        decoded = _decode_av(data, max_seconds, checkpoint)
     else:
         # Unknown container (an audio_url): libsndfile is strict and fast, FFmpeg reads the rest.
         try:
@@ -54,7 +57,7 @@ def decode_audio(data: bytes, fmt: str | None = None, max_seconds: float | None 
         except AudioTooLongError:
             raise
         except AudioDecodeError:
-            decoded = _decode_av(data, max_seconds)
+            decoded = _decode_av(data, max_seconds, checkpoint)
     if decoded.samples.size == 0:
         raise AudioDecodeError("the audio has no samples")
     return decoded
@@ -74,9 +77,10 @@ def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
     return resample_poly(samples, rate_out // g, rate_in // g).astype(np.float32)
 
 
-def load_audio(data: bytes, fmt: str | None, target_rate: int, max_seconds: float | None = None) -> np.ndarray:
+def load_audio(data: bytes, fmt: str | None, target_rate: int, max_seconds: float | None = None,
+               checkpoint: Callable[[], None] | None = None) -> np.ndarray:
     """Decode, downmix and resample in one call: what a prompt's audio item needs."""
-    decoded = decode_audio(data, fmt, max_seconds)
+    decoded = decode_audio(data, fmt, max_seconds, checkpoint)
     return resample(decoded.samples, decoded.sample_rate, target_rate)
 
 
@@ -98,19 +102,20 @@ def _decode_soundfile(data: bytes, max_seconds: float | None) -> DecodedAudio:
     return DecodedAudio(to_mono(samples), rate)
 
 
-def _decode_av(data: bytes, max_seconds: float | None) -> DecodedAudio:
+def _decode_av(data: bytes, max_seconds: float | None, checkpoint: Callable[[], None] | None = None) -> DecodedAudio:
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.audio:
                 raise AudioDecodeError("the file has no audio stream")
-            return _read_av_stream(container, max_seconds)
+            return _read_av_stream(container, max_seconds, checkpoint)
     except AudioDecodeError:
         raise
     except (av.FFmpegError, ValueError, IndexError, UnicodeDecodeError) as exc:
         raise AudioDecodeError(f"could not decode the audio: {exc}") from exc
 
 
-def _read_av_stream(container: av.container.InputContainer, max_seconds: float | None) -> DecodedAudio:
+def _read_av_stream(container: av.container.InputContainer, max_seconds: float | None,
+                    checkpoint: Callable[[], None] | None) -> DecodedAudio:
     stream = container.streams.audio[0]
     # Planar float keeps channels apart, so the downmix is ours (a plain mean), not FFmpeg's matrix.
     to_float = av.AudioResampler(format="fltp")
@@ -118,6 +123,8 @@ def _read_av_stream(container: av.container.InputContainer, max_seconds: float |
     frames = 0
     rate = 0
     for frame in container.decode(stream):
+        if checkpoint is not None:
+            checkpoint()
         for out in to_float.resample(frame):
             rate = out.sample_rate
             planar = out.to_ndarray()  # [channels, samples]

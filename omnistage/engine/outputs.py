@@ -46,10 +46,12 @@ class SchedulerOutput:
 @dataclass
 class ModelRunnerOutput:
     """sampled_token_ids: one per scheduled request, -1 where the step ended mid-prompt.
-    extra: per-sampled-request rows a step hook adds (the talker's codec frames ``[n, G]``)."""
+    extra: per-sampled-request rows a step hook adds (the talker's codec frames ``[n, G]``).
+    failed_rows: scheduled rows whose sampling failed (non-finite logits); their requests end with an error."""
 
     sampled_token_ids: list[int]
     extra: torch.Tensor | None = None
+    failed_rows: tuple[int, ...] = ()
 
 
 @dataclass
@@ -62,3 +64,4 @@ class RequestOutput:
     finish_reason: FinishReason | None = None
     # Talker: the codec frame(s) of this step, ``[len(new_token_ids), G]``.
     new_frames: torch.Tensor | None = None
+    error: str | None = None  # why, when finish_reason is ERROR

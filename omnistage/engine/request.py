@@ -20,6 +20,7 @@ class FinishReason(str, enum.Enum):
     STOP = "stop"  # EOS or a stop token
     LENGTH = "length"  # max_tokens reached
     ABORT = "abort"  # cancelled by the caller
+    ERROR = "error"  # this request alone could not go on (e.g. its logits were not finite)
 
 
 class RequestStatus(enum.Enum):

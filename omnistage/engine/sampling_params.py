@@ -6,7 +6,34 @@ here (at the API edge) rather than as a NaN deep inside a batched step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+# Ranges no request can leave without breaking its batch's tensors: seeds as OpenAI/vLLM take them (a
+# torch generator takes < 2**64), top-k within int32, repetition penalties far from overflowing a float32
+# logit. The API takes repetition penalties up to REPETITION_PENALTY_MAX (vLLM's bound); the engine, which
+# tests and stage configs drive directly, up to ENGINE_REPETITION_PENALTY_MAX.
+SEED_MAX = 2**63 - 1
+TOP_K_MAX = 2**31 - 1
+REPETITION_PENALTY_MIN = 0.01
+REPETITION_PENALTY_MAX = 2.0
+ENGINE_REPETITION_PENALTY_MAX = 100.0
+
+
+def check_sampling_ranges(temperature: float, top_p: float, top_k: int, repetition_penalty: float,
+                          seed: int | None) -> None:
+    """``ValueError`` naming the first field out of its range (shared by every layer that takes these)."""
+    if not math.isfinite(temperature) or temperature < 0.0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    if not 0.0 < top_p <= 1.0:  # also false for NaN
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if not 0 <= top_k <= TOP_K_MAX:
+        raise ValueError(f"top_k must be in [0, {TOP_K_MAX}] (0 disables), got {top_k}")
+    if not REPETITION_PENALTY_MIN <= repetition_penalty <= ENGINE_REPETITION_PENALTY_MAX:
+        raise ValueError(f"repetition_penalty must be in [{REPETITION_PENALTY_MIN}, {ENGINE_REPETITION_PENALTY_MAX}], "
+                         f"got {repetition_penalty}")
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"seed must be in [0, {SEED_MAX}], got {seed}")
 
 
 @dataclass(frozen=True)
@@ -39,20 +66,11 @@ class SamplingParams:
     def __post_init__(self) -> None:
         # Lists are accepted for convenience but stored as tuples so the object stays hashable.
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-        if self.temperature < 0.0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables), got {self.top_k}")
-        if self.repetition_penalty <= 0.0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        check_sampling_ranges(self.temperature, self.top_p, self.top_k, self.repetition_penalty, self.seed)
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens must be in [0, max_tokens], got {self.min_tokens}")
-        if self.seed is not None and self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
 
     @property
     def greedy(self) -> bool:

@@ -19,6 +19,10 @@ from omnistage.engine.outputs import ModelRunnerOutput, RequestOutput, Scheduled
 from omnistage.engine.request import FinishReason, Request, RequestStatus
 
 
+NON_FINITE = ("sampling failed: this request's logits were not finite (NaN or infinity) under its sampling "
+              "settings; the other requests in its batch went on")
+
+
 def _always_ready(_: Request) -> bool:
     return True
 
@@ -149,10 +153,17 @@ class Scheduler:
         outputs: list[RequestOutput] = []
         done: set[str] = set()
         extra_row = 0
-        for entry, token in zip(sched.scheduled, result.sampled_token_ids):
+        failed = set(result.failed_rows)
+        for row, (entry, token) in enumerate(zip(sched.scheduled, result.sampled_token_ids)):
             request = entry.request
             request.num_computed_tokens += entry.num_new_tokens
             if token < 0 or request.is_finished:
+                continue
+            if row in failed:  # this request alone ends; the rest of the batch goes on
+                extra_row += 1
+                self._finish(request, FinishReason.ERROR)
+                done.add(request.request_id)
+                outputs.append(RequestOutput(request.request_id, [], True, FinishReason.ERROR, error=NON_FINITE))
                 continue
             request.output_token_ids.append(token)
             frame = None if result.extra is None else result.extra[extra_row:extra_row + 1]

@@ -158,10 +158,16 @@ class ReplicaReady(msgspec.Struct, tag=True):
     same_host: bool = True
 
 
+class Heartbeat(msgspec.Struct, tag=True):
+    """The replica's engine loop is turning (sent when it had nothing else to send for a while)."""
+
+    passes: int  # loop passes so far
+
+
 class ReplicaFailed(msgspec.Struct, tag=True):
     """The replica cannot go on (load failure, crashed loop); it exits after sending this."""
 
     error: str
 
 
-ReplicaMessage = StepBatch | ReplicaReady | ReplicaFailed
+ReplicaMessage = StepBatch | ReplicaReady | ReplicaFailed | Heartbeat

@@ -11,6 +11,7 @@ from omnistage.config.pipeline import ConfigError, PipelineSpec, load_pipeline, 
 from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
 from omnistage.pipeline.connectors import CONNECTORS
+from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S
 from omnistage.pipeline.request_state import OutputSink
 from omnistage.pipeline.runtime import BACKENDS, PipelineOptions, PipelineRuntime, model_factories
 from omnistage.pipeline.topology import topology_of
@@ -63,6 +64,10 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--backend", choices=BACKENDS, default="local",
                        help="where stage replicas run: local processes (default) or Ray actors placed by each "
                             "stage's `placement` (docs/ray.md)")
+    group.add_argument("--stage-stall-timeout", type=float, default=DEFAULT_STALL_TIMEOUT_S,
+                       help="seconds a ready stage replica may go without progress (no output, no heartbeat from "
+                            "its engine loop) before it is marked unhealthy, its requests fail, and it is killed and "
+                            f"restarted (default {DEFAULT_STALL_TIMEOUT_S:g})")
     group.add_argument("--ray-address", default=None,
                        help="the Ray cluster to join with --backend ray (default: the one started on this machine "
                             "by `ray start --head`, else a new local one)")
@@ -74,7 +79,9 @@ def options_from_args(args: argparse.Namespace) -> PipelineOptions:
                            connector=getattr(args, "connector", None),
                            talker_min_new_tokens=int(getattr(args, "talker_min_new_tokens", 0) or 0),
                            backend=getattr(args, "backend", None) or "local",
-                           ray_address=getattr(args, "ray_address", None))
+                           ray_address=getattr(args, "ray_address", None),
+                           stage_stall_timeout_s=float(getattr(args, "stage_stall_timeout", None)
+                                                       or DEFAULT_STALL_TIMEOUT_S))
 
 
 class OmniPipeline:

@@ -45,13 +45,13 @@ from omnistage.ipc.serialization import TensorStore
 from omnistage.pipeline.detokenizer import Tokenizer
 from omnistage.pipeline.flow import FlowSettings, RequestFlows
 from omnistage.pipeline.launcher import ReplicaHandle
+from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, Liveness
 from omnistage.pipeline.replica import ReplicaAddresses
 from omnistage.pipeline.request_state import OutputSink, RequestTrace
 from omnistage.pipeline.router import StageRouter
 
 logger = logging.getLogger(__name__)
 LIVENESS_EVERY_S = 0.5
-RESTART_BACKOFF_S = (0.5, 30.0)  # first wait before restarting a dead replica, and the cap as it doubles
 
 
 class PipelineStartError(RuntimeError):
@@ -73,6 +73,7 @@ class ReplicaLink:
     restarts: int = 0  # times this replica was started again after dying
     restart_at: float | None = None  # when the next restart is due (set while it is down)
     restarting: bool = False  # a new process/thread is loading; healthy again at its ReplicaReady
+    liveness: Liveness = field(default_factory=Liveness)
     # The pipeline's tensor connector; the sender drops it for a replica on another machine (``use_store``).
     store: TensorStore | None = None
 
@@ -110,7 +111,8 @@ class _Abort:
 
 class Orchestrator:
     def __init__(self, settings: FlowSettings, links: list[ReplicaLink], tokenizer: Tokenizer | None,
-                 ctx: zmq.Context) -> None:
+                 ctx: zmq.Context, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S) -> None:
+        self.stall_timeout_s = stall_timeout_s
         self.links = {(link.stage, link.index): link for link in links}
         stages = dict.fromkeys(link.stage for link in links)
         self.routers = {s: StageRouter(s, sum(1 for link in links if link.stage == s)) for s in stages}
@@ -230,12 +232,14 @@ class Orchestrator:
                 self.flows.submit(command.request, command.sink)
 
     def _on_message(self, link: ReplicaLink, message: ReplicaMessage) -> None:
+        link.liveness.seen(time.monotonic())
         if isinstance(message, StepBatch):
             link.load = message.load
             for output in message.outputs:
                 self._on_output(output)
         elif isinstance(message, ReplicaReady):
             link.ready, link.load = True, message.load
+            link.liveness.became_healthy(time.monotonic())
             link.use_store(message.same_host)
             if link.restarting:
                 logger.warning("stage %s replica %d is back (restart %d)", link.stage, link.index, link.restarts)
@@ -281,6 +285,15 @@ class Orchestrator:
                 for message in link.receiver.drain():  # its last words (e.g. why it failed) come first
                     self._on_message(link, message)
                 self._replica_down(link, f"replica exited ({link.handle.exit_detail})")
+            elif link.healthy and link.liveness.silent_for(now) > self.stall_timeout_s:
+                self._stalled(link, now)
+
+    def _stalled(self, link: ReplicaLink, now: float) -> None:
+        """Alive but silent (hung, or stopped): its requests fail now, and the process goes, to be restarted."""
+        silent = link.liveness.silent_for(now)
+        self._replica_down(link, f"stalled: no progress for {silent:.1f} s (--stage-stall-timeout "
+                                 f"{self.stall_timeout_s:g} s); killed, restarting")
+        link.handle.kill()
 
     def _replica_down(self, link: ReplicaLink, error: str) -> None:
         if link.failed and not link.restarting:
@@ -290,8 +303,8 @@ class Orchestrator:
         self.routers[link.stage].healthy[link.index] = False
         self.flows.fail_replica(link.stage, link.index, error)
         if self.restart_replicas:
-            first, cap = RESTART_BACKOFF_S
-            link.restart_at = time.monotonic() + min(first * 2 ** link.restarts, cap)
+            now = time.monotonic()
+            link.restart_at = now + link.liveness.restart_delay(now)
 
     def _restart(self, link: ReplicaLink) -> None:
         """Starts the replica again; it serves once its ``ReplicaReady`` arrives (or fails and is retried)."""

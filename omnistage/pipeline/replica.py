@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ import zmq
 
 from omnistage.ipc.messages import (
     AbortRequests,
+    Heartbeat,
     ReplicaFailed,
     ReplicaInput,
     ReplicaLoad,
@@ -33,6 +35,7 @@ from omnistage.ipc.messages import (
 )
 from omnistage.ipc.queues import Receiver, Sender
 from omnistage.ipc.serialization import TensorStore
+from omnistage.pipeline.liveness import HEARTBEAT_S
 from omnistage.pipeline.stage import StageWorker, WorkerFactory
 
 logger = logging.getLogger(__name__)
@@ -84,7 +87,10 @@ class ReplicaLoop:
     def _engine_loop(self, worker: StageWorker) -> None:
         last_load: ReplicaLoad | None = None
         busy = False
+        passes = 0
+        last_sent = time.monotonic()
         while not self.stop.is_set():
+            passes += 1
             outputs: list[StageOutput] = []
             for message in self._take_inputs(block=not busy):
                 if isinstance(message, Shutdown):
@@ -94,9 +100,14 @@ class ReplicaLoop:
             if worker.has_work():
                 busy = self._step(worker, outputs)
             load = worker.load()
+            now = time.monotonic()
             if outputs or load != last_load:
                 self.outbox.put(StepBatch(outputs, load))
-                last_load = load
+                last_load, last_sent = load, now
+            elif now - last_sent >= HEARTBEAT_S:
+                # Sent from this loop, not the I/O threads: silence means the engine itself is stuck.
+                self.outbox.put(Heartbeat(passes))
+                last_sent = now
 
     def _take_inputs(self, block: bool) -> list[ReplicaInput]:
         messages = []

@@ -28,6 +28,7 @@ from omnistage.pipeline.connectors import TensorConnector, make_connector
 from omnistage.pipeline.detokenizer import Tokenizer
 from omnistage.pipeline.flow import FlowSettings
 from omnistage.pipeline.launcher import ProcessReplica, ReplicaHandle, ReplicaLaunch, ThreadReplica
+from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, HEARTBEAT_S
 from omnistage.pipeline.orchestrator import Orchestrator, ReplicaLink
 from omnistage.pipeline.replica import ReplicaAddresses
 from omnistage.pipeline.stage import WorkerFactory
@@ -56,6 +57,8 @@ class PipelineOptions:
         connector then applies only where a replica shares this machine, tensors to others go in the frames).
     ray_address: the cluster to join (``ray.init(address=...)``); None joins the one started on this
         machine, else starts a local one. Ignored when this process already called ``ray.init``.
+    stage_stall_timeout_s: a ready replica silent this long (no output, no heartbeat from its engine loop) is
+        declared stalled: its requests fail, it is killed and restarted.
     """
 
     in_process: bool = False
@@ -66,8 +69,12 @@ class PipelineOptions:
     threads_per_replica: int | None = None
     backend: str = "local"
     ray_address: str | None = None
+    stage_stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
 
     def __post_init__(self) -> None:
+        if not self.stage_stall_timeout_s > HEARTBEAT_S:
+            raise ValueError(f"the stage stall timeout must be longer than the {HEARTBEAT_S:g} s heartbeat, "
+                             f"got {self.stage_stall_timeout_s}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.backend == "ray" and (self.in_process or self.connector == "inproc"):
@@ -107,7 +114,7 @@ class PipelineRuntime:
         try:
             links = self._make_links(factories)
             settings = FlowSettings(spec, self.topology, num_code_groups, options.talker_min_new_tokens)
-            self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx)
+            self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx, options.stage_stall_timeout_s)
             for link in links:
                 link.handle.start()
             self.orchestrator.wait_ready(options.ready_timeout_s)

@@ -18,7 +18,7 @@ import msgspec
 import torch
 
 from omnistage.config.pipeline import StageSpec
-from omnistage.engine import EngineConfig, EngineCore, Request, SamplingParams
+from omnistage.engine import EngineConfig, EngineCore, FinishReason, Request, RequestOutput, SamplingParams
 from omnistage.engine.config import auto_device
 from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore, vocoder_batch_cap
 from omnistage.ipc.messages import (
@@ -27,6 +27,7 @@ from omnistage.ipc.messages import (
     FeedText,
     ReplicaInput,
     ReplicaLoad,
+    RequestFailed,
     StageOutput,
     StartTalker,
     StartThinker,
@@ -123,6 +124,11 @@ class _ARWorker(StageWorker, Generic[_Held]):
     def request_ids(self) -> list[str]:
         return list(self.requests)
 
+    def _failed(self, out: RequestOutput) -> RequestFailed:
+        """A request the engine ended alone with an error (the engine already freed it)."""
+        self.requests.pop(out.request_id, None)
+        return RequestFailed(out.request_id, out.error or "the stage failed this request")
+
 
 class ThinkerWorker(_ARWorker[Request]):
     def __init__(self, spec: WorkerSpec) -> None:
@@ -156,6 +162,10 @@ class ThinkerWorker(_ARWorker[Request]):
         for out in self.engine.step():
             request = self.requests.get(out.request_id)
             if request is None:
+                continue
+            if out.finish_reason is FinishReason.ERROR:
+                self.awaiting_hidden.discard(out.request_id)
+                outputs.append(self._failed(out))
                 continue
             msg = ThinkerTokens(out.request_id, out.new_token_ids, out.finished,
                                 out.finish_reason.value if out.finish_reason else None, request.num_prompt_tokens,
@@ -214,6 +224,9 @@ class TalkerWorker(_ARWorker[TalkerTextFeed]):
     def step(self) -> StepResult:
         outputs: list[StageOutput] = []
         for out in self.engine.step():
+            if out.finish_reason is FinishReason.ERROR:
+                outputs.append(self._failed(out))
+                continue
             frames = talker_frames(out)
             if frames is None:
                 frames = torch.empty(0, self.num_groups, dtype=torch.long)

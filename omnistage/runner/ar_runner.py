@@ -87,12 +87,14 @@ class ARModelRunner:
         hidden_last = hidden[inputs.logits_indices]
         logits = self.hook.process_logits(self.model.compute_logits(hidden_last), requests)
         sampling = self.batch.sampling_batch(inputs, logits.shape[-1])
-        token_ids = self.sampler.sample(logits, sampling)
+        sampled = self.sampler.sample_checked(logits, sampling)
+        token_ids = sampled.token_ids
         self.batch.record_sampled(requests, token_ids)
         extra = self.hook.on_sampled(hidden_last, token_ids, requests, self.sampler, sampling)
         for row, token in zip(inputs.sample_rows, token_ids.tolist()):
             tokens[row] = token
-        return ModelRunnerOutput(tokens, extra)
+        failed = tuple(row for row, bad in zip(inputs.sample_rows, sampled.bad.tolist()) if bad)
+        return ModelRunnerOutput(tokens, extra, failed)
 
     def input_embeds(self, inputs: StepInputs) -> torch.Tensor | None:
         """Embeddings for the whole flat batch when any row is fed by embedding, else None (ids only)."""

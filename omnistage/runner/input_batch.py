@@ -106,7 +106,9 @@ class InputBatch:
         self.temperature[index] = params.temperature
         self.top_p[index] = params.top_p
         self.top_k[index] = params.top_k
-        self.repetition_penalty[index] = params.repetition_penalty
+        # Through float32 as the buffer holds it: a value past its range becomes inf (the sampler then fails
+        # this row alone) instead of an overflow error that would fail the whole step.
+        self.repetition_penalty[index] = torch.tensor(params.repetition_penalty, dtype=torch.float64).float()
         if params.seed is not None and request.request_id not in self.generators:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(params.seed)

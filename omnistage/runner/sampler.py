@@ -4,6 +4,11 @@ Random choice uses the exponential race (``argmax(p / E)``, ``E ~ Exp(1)``),
 which samples exactly from ``p``. Each seeded request fills its own noise row
 from its own generator, so its draws depend on nothing else in the batch;
 the argmax over all rows is then one batched op.
+
+One request's settings must never break the batch: a row whose logits become
+NaN or +inf, or all -inf (a penalty or temperature out of range, a model that
+overflowed on its input), is reported in :class:`SampledTokens` ``bad`` and
+given a harmless token, so the engine fails that request alone.
 """
 
 from __future__ import annotations
@@ -37,6 +42,22 @@ class SamplingBatch:
     # unrestricted... only used when no row uses top-p) and whether any row uses top-p; None = unknown.
     max_top_k: int | None = None
     any_top_p: bool | None = None
+
+
+@dataclass
+class SampledTokens:
+    """token_ids: [N] long. bad: [N] bool, rows whose logits were not usable (NaN, +inf, or nothing finite):
+    their token is a placeholder (0) the caller must not use as an answer."""
+
+    token_ids: torch.Tensor
+    bad: torch.Tensor
+
+
+def unusable_rows(logits: torch.Tensor) -> torch.Tensor:
+    """[N] bool: rows with a NaN or +inf, or no finite logit at all. One reduction: ``amax`` carries a NaN
+    through, is +inf when any entry is, and -inf only when every entry is (masked tokens are -inf, but the
+    best token always survives masking)."""
+    return ~torch.isfinite(logits.amax(dim=-1))
 
 
 def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -83,13 +104,20 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, batch: SamplingBatch, penalties: bool = True) -> torch.Tensor:
         """logits ``[N, V]`` → sampled ids ``[N]`` (long)."""
+        return self.sample_checked(logits, batch, penalties).token_ids
+
+    def sample_checked(self, logits: torch.Tensor, batch: SamplingBatch, penalties: bool = True) -> SampledTokens:
+        """Like :meth:`sample`, also saying which rows could not be sampled (their ids are 0)."""
         logits = logits.float()
         if penalties:
             logits = apply_penalties(logits, batch)
+        bad = unusable_rows(logits)
         if batch.all_greedy:
-            return logits.argmax(dim=-1)
-        return race(logits, batch, self._draw_noise((logits.shape[0],), logits.shape[-1], logits.device,
-                                                    batch.generators)[0])
+            return SampledTokens(logits.argmax(dim=-1).masked_fill(bad, 0), bad)
+        noise = self._draw_noise((logits.shape[0],), logits.shape[-1], logits.device, batch.generators)[0]
+        sampled, overflowed = race(logits, batch, noise)
+        bad = bad | overflowed
+        return SampledTokens(sampled.masked_fill(bad, 0), bad)
 
     def residual(self, batch: SamplingBatch, steps: int, vocab: int, device: torch.device) -> ResidualSampling:
         """The code predictor's sampling of ``steps`` residual codebooks for the rows of ``batch``: each row's
@@ -119,9 +147,10 @@ class Sampler:
         return noise if len(lead) > 1 else noise[None]
 
 
-def race(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) -> torch.Tensor:
+def race(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Samples float32 ``logits [N, V]`` with each row's temperature (0 = greedy), top-k and top-p by the
-    exponential race over ``noise [N, V]``. Tensors only: no host sync, no generator call."""
+    exponential race over ``noise [N, V]``. Tensors only: no host sync, no generator call. Also returns the rows a
+    tiny temperature overflowed (finite before scaling, not after; greedy rows ignore scaling)."""
     greedy = logits.argmax(dim=-1)
     temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
     scaled = logits / temperature[:, None]
@@ -130,10 +159,11 @@ def race(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) -> tor
             scaled = apply_top_k(scaled, batch.top_k, batch.max_top_k)
         else:
             scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
+    overflowed = unusable_rows(scaled) & (batch.temperature > 0)
     sampled = (scaled.softmax(dim=-1) / noise).argmax(dim=-1)
     if batch.any_greedy:
         sampled = torch.where(batch.temperature > 0, sampled, greedy)
-    return sampled
+    return sampled, overflowed
 
 
 @dataclass
@@ -150,4 +180,6 @@ class ResidualSampling:
         logits = logits.float()
         if self.noise is None:
             return logits.argmax(dim=-1)
-        return race(logits, self.batch, self.noise[step])
+        # A non-finite row here belongs to a request whose codebook 0 already failed it (its hidden state is the
+        # same); its codes are placeholders that request never delivers.
+        return race(logits, self.batch, self.noise[step])[0]

@@ -10,9 +10,11 @@ from fastapi import FastAPI
 
 
 class ServerThread:
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, **config_options: object) -> None:
         # Port 0: the OS picks a free port, read back once the socket is bound (no race with other tests).
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
+                                **config_options)
+        self.scheme = "https" if config_options.get("ssl_certfile") else "http"
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -24,7 +26,7 @@ class ServerThread:
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.01)
         port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
+        return f"{self.scheme}://127.0.0.1:{port}"
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -79,9 +79,11 @@ CHAT_ERRORS: list[tuple[str, Callable[[LiveServer], Body], int, str | None, str 
     ("file url with a host", lambda s: _parts(_url_part("audio_url", "file://server/share/a.wav")), 400,
      "messages[0].content[1].audio_url.url", "invalid_url"),
     ("file outside folder", lambda s: _parts(_url_part("audio_url", "file:///etc/hostname")), 400,
-     "messages[0].content[1].audio_url.url", "file_not_allowed"),
+     "messages[0].content[1].audio_url.url", "file_not_available"),
     ("missing file", lambda s: _parts(_url_part("audio_url", (s.media_dir / "nope.wav").as_uri())), 400,
-     "messages[0].content[1].audio_url.url", "file_not_found"),
+     "messages[0].content[1].audio_url.url", "file_not_available"),
+    ("NUL in a file path", lambda s: _parts(_url_part("audio_url", (s.media_dir / "a").as_uri() + "%00.wav")), 400,
+     "messages[0].content[1].audio_url.url", "invalid_url"),
     ("too many media", lambda s: _parts(*[_audio_part(b64(WAV_1S))] * 5), 400, "messages", "too_many_media_items"),
 ]
 
@@ -116,7 +118,26 @@ def test_symlink_out_of_the_folder_is_refused(server: LiveServer) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         server.client().chat.completions.create(
             model="fake-omni", messages=_parts(_url_part("audio_url", link.as_uri()))["messages"])
-    assert info.value.body["code"] == "file_not_allowed"
+    assert info.value.body["code"] == "file_not_available"
+
+
+def test_local_files_are_no_existence_oracle(server: LiveServer) -> None:
+    """A missing file, a file outside the folder, a folder and a link out of it get the same answer, which
+    names no path."""
+    (server.media_dir / "sub").mkdir(exist_ok=True)
+    link = server.media_dir / "escape2.wav"
+    if not link.exists():
+        link.symlink_to("/etc/hostname")
+    answers = set()
+    for uri in ("file:///etc/hostname", "file:///etc/no-such-file", (server.media_dir / "nope.wav").as_uri(),
+                (server.media_dir / "sub").as_uri(), link.as_uri(), "file:///proc/self/environ"):
+        with pytest.raises(openai.BadRequestError) as info:
+            server.client().chat.completions.create(
+                model="fake-omni", messages=_parts(_url_part("audio_url", uri))["messages"])
+        body = info.value.body
+        answers.add((body["code"], body["message"]))
+        assert "/etc" not in body["message"] and str(server.media_dir) not in body["message"]
+    assert len(answers) == 1, answers
 
 
 @pytest.mark.parametrize(("content", "expected"), [

@@ -75,6 +75,11 @@ HOSTILE: list[tuple[str, Body, int]] = [
     ("unknown top-level fields", {"frobnicate": {"a": [1, 2]}, "zzz": None}, 400),
     ("modalities garbage", {"modalities": ["smell"]}, 400),
     ("10 MB of text", {"messages": [{"role": "user", "content": "x" * 10_000_000}]}, 413),
+    ("repetition_penalty 1e300", {"repetition_penalty": 1e300}, 400),
+    ("seed -1", {"seed": -1}, 400),
+    ("seed 2**64", {"seed": 2**64}, 400),
+    ("top_k 1e23", {"top_k": 1e23}, 400),
+    ("top_k past the vocabulary", {"top_k": 10**6}, 400),
 ]
 
 

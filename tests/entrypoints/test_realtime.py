@@ -12,7 +12,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from omnistage.audio.vad import EnergyVad, VadConfig
-from omnistage.entrypoints.openai.realtime import InputBuffer
+from omnistage.entrypoints.openai.realtime_conversation import InputBuffer
 from tests.entrypoints.conftest import LiveServer
 
 TIMEOUT_S = 20.0

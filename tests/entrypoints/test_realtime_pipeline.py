@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.realtime import Turn, render_prompt
+from omnistage.entrypoints.openai.realtime_conversation import Turn, render_prompt
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
 from tests.entrypoints.server_thread import ServerThread

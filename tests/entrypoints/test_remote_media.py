@@ -40,7 +40,9 @@ def file_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 def remote_client(processor: RecordingProcessor) -> Iterator[tuple[openai.OpenAI, FakeEngine]]:
     engine = FakeEngine(processor=processor)
     limits = replace(TEST_LIMITS, max_media_bytes=100_000)
-    server = ServerThread(build_app(engine, limits, MediaPolicy(allow_remote_media=True, remote_timeout_s=5)))
+    # The test's file server is on loopback: allowed by name, as an operator allows an internal media host.
+    policy = MediaPolicy(allow_remote_media=True, remote_timeout_s=5, allowed_media_domains=("127.0.0.1",))
+    server = ServerThread(build_app(engine, limits, policy))
     base_url = server.start()
     yield openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0), engine
     server.stop()

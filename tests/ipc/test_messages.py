@@ -12,6 +12,7 @@ from omnistage.ipc.messages import (
     AudioChunk,
     DecodeChunk,
     FeedText,
+    Heartbeat,
     ReplicaFailed,
     ReplicaInput,
     ReplicaLoad,
@@ -54,6 +55,7 @@ OUTPUTS = [
               ReplicaLoad(1, 2, 3, 4)),
     ReplicaReady(ReplicaLoad(kv_blocks_total=10), pid=42),
     ReplicaFailed("out of memory"),
+    Heartbeat(passes=12),
 ]
 
 

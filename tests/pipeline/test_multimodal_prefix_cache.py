@@ -20,7 +20,7 @@ import torch
 
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.engine import SamplingParams
-from omnistage.entrypoints.openai.realtime import Turn, render_prompt
+from omnistage.entrypoints.openai.realtime_conversation import Turn, render_prompt
 from omnistage.ipc.messages import StartThinker, WireMultimodal, WireSampling
 from omnistage.models.qwen3_omni.mm_spans import multimodal_spans
 from omnistage.pipeline.qwen3_omni_stages import build_thinker_request

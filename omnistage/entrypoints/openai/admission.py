@@ -3,7 +3,8 @@
 Every request that reaches the engine holds a ``Ticket`` from admission until
 it ends (finished, failed, timed out or abandoned by its client). Past
 ``max_queued_requests`` tickets a new request is refused at once with 429,
-and while a stage has no healthy replica with 503; both carry ``Retry-After``.
+and while a stage has no healthy replica with 503; both carry ``Retry-After``
+(a 429's from the rate requests have been leaving at, ``DrainRate``).
 Because every stage queue only ever holds admitted requests, this one bound
 also bounds each stage's queue. Runs on the event loop only, so no locks.
 """
@@ -15,10 +16,10 @@ from collections.abc import Callable
 
 from fastapi.responses import JSONResponse
 
+from omnistage.entrypoints.openai.drain_rate import DrainRate
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import SERVER_ERROR, APIError
 
-RETRY_BUSY_S = 1  # Retry-After when the server is full
 RETRY_UNHEALTHY_S = 5  # Retry-After while a stage restarts
 
 
@@ -48,10 +49,11 @@ class Ticket:
 
 
 class Admission:
-    def __init__(self, engine: OmniEngine, max_requests: int) -> None:
+    def __init__(self, engine: OmniEngine, max_requests: int, drain: DrainRate | None = None) -> None:
         self.engine = engine
         self.max_requests = max_requests
         self.admitted = 0
+        self.drain = drain or DrainRate()
 
     def admit(self) -> Ticket:
         """A ticket for one request, or ``Overloaded`` (503 while a stage is down, 429 when full)."""
@@ -62,9 +64,10 @@ class Admission:
                              RETRY_UNHEALTHY_S)
         if self.admitted >= self.max_requests:
             raise Overloaded(429, f"the server is at its limit of {self.max_requests} requests in flight; "
-                                  f"retry shortly", "overloaded", RETRY_BUSY_S)
+                                  f"retry shortly", "overloaded", self.drain.retry_after_s())
         self.admitted += 1
         return Ticket(self._release)
 
     def _release(self) -> None:
         self.admitted -= 1
+        self.drain.freed()

@@ -20,13 +20,17 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from omnistage.entrypoints.openai.admission import Admission
+from omnistage.entrypoints.openai.auth import AccessMiddleware
 from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
+from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
+from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import HealthReport, OmniEngine
 from omnistage.entrypoints.openai.errors import install_error_handlers, model_not_found
 from omnistage.entrypoints.openai.media import MediaFetcher
 from omnistage.entrypoints.openai.metrics import ServerMetrics
 from omnistage.entrypoints.openai.realtime import install_realtime
+from omnistage.entrypoints.openai.request_budget import BudgetedRoute
 from omnistage.entrypoints.openai.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -42,8 +46,10 @@ from omnistage.entrypoints.openai.protocol import (
     StageHealthInfo,
 )
 from omnistage.entrypoints.openai.server_config import (
+    AccessPolicy,
     MediaPolicy,
     ServerLimits,
+    access_policy_from_args,
     limits_from_args,
     media_policy_from_args,
 )
@@ -66,6 +72,7 @@ def _services(request: Request) -> Services:
 
 _ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorResponse, "description": "invalid request"},
+    401: {"model": ErrorResponse, "description": "missing or wrong API key (--api-key)"},
     404: {"model": ErrorResponse, "description": "unknown model"},
     413: {"model": ErrorResponse, "description": "request body over --max-request-bytes"},
     429: {"model": ErrorResponse, "description": "over --max-queued-requests (see Retry-After)"},
@@ -78,7 +85,7 @@ _AUDIO_DOC = {t: {"schema": {"type": "string", "format": "binary"}}
               for t in ("audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav", "audio/pcm")}
 _SPEECH_SSE_DOC = {"text/event-stream": {"schema": {"$ref": "#/components/schemas/SpeechAudioDelta"}}}
 
-api = APIRouter()
+api = APIRouter(route_class=BudgetedRoute)  # chat bodies are counted before FastAPI validates them
 
 
 @api.post("/v1/chat/completions", response_model=ChatCompletionResponse,
@@ -151,31 +158,42 @@ def _openapi_schema(app: FastAPI) -> dict[str, object]:
     return app.openapi_schema
 
 
-def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None) -> FastAPI:
+def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None,
+              access: AccessPolicy | None = None) -> FastAPI:
     limits = limits or ServerLimits()
     metrics = ServerMetrics(engine)
-    builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits)
+    pool = DecodePool(limits.decode_workers)  # decoding and preprocessing of every endpoint, bounded
+    builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits, pool)
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
+    app.state.limits = limits
     app.state.services = Services(engine=engine, chat=ChatService(engine, builder, metrics, admission),
-                                  speech=SpeechService(engine, metrics, limits, admission), metrics=metrics)
+                                  speech=SpeechService(engine, metrics, limits, admission, pool), metrics=metrics)
     app.include_router(api)
-    install_realtime(app, engine, limits, admission)  # WS /v1/realtime
+    install_realtime(app, engine, limits, admission, pool)  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
+    app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read
     install_error_handlers(app)
     app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
     return app
 
 
-async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy) -> int:
+def uvicorn_options(args: argparse.Namespace, limits: ServerLimits) -> dict[str, object]:
+    """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP
+    protocol class), beside host, port and logging."""
+    return {"ssl_keyfile": getattr(args, "ssl_keyfile", None), "ssl_certfile": getattr(args, "ssl_certfile", None),
+            "http": guarded_http_protocol(limits.header_timeout, limits.send_timeout)}
+
+
+async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy, access: AccessPolicy) -> int:
     import uvicorn
 
     from omnistage.pipeline.async_omni import AsyncOmni
 
     engine = AsyncOmni.from_args(args)
     try:
-        config = uvicorn.Config(build_app(engine, limits, media), host=args.host, port=args.port,
-                                log_level="info")
+        config = uvicorn.Config(build_app(engine, limits, media, access), host=args.host, port=args.port,
+                                log_level="info", **uvicorn_options(args, limits))
         await uvicorn.Server(config).serve()
     finally:
         await engine.shutdown()
@@ -185,7 +203,7 @@ async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPol
 def run_server(args: argparse.Namespace) -> int:
     """``omnistage serve``: 2 for bad flags, 3 when the pipeline is not available, else uvicorn's run."""
     try:
-        limits, media = limits_from_args(args), media_policy_from_args(args)
+        limits, media, access = limits_from_args(args), media_policy_from_args(args), access_policy_from_args(args)
     except ValueError as exc:
         print(f"omnistage serve: {exc}", file=sys.stderr)
         return 2
@@ -204,4 +222,4 @@ def run_server(args: argparse.Namespace) -> int:
     if options.backend == "ray" and importlib.util.find_spec("ray") is None:
         print("omnistage serve: --backend ray needs Ray: pip install 'omnistage[ray]'", file=sys.stderr)
         return 3
-    return asyncio.run(_serve(args, limits, media))
+    return asyncio.run(_serve(args, limits, media, access))

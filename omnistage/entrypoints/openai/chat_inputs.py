@@ -1,4 +1,10 @@
-"""Chat messages → the thinker's prompt: media are fetched and decoded, then the chat template runs.
+"""Chat messages → the thinker's prompt, in two steps either side of admission.
+
+``plan`` (before admission) fetches each media item's bytes and checks what
+its header declares against the request's budget (``MediaBudget``): nothing
+is decoded. ``build`` (after admission) decodes the items and runs the chat
+template and the processor in one job of the bounded ``DecodePool``; the
+client leaving cancels it.
 
 The processor's chat template places one placeholder per audio/image/video part,
 and ``PromptProcessor.process`` expands them in order, so each kind is collected
@@ -8,16 +14,16 @@ frames and their rate; its audio track is not used.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal
 
-import anyio
 import numpy as np
 from PIL import Image
 
+from omnistage.entrypoints.openai.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.errors import APIError, bad_request
 from omnistage.entrypoints.openai.media import (
+    FetchedMedia,
     MediaError,
     MediaFetcher,
     decode_audio_item,
@@ -25,6 +31,8 @@ from omnistage.entrypoints.openai.media import (
     decode_image,
     decode_video,
 )
+from omnistage.entrypoints.openai.media_probe import probe_audio, probe_image, probe_video
+from omnistage.entrypoints.openai.request_budget import MIN_FRAME_COST, MediaBudget, over_budget
 from omnistage.entrypoints.openai.protocol import (
     AudioURLPart,
     ChatMessage,
@@ -35,118 +43,155 @@ from omnistage.entrypoints.openai.protocol import (
     VideoURLPart,
 )
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt, PromptProcessor
 from omnistage.processing.video import Video
 
 # The processor's chat-template input; this module is the only place that builds it.
 TemplatePart = dict[str, str]
 TemplateMessage = dict[str, object]
-T = TypeVar("T")
 _TEXT_ROLE = {"developer": "system"}  # Qwen's template knows system/user/assistant
 
 
+@dataclass(frozen=True)
+class MediaItem:
+    """One media part's bytes, not yet decoded; ``param`` names it in errors."""
+
+    kind: Literal["audio", "image", "video"]
+    data: bytes
+    param: str
+    audio_hint: str | None = None
+
+
 @dataclass
-class _Collected:
-    messages: list[TemplateMessage] = field(default_factory=list)
+class PromptPlan:
+    """A chat prompt before any decoding: template messages, and media items whose headers fit the budget."""
+
+    messages: list[TemplateMessage]
+    items: list[MediaItem] = field(default_factory=list)
+
+
+@dataclass
+class _Decoded:
     audios: list[np.ndarray] = field(default_factory=list)
     images: list[Image.Image] = field(default_factory=list)
     videos: list[Video] = field(default_factory=list)
+    audio_seconds: float = 0.0
+    decode_pixels: int = 0
 
 
 def _media_error(exc: MediaError, param: str) -> APIError:
     return bad_request(str(exc), param=param, code=exc.code)
 
 
-def check_text_length(messages: list[ChatMessage], limits: ServerLimits) -> None:
-    total = 0
-    for msg in messages:
-        if isinstance(msg.content, str):
-            total += len(msg.content)
-        elif msg.content is not None:
-            total += sum(len(p.text) for p in msg.content if isinstance(p, TextPart))
-    if total > limits.max_text_chars:
-        raise bad_request(f"the messages hold {total} characters of text; the limit is {limits.max_text_chars}",
-                          param="messages", code="input_too_long")
-
-
-def check_media_count(messages: list[ChatMessage], limits: ServerLimits) -> None:
-    count = sum(1 for m in messages if isinstance(m.content, list) for p in m.content if not isinstance(p, TextPart))
-    if count > limits.max_media_items:
-        raise bad_request(f"the messages hold {count} media items; the limit is {limits.max_media_items}",
-                          param="messages", code="too_many_media_items")
-
-
 class ChatPromptBuilder:
-    def __init__(self, processor: PromptProcessor, fetcher: MediaFetcher, limits: ServerLimits) -> None:
+    def __init__(self, processor: PromptProcessor, fetcher: MediaFetcher, limits: ServerLimits,
+                 pool: DecodePool | None = None) -> None:
         self.processor = processor
         self.fetcher = fetcher
         self.limits = limits
+        self.pool = pool or DecodePool(limits.decode_workers)
 
-    async def build(self, messages: list[ChatMessage]) -> ProcessedPrompt:
-        check_text_length(messages, self.limits)
-        check_media_count(messages, self.limits)
-        collected = _Collected()
+    async def plan(self, messages: list[ChatMessage]) -> PromptPlan:
+        """Fetches the media and checks their headers against the budget; decodes nothing."""
+        plan = PromptPlan([])
         for i, msg in enumerate(messages):
-            collected.messages.append(await self._message(msg, f"messages[{i}]", collected))
-        try:
-            return await anyio.to_thread.run_sync(self._process, collected)
-        except ValueError as exc:
-            raise bad_request(f"could not build the prompt: {exc}", param="messages") from exc
+            plan.messages.append(await self._message(msg, f"messages[{i}]", plan.items))
+        if plan.items:
+            await self.pool.run(self._check_headers, plan.items)
+        return plan
 
-    def _process(self, collected: _Collected) -> ProcessedPrompt:
-        ids = self.processor.apply_chat_template(collected.messages)
-        return self.processor.process(ids, audios=collected.audios, images=collected.images, videos=collected.videos)
+    async def build(self, plan: PromptPlan) -> ProcessedPrompt:
+        """Decodes the media and builds the prompt, in the pool (cancelled with the calling task)."""
+        return await self.pool.run(self._build, plan)
 
-    async def _message(self, msg: ChatMessage, param: str, out: _Collected) -> TemplateMessage:
+    # -- before admission -------------------------------------------------------------------------
+    async def _message(self, msg: ChatMessage, param: str, items: list[MediaItem]) -> TemplateMessage:
         role = _TEXT_ROLE.get(msg.role, msg.role)
         if msg.content is None or isinstance(msg.content, str):
             return {"role": role, "content": msg.content or ""}
         parts: list[TemplatePart] = []
         for j, part in enumerate(msg.content):
-            parts.extend(await self._part(part, f"{param}.content[{j}]", out))
+            parts.append(await self._part(part, f"{param}.content[{j}]", items))
         return {"role": role, "content": parts}
 
-    async def _part(self, part: ContentPart, param: str, out: _Collected) -> list[TemplatePart]:
+    async def _part(self, part: ContentPart, param: str, items: list[MediaItem]) -> TemplatePart:
         if isinstance(part, TextPart):
-            return [{"type": "text", "text": part.text}]
+            return {"type": "text", "text": part.text}
         if isinstance(part, InputAudioPart):
-            audio = await self._input_audio(part, param)
-            out.audios.append(audio)
-            return [{"type": "audio"}]
+            param += ".input_audio.data"
+            try:
+                data = decode_base64(part.input_audio.data, self.limits)
+            except MediaError as exc:
+                raise _media_error(exc, param) from exc
+            items.append(MediaItem("audio", data, param, part.input_audio.format))
+            return {"type": "audio"}
         if isinstance(part, AudioURLPart):
-            out.audios.append(await self._audio_url(part.audio_url.url, f"{param}.audio_url.url"))
-            return [{"type": "audio"}]
-        if isinstance(part, ImageURLPart):
-            data = await self._fetch(part.image_url.url, f"{param}.image_url.url")
-            out.images.append(await self._decode(decode_image, data, param=f"{param}.image_url.url"))
-            return [{"type": "image"}]
-        assert isinstance(part, VideoURLPart)
-        data = await self._fetch(part.video_url.url, f"{param}.video_url.url")
-        out.videos.append(await self._decode(decode_video, data, param=f"{param}.video_url.url"))
-        return [{"type": "video"}]
+            param += ".audio_url.url"
+            fetched = await self._fetch(part.audio_url.url, param)
+            items.append(MediaItem("audio", fetched.data, param, fetched.audio_hint))
+            return {"type": "audio"}
+        kind: Literal["image", "video"] = "image" if isinstance(part, ImageURLPart) else "video"
+        assert isinstance(part, (ImageURLPart, VideoURLPart))
+        url = part.image_url.url if isinstance(part, ImageURLPart) else part.video_url.url
+        param += f".{kind}_url.url"
+        items.append(MediaItem(kind, (await self._fetch(url, param)).data, param))
+        return {"type": kind}
 
-    async def _input_audio(self, part: InputAudioPart, param: str) -> np.ndarray:
+    async def _fetch(self, url: str, param: str) -> FetchedMedia:
         try:
-            data = decode_base64(part.input_audio.data, self.limits)
-        except MediaError as exc:
-            raise _media_error(exc, f"{param}.input_audio.data") from exc
-        return await self._decode(decode_audio_item, data, part.input_audio.format, param=f"{param}.input_audio.data")
-
-    async def _audio_url(self, url: str, param: str) -> np.ndarray:
-        try:
-            fetched = await self.fetcher.fetch(url)
-        except MediaError as exc:
-            raise _media_error(exc, param) from exc
-        return await self._decode(decode_audio_item, fetched.data, fetched.audio_hint, param=param)
-
-    async def _fetch(self, url: str, param: str) -> bytes:
-        try:
-            return (await self.fetcher.fetch(url)).data
+            return await self.fetcher.fetch(url)
         except MediaError as exc:
             raise _media_error(exc, param) from exc
 
-    async def _decode(self, fn: Callable[..., T], *args: object, param: str) -> T:
+    def _check_headers(self, items: list[MediaItem], token: CancelToken) -> None:
+        budget = MediaBudget(self.limits)
+        for item in items:
+            token.check()
+            try:
+                if item.kind == "audio":
+                    info = probe_audio(item.data, item.audio_hint)
+                    budget.add_audio(info.sample_rate, info.seconds, item.param)
+                elif item.kind == "image":
+                    budget.add_image(*probe_image(item.data), item.param)
+                else:
+                    video = probe_video(item.data)
+                    budget.add_video(video.width, video.height, video.frames, item.param)
+            except MediaError as exc:
+                raise _media_error(exc, item.param) from exc
+
+    # -- after admission --------------------------------------------------------------------------
+    def _build(self, plan: PromptPlan, token: CancelToken) -> ProcessedPrompt:
+        decoded = _Decoded()
+        for item in plan.items:
+            token.check()
+            try:
+                self._decode(item, decoded, token)
+            except MediaError as exc:
+                raise _media_error(exc, item.param) from exc
+        token.check()
         try:
-            return await anyio.to_thread.run_sync(fn, *args, self.limits)
-        except MediaError as exc:
-            raise _media_error(exc, param) from exc
+            ids = self.processor.apply_chat_template(plan.messages)
+            return self.processor.process(ids, audios=decoded.audios, images=decoded.images, videos=decoded.videos)
+        except ValueError as exc:
+            raise bad_request(f"could not build the prompt: {exc}", param="messages") from exc
+
+    def _decode(self, item: MediaItem, out: _Decoded, token: CancelToken) -> None:
+        """One item, with the budget enforced again while decoding: a header may understate what follows."""
+        limits = self.limits
+        if item.kind == "audio":
+            left = limits.max_audio_seconds - out.audio_seconds
+            audio = decode_audio_item(item.data, item.audio_hint, left, token.check)
+            out.audio_seconds += len(audio) / AUDIO_SAMPLE_RATE
+            out.audios.append(audio)
+        elif item.kind == "image":
+            out.images.append(decode_image(item.data, limits))
+        else:
+            def on_frame(width: int, height: int) -> None:
+                token.check()
+                out.decode_pixels += max(width * height, MIN_FRAME_COST)
+                if out.decode_pixels > limits.max_video_decode_pixels:
+                    raise over_budget("max_video_decode_pixels", "the request's videos decode to more frame pixels "
+                                      f"than the limit of {limits.max_video_decode_pixels}", item.param,
+                                      "video_too_large")
+
+            out.videos.append(decode_video(item.data, limits, on_frame))

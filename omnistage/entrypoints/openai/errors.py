@@ -35,6 +35,15 @@ class APIError(Exception):
         return error_response(self.status_code, self.detail)
 
 
+class MediaError(ValueError):
+    """A media item that cannot be used, with an OpenAI error ``code``; the chat layer adds the parameter path
+    and answers 400."""
+
+    def __init__(self, message: str, code: str = "invalid_media") -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class BodyTooLarge(APIError):
     """Raised while the body is read; FastAPI re-raises it as its own 400, which the handler unwraps."""
 

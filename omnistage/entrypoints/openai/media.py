@@ -10,15 +10,17 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import av
-import httpx
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from omnistage.audio import AudioDecodeError, AudioTooLongError, load_audio
+from omnistage.entrypoints.openai.errors import MediaError
+from omnistage.entrypoints.openai.remote_fetch import RemoteFetcher
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.video import Video
@@ -28,12 +30,6 @@ _AUDIO_MIME_HINTS: dict[str, str] = {
     "audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/vnd.wave": "wav",
     "audio/mpeg": "mp3", "audio/mp3": "mp3", "audio/flac": "flac", "audio/x-flac": "flac",
 }
-
-
-class MediaError(ValueError):
-    def __init__(self, message: str, code: str = "invalid_media") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class FetchedMedia:
@@ -67,6 +63,7 @@ class MediaFetcher:
     def __init__(self, policy: MediaPolicy, limits: ServerLimits) -> None:
         self.policy = policy
         self.limits = limits
+        self.remote = RemoteFetcher(policy, limits.max_media_bytes)
 
     async def fetch(self, url: str) -> FetchedMedia:
         scheme = urlparse(url).scheme.lower()
@@ -86,52 +83,46 @@ class MediaFetcher:
         return FetchedMedia(decode_base64(payload, self.limits), mime)
 
     def _from_file(self, url: str) -> bytes:
+        """One error for a missing file and a file outside the folder (no existence oracle), never a path."""
         root = self.policy.allowed_local_media_path
         if root is None:
             raise MediaError("file:// URLs are disabled (start the server with --allowed-local-media-path)",
                              code="local_media_disabled")
         parsed = urlparse(url)
-        if parsed.netloc not in ("", "localhost"):
+        path = unquote(parsed.path)
+        if parsed.netloc not in ("", "localhost") or "\x00" in path:
             raise MediaError("file:// URLs must name a local path (file:///...)", code="invalid_url")
-        path = Path(unquote(parsed.path))
+        unavailable = MediaError("the file URL does not name a readable file under the allowed media folder",
+                                 code="file_not_available")
         try:
             # resolve() follows symlinks, so a link inside the folder cannot reach outside it.
-            resolved = path.resolve(strict=True)
-        except OSError:
-            raise MediaError(f"no such file: {path}", code="file_not_found") from None
-        if not resolved.is_relative_to(root) or not resolved.is_file():
-            raise MediaError(f"{path} is not a file under the allowed media folder", code="file_not_allowed")
-        if resolved.stat().st_size > self.limits.max_media_bytes:
-            raise MediaError(f"{path} is larger than {self.limits.max_media_bytes} bytes", code="media_too_large")
-        return resolved.read_bytes()
+            resolved = Path(path).resolve(strict=True)
+            if not resolved.is_relative_to(root) or not resolved.is_file():
+                raise unavailable
+            if resolved.stat().st_size > self.limits.max_media_bytes:
+                raise MediaError(f"the file is larger than {self.limits.max_media_bytes} bytes", code="media_too_large")
+            return resolved.read_bytes()
+        except MediaError:
+            raise
+        except (OSError, ValueError, RuntimeError):  # missing, unreadable, a symlink loop
+            raise unavailable from None
 
     async def _from_remote(self, url: str) -> bytes:
         if not self.policy.allow_remote_media:
             raise MediaError("http(s) media URLs are disabled (start the server with --allow-remote-media)",
                              code="remote_media_disabled")
-        limit = self.limits.max_media_bytes
-        try:
-            async with httpx.AsyncClient(timeout=self.policy.remote_timeout_s, follow_redirects=True) as client:
-                async with client.stream("GET", url) as resp:
-                    if resp.status_code != 200:
-                        raise MediaError(f"fetching {url} returned HTTP {resp.status_code}", code="fetch_failed")
-                    body = bytearray()
-                    async for chunk in resp.aiter_bytes():
-                        body += chunk
-                        if len(body) > limit:  # stop reading: the size header may lie or be absent
-                            raise MediaError(f"{url} is larger than {limit} bytes", code="media_too_large")
-                    return bytes(body)
-        except httpx.HTTPError as exc:
-            raise MediaError(f"could not fetch {url}: {exc}", code="fetch_failed") from exc
+        return await self.remote.fetch(url)
 
 
 MIN_AUDIO_SAMPLES = 400  # 25 ms at 16 kHz: one window of the audio encoder's feature extractor
 
 
-def decode_audio_item(data: bytes, fmt: str | None, limits: ServerLimits) -> np.ndarray:
-    """Any supported container → 16 kHz mono float32, as the audio encoder's feature extractor wants."""
+def decode_audio_item(data: bytes, fmt: str | None, max_seconds: float,
+                      checkpoint: Callable[[], None] | None = None) -> np.ndarray:
+    """Any supported container → 16 kHz mono float32, as the audio encoder's feature extractor wants;
+    ``max_seconds`` stops a decoder whose header understated the length."""
     try:
-        samples = load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=limits.max_audio_seconds)
+        samples = load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=max_seconds, checkpoint=checkpoint)
     except AudioTooLongError as exc:
         raise MediaError(str(exc), code="audio_too_long") from exc
     except AudioDecodeError as exc:
@@ -161,14 +152,18 @@ def decode_image(data: bytes, limits: ServerLimits) -> Image.Image:
     return img.convert("RGB")
 
 
-def decode_video(data: bytes, limits: ServerLimits) -> Video:
+# Called with each decoded frame's width and height before it is kept; may raise to stop decoding.
+FrameCheck = Callable[[int, int], None]
+
+
+def decode_video(data: bytes, limits: ServerLimits, on_frame: FrameCheck | None = None) -> Video:
     """RGB frames sampled at ``video_sample_fps`` (at most ``max_video_frames``), with the rate they were
     sampled at; the video's audio track is not read."""
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.video:
                 raise MediaError("the file has no video stream", code="invalid_video")
-            return _sample_frames(container, limits)
+            return _sample_frames(container, limits, on_frame)
     except MediaError:
         raise
     except (av.FFmpegError, ValueError, IndexError) as exc:
@@ -184,13 +179,16 @@ def _frame_interval(container: av.container.InputContainer, limits: ServerLimits
     return interval
 
 
-def _sample_frames(container: av.container.InputContainer, limits: ServerLimits) -> Video:
+def _sample_frames(container: av.container.InputContainer, limits: ServerLimits,
+                   on_frame: FrameCheck | None) -> Video:
     stream = container.streams.video[0]
     interval = _frame_interval(container, limits)
     frames: list[Image.Image] = []
     times: list[float] = []
     next_t = 0.0
     for frame in container.decode(stream):
+        if on_frame is not None:
+            on_frame(frame.width, frame.height)
         t = float(frame.time) if frame.time is not None else next_t
         if t + 1e-6 < next_t:
             continue

@@ -12,10 +12,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from omnistage.audio.formats import AudioFormat
+from omnistage.engine.sampling_params import REPETITION_PENALTY_MAX, REPETITION_PENALTY_MIN, SEED_MAX, TOP_K_MAX
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Python's JSON parser reads NaN and Infinity: no number a client sends may be either.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # ---- errors ---------------------------------------------------------------------------------------
@@ -112,11 +114,13 @@ class ChatCompletionRequest(_Strict):
     audio: AudioOutputParams | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0, description="extension: 0 = off")
-    repetition_penalty: float | None = Field(None, gt=0.0, description="extension")
+    top_k: int | None = Field(None, ge=-1, le=TOP_K_MAX,
+                              description="extension: 0 or -1 = off; at most the model's vocabulary size")
+    repetition_penalty: float | None = Field(None, ge=REPETITION_PENALTY_MIN, le=REPETITION_PENALTY_MAX,
+                                             description="extension (as vLLM's); 1 = off")
     max_tokens: int | None = Field(None, ge=1, description="deprecated by OpenAI; max_completion_tokens wins")
     max_completion_tokens: int | None = Field(None, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=SEED_MAX)
     stop: str | list[str] | None = None
     n: int = 1
     stream: bool = False

@@ -30,14 +30,12 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-import anyio
-import numpy as np
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 
-from omnistage.audio import resample
 from omnistage.audio.vad import EnergyVad
 from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.admission import Admission, Overloaded, Ticket
+from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import APIError
 from omnistage.entrypoints.openai.realtime_protocol import (
@@ -53,11 +51,13 @@ from omnistage.entrypoints.openai.realtime_protocol import (
     update_session,
     user_text,
 )
+from omnistage.entrypoints.openai.realtime_conversation import InputBuffer, Turn, render_prompt_job
 from omnistage.entrypoints.openai.realtime_response import ResponseWriter
+from omnistage.entrypoints.openai.request_budget import turns_over_budget
 from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.entrypoints.openai.streaming import engine_outputs
-from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt, PromptProcessor
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
 DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf" (the context may allow more)
@@ -65,61 +65,10 @@ DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf"
 router = APIRouter()
 
 
-@dataclass(frozen=True)
-class Turn:
-    """One conversation item: a user's audio (16 kHz float) or text, or an assistant's answer text."""
-
-    item_id: str
-    role: str
-    text: str = ""
-    audio: np.ndarray | None = None
-
-
-def render_prompt(processor: PromptProcessor, instructions: str, turns: list[Turn]) -> ProcessedPrompt:
-    """The conversation as the thinker's prompt; turn N's prompt is a prefix-extension of turn N-1's."""
-    messages: list[dict[str, object]] = [{"role": "system", "content": instructions}] if instructions else []
-    audios: list[np.ndarray] = []
-    for turn in turns:
-        if turn.audio is not None:
-            audios.append(turn.audio)
-            messages.append({"role": turn.role, "content": [{"type": "audio"}]})
-        else:
-            messages.append({"role": turn.role, "content": turn.text})
-    return processor.process(processor.apply_chat_template(messages), audios=audios)
-
-
-class InputBuffer:
-    """PCM16 pieces at the session's input rate, with the VAD (when on) watching them arrive."""
-
-    def __init__(self, rate: int, max_seconds: float) -> None:
-        self.rate = rate
-        self.max_samples = int(max_seconds * rate)
-        self.pieces: list[np.ndarray] = []
-        self.samples = 0
-
-    def append(self, pcm: bytes) -> np.ndarray:
-        piece = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-        if self.samples + len(piece) > self.max_samples:
-            limit = self.max_samples / self.rate
-            raise EventError("input_audio_buffer_too_long",
-                             f"the input audio buffer would exceed {limit:g} s; commit or clear it", "audio")
-        self.pieces.append(piece)
-        self.samples += len(piece)
-        return piece
-
-    def take(self, start: int = 0) -> np.ndarray:
-        """The buffered audio from sample ``start``, resampled to 16 kHz; the buffer is emptied."""
-        audio = np.concatenate(self.pieces)[start:] if self.pieces else np.zeros(0, np.float32)
-        self.clear()
-        return resample(audio, self.rate, AUDIO_SAMPLE_RATE)
-
-    def clear(self) -> None:
-        self.pieces, self.samples = [], 0
-
-
 class RealtimeSession:
-    def __init__(self, ws: WebSocket, engine: OmniEngine, limits: ServerLimits, admission: Admission) -> None:
-        self.ws, self.engine, self.limits, self.admission = ws, engine, limits, admission
+    def __init__(self, ws: WebSocket, engine: OmniEngine, limits: ServerLimits, admission: Admission,
+                 pool: DecodePool) -> None:
+        self.ws, self.engine, self.limits, self.admission, self.pool = ws, engine, limits, admission, pool
         self.id = new_id("sess")
         modalities = ("text", "audio") if engine.supports_audio else ("text",)
         voice = engine.voices[0] if engine.voices else "Ethan"
@@ -132,16 +81,28 @@ class RealtimeSession:
         self.writer: ResponseWriter | None = None  # the events of the latest response
         self._send_lock = asyncio.Lock()
         self.closed = False
+        self._reader: asyncio.Task[Any] | None = None  # the read loop's task, while it waits for a message
 
     # -- sending ---------------------------------------------------------------------------------
     async def send(self, event: dict[str, Any]) -> None:
-        if self.closed:
-            return
         async with self._send_lock:
+            if self.closed:
+                return
             try:
-                await self.ws.send_json(event)
+                async with asyncio.timeout(self.limits.send_timeout):
+                    await self.ws.send_json(event)
+            except TimeoutError:
+                # The client stopped reading: end the session rather than buffer for it or hold its place.
+                logger.warning("realtime session %s: the client read nothing for %g s (--send-timeout); closing",
+                               self.id, self.limits.send_timeout)
+                self._end_session()
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self.closed = True  # the client left; the read loop ends the session
+
+    def _end_session(self) -> None:
+        self.closed = True
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()  # wakes the read loop from its wait (see _receive)
 
     async def fail(self, exc: EventError) -> None:
         await self.send(error_event(exc))
@@ -151,8 +112,8 @@ class RealtimeSession:
         await self.send(server_event("session.created", session=self.config.describe(self.id, self.engine.model_name)))
         try:
             while not self.closed:
-                message = await self.ws.receive()
-                if message["type"] == "websocket.disconnect":
+                message = await self._receive()
+                if message is None or message["type"] == "websocket.disconnect":
                     break
                 raw = message.get("text") if message.get("text") is not None else message.get("bytes")
                 try:
@@ -162,6 +123,35 @@ class RealtimeSession:
         finally:
             self.closed = True
             await self._cancel_response()
+
+    async def _receive(self) -> dict[str, Any] | None:
+        """The next client message; None when the session ends first: idle past ``--ws-idle-timeout`` with no
+        response running, or ended by ``_end_session`` while waiting."""
+        self._reader = asyncio.current_task()
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.limits.ws_idle_timeout):
+                        return await self.ws.receive()
+                except TimeoutError:
+                    if self.response is None or self.response.done():
+                        await self._close_idle()
+                        return None
+        except asyncio.CancelledError:
+            if not self.closed:
+                raise
+            asyncio.current_task().uncancel()  # our own wake-up, not the server's cancellation
+            return None
+        finally:
+            self._reader = None
+
+    async def _close_idle(self) -> None:
+        await self.fail(EventError("idle_timeout", f"no event for {self.limits.ws_idle_timeout:g} s "
+                                                   "(--ws-idle-timeout); closing the session"))
+        self.closed = True
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            async with asyncio.timeout(self.limits.send_timeout):
+                await self.ws.close(code=1000, reason="idle timeout")
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -177,8 +167,12 @@ class RealtimeSession:
                 self.vad.reset()
             await self.send(server_event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
-            turn = Turn(new_id("item"), "user", text=user_text(event))
-            await self._add_turn(turn)
+            text = user_text(event)
+            if len(text) > self.limits.max_text_chars:
+                raise EventError("input_too_long", f"the item holds {len(text)} characters; the limit is "
+                                 f"{self.limits.max_text_chars} (--max-text-chars)", "item.content",
+                                 event.get("event_id"))
+            await self._add_turn(Turn(new_id("item"), "user", text=text))
         elif kind == "response.create":
             await self._start_response(response_options(self.config, event), event.get("event_id"))
         elif kind == "response.cancel":
@@ -190,6 +184,10 @@ class RealtimeSession:
     # -- session and audio -----------------------------------------------------------------------
     async def _update(self, event: dict[str, Any]) -> None:
         config = update_session(self.config, event)
+        if len(config.instructions) > self.limits.max_instructions_chars:
+            raise EventError("input_too_long", f"instructions are {len(config.instructions)} characters; the limit "
+                             f"is {self.limits.max_instructions_chars} (--max-instructions-chars)",
+                             "session.instructions", event.get("event_id"))
         self._check_output(config.output_modalities, config.voice, "session", event.get("event_id"))
         if config.input_rate != self.config.input_rate and self.buffer.samples:
             raise EventError("invalid_value", "the input rate cannot change while the buffer holds audio; "
@@ -264,8 +262,17 @@ class RealtimeSession:
         if not any(t.role == "user" for t in self.turns):
             raise EventError("conversation_empty", "nothing to respond to: commit audio or create a user item first",
                              event_id=eid)
-        request = await self._request(options, eid)
-        ticket = self._admit(eid)
+        if len(options.instructions) > self.limits.max_instructions_chars:
+            raise EventError("input_too_long", f"instructions are {len(options.instructions)} characters; the limit "
+                             f"is {self.limits.max_instructions_chars} (--max-instructions-chars)",
+                             "response.instructions", eid)
+        self._fit_history()
+        ticket = self._admit(eid)  # before the prompt is built: that work runs in the bounded pool
+        try:
+            request = await self._request(options, eid)
+        except BaseException:
+            ticket.release()
+            raise
         self.writer = ResponseWriter(self.send, self.id, self.config.voice, request, options)
         self.response = asyncio.create_task(self._respond(self.writer, ticket))
         # Released however the task ends, even when cancelled before it ever ran (barge-in right away).
@@ -279,10 +286,19 @@ class RealtimeSession:
             raise EventError(exc.detail.code or "overloaded", f"{exc.detail.message} (in {exc.retry_after_s:g} s)",
                              event_id=event_id, error_type="server_error") from exc
 
+    def _fit_history(self) -> None:
+        """The conversation is one request's prompt: past ``--max-text-chars`` or ``--max-audio-seconds`` its
+        oldest turns are dropped (as OpenAI truncates a conversation past its context), so neither a response's
+        work nor the session's memory grows without bound."""
+        sizes = [(len(t.text), 0.0 if t.audio is None else len(t.audio) / AUDIO_SAMPLE_RATE) for t in self.turns]
+        drop = turns_over_budget(sizes, self.limits)
+        if drop:
+            del self.turns[:drop]
+
     async def _request(self, options: ResponseOptions, event_id: str | None) -> OmniRequest:
         turns = list(self.turns)
         try:
-            prompt = await anyio.to_thread.run_sync(render_prompt, self.engine.processor, options.instructions, turns)
+            prompt = await self.pool.run(render_prompt_job, self.engine.processor, options.instructions, turns)
         except ValueError as exc:
             raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
         requested = options.max_output_tokens
@@ -340,22 +356,26 @@ class RealtimeService:
     engine: OmniEngine
     limits: ServerLimits
     admission: Admission
+    pool: DecodePool
 
 
 @router.websocket("/v1/realtime")
 async def realtime(ws: WebSocket) -> None:
     service: RealtimeService = ws.app.state.realtime
-    await ws.accept()
+    # OpenAI's browser SDKs offer "realtime" beside the key subprotocol and expect it back, as OpenAI answers.
+    await ws.accept(subprotocol="realtime" if "realtime" in ws.scope.get("subprotocols", ()) else None)
     model = ws.query_params.get("model")
     if model is not None and model != service.engine.model_name:
         await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
         await ws.close(code=1008)
         return
-    await RealtimeSession(ws, service.engine, service.limits, service.admission).run()
+    await RealtimeSession(ws, service.engine, service.limits, service.admission, service.pool).run()
 
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
-                     admission: Admission | None = None) -> None:
-    """``admission``: the bound the HTTP endpoints share (a realtime response takes a place like a request)."""
-    app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests))
+                     admission: Admission | None = None, pool: DecodePool | None = None) -> None:
+    """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
+    takes a place like a request, its prompt is built in the same pool)."""
+    app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
+                                         pool or DecodePool(limits.decode_workers))
     app.include_router(router)

@@ -7,6 +7,9 @@ flags without loading the web stack.
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,14 +23,24 @@ def _limit(default: float, help: str) -> Any:  # noqa: ANN401 - dataclasses.fiel
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Caps on what one request may carry; each breach is a 400, never a 500 or an OOM."""
+    """Caps on what one request may carry, each checked from headers before any decoding; a breach is a
+    400 (413 for the body) naming the limit, never a 500 or an OOM."""
 
-    max_audio_seconds: float = _limit(600.0, "seconds of one audio item, after decoding")
+    max_messages: int = _limit(2048, "messages in one chat request (counted before the body is validated)")
+    max_audio_seconds: float = _limit(600.0, "seconds of audio in one request, all items together (read from "
+                                             "each item's header); also a realtime input buffer's length")
+    min_audio_sample_rate: int = _limit(8000, "lowest sample rate an audio item may declare (Hz)")
+    max_audio_sample_rate: int = _limit(192_000, "highest sample rate an audio item may declare (Hz)")
     max_base64_bytes: int = _limit(64 * MIB, "encoded size of one inline item (input_audio data or a data: URL)")
     max_media_bytes: int = _limit(64 * MIB, "size of one fetched item (file:// or http(s) URL)")
     max_image_pixels: int = _limit(4096 * 4096, "pixels of one image or video frame, checked before decoding")
-    max_text_chars: int = _limit(200_000, "characters of text in one chat request")
+    max_total_pixels: int = _limit(4 * 4096 * 4096, "pixels of one request's images and sampled video frames "
+                                                    "together")
+    max_video_decode_pixels: int = _limit(2**30, "frames x pixels one request's videos may decode (every decoded "
+                                                 "frame counts, at least 256x256 each: decoding costs per frame)")
+    max_text_chars: int = _limit(200_000, "characters of text in one chat request, all messages together")
     max_speech_input_chars: int = _limit(4096, "characters of /v1/audio/speech input (OpenAI's own limit)")
+    max_instructions_chars: int = _limit(16_384, "characters of /v1/audio/speech and realtime instructions")
     max_media_items: int = _limit(32, "audio, image and video parts in one request")
     max_video_frames: int = _limit(16, "frames sampled from one video")
     video_sample_fps: float = _limit(2.0, "frames per second sampled from a video")
@@ -35,20 +48,32 @@ class ServerLimits:
     max_queued_requests: int = _limit(256, "requests in the pipeline at once (running or queued in any stage); "
                                            "past it a new request gets 429 with Retry-After")
     request_timeout: float = _limit(600.0, "seconds a request may take in the engine before it is aborted")
+    decode_workers: int = _limit(4, "threads decoding and preprocessing admitted requests' media and prompts "
+                                    "(a request waits for one; its client leaving cancels the work)")
+    send_timeout: float = _limit(30.0, "seconds a streaming client may go without reading before its stream "
+                                       "is aborted and its place freed")
+    header_timeout: float = _limit(15.0, "seconds a connection may take to send a request's headers")
+    ws_idle_timeout: float = _limit(300.0, "seconds a realtime WebSocket may stay silent with no response "
+                                           "running before it is closed")
 
     def __post_init__(self) -> None:
         for f in fields(self):
             if getattr(self, f.name) <= 0:
                 raise ValueError(f"ServerLimits.{f.name} must be > 0, got {getattr(self, f.name)!r}")
+        if self.min_audio_sample_rate > self.max_audio_sample_rate:
+            raise ValueError("ServerLimits.min_audio_sample_rate must be <= max_audio_sample_rate")
 
 
 @dataclass(frozen=True)
 class MediaPolicy:
-    """Where media URLs may point. Local files and remote fetches are both off unless asked for."""
+    """Where media URLs may point. Local files and remote fetches are both off unless asked for; remote
+    hosts that resolve to loopback, private, link-local, multicast, reserved or unspecified addresses are
+    refused unless named in ``allowed_media_domains``."""
 
     allowed_local_media_path: Path | None = None
     allow_remote_media: bool = False
-    remote_timeout_s: float = 10.0
+    remote_timeout_s: float = 10.0  # the whole fetch: every redirect and the body
+    allowed_media_domains: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.allowed_local_media_path is not None:
@@ -58,6 +83,30 @@ class MediaPolicy:
             object.__setattr__(self, "allowed_local_media_path", path)
         if self.remote_timeout_s <= 0:
             raise ValueError("remote_timeout_s must be > 0")
+        object.__setattr__(self, "allowed_media_domains",
+                           tuple(d.strip().lower().rstrip(".") for d in self.allowed_media_domains if d.strip()))
+
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """Who may connect: API keys (none: open), whether /metrics needs one, the Origins a WebSocket may come
+    from besides the server's own (``*``: any), and the Host names answered (None: any)."""
+
+    api_keys: tuple[str, ...] = ()
+    protect_metrics: bool = False
+    allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if any(not k for k in self.api_keys):
+            raise ValueError("an API key must not be empty")
+        object.__setattr__(self, "allowed_origins", tuple(o.strip().rstrip("/").lower() for o in self.allowed_origins
+                                                          if o.strip()))
+        if self.allowed_hosts is not None:
+            object.__setattr__(self, "allowed_hosts", frozenset(h.strip().lower() for h in self.allowed_hosts))
 
 
 def _flag(name: str) -> str:
@@ -76,7 +125,49 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                        help="serve file:// media URLs from under this folder (off by default)")
     media.add_argument("--allow-remote-media", action="store_true",
                        help="fetch http(s):// media URLs (off by default: the server would fetch any URL it is given)")
-    media.add_argument("--remote-media-timeout", type=float, default=10.0, help="seconds per remote fetch")
+    media.add_argument("--remote-media-timeout", type=float, default=10.0,
+                       help="seconds one remote fetch may take in all: connecting, every redirect and the body "
+                            "(default 10)")
+    media.add_argument("--allowed-media-domains", type=_csv, default=(),
+                       help="comma-separated hosts that remote media may be fetched from even when they resolve to "
+                            "loopback, private or link-local addresses (those are refused otherwise)")
+    access = parser.add_argument_group("access (see README: Exposing the server)")
+    access.add_argument("--api-key", action="append", default=None,
+                        help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; "
+                             "default: $OMNISTAGE_API_KEY, else no key)")
+    access.add_argument("--protect-metrics", action="store_true", help="/metrics needs the API key too")
+    access.add_argument("--allowed-origins", type=_csv, default=(),
+                        help="comma-separated Origins (scheme://host[:port]) a browser WebSocket may come from besides "
+                             "the server's own; '*' for any (default: none)")
+    access.add_argument("--allowed-hosts", type=_csv, default=None,
+                        help="comma-separated Host names the server answers to; '*' for any (default: loopback names "
+                             "when bound to loopback, against DNS rebinding; else any)")
+    access.add_argument("--ssl-keyfile", default=None, help="TLS private key (PEM): serve https:// and wss://")
+    access.add_argument("--ssl-certfile", default=None, help="TLS certificate chain (PEM), with --ssl-keyfile")
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def access_policy_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> AccessPolicy:
+    keys = getattr(args, "api_key", None) or ([environ["OMNISTAGE_API_KEY"]] if environ.get("OMNISTAGE_API_KEY")
+                                              else [])
+    hosts = getattr(args, "allowed_hosts", None)
+    if hosts is None and _is_loopback(str(getattr(args, "host", ""))):
+        hosts = LOOPBACK_HOSTS
+    if (getattr(args, "ssl_keyfile", None) is None) != (getattr(args, "ssl_certfile", None) is None):
+        raise ValueError("--ssl-keyfile and --ssl-certfile go together")
+    return AccessPolicy(api_keys=tuple(keys), protect_metrics=bool(getattr(args, "protect_metrics", False)),
+                        allowed_origins=tuple(getattr(args, "allowed_origins", ()) or ()),
+                        allowed_hosts=None if hosts is None or "*" in hosts else frozenset(hosts))
 
 
 def limits_from_args(args: argparse.Namespace) -> ServerLimits:
@@ -88,4 +179,5 @@ def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
         allowed_local_media_path=getattr(args, "allowed_local_media_path", None),
         allow_remote_media=bool(getattr(args, "allow_remote_media", False)),
         remote_timeout_s=float(getattr(args, "remote_media_timeout", 10.0)),
+        allowed_media_domains=tuple(getattr(args, "allowed_media_domains", ()) or ()),
     )

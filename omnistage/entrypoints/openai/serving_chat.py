@@ -24,9 +24,9 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from omnistage.audio import AudioFormat, StreamingAudioEncoder, encode_audio
-from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest, Usage
+from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest, RequestSampling, Usage
 from omnistage.entrypoints.openai.admission import Admission, Ticket
-from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
+from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder, PromptPlan
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import SERVER_ERROR, APIError, bad_request
 from omnistage.entrypoints.openai.metrics import RequestTimer, ServerMetrics
@@ -53,6 +53,7 @@ from omnistage.entrypoints.openai.serving_common import (
     make_sampling,
     require_audio_support,
     resolve_voice,
+    top_k_of,
     usage_of,
 )
 from omnistage.entrypoints.openai.streaming import (
@@ -60,9 +61,11 @@ from omnistage.entrypoints.openai.streaming import (
     AbortingStreamingResponse,
     ClientDisconnected,
     engine_outputs,
+    prepare_admitted,
     run_until_disconnect,
     sse_event,
 )
+from omnistage.processing.prompt import ProcessedPrompt
 
 # Audio is not kept, but OpenAI's clients expect an expiry; an hour is what OpenAI gives.
 AUDIO_TTL_S = 3600
@@ -101,18 +104,19 @@ class ChatService:
         arrived = time.perf_counter()
         check_model(self.engine, body.model)
         audio = self._audio_output(body)
-        prompt = await self.builder.build(body.messages)
-        param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        budget = completion_budget(body.max_completion_tokens or body.max_tokens, len(prompt.token_ids),
-                                   self.engine.max_model_len, param)
-        sampling = make_sampling(max_tokens=budget, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                                 repetition_penalty=body.repetition_penalty, seed=body.seed, stop=body.stop_sequences)
+        top_k = top_k_of(self.engine, body.top_k)
+        plan = await self.builder.plan(body.messages)  # media fetched and their headers checked: nothing decoded
+        # Admitted before the decoding, which then runs in the bounded pool and stops if the client leaves.
+        ticket = self.admission.admit()
+        try:
+            prompt, sampling = await prepare_admitted(raw, ticket, self._prompt(body, plan, top_k))
+        except ClientDisconnected:
+            return Response(status_code=499)
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if audio else set()))
         request = OmniRequest(request_id=f"chatcmpl-{uuid.uuid4().hex}", prompt=prompt, modalities=modalities,
                               sampling=sampling, initial_codec_chunk_frames=body.initial_codec_chunk_frames,
                               stream=bool(body.stream),
                               **({"voice": audio.voice} if audio else {}))
-        ticket = self.admission.admit()  # last: a request refused for load has passed every other check
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             stream = self._stream(request, body.model, audio, include_usage, arrived, ticket)
@@ -127,6 +131,16 @@ class ChatService:
             ticket.release()
         reply = await self._reply(request.request_id, body.model, done, audio)
         return JSONResponse(reply.model_dump())
+
+    async def _prompt(self, body: ChatCompletionRequest, plan: PromptPlan, top_k: int | None,
+                      ) -> tuple[ProcessedPrompt, RequestSampling]:
+        prompt = await self.builder.build(plan)
+        param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+        budget = completion_budget(body.max_completion_tokens or body.max_tokens, len(prompt.token_ids),
+                                   self.engine.max_model_len, param)
+        sampling = make_sampling(max_tokens=budget, temperature=body.temperature, top_p=body.top_p, top_k=top_k,
+                                 repetition_penalty=body.repetition_penalty, seed=body.seed, stop=body.stop_sequences)
+        return prompt, sampling
 
     def _audio_output(self, body: ChatCompletionRequest) -> AudioOutput | None:
         wants_audio = "audio" in (body.modalities or ["text"])

@@ -44,6 +44,19 @@ def completion_budget(requested: int | None, prompt_len: int, max_model_len: int
     return requested if requested is not None else room
 
 
+def top_k_of(engine: OmniEngine, top_k: int | None) -> int | None:
+    """The request's top-k for the sampler: -1 and 0 mean off (vLLM's and HF's spellings); more than the
+    vocabulary is a 400 (the vocabulary is the tokenizer's, when the model has one)."""
+    if top_k is None or top_k <= 0:
+        return None if top_k is None else 0
+    tokenizer = getattr(engine.processor, "tokenizer", None)
+    vocab = len(tokenizer) if tokenizer is not None else None
+    if vocab is not None and top_k > vocab:
+        raise bad_request(f"top_k={top_k} is larger than the model's vocabulary of {vocab} tokens", param="top_k",
+                          code="invalid_value")
+    return top_k
+
+
 def make_sampling(*, max_tokens: int, temperature: float | None = None, top_p: float | None = None,
                   top_k: int | None = None, repetition_penalty: float | None = None, seed: int | None = None,
                   stop: Sequence[str] = ()) -> RequestSampling:

@@ -20,13 +20,13 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
-import anyio
 from fastapi import Request
 from fastapi.responses import Response
 
 from omnistage.audio import AudioFormat, StreamingAudioEncoder
 from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.admission import Admission, Ticket
+from omnistage.entrypoints.openai.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import APIError, bad_request
 from omnistage.entrypoints.openai.metrics import RequestTimer, ServerMetrics
@@ -46,12 +46,14 @@ from omnistage.entrypoints.openai.serving_common import (
     resolve_voice,
     usage_of,
 )
+from omnistage.entrypoints.openai.request_budget import over_budget
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.entrypoints.openai.streaming import (
     AbortingStreamingResponse,
     ClientDisconnected,
     engine_outputs,
     peek,
+    prepare_admitted,
     sse_event,
 )
 from omnistage.processing.prompt import ProcessedPrompt
@@ -64,16 +66,21 @@ _BUDGET_MARGIN = 16
 
 class SpeechService:
     def __init__(self, engine: OmniEngine, metrics: ServerMetrics, limits: ServerLimits,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, pool: DecodePool | None = None) -> None:
         self.engine = engine
         self.metrics = metrics
         self.limits = limits
         self.admission = admission or Admission(engine, limits.max_queued_requests)
+        self.pool = pool or DecodePool(limits.decode_workers)
 
     async def create(self, body: SpeechRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
-        request = await self._request(body)
-        ticket = self.admission.admit()
+        self._check(body)
+        ticket = self.admission.admit()  # before the tokenising, which runs in the bounded pool
+        try:
+            request = await prepare_admitted(raw, ticket, self._request(body))
+        except ClientDisconnected:
+            return Response(status_code=499)
         timer = self.metrics.track("/v1/audio/speech", arrived, streamed=True)
         encoded = self._encoded(request, body.audio_format, timer, ticket)
         try:
@@ -91,17 +98,23 @@ class SpeechService:
         return AbortingStreamingResponse(self._bytes(pieces, request), media_type=body.audio_format.media_type,
                                          upstream=encoded)
 
-    async def _request(self, body: SpeechRequest) -> OmniRequest:
+    def _check(self, body: SpeechRequest) -> None:
         check_model(self.engine, body.model)
         require_audio_support(self.engine, "model")
-        voice = resolve_voice(self.engine, body.voice_name, "voice")
+        resolve_voice(self.engine, body.voice_name, "voice")
         if body.speed != 1.0:
             raise bad_request("only speed=1.0 is supported", param="speed", code="unsupported_parameter")
         if len(body.input) > self.limits.max_speech_input_chars:
-            raise bad_request(f"input is {len(body.input)} characters; the limit is "
-                              f"{self.limits.max_speech_input_chars}", param="input", code="input_too_long")
+            raise over_budget("max_speech_input_chars", f"input is {len(body.input)} characters; the limit is "
+                              f"{self.limits.max_speech_input_chars}", "input", "input_too_long")
+        if body.instructions is not None and len(body.instructions) > self.limits.max_instructions_chars:
+            raise over_budget("max_instructions_chars", f"instructions are {len(body.instructions)} characters; "
+                              f"the limit is {self.limits.max_instructions_chars}", "instructions", "input_too_long")
+
+    async def _request(self, body: SpeechRequest) -> OmniRequest:
+        voice = resolve_voice(self.engine, body.voice_name, "voice")
         try:
-            prompt = await anyio.to_thread.run_sync(self._prompt, body)
+            prompt = await self.pool.run(self._prompt, body)
         except ValueError as exc:
             raise bad_request(f"could not build the prompt: {exc}", param="input") from exc
         prompt_len = len(prompt.token_ids)
@@ -111,7 +124,7 @@ class SpeechService:
                            modalities=frozenset({Modality.TEXT, Modality.AUDIO}),
                            sampling=make_sampling(max_tokens=budget), voice=voice)
 
-    def _prompt(self, body: SpeechRequest) -> ProcessedPrompt:
+    def _prompt(self, body: SpeechRequest, token: CancelToken) -> ProcessedPrompt:
         messages: list[dict[str, object]] = [
             {"role": "system", "content": body.instructions or DEFAULT_INSTRUCTIONS},
             {"role": "user", "content": body.input},

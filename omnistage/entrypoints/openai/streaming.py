@@ -98,6 +98,16 @@ async def run_until_disconnect(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
+async def prepare_admitted(request: Request, ticket: Ticket, work: Awaitable[T]) -> T:
+    """An admitted request's preparation (decoding, tokenising), until its client leaves
+    (``ClientDisconnected``); on any failure its admission ticket goes back before the error propagates."""
+    try:
+        return await run_until_disconnect(request, work)
+    except BaseException:
+        ticket.release()
+        raise
+
+
 async def peek(request: Request, items: AsyncGenerator[T, None]) -> tuple[T | None, AsyncGenerator[T, None]]:
     """Waits for the first item before any header is sent, so a failure up to then can still be
     an HTTP error; returns it (None if there is none) and a generator yielding it and the rest."""

@@ -1,0 +1,108 @@
+"""Connection timeouts uvicorn does not have, as its HTTP protocol class (``uvicorn.Config(http=...)``).
+
+* ``--header-timeout``: a request's headers must be complete within this many
+  seconds of the connection opening, or of the first byte of a later request
+  on it (between requests uvicorn's keep-alive timeout applies, but it stops
+  counting at that first byte). A slowloris client trickling header bytes is
+  cut off instead of holding a connection for ever.
+* ``--send-timeout``: when the client stops reading a response, the socket's
+  buffers fill and the transport pauses writing; if it stays paused this long
+  the connection is aborted. The app then sees the client gone, so the stream
+  is aborted in every stage and its admission place is freed.
+
+It subclasses the protocol uvicorn would pick itself (httptools or h11) and
+only adds timers around the hooks both implementations share; a WebSocket
+upgrade hands the transport to uvicorn's WebSocket protocol and cancels them
+(the realtime endpoint has its own idle and send timeouts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+logger = logging.getLogger(__name__)
+
+
+class _ConnectionGuard:
+    """Mixed in before uvicorn's HTTP protocol class; relies on its ``loop``, ``transport`` and ``cycle``."""
+
+    header_timeout_s: float = 15.0
+    send_timeout_s: float = 30.0
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    cycle: object
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._waiting_after: object = None
+        self._await_headers()
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_timer is None and self._between_requests():
+            self._await_headers()  # the first bytes of the next request on this connection
+        super().data_received(data)  # type: ignore[misc]
+        if self._header_timer is not None and self.cycle is not self._waiting_after:
+            self._cancel_header_timer()  # a new request's headers are complete
+
+    def handle_websocket_upgrade(self, *args: object) -> None:
+        self._cancel_timers()  # the transport now belongs to the WebSocket protocol
+        super().handle_websocket_upgrade(*args)  # type: ignore[misc]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # type: ignore[misc]
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.send_timeout_s, self._send_stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()  # type: ignore[misc]
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    # -- timers ----------------------------------------------------------------------------------
+    def _await_headers(self) -> None:
+        self._cancel_header_timer()
+        self._waiting_after = self.cycle  # the request before the one awaited (None on a new connection)
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _between_requests(self) -> bool:
+        return self.cycle is None or bool(getattr(self.cycle, "response_complete", True))
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.cycle is self._waiting_after and self._between_requests() and not self.transport.is_closing():
+            logger.info("closing a connection that sent no complete request headers in %g s", self.header_timeout_s)
+            self.transport.close()
+
+    def _send_stalled(self) -> None:
+        self._send_timer = None
+        if not self.transport.is_closing():
+            logger.warning("aborting a response: its client read nothing for %g s (--send-timeout)",
+                           self.send_timeout_s)
+        self.transport.abort()  # the app sees the client gone: its request is aborted, its place freed
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _cancel_timers(self) -> None:
+        self._cancel_header_timer()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+
+def guarded_http_protocol(header_timeout_s: float, send_timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's own HTTP protocol class with the two timeouts, for ``uvicorn.Config(http=...)``."""
+    return type("GuardedHTTPProtocol", (_ConnectionGuard, AutoHTTPProtocol),
+                {"header_timeout_s": header_timeout_s, "send_timeout_s": send_timeout_s})
