@@ -25,8 +25,14 @@ from omnistage.runner.sampler import Sampler
 from omnistage.runner.step_hook import StepHook
 
 
-def default_backend(device: torch.device) -> AttentionBackend:
+def default_backend(device: torch.device, block_size: int = 16) -> AttentionBackend:
+    """CUDA: the Triton paged kernel (tl.dot wants blocks of 16+ rows, a power of two), else torch SDPA over a
+    gathered context; elsewhere: torch, decode reading the cache in place."""
     if device.type == "cuda":
+        from omnistage.layers.attention import triton_paged
+
+        if triton_paged.AVAILABLE and block_size >= 16 and block_size & (block_size - 1) == 0:
+            return triton_paged.TritonPagedBackend()
         from omnistage.layers.attention.torch_sdpa_cuda import CudaSDPABackend
 
         return CudaSDPABackend()
@@ -59,7 +65,7 @@ class ARModelRunner:
         self.device = torch.device(config.device)
         self.hook = hook or StepHook()
         self.hook.bind(config)
-        self.backend = backend or default_backend(self.device)
+        self.backend = backend or default_backend(self.device, config.block_size)
         self.num_blocks = config.num_blocks
         self.kv_caches = allocate_kv_caches(tuple(model.kv_cache_spec()), config)
         self.mrope = model_uses_mrope(model)
