@@ -102,3 +102,21 @@ def test_moe_matches_transformers(shared: bool, norm_topk: bool, num_tokens: int
         expected = ref(x[None])[0]
         got = ours(x)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_rope_in_bf16_rotates_in_float32() -> None:
+    """bf16 q/k are rotated with float32 angles and arithmetic, then rounded once: closer to the fp32 result
+    than rotating with bf16 cos/sin."""
+    ours = RotaryEmbedding(64, 1e6)
+    positions = torch.arange(4000, 4007)
+    torch.manual_seed(0)
+    q, k = torch.randn(7, 4, 64), torch.randn(7, 2, 64)
+    cos, sin = ours(positions)
+    want_q, _ = apply_rotary(q, k, cos, sin)
+    got_q, got_k = apply_rotary(q.bfloat16(), k.bfloat16(), cos, sin)
+    assert got_q.dtype == torch.bfloat16 and got_k.dtype == torch.bfloat16
+    bf16_angles, _ = apply_rotary(q.bfloat16(), k.bfloat16(), cos.bfloat16(), sin.bfloat16())
+    err_fp32 = (got_q.float() - want_q).abs().max()
+    err_bf16 = (bf16_angles.float() - want_q).abs().max()
+    assert err_fp32 < err_bf16
+    torch.testing.assert_close(got_q.float(), want_q, atol=2e-2, rtol=1e-2)  # one bf16 rounding
