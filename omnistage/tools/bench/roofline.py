@@ -9,9 +9,9 @@ cache); the machine's copy bandwidth, measured in the same run; and
 ``floor_ratio`` = step time / (bytes / bandwidth). 1.0 would be a step that
 only streams what it must read.
 
-Steps are timed without hooks; the bytes are counted over as many following
-steps with hooks (their expert choice and context lengths are the same
-distribution), and averaged.
+Steps are timed without hooks (on CUDA through the decode CUDA graphs); the
+bytes are counted over as many following steps, run eagerly with hooks (their
+expert choice and context lengths are the same distribution), and averaged.
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def measure_ar(model_dir: str, stage_name: str, batches: list[int], steps: int, 
         for _ in range(4):  # prefill (one step: the budget covers every prompt), then warm-up decodes
             core.step()
         step_ms = _timed(core.step, steps, device)
+        core.runner.graphs = None  # a graph replay runs no Python hooks: count the bytes on eager steps
         rows.append((batch, step_ms, _counted(stage.model, core.step, steps)))
         del core
     return rows
