@@ -48,10 +48,10 @@ def experts_sorted(
 
 
 def _linear_into(out: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor) -> None:
-    """``out = rows @ weight.T``. One or two rows go as ``weight @ rows.T``: BLAS then streams the weight
-    like a matrix-vector product, where the row-major form packs it first (measured on x86 CPUs with one
-    thread: about 1.5x the bandwidth for two rows)."""
-    if rows.shape[0] <= 2:
+    """``out = rows @ weight.T``. Up to three rows go as ``weight @ rows.T``: BLAS then streams the weight
+    like a matrix-vector product, where the row-major form packs it first (measured with one thread on an
+    AMD EPYC, MKL: 1.3-2x faster for 1-3 rows at both the medium and the real expert sizes)."""
+    if rows.shape[0] <= 3:
         out.copy_(torch.mm(weight, rows.t()).t())
     else:
         torch.mm(rows, weight.t(), out=out)

@@ -28,27 +28,31 @@ def block_runs(table: list[int], first: int, last: int) -> list[tuple[int, int, 
 
 
 def decode_in_place(
-    q: torch.Tensor, kv_cache: torch.Tensor, table: list[int], context_len: int, scale: float,
-    window: int | None = None,
-) -> torch.Tensor:
-    """One query ``[H, D]`` (the sequence's last position) over its cached context → ``[H, D]``."""
-    block_size, num_kv_heads, head_dim = kv_cache.shape[2], kv_cache.shape[3], kv_cache.shape[4]
+    q: torch.Tensor, kv_cache: torch.Tensor, table: list[int], context_len: int, window: int | None,
+    out: torch.Tensor,
+) -> None:
+    """One query ``[H, D]`` (already scaled; the sequence's last position) over its cached context, written
+    into ``out [H, D]``. Kept to a few torch calls per run: it runs once per sequence and layer."""
+    page, num_kv_heads, head_dim = kv_cache.shape[2], kv_cache.shape[3], kv_cache.shape[4]
     first_pos = 0 if window is None else max(0, context_len - window)
-    runs = block_runs(table, first_pos // block_size, (context_len - 1) // block_size)
+    runs = block_runs(table, first_pos // page, (context_len - 1) // page)
     qg = q.view(num_kv_heads, -1, head_dim)  # [Hkv, G, D]: the G query heads that share each KV head
-    values, scores = [], []
+    keys, values = kv_cache[0], kv_cache[1]
+    spans, scores = [], []
     for block, count, index in runs:
-        lo = max(first_pos - index * block_size, 0)
-        hi = min(context_len - index * block_size, count * block_size)
-        k = kv_cache[0, block:block + count].flatten(0, 1)[lo:hi]  # [L, Hkv, D], a view
-        v = kv_cache[1, block:block + count].flatten(0, 1)[lo:hi]
-        values.append(v)
-        scores.append(torch.matmul(qg, k.permute(1, 2, 0)))  # [Hkv, G, L]
-    joined = scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1)
-    probs = torch.softmax(joined.mul_(scale), dim=-1, dtype=torch.float32).to(q.dtype)
-    out, start = None, 0
-    for v in values:
-        part = torch.matmul(probs[..., start:start + v.shape[0]], v.transpose(0, 1))  # [Hkv, G, D]
-        out = part if out is None else out.add_(part)
-        start += v.shape[0]
-    return out.view(-1, head_dim)
+        lo = max(first_pos - index * page, 0)
+        hi = min(context_len - index * page, count * page)
+        k = keys[block:block + count].view(count * page, num_kv_heads, head_dim)[lo:hi]  # a view
+        spans.append((block, count, lo, hi))
+        scores.append(torch.bmm(qg, k.permute(1, 2, 0)))  # [Hkv, G, L]
+    probs = torch.softmax(scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1), dim=-1)
+    target = out.view(num_kv_heads, -1, head_dim)
+    start = 0
+    for i, (block, count, lo, hi) in enumerate(spans):
+        v = values[block:block + count].view(count * page, num_kv_heads, head_dim)[lo:hi].transpose(0, 1)
+        part = probs[..., start:start + hi - lo] if len(spans) > 1 else probs
+        if i == 0:
+            torch.bmm(part, v, out=target)
+        else:
+            target.baddbmm_(part, v)
+        start += hi - lo

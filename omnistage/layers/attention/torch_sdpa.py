@@ -61,16 +61,17 @@ class TorchSDPABackend(AttentionBackend):
         scale: float,
         sliding_window: int | None = None,
     ) -> torch.Tensor:
+        out = torch.empty_like(q)
         if kv_cache is not None:
             store_kv(kv_cache, k, v, meta.slot_mapping)
             tables = meta.block_table_rows()
-        out = torch.empty_like(q)
+            scaled = q * scale  # once for all decode rows
         start = 0
         for i, q_len in enumerate(meta.query_lens):
             end = start + q_len
             ctx_len = meta.context_lens_cpu[i]
             if kv_cache is not None and q_len == 1:
-                out[start] = decode_in_place(q[start], kv_cache, tables[i], ctx_len, scale, sliding_window)
+                decode_in_place(scaled[start], kv_cache, tables[i], ctx_len, sliding_window, out[start])
             else:
                 if kv_cache is None or q_len == ctx_len:  # nothing cached before these tokens
                     ks, vs = k[start:end], v[start:end]
