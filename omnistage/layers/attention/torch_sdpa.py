@@ -5,7 +5,8 @@ per sequence: a decode row (one new token) reads its context in place through
 its block table (:mod:`omnistage.layers.attention.paged_cpu`, no copy); a
 fresh prompt attends among its own new keys/values (nothing to read back);
 only a prefill continuing a cached prefix (chunked prefill, prefix-cache hit)
-gathers its context and runs one masked SDPA call.
+gathers its context and runs one masked SDPA call. On a GPU (the code
+predictor's private cache) decode-only steps stay one padded, gathered call.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class TorchSDPABackend(AttentionBackend):
         scale: float,
         sliding_window: int | None = None,
     ) -> torch.Tensor:
+        if kv_cache is not None and q.is_cuda and meta.is_decode_only and sliding_window is None:
+            # On a GPU a per-sequence loop costs launches, not bytes: one padded call (the code predictor's
+            # private cache runs here; engine stages get the Triton paged kernel).
+            store_kv(kv_cache, k, v, meta.slot_mapping)
+            return self._decode(q, kv_cache, meta, scale)
         out = torch.empty_like(q)
         if kv_cache is not None:
             store_kv(kv_cache, k, v, meta.slot_mapping)
