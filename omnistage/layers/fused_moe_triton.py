@@ -136,6 +136,7 @@ def fused_experts(
         raise RuntimeError("fused_experts needs Triton (pip install triton)")
     num_tokens, top_k = ids.shape
     num_pairs = num_tokens * top_k
+    x = x.contiguous()
     block_m = _block_m(num_pairs, gate_up.shape[0])
     layout = align_pairs(ids, gate_up.shape[0], block_m)
     hidden = _expert_gemm(x, gate_up, layout, num_pairs, top_k, block_m, None)

@@ -40,6 +40,7 @@ if AVAILABLE:
         stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_ot, stride_oh, stride_bt,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
         HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr, WINDOWED: tl.constexpr,
+        IEEE_FP32: tl.constexpr,
     ):
         seq = tl.program_id(0)
         tile = tl.program_id(1)
@@ -75,7 +76,10 @@ if AVAILABLE:
             kv_off = block * stride_kb + offs[:, None] * stride_kt + kv_head * stride_kh + dims[None, :]
             k = tl.load(k_cache_ptr + kv_off, mask=dim_ok[None, :], other=0.0)
             v = tl.load(v_cache_ptr + kv_off, mask=dim_ok[None, :], other=0.0)
-            scores = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+            if IEEE_FP32:  # fp32 models: no TF32 rounding of q.k
+                scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            else:
+                scores = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
             k_pos = j * PAGE + offs
             keep = row_ok[:, None] & (k_pos[None, :] <= q_pos[:, None]) & (k_pos[None, :] < context)
             if WINDOWED:
@@ -86,7 +90,10 @@ if AVAILABLE:
             p = tl.exp(scores - m_safe[:, None])
             alpha = tl.exp(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+            if IEEE_FP32:
+                acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
             m_i = m_new
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         o_ptrs = out_ptr + (q_start + q_idx).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
@@ -104,6 +111,8 @@ def paged_attention(
     num_kv_heads, head_dim, page = kv_cache.shape[3], kv_cache.shape[4], kv_cache.shape[2]
     if page & (page - 1):
         raise ValueError(f"the Triton paged kernel needs a power-of-two block size, got {page}")
+    if q.stride(-1) != 1:  # the kernel walks head dims with unit stride
+        q = q.contiguous()
     group = q.shape[1] // num_kv_heads
     group_pad = _pow2(group)
     max_q = max(meta.query_lens)
@@ -119,6 +128,7 @@ def paged_attention(
         out.stride(0), out.stride(1), meta.block_tables.stride(0),
         GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD_DIM=head_dim,
         D_PAD=max(16, _pow2(head_dim)), PAGE=page, WINDOWED=sliding_window is not None,
+        IEEE_FP32=q.dtype == torch.float32,
     )
     return out
 
