@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from omnistage.layers.attention.paged_cpu import block_runs, decode_in_place
+from omnistage.layers.attention.paged_cpu import CacheViews, block_runs, decode_in_place
 from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
 from tests.layers.paged_cases import dense_attention, make_case
 
@@ -67,9 +67,10 @@ def test_decode_reads_the_cache_in_place() -> None:
     table = case.meta.block_table_rows()[0]
     TorchSDPABackend().forward(case.q, case.k, case.v, case.kv_cache, case.meta, SCALE)  # stores the new key
     out = torch.empty(1, 8, 32)
-    scaled = case.q[0] * SCALE
+    scaled = (case.q[0] * SCALE).view(2, 4, 32)
+    cache = CacheViews.of(case.kv_cache)
     with _Allocations() as alloc:
-        decode_in_place(scaled, case.kv_cache, table, 64, None, out[0])
+        decode_in_place(scaled, cache, table, 64, None, out[0].view(2, 4, 32))
     context_keys = 64 * 2 * 32
     assert alloc.largest < context_keys // 4  # scores are 8 x 64; the output 8 x 32
     torch.testing.assert_close(out, dense_attention(case, SCALE), **TOL)

@@ -13,6 +13,8 @@ overlap it.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 
@@ -27,32 +29,44 @@ def block_runs(table: list[int], first: int, last: int) -> list[tuple[int, int, 
     return runs
 
 
+class CacheViews(NamedTuple):
+    """One layer's cache as flat views made once per forward: keys ``[Hkv, D, slots]``, values ``[Hkv, slots, D]``
+    (slot = block * page + offset), so each run of a sequence is one slice of each."""
+
+    keys_t: torch.Tensor
+    values: torch.Tensor
+    page: int
+
+    @classmethod
+    def of(cls, kv_cache: torch.Tensor) -> CacheViews:
+        blocks, page, num_kv_heads, head_dim = kv_cache.shape[1:]
+        flat = kv_cache.view(2, blocks * page, num_kv_heads, head_dim)
+        return cls(flat[0].permute(1, 2, 0), flat[1].transpose(0, 1), page)
+
+
 def decode_in_place(
-    q: torch.Tensor, kv_cache: torch.Tensor, table: list[int], context_len: int, window: int | None,
-    out: torch.Tensor,
+    q: torch.Tensor, cache: CacheViews, table: list[int], context_len: int, window: int | None, out: torch.Tensor
 ) -> None:
-    """One query ``[H, D]`` (already scaled; the sequence's last position) over its cached context, written
-    into ``out [H, D]``. Kept to a few torch calls per run: it runs once per sequence and layer."""
-    page, num_kv_heads, head_dim = kv_cache.shape[2], kv_cache.shape[3], kv_cache.shape[4]
+    """One query ``[Hkv, G, D]`` (already scaled; the sequence's last position) over its cached context, written
+    into ``out [Hkv, G, D]``. A handful of torch calls per run: it runs once per sequence and layer."""
+    page = cache.page
     first_pos = 0 if window is None else max(0, context_len - window)
     runs = block_runs(table, first_pos // page, (context_len - 1) // page)
-    qg = q.view(num_kv_heads, -1, head_dim)  # [Hkv, G, D]: the G query heads that share each KV head
-    keys, values = kv_cache[0], kv_cache[1]
     spans, scores = [], []
     for block, count, index in runs:
-        lo = max(first_pos - index * page, 0)
-        hi = min(context_len - index * page, count * page)
-        k = keys[block:block + count].view(count * page, num_kv_heads, head_dim)[lo:hi]  # a view
-        spans.append((block, count, lo, hi))
-        scores.append(torch.bmm(qg, k.permute(1, 2, 0)))  # [Hkv, G, L]
+        start = block * page + max(first_pos - index * page, 0)
+        end = block * page + min(context_len - index * page, count * page)
+        spans.append((start, end))
+        scores.append(torch.bmm(q, cache.keys_t[:, :, start:end]))  # [Hkv, G, L]
     probs = torch.softmax(scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1), dim=-1)
-    target = out.view(num_kv_heads, -1, head_dim)
-    start = 0
-    for i, (block, count, lo, hi) in enumerate(spans):
-        v = values[block:block + count].view(count * page, num_kv_heads, head_dim)[lo:hi].transpose(0, 1)
-        part = probs[..., start:start + hi - lo] if len(spans) > 1 else probs
+    if len(spans) == 1:
+        torch.bmm(probs, cache.values[:, spans[0][0]:spans[0][1]], out=out)
+        return
+    offset = 0
+    for i, (start, end) in enumerate(spans):
+        part = probs[..., offset:offset + end - start]
         if i == 0:
-            torch.bmm(part, v, out=target)
+            torch.bmm(part, cache.values[:, start:end], out=out)
         else:
-            target.baddbmm_(part, v)
-        start += hi - lo
+            out.baddbmm_(part, cache.values[:, start:end])
+        offset += end - start

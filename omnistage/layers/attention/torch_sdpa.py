@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from omnistage.layers.attention.base import AttentionBackend, AttentionMetadata
-from omnistage.layers.attention.paged_cpu import decode_in_place
+from omnistage.layers.attention.paged_cpu import CacheViews, decode_in_place
 
 
 def store_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -71,13 +71,16 @@ class TorchSDPABackend(AttentionBackend):
         if kv_cache is not None:
             store_kv(kv_cache, k, v, meta.slot_mapping)
             tables = meta.block_table_rows()
-            scaled = q * scale  # once for all decode rows
+            cache = CacheViews.of(kv_cache)
+            grouped = (kv_cache.shape[3], -1, q.shape[-1])  # [Hkv, G, D] per row
+            scaled = (q * scale).view(q.shape[0], *grouped)  # once for all decode rows
+            out_grouped = out.view(q.shape[0], *grouped)
         start = 0
         for i, q_len in enumerate(meta.query_lens):
             end = start + q_len
             ctx_len = meta.context_lens_cpu[i]
             if kv_cache is not None and q_len == 1:
-                decode_in_place(scaled[start], kv_cache, tables[i], ctx_len, sliding_window, out[start])
+                decode_in_place(scaled[start], cache, tables[i], ctx_len, sliding_window, out_grouped[start])
             else:
                 if kv_cache is None or q_len == ctx_len:  # nothing cached before these tokens
                     ks, vs = k[start:end], v[start:end]
