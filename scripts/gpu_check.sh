@@ -1,15 +1,50 @@
 #!/usr/bin/env bash
-# CUDA graphs vs eager for the thinker decoder at Qwen3-Omni-30B-A3B sizes (random weights) on one GPU:
-# parity, decode step ms at batch 1 and 16 with/without graphs, and the HBM-bandwidth bound. < 8 minutes.
-# Without CUDA it says so and exits 0. Extra arguments go to scripts/gpu_check.py (--tiny, --layers N, --json F).
-set -euo pipefail
+# One-GPU check of the decode path, under 8 minutes (docs/architecture.md, "Decode at the memory floor"):
+#   1. roofline at the real Qwen3-Omni-30B-A3B widths: `bench roofline` on the slice checkpoint (made here if
+#      absent), thinker and talker, batch 1 and 16, bf16, CUDA graphs: step ms, bytes, HBM copy bandwidth;
+#   2. kernel parity vs the torch paths: the fused MoE and paged-attention Triton kernels, CUDA graphs
+#      (pytest -m gpu);
+#   3. CUDA graphs vs eager for the thinker decoder at real widths (scripts/gpu_check.py).
+# Figures go to $OUT (default gpu_check_out/) as JSON. Without CUDA it says so and exits 0.
+# --cpu runs the same entry points on CPU at toy sizes (Triton interpreted) to check the script itself.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  if [[ " $* " != *" --tiny "* ]]; then
-    echo "gpu_check: CUDA is not available on this machine; nothing to check (try: $0 --tiny for a CPU sanity run)"
-    exit 0
-  fi
+OUT=${OUT:-gpu_check_out}
+mkdir -p "$OUT"
+MODE=cuda
+[[ "${1:-}" == "--cpu" ]] && MODE=cpu
+if [[ $MODE == cuda ]] && ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "gpu_check: CUDA is not available on this machine; nothing to check (try: $0 --cpu)"
+  exit 0
 fi
-exec timeout 480 "$PY" scripts/gpu_check.py "$@"
+OMNI=("$PY" -m omnistage.entrypoints.cli)
+if [[ $MODE == cuda ]]; then
+  MODEL=slice; DEVICE=cuda; DTYPE=bfloat16; THREADS=4; PARITY=(-m gpu); GRAPHS=(--layers 24)
+else
+  MODEL=tiny; DEVICE=cpu; DTYPE=float32; THREADS=1; PARITY=(-k "triton or in_place or gathered"); GRAPHS=(--tiny)
+fi
+FAILED=()
+
+step() {  # step NAME SECONDS COMMAND...: runs with a time limit, records a failure, goes on
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit}s) [$(date +%T)]"
+  if ! timeout "$limit" "$@"; then FAILED+=("$name"); echo "=== $name FAILED"; fi
+}
+
+START=$SECONDS
+step "make the $MODEL checkpoint" 120 "${OMNI[@]}" make-tiny --size "$MODEL" --cached
+for stage in thinker talker; do
+  step "roofline $stage" 80 "${OMNI[@]}" bench roofline --model "$MODEL" --stage "$stage" --batch 1,16 \
+    --device "$DEVICE" --dtype "$DTYPE" --threads "$THREADS" --steps 10 --json "$OUT/roofline_$stage.json"
+done
+step "kernel parity" 60 "$PY" -m pytest -q -p no:cacheprovider "${PARITY[@]}" \
+  tests/layers/test_moe_paths.py tests/layers/test_paged_attention.py tests/runner/test_cuda_graph.py
+step "CUDA graphs vs eager" 120 "$PY" scripts/gpu_check.py "${GRAPHS[@]}" --json "$OUT/graphs.json"
+echo "gpu_check: done in $((SECONDS - START)) s; figures in $OUT/"
+if ((${#FAILED[@]})); then
+  echo "gpu_check: FAILED: ${FAILED[*]}"
+  exit 1
+fi

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+# Without CUDA, Triton kernels can only run under Triton's interpreter (numpy on CPU tensors). The switch is
+# read when triton is first imported, so it is set here, before any test module imports it.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -31,3 +37,11 @@ def medium_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from omnistage.tools.make_tiny import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("medium"), seed=0, size=MEDIUM)
+
+
+@pytest.fixture
+def interpreted_triton() -> None:
+    """Skips unless Triton is installed and interpreted (kernels then take CPU tensors)."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels are interpreted only on machines without CUDA")

@@ -8,14 +8,17 @@ dotted path (``stages[1].engine.block_size: must be >= 1``). A stage's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import yaml
 
+from omnistage.config.memory import parse_bytes
+
 PRESETS = Path(__file__).parent / "presets"
 STAGE_KINDS = ("ar", "generation")
 DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: bfloat16 on CUDA, float32 on CPU
 
 
 class ConfigError(ValueError):
@@ -32,6 +35,21 @@ class EngineSettings:
     # Order of runnable work: "fifo" (arrival, round-robin) or "deadline" (streams whose buffered audio runs
     # out first go first; code2wav stage).
     scheduling: str = "fifo"
+    # KV cache sized from memory instead of num_kv_blocks (engine/kv_sizing.py): bytes (YAML may say "2GiB"),
+    # or on CUDA the fraction of the device the stage may use in all. 0 = not set; kv_cache_memory wins.
+    kv_cache_memory: int = 0
+    gpu_memory_utilization: float = 0.0
+    # Longest prompt + output; 0 = the model's max positions (capped by num_kv_blocks when no budget is set).
+    max_model_len: int = 0
+
+    @property
+    def sized_from_memory(self) -> bool:
+        return bool(self.kv_cache_memory or self.gpu_memory_utilization)
+
+    def model_len(self, max_positions: int) -> int:
+        """The context one request may reach: capped by the pool only when the pool has a fixed size."""
+        length = min(max_positions, self.max_model_len) if self.max_model_len else max_positions
+        return length if self.sized_from_memory else min(length, self.num_kv_blocks * self.block_size)
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,7 @@ class StageSpec:
     model: str
     replicas: int = 1
     device: str = "auto"
+    dtype: str = "auto"
     engine: EngineSettings = field(default_factory=EngineSettings)
     sampling: StageSampling = field(default_factory=StageSampling)
     placement: PlacementSpec = field(default_factory=PlacementSpec)
@@ -131,10 +150,17 @@ def _build(cls: type, data: object, path: str):  # noqa: ANN202 - returns an ins
 
 
 def _engine(data: object, path: str) -> EngineSettings:
+    if isinstance(data, dict) and "kv_cache_memory" in data:
+        try:
+            data = {**data, "kv_cache_memory": parse_bytes(data["kv_cache_memory"])}
+        except ValueError as exc:
+            raise ConfigError(f"{path}.kv_cache_memory: {exc}") from None
     e = _build(EngineSettings, data, path)
     for name in ("block_size", "num_kv_blocks", "max_num_seqs", "max_num_batched_tokens"):
         _check(getattr(e, name) >= 1, f"{path}.{name}", "must be >= 1")
     _check(e.scheduling in ("fifo", "deadline"), f"{path}.scheduling", "must be 'fifo' or 'deadline'")
+    _check(0.0 <= e.gpu_memory_utilization <= 1.0, f"{path}.gpu_memory_utilization", "must be in [0, 1]")
+    _check(e.max_model_len >= 0, f"{path}.max_model_len", "must be >= 0")
     return e
 
 
@@ -180,6 +206,7 @@ def _stage(data: object, path: str) -> StageSpec:
     _check(bool(spec.name), f"{path}.name", "must not be empty")
     _check(spec.kind in STAGE_KINDS, f"{path}.kind", f"must be one of {STAGE_KINDS}")
     _check(spec.device in DEVICES, f"{path}.device", f"must be one of {DEVICES}")
+    _check(spec.dtype in DTYPES, f"{path}.dtype", f"must be one of {DTYPES}")
     _check(spec.replicas >= 1, f"{path}.replicas", "must be >= 1")
     return StageSpec(**{**{f.name: getattr(spec, f.name) for f in fields(StageSpec)},
                         "engine": _engine(data.get("engine", {}), f"{path}.engine"),
@@ -228,3 +255,55 @@ def load_pipeline(path: str | Path) -> PipelineSpec:
 
 def load_preset(name: str) -> PipelineSpec:
     return load_pipeline(PRESETS / f"{name}.yaml")
+
+
+# Command-line overrides ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageOverrides:
+    """``serve`` flags applied over the stage config: a value for every stage (key ``""``) or per stage name.
+
+    Memory settings go to autoregressive stages only (code2wav keeps no KV cache).
+    """
+
+    dtype: str = ""
+    kv_cache_memory: tuple[tuple[str, int], ...] = ()
+    gpu_memory_utilization: tuple[tuple[str, float], ...] = ()
+
+
+def per_stage(text: str, parse) -> tuple[tuple[str, object], ...]:  # noqa: ANN001 - parse: str -> value
+    """``2GiB`` → ``(("", v),)``; ``thinker=2GiB,talker=1GiB`` → per-stage pairs."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, value = part.rpartition("=")
+        pairs.append((name.strip(), parse(value.strip())))
+    if not pairs:
+        raise ValueError(f"no value in {text!r}")
+    return tuple(pairs)
+
+
+def _override(pairs: tuple[tuple[str, object], ...], stage: str, current: object) -> object:
+    value = current
+    for name, given in pairs:
+        if name in ("", stage):
+            value = given
+    return value
+
+
+def apply_overrides(spec: PipelineSpec, overrides: StageOverrides) -> PipelineSpec:
+    names = set(spec.stage_names)
+    for name, _ in (*overrides.kv_cache_memory, *overrides.gpu_memory_utilization):
+        _check(not name or name in names, "--kv-cache-memory/--gpu-memory-utilization", f"unknown stage {name!r}")
+    _check(overrides.dtype in ("", *DTYPES), "--dtype", f"must be one of {DTYPES}")
+    stages = []
+    for stage in spec.stages:
+        engine = stage.engine
+        if stage.kind == "ar":
+            engine = replace(engine,
+                             kv_cache_memory=_override(overrides.kv_cache_memory, stage.name, engine.kv_cache_memory),
+                             gpu_memory_utilization=_override(overrides.gpu_memory_utilization, stage.name,
+                                                              engine.gpu_memory_utilization))
+        _check(0.0 <= engine.gpu_memory_utilization <= 1.0, "--gpu-memory-utilization", "must be in [0, 1]")
+        stages.append(replace(stage, engine=engine, dtype=overrides.dtype or stage.dtype))
+    return replace(spec, stages=tuple(stages))

@@ -21,7 +21,10 @@ class EngineConfig:
     max_num_batched_tokens: the per-step token budget covering prefill and decode alike.
     long_prefill_token_threshold: cap on one request's prefill chunk per step, so a long
         multimodal prompt is spread over steps instead of stalling running decodes; 0 = budget.
-    num_blocks: KV blocks per layer including the reserved null block.
+    num_blocks: KV blocks per layer including the reserved null block, unless a budget below sizes the pool.
+    kv_cache_memory: bytes for the KV cache (0: not set); the runner sizes num_blocks from it.
+    gpu_memory_utilization: on CUDA, the fraction of the device the stage may use (0: not set); the runner
+        profiles weights and a worst-case forward and gives the rest to the KV cache.
     cuda_graph_max_batch: largest decode batch captured as a CUDA graph (0 disables).
     """
 
@@ -36,6 +39,8 @@ class EngineConfig:
     dtype: torch.dtype = torch.float32
     enforce_eager: bool = False
     cuda_graph_max_batch: int = 64
+    kv_cache_memory: int = 0
+    gpu_memory_utilization: float = 0.0
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.num_blocks < 2:
@@ -44,6 +49,8 @@ class EngineConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must cover one decode token per sequence")
+        if self.kv_cache_memory < 0 or not 0.0 <= self.gpu_memory_utilization <= 1.0:
+            raise ValueError("kv_cache_memory must be >= 0 and gpu_memory_utilization in [0, 1]")
 
     @property
     def max_blocks_per_seq(self) -> int:

@@ -104,6 +104,7 @@ class ReplicaLoad(msgspec.Struct, frozen=True):
     running: int = 0
     kv_blocks_used: int = 0
     kv_blocks_total: int = 0
+    kv_block_bytes: int = 0  # one block over all layers; the pool's bytes = (total + null block) * this
 
 
 class ThinkerTokens(msgspec.Struct, tag=True):

@@ -2,15 +2,11 @@
 
 Expert weights are stored fused, as the checkpoint stores them:
 ``gate_up_proj [E, 2I, H]`` (gate rows first, then up rows) and ``down_proj
-[E, H, I]``. Two compute paths give the same result:
-
-* grouped: (token, expert) pairs are sorted by expert and each *active* expert
-  runs one matmul over its rows. Cost follows the tokens; needs one host sync to
-  learn the group sizes. Used for prefill-sized batches.
-* gathered: each pair gathers its expert's weights and one batched matmul runs
-  them all. No host sync (CUDA-graph friendly), but it reads ``T * top_k``
-  weight slabs, so it is used only while that is no more than reading every
-  expert once (``T * top_k <= num_experts``): decode of small batches.
+[E, H, I]``. Each step reads each *active* expert's weights once and copies
+none: on CUDA with Triton one fused kernel over all experts
+(:mod:`omnistage.layers.fused_moe_triton`: no host sync, CUDA-graph capturable),
+elsewhere one matmul per active expert on a view of its weights
+(:mod:`omnistage.layers.moe_torch`).
 """
 
 from __future__ import annotations
@@ -19,7 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omnistage.layers import fused_moe_triton
 from omnistage.layers.linear import GatedMLP, activation
+from omnistage.layers.moe_torch import experts_sorted
 
 
 class TopKRouter(nn.Module):
@@ -51,44 +49,12 @@ class FusedExperts(nn.Module):
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
         self.act = activation(hidden_act)
-        self.gather_max_pairs = num_experts
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """x ``[T, H]``, ids/weights ``[T, k]`` -> ``sum_k weight * expert(x)`` ``[T, H]``."""
-        if ids.numel() <= self.gather_max_pairs:
-            return self.forward_gathered(x, ids, weights)
-        return self.forward_grouped(x, ids, weights)
-
-    def forward_grouped(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        top_k = ids.shape[1]
-        flat = ids.flatten()
-        order = torch.argsort(flat, stable=True)
-        token_of_pair = order // top_k
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()  # the one host sync
-        rows = x.index_select(0, token_of_pair)
-        out = torch.empty_like(rows)
-        start = 0
-        for expert, n in enumerate(counts):
-            if n:
-                out[start : start + n] = self._expert(rows[start : start + n], expert)
-                start += n
-        out = out * weights.flatten()[order, None]
-        # Pairs are in expert order, so each token sums its experts in ascending
-        # expert id, the reference's order.
-        return torch.zeros_like(x).index_add_(0, token_of_pair, out)
-
-    def forward_gathered(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        num_tokens, top_k = ids.shape
-        flat = ids.flatten()
-        rows = x.repeat_interleave(top_k, dim=0)[:, :, None]  # [P, H, 1]
-        gate, up = torch.bmm(self.gate_up_proj[flat], rows)[..., 0].chunk(2, dim=-1)
-        hidden = (self.act(gate) * up)[:, :, None]
-        out = torch.bmm(self.down_proj[flat], hidden)[..., 0]  # [P, H]
-        return (out.view(num_tokens, top_k, -1) * weights[..., None]).sum(dim=1)
-
-    def _expert(self, rows: torch.Tensor, expert: int) -> torch.Tensor:
-        gate, up = F.linear(rows, self.gate_up_proj[expert]).chunk(2, dim=-1)
-        return F.linear(self.act(gate) * up, self.down_proj[expert])
+        if x.is_cuda and fused_moe_triton.AVAILABLE:
+            return fused_moe_triton.fused_experts(x, ids, weights, self.gate_up_proj, self.down_proj, self.act)
+        return experts_sorted(x, ids, weights, self.gate_up_proj, self.down_proj, self.act)
 
 
 class SparseMoeBlock(nn.Module):

@@ -1,4 +1,4 @@
-"""RMSNorm, computed in float32 whatever the activation dtype (as Qwen3 does)."""
+"""RMSNorm, computed in float32 whatever the activation dtype (as Qwen3 does; bf16 models keep it so)."""
 
 from __future__ import annotations
 

@@ -45,9 +45,16 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotates q ``[T, H, D]`` and k ``[T, Hkv, D]`` by per-token cos/sin ``[T, D]`` (neox halves layout)."""
+    """Rotates q ``[T, H, D]`` and k ``[T, Hkv, D]`` by per-token cos/sin ``[T, D]`` (neox halves layout).
+
+    The rotation runs in cos/sin's dtype (float32 from :class:`RotaryEmbedding` by default) and the result
+    is cast back to q's: with bf16 activations the angles of far positions keep their precision, as the peer
+    keeps RoPE in float32 (for fp32 models this is the plain rotation).
+    """
+    dtype = q.dtype
     cos, sin = cos[:, None, :], sin[:, None, :]
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    q, k = q.to(cos.dtype), k.to(cos.dtype)
+    return (q * cos + rotate_half(q) * sin).to(dtype), (k * cos + rotate_half(k) * sin).to(dtype)
 
 
 class RotaryEmbedding(nn.Module):

@@ -7,7 +7,17 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omnistage.config.pipeline import ConfigError, PipelineSpec, load_pipeline, load_preset
+from omnistage.config.memory import parse_bytes
+from omnistage.config.pipeline import (
+    DTYPES,
+    ConfigError,
+    PipelineSpec,
+    StageOverrides,
+    apply_overrides,
+    load_pipeline,
+    load_preset,
+    per_stage,
+)
 from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
 from omnistage.pipeline.connectors import CONNECTORS
@@ -68,9 +78,38 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="seconds a ready stage replica may go without progress (no output, no heartbeat from "
                             "its engine loop) before it is marked unhealthy, its requests fail, and it is killed and "
                             f"restarted (default {DEFAULT_STALL_TIMEOUT_S:g})")
+    group.add_argument("--dtype", choices=DTYPES, default=None,
+                       help="weights and activations of every stage (default: the stage config's; auto = "
+                            "bfloat16 on CUDA, float32 on CPU; norms and RoPE compute in float32 either way)")
+    group.add_argument("--kv-cache-memory", type=_kv_memory, default=(),
+                       help="KV cache bytes per autoregressive stage, e.g. 2GiB, or per stage: thinker=2GiB,talker=1GiB "
+                            "(instead of num_kv_blocks)")
+    group.add_argument("--gpu-memory-utilization", type=_utilization, default=(),
+                       help="CUDA: fraction of the device each autoregressive stage may use (weights, activations "
+                            "and KV), e.g. 0.45, or per stage: thinker=0.5,talker=0.3")
     group.add_argument("--ray-address", default=None,
                        help="the Ray cluster to join with --backend ray (default: the one started on this machine "
                             "by `ray start --head`, else a new local one)")
+
+
+def _kv_memory(text: str) -> tuple[tuple[str, object], ...]:
+    try:
+        return per_stage(text, parse_bytes)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _utilization(text: str) -> tuple[tuple[str, object], ...]:
+    try:
+        return per_stage(text, float)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def overrides_from_args(args: argparse.Namespace) -> StageOverrides:
+    return StageOverrides(dtype=getattr(args, "dtype", None) or "",
+                          kv_cache_memory=tuple(getattr(args, "kv_cache_memory", ()) or ()),
+                          gpu_memory_utilization=tuple(getattr(args, "gpu_memory_utilization", ()) or ()))
 
 
 def options_from_args(args: argparse.Namespace) -> PipelineOptions:
@@ -88,11 +127,12 @@ class OmniPipeline:
     """A started pipeline: the thinker → talker → code2wav replicas behind one orchestrator."""
 
     def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
-                 options: PipelineOptions | None = None, model_name: str | None = None) -> None:
+                 options: PipelineOptions | None = None, model_name: str | None = None,
+                 overrides: StageOverrides | None = None) -> None:
         from omnistage.tools.make_tiny import resolve_model
 
         folder = resolve_model(str(model))
-        self.spec = _spec(stage_config, folder)
+        self.spec = apply_overrides(_spec(stage_config, folder), overrides or StageOverrides())
         topology = topology_of(self.spec)  # a bad config fails here, before any process starts
         if topology.supports_audio and preset_for(folder) == TEXT_ONLY_PRESET:
             raise ConfigError(f"{folder} has no talker (a Thinking/text-only checkpoint) but the stage config has "
@@ -103,7 +143,7 @@ class OmniPipeline:
         self.voices = facts.voices
         self.supports_audio = topology.supports_audio
         thinker = self.spec.stage(topology.thinker).engine
-        self.max_model_len = min(facts.max_positions, thinker.num_kv_blocks * thinker.block_size)
+        self.max_model_len = thinker.model_len(facts.max_positions)
         options = options or PipelineOptions()
         self.runtime = PipelineRuntime(self.spec, model_factories(str(folder), self.spec, options),
                                        self.processor.tokenizer, facts.num_code_groups, options)
@@ -111,7 +151,7 @@ class OmniPipeline:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> OmniPipeline:
         return cls(getattr(args, "model", "tiny"), getattr(args, "stage_config", None), options_from_args(args),
-                   getattr(args, "served_model_name", None))
+                   getattr(args, "served_model_name", None), overrides_from_args(args))
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)

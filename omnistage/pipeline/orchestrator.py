@@ -54,6 +54,11 @@ logger = logging.getLogger(__name__)
 LIVENESS_EVERY_S = 0.5
 
 
+
+def kv_cache_bytes(load: ReplicaLoad) -> int:
+    """Bytes of a replica's KV pool: its usable blocks plus the null block."""
+    return (load.kv_blocks_total + 1) * load.kv_block_bytes if load.kv_block_bytes else 0
+
 class PipelineStartError(RuntimeError):
     """A replica failed to load or died before it was ready."""
 
@@ -154,7 +159,7 @@ class Orchestrator:
     def stats(self) -> EngineStats:
         return EngineStats(tuple(
             ReplicaStats(link.stage, link.index, link.load.kv_blocks_used, link.load.kv_blocks_total,
-                         link.load.waiting, link.load.running)
+                         link.load.waiting, link.load.running, kv_cache_bytes(link.load))
             for link in self.links.values()))
 
     def health(self) -> HealthReport:
@@ -163,7 +168,9 @@ class Orchestrator:
             detail = link.failed or ("" if link.ready else "starting")
             if link.restarts and not detail:
                 detail = f"restarted {link.restarts} time(s)"
-            stages.setdefault(link.stage, []).append(ReplicaHealth(link.index, link.healthy, detail))
+            stages.setdefault(link.stage, []).append(ReplicaHealth(link.index, link.healthy, detail,
+                                                                   link.load.kv_blocks_total,
+                                                                   kv_cache_bytes(link.load)))
         return HealthReport(tuple(StageHealth(stage, tuple(reps)) for stage, reps in stages.items()))
 
     def trace(self, request_id: str) -> RequestTrace | None:

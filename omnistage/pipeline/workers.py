@@ -69,8 +69,10 @@ class WorkerSpec:
     seamless_audio: bool = True
 
 
-def resolve_device(device: str) -> tuple[str, torch.dtype]:
+def resolve_device(device: str, dtype: str = "auto") -> tuple[str, torch.dtype]:
     device = auto_device(device)
+    if dtype != "auto":
+        return device, getattr(torch, dtype)
     # bf16 is what the checkpoints ship in; on CPU fp32 is faster and exact.
     return device, (torch.bfloat16 if device.startswith("cuda") else torch.float32)
 
@@ -80,8 +82,9 @@ def engine_config(stage: StageSpec, device: str, dtype: torch.dtype, max_positio
     return EngineConfig(
         block_size=e.block_size, num_blocks=e.num_kv_blocks + 1,  # + the reserved null block
         max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
-        max_model_len=min(max_positions, e.num_kv_blocks * e.block_size),
+        max_model_len=e.model_len(max_positions),
         enable_prefix_caching=e.enable_prefix_caching, device=device, dtype=dtype,
+        kv_cache_memory=e.kv_cache_memory, gpu_memory_utilization=e.gpu_memory_utilization,
     )
 
 
@@ -93,7 +96,8 @@ def kv_load(engine: EngineCore) -> ReplicaLoad:
     sched = engine.scheduler
     total = sched.kv.usable_blocks
     return ReplicaLoad(waiting=len(sched.waiting), running=len(sched.running),
-                       kv_blocks_used=total - sched.kv.num_free_blocks, kv_blocks_total=total)
+                       kv_blocks_used=total - sched.kv.num_free_blocks, kv_blocks_total=total,
+                       kv_block_bytes=getattr(engine.runner, "kv_block_bytes", 0))
 
 
 def _tensor(x: torch.Tensor | None) -> torch.Tensor | None:
@@ -132,7 +136,7 @@ class _ARWorker(StageWorker, Generic[_Held]):
 
 class ThinkerWorker(_ARWorker[Request]):
     def __init__(self, spec: WorkerSpec) -> None:
-        device, dtype = resolve_device(spec.stage.device)
+        device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         self.model = Thinker.from_checkpoint(spec.model_dir, device, dtype)
         config = json.loads((Path(spec.model_dir) / "config.json").read_text())
         self.eos_token_id = int(config["im_end_token_id"])
@@ -190,7 +194,7 @@ class ThinkerWorker(_ARWorker[Request]):
 
 class TalkerWorker(_ARWorker[TalkerTextFeed]):
     def __init__(self, spec: WorkerSpec) -> None:
-        device, dtype = resolve_device(spec.stage.device)
+        device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         folder = spec.model_dir
         talker = Talker.from_checkpoint(folder, device, dtype)
         full = hf_config(folder)
@@ -239,7 +243,7 @@ class TalkerWorker(_ARWorker[TalkerTextFeed]):
 
 class Code2WavWorker(StageWorker):
     def __init__(self, spec: WorkerSpec) -> None:
-        device, dtype = resolve_device(spec.stage.device)
+        device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         model = load_code2wav(spec.model_dir, device, dtype)
         runner = code2wav_runner(model, ChunkPlan(seamless=spec.seamless_audio), device)
         max_batch = vocoder_batch_cap(spec.stage.engine.max_num_seqs, device)

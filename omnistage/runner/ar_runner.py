@@ -1,6 +1,7 @@
 """The autoregressive stage runner: one scheduled step in, one sampled token per finished row out.
 
-Start-up order (nano-vllm's): allocate the paged KV cache → build persistent
+Start-up order (nano-vllm's): size the paged KV cache (from a memory budget,
+profiling a worst-case forward on CUDA) and allocate it → build persistent
 buffers → capture decode CUDA graphs (CUDA only). Each step: prepare inputs
 from the scheduler's plan → the hook fills prompt rows it makes lazily (the
 thinker's encoder features) → forward (graph replay for decode-only batches of
@@ -14,6 +15,7 @@ import torch
 
 from omnistage.engine.config import EngineConfig
 from omnistage.engine.engine_core import EngineCore
+from omnistage.engine.kv_sizing import kv_block_bytes
 from omnistage.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from omnistage.engine.request import Request
 from omnistage.layers.attention.base import AttentionBackend
@@ -21,12 +23,19 @@ from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.runner.base import ARModel, model_uses_mrope
 from omnistage.runner.cuda_graph import CudaGraphRunner
 from omnistage.runner.input_batch import InputBatch, StepInputs
+from omnistage.runner.memory_profile import kv_pool_blocks
 from omnistage.runner.sampler import Sampler
 from omnistage.runner.step_hook import StepHook
 
 
-def default_backend(device: torch.device) -> AttentionBackend:
+def default_backend(device: torch.device, block_size: int = 16) -> AttentionBackend:
+    """CUDA: the Triton paged kernel (tl.dot wants blocks of 16+ rows, a power of two), else torch SDPA over a
+    gathered context; elsewhere: torch, decode reading the cache in place."""
     if device.type == "cuda":
+        from omnistage.layers.attention import triton_paged
+
+        if triton_paged.AVAILABLE and block_size >= 16 and block_size & (block_size - 1) == 0:
+            return triton_paged.TritonPagedBackend()
         from omnistage.layers.attention.torch_sdpa_cuda import CudaSDPABackend
 
         return CudaSDPABackend()
@@ -35,18 +44,11 @@ def default_backend(device: torch.device) -> AttentionBackend:
     return TorchSDPABackend()
 
 
-def allocate_kv_caches(spec: tuple[int, int, int], config: EngineConfig) -> list[torch.Tensor]:
+def allocate_kv_caches(spec: tuple[int, int, int], config: EngineConfig, num_blocks: int) -> list[torch.Tensor]:
     """One ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` cache per attention layer."""
     num_layers, num_kv_heads, head_dim = spec
-    shape = (2, config.num_blocks, config.block_size, num_kv_heads, head_dim)
+    shape = (2, num_blocks, config.block_size, num_kv_heads, head_dim)
     return [torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(num_layers)]
-
-
-def num_blocks_for_memory(spec: tuple[int, int, int], block_size: int, dtype: torch.dtype, budget_bytes: int) -> int:
-    """How many KV blocks fit in ``budget_bytes`` (to size ``EngineConfig.num_blocks`` from free memory)."""
-    num_layers, num_kv_heads, head_dim = spec
-    per_block = 2 * num_layers * block_size * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
-    return max(budget_bytes // per_block, 0)
 
 
 class ARModelRunner:
@@ -59,10 +61,12 @@ class ARModelRunner:
         self.device = torch.device(config.device)
         self.hook = hook or StepHook()
         self.hook.bind(config)
-        self.backend = backend or default_backend(self.device)
-        self.num_blocks = config.num_blocks
-        self.kv_caches = allocate_kv_caches(tuple(model.kv_cache_spec()), config)
+        self.backend = backend or default_backend(self.device, config.block_size)
         self.mrope = model_uses_mrope(model)
+        spec = tuple(model.kv_cache_spec())
+        self.num_blocks = kv_pool_blocks(self, spec)
+        self.kv_caches = allocate_kv_caches(spec, config, self.num_blocks)
+        self.kv_block_bytes = kv_block_bytes(spec, config.block_size, config.dtype)
         self.batch = InputBatch(config, self.mrope, self.device, self.hook.feeds_output_embeds)
         self.sampler = Sampler()
         self.graphs: CudaGraphRunner | None = None

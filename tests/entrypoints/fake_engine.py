@@ -110,14 +110,16 @@ class FakeEngine:
     def health(self) -> HealthReport:
         talker = (ReplicaHealth(0, True), ReplicaHealth(1, self.healthy, "" if self.healthy else "process died"))
         return HealthReport(stages=(
-            StageHealth("thinker", (ReplicaHealth(0, self.healthy, "" if self.healthy else "process died"),)),
+            StageHealth("thinker", (ReplicaHealth(0, self.healthy, "" if self.healthy else "process died",
+                                                  kv_blocks_total=100, kv_cache_bytes=101 * 4096),)),
             StageHealth("talker", talker),
             StageHealth("code2wav", (ReplicaHealth(0, True),)),
         ))
 
     def stats(self) -> EngineStats:
         return EngineStats(replicas=(
-            ReplicaStats("thinker", 0, kv_blocks_used=12, kv_blocks_total=100, queue_depth=2, running=1),
+            ReplicaStats("thinker", 0, kv_blocks_used=12, kv_blocks_total=100, queue_depth=2, running=1,
+                         kv_cache_bytes=101 * 4096),
             ReplicaStats("talker", 0, kv_blocks_used=3, kv_blocks_total=50, queue_depth=0, running=1),
             ReplicaStats("talker", 1, kv_blocks_used=0, kv_blocks_total=50, queue_depth=0, running=0),
             ReplicaStats("code2wav", 0, kv_blocks_used=0, kv_blocks_total=0, queue_depth=1, running=0),

@@ -36,7 +36,10 @@ def test_health_is_503_when_a_stage_has_no_healthy_replica(server: LiveServer) -
     assert body["status"] == "unhealthy" and not stages["thinker"]["healthy"]
     # The talker still has one healthy replica, so it still serves.
     assert stages["talker"]["healthy"]
-    assert stages["talker"]["replicas"][1] == {"replica": 1, "healthy": False, "detail": "process died"}
+    assert stages["talker"]["replicas"][1] == {"replica": 1, "healthy": False, "detail": "process died",
+                                               "kv_blocks_total": 0, "kv_cache_bytes": 0}
+    assert stages["thinker"]["replicas"][0]["kv_blocks_total"] == 100
+    assert stages["thinker"]["replicas"][0]["kv_cache_bytes"] == 101 * 4096
 
 
 def _samples(server: LiveServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -55,6 +58,7 @@ def test_metrics(server: LiveServer) -> None:
     chat = ("endpoint", "/v1/chat/completions")
     assert samples[("omnistage_kv_blocks_used", (("replica", "0"), ("stage", "thinker")))] == 12
     assert samples[("omnistage_kv_blocks_total", (("replica", "1"), ("stage", "talker")))] == 50
+    assert samples[("omnistage_kv_cache_bytes", (("replica", "0"), ("stage", "thinker")))] == 101 * 4096
     assert samples[("omnistage_queue_depth", (("replica", "0"), ("stage", "code2wav")))] == 1
     assert samples[("omnistage_requests_total", (chat, ("outcome", "ok")))] >= 1
     assert samples[("omnistage_requests_total", (chat, ("outcome", "client_error")))] >= 1

@@ -119,7 +119,9 @@ async def get_model(model: str, services: Services = Depends(_services)) -> Mode
 
 def _health_body(report: HealthReport) -> HealthResponse:
     stages = [StageHealthInfo(stage=s.stage, healthy=s.healthy,
-                              replicas=[ReplicaHealthInfo(replica=r.replica, healthy=r.healthy, detail=r.detail)
+                              replicas=[ReplicaHealthInfo(replica=r.replica, healthy=r.healthy, detail=r.detail,
+                                                          kv_blocks_total=r.kv_blocks_total,
+                                                          kv_cache_bytes=r.kv_cache_bytes)
                                         for r in s.replicas])
               for s in report.stages]
     return HealthResponse(status="ok" if report.healthy else "unhealthy", stages=stages)

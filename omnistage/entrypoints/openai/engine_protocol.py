@@ -22,6 +22,8 @@ class ReplicaHealth:
     replica: int
     healthy: bool
     detail: str = ""
+    kv_blocks_total: int = 0  # the replica's KV pool (0 without a KV cache, or before it reported)
+    kv_cache_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class ReplicaStats:
     kv_blocks_total: int
     queue_depth: int  # requests waiting to be scheduled
     running: int  # requests scheduled
+    kv_cache_bytes: int = 0  # memory the KV pool holds (null block included)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ class _EngineCollector(Collector):
         labels = ["stage", "replica"]
         used = GaugeMetricFamily("omnistage_kv_blocks_used", "KV cache blocks in use", labels=labels)
         total = GaugeMetricFamily("omnistage_kv_blocks_total", "KV cache blocks allocated", labels=labels)
+        kv_bytes = GaugeMetricFamily("omnistage_kv_cache_bytes", "memory held by the KV cache", labels=labels)
         queued = GaugeMetricFamily("omnistage_queue_depth", "requests waiting to be scheduled", labels=labels)
         running = GaugeMetricFamily("omnistage_requests_running", "requests scheduled in a stage", labels=labels)
         stats = self.engine.stats()
@@ -39,9 +40,10 @@ class _EngineCollector(Collector):
             key = [r.stage, str(r.replica)]
             used.add_metric(key, r.kv_blocks_used)
             total.add_metric(key, r.kv_blocks_total)
+            kv_bytes.add_metric(key, r.kv_cache_bytes)
             queued.add_metric(key, r.queue_depth)
             running.add_metric(key, r.running)
-        yield from (used, total, queued, running)
+        yield from (used, total, kv_bytes, queued, running)
 
 
 class ServerMetrics:

@@ -286,6 +286,8 @@ class ReplicaHealthInfo(BaseModel):
     replica: int
     healthy: bool
     detail: str = ""
+    kv_blocks_total: int = 0
+    kv_cache_bytes: int = 0
 
 
 class StageHealthInfo(BaseModel):

@@ -10,7 +10,7 @@ runner does, and publishes it through :mod:`omnistage.layers.attention.context`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -37,6 +37,13 @@ class AttentionMetadata:
     block_tables: torch.Tensor | None
     query_lens: list[int]
     context_lens_cpu: list[int]
+    # block_tables as lists, made once per step on first use (every layer reads the same tables).
+    _table_rows: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def block_table_rows(self) -> list[list[int]]:
+        if self._table_rows is None:
+            self._table_rows = [] if self.block_tables is None else self.block_tables.tolist()
+        return self._table_rows
 
     @property
     def num_seqs(self) -> int:

@@ -1,9 +1,12 @@
-"""Paged attention with torch's scaled_dot_product_attention (CPU and any device).
+"""Paged attention with torch ops (CPU and any device).
 
-Keys/values of new tokens are scattered into the paged cache by slot; each
-sequence then reads its context back through its block table. Decode-only
-batches (one new token per sequence) run as one padded SDPA call; prefill runs
-one call per sequence, since prompts differ in length.
+Keys/values of new tokens are scattered into the paged cache by slot. Then,
+per sequence: a decode row (one new token) reads its context in place through
+its block table (:mod:`omnistage.layers.attention.paged_cpu`, no copy); a
+fresh prompt attends among its own new keys/values (nothing to read back);
+only a prefill continuing a cached prefix (chunked prefill, prefix-cache hit)
+gathers its context and runs one masked SDPA call. On a GPU (the code
+predictor's private cache) decode-only steps stay one padded, gathered call.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from omnistage.layers.attention.base import AttentionBackend, AttentionMetadata
+from omnistage.layers.attention.paged_cpu import CacheViews, decode_in_place
 
 
 def store_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -58,27 +62,39 @@ class TorchSDPABackend(AttentionBackend):
         scale: float,
         sliding_window: int | None = None,
     ) -> torch.Tensor:
+        if kv_cache is not None and q.is_cuda and meta.is_decode_only and sliding_window is None:
+            # On a GPU a per-sequence loop costs launches, not bytes: one padded call (the code predictor's
+            # private cache runs here; engine stages get the Triton paged kernel).
+            store_kv(kv_cache, k, v, meta.slot_mapping)
+            return self._decode(q, kv_cache, meta, scale)
+        out = torch.empty_like(q)
         if kv_cache is not None:
             store_kv(kv_cache, k, v, meta.slot_mapping)
-            if meta.is_decode_only and sliding_window is None:
-                return self._decode(q, kv_cache, meta, scale)
-        out = torch.empty_like(q)
+            tables = meta.block_table_rows()
+            cache = CacheViews.of(kv_cache)
+            grouped = (kv_cache.shape[3], -1, q.shape[-1])  # [Hkv, G, D] per row
+            scaled = (q * scale).view(q.shape[0], *grouped)  # once for all decode rows
+            out_grouped = out.view(q.shape[0], *grouped)
         start = 0
         for i, q_len in enumerate(meta.query_lens):
             end = start + q_len
             ctx_len = meta.context_lens_cpu[i]
-            if kv_cache is None:
-                ks, vs = k[start:end], v[start:end]
+            if kv_cache is not None and q_len == 1:
+                decode_in_place(scaled[start], cache, tables[i], ctx_len, sliding_window, out_grouped[start])
             else:
-                ks, vs = gather_context(kv_cache, meta.block_tables[i], ctx_len)
-            mask = _causal_mask(q_len, ks.shape[0], sliding_window, q.device)
-            out[start:end] = _sdpa(q[start:end], ks, vs, mask, scale)
+                if kv_cache is None or q_len == ctx_len:  # nothing cached before these tokens
+                    ks, vs = k[start:end], v[start:end]
+                else:
+                    ks, vs = gather_context(kv_cache, meta.block_tables[i], ctx_len)
+                mask = _causal_mask(q_len, ks.shape[0], sliding_window, q.device)
+                out[start:end] = _sdpa(q[start:end], ks, vs, mask, scale)
             start = end
         return out
 
     @staticmethod
     def _decode(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """All sequences have one query: gather padded contexts and run one SDPA call."""
+        """All sequences have one query: gather padded contexts and run one SDPA call (fixed shapes, for CUDA
+        graphs without a paged kernel: the gather is the price of capturing torch ops)."""
         max_len = max(meta.context_lens_cpu)
         block_size = kv_cache.shape[2]
         n_blocks = -(-max_len // block_size)

@@ -215,7 +215,7 @@ class Decoder(nn.Module):
         num_layers = len(self.layers)
         if capture_layer is not None and not 0 <= capture_layer <= num_layers:
             raise ValueError(f"capture_layer={capture_layer} outside 0..{num_layers}")
-        cos, sin = self.rotary(positions, inputs_embeds.dtype)
+        cos, sin = self.rotary(positions)  # float32: RoPE (like RMSNorm) computes in fp32 whatever the dtype
         hidden = inputs_embeds
         captured = hidden if capture_layer == 0 else None
         for i, layer in enumerate(self.layers):

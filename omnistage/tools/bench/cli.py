@@ -16,6 +16,11 @@ def _lazy_main(module: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+# A stage replica gets cpu_count // replicas threads (one each for three stages on a small machine); a
+# parallel region also stalls whenever another process holds one of its cores, so benches default to one.
+THREADS_HELP = "torch CPU threads (default 1, as a stage replica gets on a small machine)"
+
+
 def _batches(text: str) -> list[int]:
     sizes = [int(x) for x in text.split(",") if x.strip()]
     if not sizes or min(sizes) < 1:
@@ -35,9 +40,26 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--repeats", type=int, default=2, help="runs per batch size; the best is reported")
     engine.add_argument("--device", default="cpu")
     engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    engine.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     engine.set_defaults(func=_lazy_main("omnistage.tools.bench.engine"))
+    add_roofline_parser(targets)
     add_serve_parser(targets)
+
+
+def add_roofline_parser(targets: argparse._SubParsersAction) -> None:
+    roof = targets.add_parser("roofline", help="decode step time vs the bytes it must read at measured bandwidth")
+    roof.add_argument("--model", default="tiny", help="checkpoint folder, or a size name (tiny, medium, slice)")
+    roof.add_argument("--stage", default="thinker", choices=["thinker", "talker", "code2wav"])
+    roof.add_argument("--batch", type=_batches, default=[1, 16], help="comma-separated batch sizes")
+    roof.add_argument("--steps", type=int, default=10, help="decode steps timed per batch (median reported)")
+    roof.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request before decoding")
+    roof.add_argument("--frames", type=int, default=50, help="code2wav: frames per chunk (25 new + 25 context)")
+    roof.add_argument("--device", default="cpu")
+    roof.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    roof.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    roof.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
+    roof.set_defaults(func=_lazy_main("omnistage.tools.bench.roofline"))
 
 
 def _policies(text: str) -> list[str]:

@@ -112,6 +112,7 @@ def bench_engine(
 
 
 def main(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     stage = load_stage(args.model, args.stage, args.device, dtype)
     results = bench_engine(stage, args.batch, args.prompt_len, args.output_len, args.repeats, args.device, dtype)

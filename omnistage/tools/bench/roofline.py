@@ -1,0 +1,177 @@
+"""``omnistage bench roofline``: how far a decode step is from the memory floor.
+
+Per batch size: the median wall time of a decode step of the stage's engine
+(thinker: one token per request; talker: one codec frame per request, code
+predictor included; code2wav: one chunk of codec frames per request); the
+bytes that step must read (:mod:`omnistage.tools.bench.step_bytes`: each
+selected expert once, dense weights once per call, embedding rows, the KV
+cache); the machine's copy bandwidth, measured in the same run just before
+and after each batch's steps; and ``floor_ratio`` = step time / (bytes /
+bandwidth). 1.0 would be a step that only streams what it must read.
+
+Steps are timed without hooks (on CUDA through the decode CUDA graphs); the
+bytes are counted over as many following steps, run eagerly with hooks (their
+expert choice and context lengths are the same distribution), and averaged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from omnistage.engine import EngineConfig, EngineCore, SamplingParams
+from omnistage.runner import ARModelRunner
+from omnistage.tools.bench.engine import load_stage
+from omnistage.tools.bench.step_bytes import ByteTally, StepBytes
+
+
+@dataclass
+class RooflineRow:
+    stage: str
+    batch: int
+    step_ms: float
+    bytes: int
+    floor_ratio: float
+    floor_ms: float
+    bandwidth_gbps: float  # measured right before and after this row's timed steps (mean)
+    step_ms_min: float
+    weight_bytes: int
+    expert_bytes: int
+    kv_bytes: int
+    active_experts_per_layer: float
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(device: str, mib: int = 256, repeats: int = 8) -> float:
+    """GB/s of ``y.copy_(x)`` on buffers far larger than any cache, counting the read and the write (best run)."""
+    x = torch.ones(mib << 20, dtype=torch.uint8, device=device)
+    y = torch.empty_like(x)
+    best = float("inf")
+    for _ in range(repeats + 2):
+        _sync(device)
+        start = time.perf_counter()
+        y.copy_(x)
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * x.numel() / best / 1e9
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    bandwidth_gbps: float
+
+
+def _timed(step: Callable[[], object], steps: int, device: str) -> Timing:
+    """Step times, with the copy bandwidth measured just before and after them: on a shared machine both move
+    with the neighbours' load, and the ratio should compare like with like."""
+    before = copy_bandwidth(device, repeats=4)
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    after = copy_bandwidth(device, repeats=4)
+    return Timing(1000 * statistics.median(times), 1000 * min(times), (before + after) / 2)
+
+
+def _counted(model: torch.nn.Module, step: Callable[[], object], steps: int) -> ByteTally:
+    with StepBytes(model) as counter:
+        for _ in range(steps):
+            step()
+    tally = counter.tally
+    return ByteTally(tally.weights // steps, tally.experts // steps, tally.kv_cache // steps,
+                     tally.embedding_rows // steps, tally.active_experts)
+
+
+def measure_ar(model_dir: str, stage_name: str, batches: list[int], steps: int, prompt_len: int, device: str,
+               dtype: torch.dtype) -> list[tuple[int, Timing, ByteTally]]:
+    """(batch, step timing, bytes per step) for the thinker or the talker."""
+    stage = load_stage(model_dir, stage_name, device, dtype)
+    rows = []
+    for batch in batches:
+        max_len = prompt_len + 2 * steps + 16
+        config = EngineConfig(block_size=16, num_blocks=batch * (-(-max_len // 16)) + 8, max_num_seqs=batch,
+                              max_num_batched_tokens=max(batch * prompt_len, 256), max_model_len=max_len,
+                              enable_prefix_caching=False, device=device, dtype=dtype)
+        core = EngineCore(ARModelRunner(stage.model, config, hook=stage.make_hook()), config)
+        gen = torch.Generator().manual_seed(batch)
+        params = SamplingParams(temperature=0.0, max_tokens=2 * steps + 8, ignore_eos=True)
+        for i in range(batch):
+            core.add_request(stage.make_request(f"roofline-{i}", prompt_len, params, gen))
+        for _ in range(4):  # prefill (one step: the budget covers every prompt), then warm-up decodes
+            core.step()
+        timing = _timed(core.step, steps, device)
+        core.runner.graphs = None  # a graph replay runs no Python hooks: count the bytes on eager steps
+        rows.append((batch, timing, _counted(stage.model, core.step, steps)))
+        del core
+    return rows
+
+
+def measure_code2wav(model_dir: str, batches: list[int], steps: int, frames: int, device: str,
+                     dtype: torch.dtype) -> list[tuple[int, Timing, ByteTally]]:
+    """One chunk of ``frames`` codec frames per request (streaming chunk plus left context) per step."""
+    from omnistage.models.qwen3_omni.code2wav import load_code2wav
+    from omnistage.tools.make_tiny import resolve_model
+
+    model = load_code2wav(resolve_model(model_dir), device, dtype)
+    cfg = model.config
+    rows = []
+    for batch in batches:
+        codes = torch.randint(0, cfg.codebook_size, (batch, cfg.num_quantizers, frames), device=device)
+        with torch.inference_mode():
+            model(codes)  # warm-up
+            timing = _timed(lambda: model(codes), steps, device)
+            tally = _counted(model, lambda: model(codes), 1)
+        rows.append((batch, timing, tally))
+    return rows
+
+
+def roofline(args: argparse.Namespace) -> dict:
+    dtype = getattr(torch, args.dtype)
+    if args.stage == "code2wav":
+        measured = measure_code2wav(args.model, args.batch, args.steps, args.frames, args.device, dtype)
+    else:
+        measured = measure_ar(args.model, args.stage, args.batch, args.steps, args.prompt_len, args.device, dtype)
+    results = []
+    for batch, timing, tally in measured:
+        floor_ms = 1000 * tally.total / (timing.bandwidth_gbps * 1e9)
+        active = statistics.mean(tally.active_experts) if tally.active_experts else 0.0
+        results.append(RooflineRow(args.stage, batch, round(timing.median_ms, 3), tally.total,
+                                   round(timing.median_ms / floor_ms, 3), round(floor_ms, 3),
+                                   round(timing.bandwidth_gbps, 2), round(timing.min_ms, 3),
+                                   tally.weights + tally.embedding_rows, tally.experts, tally.kv_cache, round(active, 2)))
+    bandwidth = statistics.mean(t.bandwidth_gbps for _, t, _ in measured)
+    return {"bandwidth_gbps": round(bandwidth, 2), "device": args.device, "dtype": args.dtype,
+            "threads": torch.get_num_threads(),
+            "model": str(args.model), "results": [asdict(r) for r in results]}
+
+
+def main(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    report = roofline(args)
+    print(f"copy bandwidth (mean): {report['bandwidth_gbps']:.1f} GB/s ({args.device}, {args.dtype}, "
+          f"{report['threads']} threads)")
+    for r in report["results"]:
+        print(f"{r['stage']} batch {r['batch']:3d}: step {r['step_ms']:9.2f} ms (min {r['step_ms_min']:.2f}), "
+              f"bandwidth {r['bandwidth_gbps']:.1f} GB/s, reads {r['bytes'] / 1e6:9.1f} MB "
+              f"(experts {r['expert_bytes'] / 1e6:.1f}, dense {r['weight_bytes'] / 1e6:.1f}, "
+              f"KV {r['kv_bytes'] / 1e6:.2f}; {r['active_experts_per_layer']:.1f} experts/layer) "
+              f"-> floor {r['floor_ms']:.2f} ms, floor_ratio {r['floor_ratio']:.2f}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2))
+    return 0

@@ -1,0 +1,121 @@
+"""Paged attention: the CPU backend (decode reads blocks in place) and the Triton kernel (interpreted on CPU)
+against dense attention, for decode-only, mixed and windowed batches, at and around block boundaries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from omnistage.layers.attention.paged_cpu import CacheViews, block_runs, decode_in_place
+from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
+from tests.layers.paged_cases import dense_attention, make_case
+
+SCALE = 16**-0.5
+# Different reduction orders (per-run scores, online softmax) than the float64 reference: fp32 rounding only.
+TOL = dict(atol=2e-5, rtol=1e-4)
+
+# (context after the step, new tokens) per sequence.
+DECODE = [(1, 1), (4, 1), (5, 1), (16, 1), (17, 1), (33, 1)]  # page 4: first slot, last slot, one past a block
+MIXED = [(7, 7), (9, 1), (12, 5), (1, 1), (20, 8)]  # fresh prompt, decode, prefill after a cached prefix
+BATCHES = {"decode": DECODE, "mixed": MIXED}
+
+
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+@pytest.mark.parametrize("window", [None, 5])
+def test_torch_backend_matches_dense(batch: str, window: int | None) -> None:
+    case = make_case(BATCHES[batch], page=4)
+    out = TorchSDPABackend().forward(case.q, case.k, case.v, case.kv_cache, case.meta, SCALE, window)
+    torch.testing.assert_close(out, dense_attention(case, SCALE, window), **TOL)
+
+
+def test_gathered_decode_agrees_with_in_place() -> None:
+    """The padded-gather decode (kept for CUDA graphs without Triton) and the in-place path."""
+    case = make_case(DECODE, page=4, seed=1)
+    backend = TorchSDPABackend()
+    in_place = backend.forward(case.q, case.k, case.v, case.kv_cache, case.meta, SCALE)
+    gathered = backend._decode(case.q, case.kv_cache, case.meta, SCALE)
+    torch.testing.assert_close(in_place, gathered, **TOL)
+
+
+def test_block_runs_split_at_jumps() -> None:
+    assert block_runs([5, 6, 7, 2, 3, 9], 0, 5) == [(5, 3, 0), (2, 2, 3), (9, 1, 5)]
+    assert block_runs([5, 6, 7, 2, 3, 9], 1, 3) == [(6, 2, 1), (2, 1, 3)]
+    assert block_runs([8], 0, 0) == [(8, 1, 0)]
+
+
+class _Allocations(TorchDispatchMode):
+    """Largest number of elements any op in the region produced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in [*args, *(kwargs or {}).values()]
+                  if isinstance(a, torch.Tensor)}
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:  # not a view
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def test_decode_reads_the_cache_in_place() -> None:
+    """No op makes a tensor as large as the context's keys: only views of blocks, scores and the output."""
+    case = make_case([(64, 1)], page=16, heads=8, kv_heads=2, head_dim=32)
+    table = case.meta.block_table_rows()[0]
+    TorchSDPABackend().forward(case.q, case.k, case.v, case.kv_cache, case.meta, SCALE)  # stores the new key
+    out = torch.empty(1, 8, 32)
+    scaled = (case.q[0] * SCALE).view(2, 4, 32)
+    cache = CacheViews.of(case.kv_cache)
+    with _Allocations() as alloc:
+        decode_in_place(scaled, cache, table, 64, None, out[0].view(2, 4, 32))
+    context_keys = 64 * 2 * 32
+    assert alloc.largest < context_keys // 4  # scores are 8 x 64; the output 8 x 32
+    torch.testing.assert_close(out, dense_attention(case, SCALE), **TOL)
+
+
+def test_fresh_prompts_without_cache() -> None:
+    case = make_case([(6, 6), (3, 3)], page=4)
+    out = TorchSDPABackend().forward(case.q, case.k, case.v, None, case.meta, SCALE, 4)
+    torch.testing.assert_close(out, dense_attention(case, SCALE, 4), **TOL)
+
+
+# Triton, interpreted ----------------------------------------------------------------------------
+
+TRITON_BATCHES = {
+    "decode": [(1, 1), (16, 1), (17, 1), (40, 1)],  # page 16: first slot, last slot of a block, one past
+    "mixed": [(20, 20), (33, 1), (40, 9), (2, 1)],
+}
+
+
+@pytest.mark.parametrize("batch", sorted(TRITON_BATCHES))
+@pytest.mark.parametrize(("heads", "kv_heads", "window"), [(4, 2, None), (6, 2, None), (8, 1, 18)])
+def test_triton_kernel_matches_torch_backend(interpreted_triton: None, batch: str, heads: int, kv_heads: int,
+                                             window: int | None) -> None:
+    from omnistage.layers.attention.triton_paged import TritonPagedBackend
+
+    case = make_case(TRITON_BATCHES[batch], page=16, heads=heads, kv_heads=kv_heads, head_dim=24, seed=2)
+    scale = 24**-0.5
+    cache = case.kv_cache.clone()
+    want = TorchSDPABackend().forward(case.q, case.k, case.v, case.kv_cache, case.meta, scale, window)
+    got = TritonPagedBackend().forward(case.q, case.k, case.v, cache, case.meta, scale, window)
+    torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(got, dense_attention(case, scale, window), **TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", sorted(TRITON_BATCHES))
+def test_triton_kernel_on_cuda_bf16(batch: str) -> None:
+    from omnistage.layers.attention.triton_paged import TritonPagedBackend
+
+    case = make_case(TRITON_BATCHES[batch], page=16, heads=32, kv_heads=4, head_dim=128, seed=3)
+    scale = 128**-0.5
+    want = dense_attention(case, scale)
+    cuda = {name: getattr(case, name).cuda().bfloat16() for name in ("q", "k", "v", "kv_cache")}
+    meta = case.meta
+    meta_cuda = type(meta)(meta.query_start_loc.cuda(), meta.context_lens.cuda(), meta.slot_mapping.cuda(),
+                           meta.block_tables.cuda(), meta.query_lens, meta.context_lens_cpu)
+    got = TritonPagedBackend().forward(cuda["q"], cuda["k"], cuda["v"], cuda["kv_cache"], meta_cuda, scale)
+    torch.testing.assert_close(got.float().cpu(), want, atol=3e-2, rtol=3e-2)  # bf16 inputs

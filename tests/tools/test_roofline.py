@@ -1,0 +1,77 @@
+"""bench roofline: the bytes a step must read, counted from the calls it makes, and the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from torch import nn
+
+from omnistage.layers.attention.base import AttentionMetadata
+from omnistage.layers.attention.context import ForwardContext, forward_context
+from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
+from omnistage.layers.moe import FusedExperts
+from omnistage.tools.bench import roofline
+from omnistage.tools.bench.step_bytes import StepBytes
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.proj = nn.Linear(8, 8)  # weight + bias
+        self.experts = FusedExperts(6, 8, 4)
+
+    def forward(self, ids: torch.Tensor, routed: torch.Tensor) -> torch.Tensor:
+        x = self.proj(self.proj(self.embed(ids)))  # the projection is read twice
+        return self.experts(x, routed, torch.full(routed.shape, 0.5))
+
+
+def test_counts_rows_calls_and_selected_experts() -> None:
+    net = _Net()
+    with torch.no_grad():
+        net.experts.gate_up_proj.normal_()
+        net.experts.down_proj.normal_()
+    routed = torch.tensor([[0, 3], [3, 5], [0, 5]])  # 3 tokens, 3 distinct experts of 6
+    with torch.no_grad(), StepBytes(net) as counter:
+        net(torch.tensor([1, 2, 3]), routed)
+    tally = counter.tally
+    assert tally.embedding_rows == 3 * 8 * 4
+    assert tally.weights == 2 * (8 * 8 + 8) * 4
+    per_expert = (2 * 4 * 8 + 8 * 4) * 4
+    assert tally.experts == 3 * per_expert and tally.active_experts == [3]
+    # Hooks are gone afterwards.
+    with torch.no_grad():
+        net(torch.tensor([1]), routed[:1])
+    assert counter.tally.total == tally.total
+
+
+def test_counts_the_kv_cache_read_through_the_window() -> None:
+    class Attn(nn.Module):
+        layer_idx, sliding_window = 0, 4
+
+        def forward(self) -> None:
+            return None
+
+    attn = Attn()
+    cache = torch.zeros(2, 8, 4, 2, 16)  # 2 KV heads of 16, fp32: 256 bytes per token for K and V
+    meta = AttentionMetadata(torch.tensor([0, 1, 2]), torch.tensor([3, 9]), torch.tensor([2, 8]),
+                             torch.zeros(2, 3, dtype=torch.int32), [1, 1], [3, 9])
+    with forward_context(ForwardContext(meta, TorchSDPABackend(), [cache])), StepBytes(attn) as counter:
+        attn()
+    assert counter.tally.kv_cache == (3 + 4) * 256  # the second sequence reads only its window
+
+
+def test_report_on_the_tiny_checkpoint(tiny_dir) -> None:  # noqa: ANN001
+    args = argparse.Namespace(model=str(tiny_dir), stage="thinker", batch=[1, 3], steps=3, prompt_len=8, frames=8,
+                              device="cpu", dtype="float32", threads=1, json_out=None)
+    report = json.loads(json.dumps(roofline.roofline(args)))  # (main also sets the thread count: not in a test)
+    assert report["bandwidth_gbps"] > 0 and [r["batch"] for r in report["results"]] == [1, 3]
+    for row in report["results"]:
+        assert row["bytes"] == row["weight_bytes"] + row["expert_bytes"] + row["kv_bytes"]
+        floor_ms = row["bytes"] / (row["bandwidth_gbps"] * 1e9) * 1e3
+        assert abs(row["floor_ratio"] - row["step_ms"] / floor_ms) < 0.01 * row["floor_ratio"] + 1e-3
+        assert row["expert_bytes"] > 0 and row["kv_bytes"] > 0
+    one, three = report["results"]
+    assert three["kv_bytes"] > one["kv_bytes"]  # three sequences' contexts
