@@ -32,7 +32,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def medium_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``--size medium`` checkpoint (real codec layout, ~90M parameters; ~6 s to make)."""
+    """The ``--size medium`` checkpoint (real codec layout, ~75M parameters; ~6 s to make)."""
     from omnistage.tools.checkpoint_sizes import MEDIUM
     from omnistage.tools.make_tiny import make_tiny
 

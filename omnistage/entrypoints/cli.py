@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("out_dir", nargs="?", help="folder to write the checkpoint into")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--size", choices=("tiny", "medium", "slice"), default="tiny",
-                      help="tiny: toy widths (default); medium: the real codec layout, ~90M parameters; "
+                      help="tiny: toy widths (default); medium: the real codec layout, ~75M parameters; "
                            "slice: the real 30B-A3B widths with 2 decoder layers (~3.7 GB in bf16)")
     tiny.add_argument("--model-type", choices=("qwen3_omni", "qwen3_tts"), default="qwen3_omni",
                       help="the model family (qwen3_tts: Qwen3-TTS 12 Hz, sizes tiny and medium)")

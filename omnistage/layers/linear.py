@@ -26,10 +26,47 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
         raise ValueError(f"unsupported activation {name!r}; known: {sorted(ACTIVATIONS)}") from None
 
 
+class FusedRows:
+    """Several linears over the same input as one matmul: their weights stacked row-wise in one tensor.
+
+    The checkpoint's names stay (each linear keeps its own parameter, loaded as usual); on the first call the
+    weights are copied into one stacked tensor and each parameter becomes a view of its rows, so the memory is
+    the same. Anything that later replaces a parameter's storage (``.to()``, an assignment) is noticed by its
+    data pointer and the stack is rebuilt; in-place loads (``copy_``) write into the stack through the views.
+    One matmul instead of two or three matters at decode, where every step is launch- and call-bound.
+    """
+
+    def __init__(self, *linears: nn.Linear) -> None:
+        self.linears = linears
+        self.sizes = [linear.out_features for linear in linears]
+        self._weight: torch.Tensor | None = None
+        self._bias: torch.Tensor | None = None
+        self._key: tuple[int, ...] = ()
+
+    def _stack(self) -> None:
+        with torch.inference_mode(False), torch.no_grad():
+            weight = torch.cat([linear.weight.detach() for linear in self.linears])
+            has_bias = self.linears[0].bias is not None
+            bias = torch.cat([linear.bias.detach() for linear in self.linears]) if has_bias else None
+            start = 0
+            for linear, size in zip(self.linears, self.sizes):
+                linear.weight.data = weight[start:start + size]
+                if bias is not None:
+                    linear.bias.data = bias[start:start + size]
+                start += size
+        self._weight, self._bias = weight, bias
+        self._key = tuple(linear.weight.data_ptr() for linear in self.linears)
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self._key != tuple(linear.weight.data_ptr() for linear in self.linears):
+            self._stack()
+        return F.linear(x, self._weight, self._bias).split(self.sizes, dim=-1)
+
+
 class GatedMLP(nn.Module):
     """``down(act(gate(x)) * up(x))``: the dense MLP of Qwen3 layers and the talker's shared expert.
 
-    Parameter names (gate_proj/up_proj/down_proj) are the checkpoint's.
+    Parameter names (gate_proj/up_proj/down_proj) are the checkpoint's; gate and up run as one matmul.
     """
 
     def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str = "silu") -> None:
@@ -38,6 +75,8 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
         self.act = activation(hidden_act)
+        self.gate_up = FusedRows(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up(x)
+        return F.linear(self.act(gate) * up, self.down_proj.weight)

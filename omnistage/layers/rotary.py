@@ -17,6 +17,7 @@ cos/sin values are cheap next to attention.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -42,19 +43,39 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+@dataclass(frozen=True)
+class Rotation:
+    """One forward's rotary angles laid out for every layer: cos and a sign-folded sin, ``[T, 1, D]``.
+
+    ``rotate_half(x) * sin`` equals ``x.roll(D/2) * signed_sin`` exactly (a sign moves from one factor to the
+    other), so each rotation is a roll and three arithmetic ops instead of two slices, a negation and a cat:
+    it runs for q and k in every layer of every step. The rotation runs in cos/sin's dtype (float32 from
+    :class:`RotaryEmbedding`) and the result is cast back: with bf16 activations the angles of far positions keep
+    their precision, as the peer keeps RoPE in float32 (for fp32 models this is the plain rotation).
+    """
+
+    cos: torch.Tensor
+    signed_sin: torch.Tensor
+
+    @classmethod
+    def of(cls, cos: torch.Tensor, sin: torch.Tensor) -> Rotation:
+        """From per-token cos/sin ``[T, D]`` (neox halves layout)."""
+        half = sin.shape[-1] // 2
+        return cls(cos[:, None, :], torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)[:, None, :])
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotates ``x [T, heads, D]``."""
+        dtype = x.dtype
+        x = x.to(self.cos.dtype)
+        return (x * self.cos + x.roll(x.shape[-1] // 2, dims=-1) * self.signed_sin).to(dtype)
+
+
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotates q ``[T, H, D]`` and k ``[T, Hkv, D]`` by per-token cos/sin ``[T, D]`` (neox halves layout).
-
-    The rotation runs in cos/sin's dtype (float32 from :class:`RotaryEmbedding` by default) and the result
-    is cast back to q's: with bf16 activations the angles of far positions keep their precision, as the peer
-    keeps RoPE in float32 (for fp32 models this is the plain rotation).
-    """
-    dtype = q.dtype
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    q, k = q.to(cos.dtype), k.to(cos.dtype)
-    return (q * cos + rotate_half(q) * sin).to(dtype), (k * cos + rotate_half(k) * sin).to(dtype)
+    """Rotates q ``[T, H, D]`` and k ``[T, Hkv, D]`` by per-token cos/sin ``[T, D]`` (neox halves layout)."""
+    rotation = Rotation.of(cos, sin)
+    return rotation.apply(q), rotation.apply(k)
 
 
 class RotaryEmbedding(nn.Module):

@@ -3,8 +3,10 @@
 * ``tiny``: toy widths (hidden 32, 4 code groups); Python overhead is all the work. The default.
 * ``medium``: the real codec layout (16 code groups, codebook 2048, talker vocab 3072, so the real codec and speaker
   ids) and stacks wide enough that compute dominates on a CPU (thinker hidden 512, 6 layers, 32 experts top-4;
-  talker and code predictor hidden 256, so that one stream's 15 code-predictor passes per frame stay well inside
-  real time on a 2-core CPU, as the real widths do on a GPU).
+  code2wav hidden 256). The talker and its 5-layer code predictor are 128 wide: their 15 sequential passes per
+  frame read the 15 codebook heads (2048 rows each) and the layers 15 times, ~230 MB per frame at width 256 on
+  a single core's ~10 GB/s, which no longer fits one stream into real time; at 128 several streams do, as the
+  real widths do on a GPU.
 * ``slice``: Qwen3-Omni-30B-A3B's real widths (thinker hidden 2048, 128 experts top-8, moe_intermediate 768,
   32/4 heads of 128; the real talker, code predictor and code2wav) with only a few decoder layers, so that
   per-layer costs at real size can be measured on a CPU. Stored in bf16 as the real checkpoint is (~3.5 GB).
@@ -100,8 +102,8 @@ TINY = CheckpointSize(
 MEDIUM = CheckpointSize(
     name="medium",
     thinker=DecoderWidths(512, 6, 8, 2, 64, 1024, experts=32, top_k=4, moe_intermediate=128),
-    talker=DecoderWidths(256, 4, 4, 2, 64, 512, experts=16, top_k=4, moe_intermediate=128, shared_expert=256),
-    code_predictor=DecoderWidths(256, 5, 4, 2, 64, 512),
+    talker=DecoderWidths(128, 4, 2, 1, 64, 256, experts=16, top_k=4, moe_intermediate=64, shared_expert=128),
+    code_predictor=DecoderWidths(128, 5, 2, 1, 64, 256),
     audio=EncoderWidths(256, 2, 4, 1024, downsample_hidden=64),
     vision=EncoderWidths(256, 2, 4, 1024),
     code2wav=VocoderWidths(256, 2, 4, 512, decoder_dim=256),

@@ -27,6 +27,7 @@ from torch import nn
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.layers.attention.dense import LockstepBackend
+from omnistage.layers.rotary import Rotation
 from omnistage.models.qwen3_omni.decoder import Decoder, DecoderConfig, decoder_config
 
 if TYPE_CHECKING:
@@ -57,12 +58,13 @@ class CodePredictorModel(Decoder):
 class _Step:
     meta: AttentionMetadata
     positions: torch.Tensor
+    rotation: Rotation
 
 
 class PredictorWorkspace:
     """Buffers of the predict loop, kept across calls: per-layer caches ``[2, N_max, G, Hkv, D]`` (grown to the
     largest N seen; rows are overwritten from position 0 each call, so they are never cleared) and each
-    ``(N, step)``'s attention metadata and positions."""
+    ``(N, step)``'s attention metadata, positions and rotary angles."""
 
     def __init__(self, cfg: DecoderConfig, num_groups: int) -> None:
         self.cfg, self.num_groups = cfg, num_groups
@@ -80,7 +82,7 @@ class PredictorWorkspace:
             self.caches = [like.new_zeros(shape) for _ in range(self.cfg.num_layers)]
         return self.caches
 
-    def step(self, n: int, step: int, device: torch.device) -> _Step:
+    def step(self, n: int, step: int, device: torch.device, decoder: Decoder) -> _Step:
         """Step 0 adds the talker hidden and code 0 (2 tokens), every later step one code."""
         key = (n, step)
         cached = self._steps.get(key)
@@ -93,7 +95,7 @@ class PredictorWorkspace:
                 block_tables=None, query_lens=[num_new] * n, context_lens_cpu=[context] * n,
             )
             positions = torch.arange(context - num_new, context, device=device).repeat(n)
-            cached = self._steps[key] = _Step(meta, positions)
+            cached = self._steps[key] = _Step(meta, positions, decoder.rotation(positions))
         return cached
 
 
@@ -128,9 +130,9 @@ class CodePredictor(nn.Module):
         x = torch.stack([talker_hidden, code0_embed], dim=1).flatten(0, 1)  # [2N, H]: hidden then code 0, per frame
         codes: list[torch.Tensor] = []
         for step in range(num_groups - 1):
-            plan = self.workspace.step(n, step, x.device)
+            plan = self.workspace.step(n, step, x.device, self.model)
             with forward_context(ForwardContext(plan.meta, self.backend, caches)):
-                hidden, _ = self.model(x, plan.positions)
+                hidden, _ = self.model(x, plan.positions, rotation=plan.rotation)
             last = hidden.view(n, plan.meta.query_lens[0], -1)[:, -1]
             code = sampler.sample(self.lm_head[step](last), step)
             codes.append(code)

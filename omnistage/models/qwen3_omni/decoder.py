@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from omnistage.layers.attention.context import get_forward_context
-from omnistage.layers.linear import GatedMLP
+from omnistage.layers.linear import FusedRows, GatedMLP
 from omnistage.layers.moe import SparseMoeBlock
-from omnistage.layers.norm import RMSNorm
-from omnistage.layers.rotary import RotaryEmbedding, apply_rotary
+from omnistage.layers.norm import RMSNorm, rms_norm
+from omnistage.layers.rotary import RotaryEmbedding, Rotation
 from omnistage.models.qwen3_omni.weights import Checkpoint, load_module, module_tensors
 
 if TYPE_CHECKING:
@@ -127,16 +128,18 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.qkv = FusedRows(self.q_proj, self.k_proj, self.v_proj)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotation: Rotation) -> torch.Tensor:
+        # Functional calls on the modules' weights: this runs for every layer of every decode step, where the
+        # per-call overhead of a module adds up (the code predictor makes 15 passes per frame).
         num_tokens = x.shape[0]
-        q = self.q_norm(self.q_proj(x).view(num_tokens, -1, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(num_tokens, -1, self.head_dim))
-        v = self.v_proj(x).view(num_tokens, -1, self.head_dim)
-        q, k = apply_rotary(q, k, cos, sin)
+        q, k, v = (t.view(num_tokens, -1, self.head_dim) for t in self.qkv(x))
+        q = rotation.apply(rms_norm(q, self.q_norm.weight, self.q_norm.eps))
+        k = rotation.apply(rms_norm(k, self.k_norm.weight, self.k_norm.eps))
         ctx = get_forward_context()
         out = ctx.backend.forward(q, k, v, ctx.kv_cache(self.layer_idx), ctx.meta, self.scale, self.sliding_window)
-        return self.o_proj(out.reshape(num_tokens, -1))
+        return F.linear(out.reshape(num_tokens, -1), self.o_proj.weight, self.o_proj.bias)
 
 
 class DecoderLayer(nn.Module):
@@ -155,9 +158,10 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, rotation: Rotation) -> torch.Tensor:
+        norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
+        x = x + self.self_attn(rms_norm(x, norm1.weight, norm1.eps), rotation)
+        return x + self.mlp(rms_norm(x, norm2.weight, norm2.eps))
 
 
 @dataclass
@@ -204,22 +208,24 @@ class Decoder(nn.Module):
         positions: torch.Tensor,
         deepstack: Deepstack | None = None,
         capture_layer: int | None = None,
+        rotation: Rotation | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[T, H]`` embeddings -> (normed final hidden ``[T, H]``, captured hidden or None).
 
         ``capture_layer`` indexes hidden states as transformers'
         ``output_hidden_states`` does: 0 = the embeddings, k = the output of
         layer k-1 (before that layer's deepstack addition, which transformers
-        applies outside the recorded layer), ``num_layers`` = the normed output.
+        applies outside the recorded layer), ``num_layers`` = the normed output. ``rotation``: the positions'
+        rotary angles when the caller keeps them (:meth:`rotation`), else made here.
         """
         num_layers = len(self.layers)
         if capture_layer is not None and not 0 <= capture_layer <= num_layers:
             raise ValueError(f"capture_layer={capture_layer} outside 0..{num_layers}")
-        cos, sin = self.rotary(positions)  # float32: RoPE (like RMSNorm) computes in fp32 whatever the dtype
+        rotation = rotation or self.rotation(positions)
         hidden = inputs_embeds
         captured = hidden if capture_layer == 0 else None
         for i, layer in enumerate(self.layers):
-            hidden = layer(hidden, cos, sin)
+            hidden = layer(hidden, rotation)
             if capture_layer == i + 1 and i + 1 < num_layers:
                 captured = hidden
             if deepstack is not None and i < deepstack.features.shape[0]:
@@ -229,6 +235,10 @@ class Decoder(nn.Module):
         if capture_layer == num_layers:
             captured = hidden
         return hidden, captured
+
+    def rotation(self, positions: torch.Tensor) -> Rotation:
+        """The rotary angles of ``positions``, in float32: RoPE (like RMSNorm) computes in fp32 whatever the dtype."""
+        return Rotation.of(*self.rotary(positions))
 
 
 # Building ---------------------------------------------------------------------------------------

@@ -60,9 +60,9 @@ class CodePredictor(nn.Module):
         caches = self.workspace.kv_caches(n, x)
         codes: list[torch.Tensor] = []
         for step in range(num_groups - 1):
-            plan = self.workspace.step(n, step, x.device)
+            plan = self.workspace.step(n, step, x.device, self.model)
             with forward_context(ForwardContext(plan.meta, self.backend, caches)):
-                hidden, _ = self.model(x, plan.positions)
+                hidden, _ = self.model(x, plan.positions, rotation=plan.rotation)
             last = hidden.view(n, plan.meta.query_lens[0], -1)[:, -1]
             code = sampler.sample(self.lm_head[step](last), step)
             codes.append(code)

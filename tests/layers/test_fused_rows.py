@@ -1,0 +1,47 @@
+"""FusedRows: linears over one input as one matmul, the checkpoint's parameters kept as views of the stack."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from omnistage.layers.linear import FusedRows, GatedMLP
+
+
+def _linears(bias: bool = False) -> list[nn.Linear]:
+    torch.manual_seed(0)
+    return [nn.Linear(16, n, bias=bias) for n in (8, 4, 4)]
+
+
+def test_one_matmul_equals_the_separate_linears_and_shares_their_memory() -> None:
+    linears = _linears(bias=True)
+    x = torch.randn(5, 16)
+    expected = [linear(x) for linear in linears]
+    fused = FusedRows(*linears)
+    got = fused(x)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)  # one GEMM of another shape
+    stack = fused._weight
+    assert stack is not None and stack.shape == (16, 16)
+    assert [linear.weight.data_ptr() for linear in linears] == [stack[i].data_ptr() for i in (0, 8, 12)]
+
+
+def test_loads_write_through_and_replaced_storage_is_restacked() -> None:
+    linears = _linears()
+    fused = FusedRows(*linears)
+    x = torch.randn(2, 16)
+    fused(x)
+    with torch.no_grad():
+        linears[1].weight.copy_(torch.ones(4, 16))  # an in-place load (what load_module does)
+    torch.testing.assert_close(fused(x)[1], x.sum(-1, keepdim=True).expand(2, 4), atol=1e-5, rtol=1e-5)
+    linears[2].weight = nn.Parameter(torch.zeros(4, 16))  # a new tensor (what .to() does)
+    assert torch.equal(fused(x)[2], torch.zeros(2, 4))
+    assert linears[2].weight.data_ptr() == fused._weight[12].data_ptr()
+
+
+def test_gated_mlp_keeps_the_checkpoint_names() -> None:
+    mlp = GatedMLP(16, 32)
+    assert set(mlp.state_dict()) == {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
+    x = torch.randn(3, 16)
+    expected = mlp.down_proj(mlp.act(mlp.gate_proj(x)) * mlp.up_proj(x))
+    torch.testing.assert_close(mlp(x), expected, atol=1e-6, rtol=1e-5)
