@@ -108,7 +108,7 @@ def test_size_checks_reject_inconsistent_widths() -> None:
         CheckpointSize("bad", MEDIUM.thinker, MEDIUM.talker, MEDIUM.code_predictor, MEDIUM.audio, MEDIUM.vision,
                        MEDIUM.code2wav, 2048, 16, 3, mrope_section=(24, 20, 20))
     with pytest.raises(ValueError, match="code predictor"):
-        CheckpointSize("bad", MEDIUM.thinker, MEDIUM.talker, DecoderWidths(128, 5, 4, 2, 64, 512), MEDIUM.audio,
+        CheckpointSize("bad", MEDIUM.thinker, MEDIUM.talker, DecoderWidths(MEDIUM.talker.hidden * 2, 5, 4, 2, 64, 512), MEDIUM.audio,
                        MEDIUM.vision, MEDIUM.code2wav, 2048, 16, 3, mrope_section=(16, 8, 8))
 
 
