@@ -112,7 +112,7 @@ class RequestFlows:
 
     def _stream_loads(self) -> list[StreamLoad]:
         """Audio streams in flight; a stream's talker pace counts while its talker runs."""
-        return [StreamLoad(None if s.audio.talker_done else s.audio.planner.talker.value)
+        return [StreamLoad(not s.audio.talker_done, s.audio.planner.talker.value)
                 for s in self.states.values() if s.audio is not None and not s.audio.done]
 
     def _start(self, request: OmniRequest, sink: OutputSink) -> None:

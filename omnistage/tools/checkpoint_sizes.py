@@ -3,7 +3,7 @@
 * ``tiny``: toy widths (hidden 32, 4 code groups); Python overhead is all the work. The default.
 * ``medium``: the real codec layout (16 code groups, codebook 2048, talker vocab 3072, so the real codec and speaker
   ids) and stacks wide enough that compute dominates on a CPU (thinker hidden 512, 6 layers, 32 experts top-4;
-  code2wav hidden 256). The talker and its 5-layer code predictor are 128 wide: their 15 sequential passes per
+  code2wav hidden 256 with a 128-channel decoder, ~0.05 s of one core per second of audio). The talker and its 5-layer code predictor are 128 wide: their 15 sequential passes per
   frame read the 15 codebook heads (2048 rows each) and the layers 15 times, ~230 MB per frame at width 256 on
   a single core's ~10 GB/s, which no longer fits one stream into real time; at 128 several streams do, as the
   real widths do on a GPU.
@@ -106,7 +106,7 @@ MEDIUM = CheckpointSize(
     code_predictor=DecoderWidths(128, 5, 2, 1, 64, 256),
     audio=EncoderWidths(256, 2, 4, 1024, downsample_hidden=64),
     vision=EncoderWidths(256, 2, 4, 1024),
-    code2wav=VocoderWidths(256, 2, 4, 512, decoder_dim=256),
+    code2wav=VocoderWidths(256, 2, 4, 512, decoder_dim=128),
     codebook_size=2048, num_code_groups=16, accept_hidden_layer=3, mrope_section=(16, 8, 8),
 )
 

@@ -8,7 +8,7 @@ import pytest
 
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
-from omnistage.pipeline.audio_gate import AudioGate, StreamLoad
+from omnistage.pipeline.audio_gate import MARGINAL_PRIOR, AudioGate, StreamLoad
 from omnistage.pipeline.playback import FRAME_S
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.processing.prompt import ProcessedPrompt
@@ -17,34 +17,50 @@ from tests.pipeline.specs import small_dict
 
 
 def _streams(*rtfs: float | None) -> list[StreamLoad]:
-    return [StreamLoad(None if r is None else r * FRAME_S) for r in rtfs]
+    return [StreamLoad(True, None if r is None else r * FRAME_S) for r in rtfs]
 
 
-def test_no_stream_running_always_admits_and_an_unknown_pace_waits() -> None:
+def test_no_stream_running_always_admits_and_an_unmeasured_talker_waits() -> None:
     gate = AudioGate(limit=0.9)
     assert gate.admits([])
-    assert not gate.admits(_streams(None))  # a stream started, its talker pace not measured yet
+    gate.observe(_streams(None))  # a stream started, its talker pace not measured yet: nothing recorded
+    assert not gate.admits(_streams(None))
     assert AudioGate(limit=0.0).admits(_streams(5.0))  # no gate
 
 
-def test_prediction_is_proportional_then_follows_what_was_measured() -> None:
+def test_one_count_measured_assumes_a_batched_talker_then_follows_the_measured_slope() -> None:
     gate = AudioGate(limit=0.9)
-    gate.observe(_streams(0.4))
-    assert gate.predict(2) == pytest.approx(0.8)  # one count measured: a stage that does not batch
-    assert gate.admits(_streams(0.4))
-    gate.observe(_streams(0.5, 0.5))
-    assert gate.predict(3) == pytest.approx(0.6)  # along the measured slope (batching)
-    assert gate.admits(_streams(0.5, 0.5))
-    assert not gate.admits(_streams(0.95, 0.95))  # already past the limit
+    gate.observe(_streams(0.6))
+    assert gate.rtf(2, 2) == pytest.approx(0.6 * (1 + MARGINAL_PRIOR))
+    assert gate.admits(_streams(0.6))
+    gate.observe(_streams(0.66, 0.66))
+    assert gate.rtf(3, 3) == pytest.approx(0.72)  # along the line through 1 and 2 streams
+    assert gate.admits(_streams(0.66, 0.66))
+    gate.observe(_streams(0.8, 0.8, 0.8))
+    assert gate.rtf(4, 4) == pytest.approx(0.94)  # the talker saturates: along the newest slope
+    assert gate.rtf(2, 2) == pytest.approx(0.66)  # measured counts are used as they are
+    assert not gate.admits(_streams(0.8, 0.8, 0.8))
+
+
+def test_a_stream_still_in_its_first_frames_is_counted_but_not_measured() -> None:
+    gate = AudioGate(limit=0.9)
+    gate.observe(_streams(0.6))
+    gate.observe(_streams(0.6, None))  # the second stream's pace is unknown: no point at 2 streams
+    assert gate.talker_pace(2) == pytest.approx(0.6 * FRAME_S * (1 + MARGINAL_PRIOR))
+    assert not gate.admits(_streams(0.6, None))  # 3 streams predicted at 0.6 * 1.5 = 0.9... and a bit
 
 
 def test_vocoder_load_scales_with_streams() -> None:
     gate = AudioGate(limit=0.9)
-    gate.vocoded(busy_s=0.3, audio_s=1.0)  # 0.3 s of vocoder per second of audio
-    assert gate.rtf(_streams(0.1, 0.1)) == pytest.approx(0.6)
+    gate.observe(_streams(0.1))
     gate.observe(_streams(0.1, 0.1))
-    assert gate.predict(3) == pytest.approx(0.9)
-    assert not gate.admits(_streams(0.1, 0.1, 0.1))
+    gate.observe(_streams(0.1, 0.1, 0.1))
+    gate.vocoded(busy_s=0.3, audio_s=1.0)  # 0.3 s of vocoder per second of audio
+    assert gate.rtf(2, 2) == pytest.approx(0.6)
+    assert gate.admits(_streams(0.1, 0.1))  # 3 streams: 0.9
+    assert not gate.admits(_streams(0.1, 0.1, 0.1))  # 4 streams: 1.2
+    finishing = [StreamLoad(False)] * 3  # talkers done, code2wav still busy with them
+    assert not gate.admits(finishing)
 
 
 def _request(rid: str, audio: bool = True) -> OmniRequest:
@@ -53,12 +69,12 @@ def _request(rid: str, audio: bool = True) -> OmniRequest:
 
 
 def _runtime(limit: float) -> PipelineRuntime:
-    """A talker whose step takes 55 ms per stream (it does not batch): one stream runs at 0.69x real time, two
-    at 1.4x, so two at once would both underrun."""
+    """A talker whose step takes 64 ms per stream (it does not batch): one stream runs at 0.8x real time, two at
+    1.6x, so two at once would both underrun (a batched talker's prior, +25% a stream, says 1.0: wait)."""
     data = small_dict(talker_frames=30)
     data["streaming"]["admission_rtf_limit"] = limit
     fakes.INSTANCES.clear()
-    return PipelineRuntime(parse_pipeline(data), fakes.fake_factories(0.001, talker_step_s_per_seq=0.055), None,
+    return PipelineRuntime(parse_pipeline(data), fakes.fake_factories(0.001, talker_step_s_per_seq=0.064), None,
                            fakes.GROUPS, PipelineOptions(in_process=True))
 
 
@@ -113,3 +129,15 @@ def test_a_held_request_can_be_aborted_and_frees_nothing_it_never_took() -> None
         assert not runtime.orchestrator.flows.waiting and not runtime.orchestrator.flows.states
     finally:
         runtime.close()
+
+
+def test_a_burst_ramps_up_one_measured_count_at_a_time() -> None:
+    gate = AudioGate(limit=0.9)
+    gate.observe(_streams(0.1))
+    gate.observe(_streams(0.11, 0.11))  # a batched talker: the line says 8 streams would be fine
+    assert gate.rtf(8, 8) < 0.9
+    assert gate.admits(_streams(0.11, 0.11))  # one past the largest count measured
+    assert not gate.admits(_streams(0.11, 0.11, None))  # the third is not measured yet: no fourth
+    assert not gate.admits(_streams(0.11, 0.11, 0.11))  # measured, but not recorded at 3 streams yet
+    gate.observe(_streams(0.12, 0.12, 0.12))
+    assert gate.admits(_streams(0.12, 0.12, 0.12))

@@ -12,15 +12,20 @@ from torch import nn
 
 
 class CausalConv1d(nn.Module):
-    """Stride-1 conv padded on the left only, so output t sees inputs <= t."""
+    """Stride-1 conv padded on the left only, so output t sees inputs <= t.
+
+    The conv pads both ends itself and the outputs of the right padding are dropped: the same samples as
+    padding the input on the left, without copying the whole activation (tens of thousands of samples a chunk)
+    into a padded tensor first.
+    """
 
     def __init__(self, in_dim: int, out_dim: int, kernel: int, dilation: int = 1, groups: int = 1) -> None:
         super().__init__()
-        self.conv = nn.Conv1d(in_dim, out_dim, kernel, dilation=dilation, groups=groups)
         self.left_pad = (kernel - 1) * dilation
+        self.conv = nn.Conv1d(in_dim, out_dim, kernel, dilation=dilation, groups=groups, padding=self.left_pad)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.pad(x, (self.left_pad, 0)))
+        return self.conv(x)[..., :x.shape[-1]]
 
 
 class TrimmedConvTranspose1d(nn.Module):
@@ -61,8 +66,11 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha, beta = self.alpha.exp()[:, None], self.beta.exp()[:, None]
-        return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+        # Runs at every sample rate up to 24 kHz: one new tensor and passes over it in place (the per-channel
+        # factors are tiny), not a new tensor per operation.
+        alpha, inverse_beta = self.alpha.exp()[:, None], 1.0 / (self.beta.exp()[:, None] + 1e-9)
+        wave = (x * alpha).sin_().square_()
+        return torch.addcmul(x, wave, inverse_beta)
 
 
 class ResidualUnit(nn.Module):
