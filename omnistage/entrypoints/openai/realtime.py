@@ -55,6 +55,7 @@ from omnistage.entrypoints.openai.realtime_conversation import InputBuffer, Turn
 from omnistage.entrypoints.openai.realtime_response import ResponseWriter
 from omnistage.entrypoints.openai.request_budget import turns_over_budget
 from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling
+from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.entrypoints.openai.streaming import engine_outputs
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
@@ -357,6 +358,7 @@ class RealtimeService:
     limits: ServerLimits
     admission: Admission
     pool: DecodePool
+    served: ServedModel
 
 
 @router.websocket("/v1/realtime")
@@ -373,9 +375,10 @@ async def realtime(ws: WebSocket) -> None:
 
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
-                     admission: Admission | None = None, pool: DecodePool | None = None) -> None:
+                     admission: Admission | None = None, pool: DecodePool | None = None,
+                     served: ServedModel | None = None) -> None:
     """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
     takes a place like a request, its prompt is built in the same pool)."""
     app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
-                                         pool or DecodePool(limits.decode_workers))
+                                         pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine))
     app.include_router(router)
