@@ -71,6 +71,8 @@ CHAT_ERRORS: list[tuple[str, Callable[[LiveServer], Body], int, str | None, str 
     ("first chunk", lambda s: {"extra_body": {"initial_codec_chunk_frames": 0}}, 400, "initial_codec_chunk_frames",
      None),
     ("stops", lambda s: {"stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
+    ("audio in video", lambda s: {"extra_body": {"mm_processor_kwargs": {"use_audio_in_video": True}}}, 400,
+     "mm_processor_kwargs.use_audio_in_video", "unsupported_parameter"),
     ("logit_bias", lambda s: {"logit_bias": {"5": 10}}, 400, None, None),
     ("json mode", lambda s: {"response_format": {"type": "json_object"}}, 400, None, None),
     ("template kwargs the server sets", lambda s: {"extra_body": {"chat_template_kwargs": {"tools": []}}}, 400,

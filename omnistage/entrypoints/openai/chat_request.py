@@ -90,6 +90,9 @@ def chat_plan(body: ChatCompletionRequest, engine: OmniEngine, served: ServedMod
                            else body.tool_choice, body.parallel_tool_calls)
     except ValueError as exc:
         raise bad_request(str(exc), param="tool_choice") from exc
+    if body.mm_processor_kwargs is not None and body.mm_processor_kwargs.use_audio_in_video:
+        raise bad_request("use_audio_in_video is not supported yet: a video's audio track is not used",
+                          param="mm_processor_kwargs.use_audio_in_video", code="unsupported_parameter")
     kwargs = dict(body.chat_template_kwargs or {})
     reserved = sorted(RESERVED_TEMPLATE_KWARGS & kwargs.keys())
     if reserved:
