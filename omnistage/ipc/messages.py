@@ -11,6 +11,8 @@ from __future__ import annotations
 import msgspec
 import torch
 
+from omnistage.engine.logprobs import TokenLogprob
+
 
 class WireSampling(msgspec.Struct, frozen=True):
     """``omnistage.engine.SamplingParams`` on the wire."""
@@ -24,6 +26,9 @@ class WireSampling(msgspec.Struct, frozen=True):
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None
 
 
 class WireMultimodal(msgspec.Struct, frozen=True):
@@ -117,6 +122,7 @@ class ThinkerTokens(msgspec.Struct, tag=True):
     num_prompt_tokens: int = 0
     mm_hidden: torch.Tensor | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (their prefill skipped)
+    logprobs: list[TokenLogprob] | None = None  # one per token, when the request asked
 
 
 class TalkerFrames(msgspec.Struct, tag=True):

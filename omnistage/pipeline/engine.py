@@ -18,6 +18,7 @@ from omnistage.config.pipeline import (
     load_preset,
     per_stage,
 )
+from omnistage.config.generation_defaults import sampling_defaults
 from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
 from omnistage.pipeline.connectors import CONNECTORS
@@ -87,6 +88,10 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-memory-utilization", type=_utilization, default=(),
                        help="CUDA: fraction of the device each autoregressive stage may use (weights, activations "
                             "and KV), e.g. 0.45, or per stage: thinker=0.5,talker=0.3")
+    group.add_argument("--generation-config", default="auto",
+                       help="sampling defaults of requests that leave a knob unset: auto (the checkpoint's "
+                            "generation_config.json over the stage config's), vllm (the stage config's only), or a "
+                            "folder holding a generation_config.json")
     group.add_argument("--ray-address", default=None,
                        help="the Ray cluster to join with --backend ray (default: the one started on this machine "
                             "by `ray start --head`, else a new local one)")
@@ -128,7 +133,7 @@ class OmniPipeline:
 
     def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
                  options: PipelineOptions | None = None, model_name: str | None = None,
-                 overrides: StageOverrides | None = None) -> None:
+                 overrides: StageOverrides | None = None, generation_config: str = "auto") -> None:
         from omnistage.tools.make_tiny import resolve_model
 
         folder = resolve_model(str(model))
@@ -144,14 +149,18 @@ class OmniPipeline:
         self.supports_audio = topology.supports_audio
         thinker = self.spec.stage(topology.thinker).engine
         self.max_model_len = thinker.model_len(facts.max_positions)
+        self.default_sampling = sampling_defaults(self.spec.stage(topology.thinker).sampling, folder,
+                                                  generation_config)
         options = options or PipelineOptions()
         self.runtime = PipelineRuntime(self.spec, model_factories(str(folder), self.spec, options),
                                        self.processor.tokenizer, facts.num_code_groups, options)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> OmniPipeline:
+        names = getattr(args, "served_model_name", None) or ()
         return cls(getattr(args, "model", "tiny"), getattr(args, "stage_config", None), options_from_args(args),
-                   getattr(args, "served_model_name", None), overrides_from_args(args))
+                   names[0] if names else None, overrides_from_args(args),
+                   getattr(args, "generation_config", None) or "auto")
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)

@@ -21,6 +21,7 @@ import numpy as np
 from omnistage.config.pipeline import PipelineSpec
 from omnistage.core import FinishReason, OmniOutput, OmniRequest, Usage
 from omnistage.engine.generation_engine import vocoder_batch_cap
+from omnistage.engine.logprobs import TokenLogprob
 from omnistage.ipc.messages import (
     AbortRequests,
     AudioChunk,
@@ -206,12 +207,16 @@ class RequestFlows:
             if not msg.finished:  # a stop string: the thinker is still generating
                 self._to(self.topo.thinker, msg.request_id, AbortRequests([msg.request_id]), place=False)
             self.routers[self.topo.thinker].release(msg.request_id)
-        self._deliver(state, text=delta.text, token_ids=tuple(msg.token_ids))
+        self._deliver(state, text=delta.text, token_ids=tuple(msg.token_ids), logprobs=tuple(msg.logprobs or ()))
 
     def _feed_talker(self, state: RequestState, msg: ThinkerTokens, finished: bool) -> None:
-        rid, tokens = state.request_id, list(msg.token_ids)
+        rid, tokens = state.request_id, state.spoken.take(msg.token_ids)
         if not state.talker_started:
+            if msg.mm_hidden is not None:
+                state.talker_hidden = msg.mm_hidden
             if not tokens:
+                if finished and state.audio is not None:  # nothing was spoken: no audio to wait for
+                    state.audio.talker_done = True
                 return
             state.talker_started = True
             state.trace.mark("talker_start")
@@ -219,7 +224,7 @@ class RequestFlows:
             sampling = talker_sampling(stage.sampling, state.request.sampling.seed,
                                        self.settings.talker_min_new_tokens)
             self._to(self.topo.talker, rid, StartTalker(rid, _layout(state.request), tokens[0],
-                                                         state.request.voice, sampling, msg.mm_hidden))
+                                                         state.request.voice, sampling, state.talker_hidden))
             tokens = tokens[1:]
         if tokens or finished:
             self._to(self.topo.talker, rid, FeedText(rid, tokens, finished), place=False)
@@ -276,7 +281,7 @@ class RequestFlows:
         self.send(stage, index, message)
 
     def _deliver(self, state: RequestState, text: str = "", token_ids: tuple[int, ...] = (),
-                 audio: np.ndarray | None = None) -> None:
+                 audio: np.ndarray | None = None, logprobs: tuple[TokenLogprob, ...] = ()) -> None:
         done = state.complete
         if not (text or token_ids or audio is not None or done):
             return
@@ -287,7 +292,7 @@ class RequestFlows:
             self._record(state)
         self._emit(state, OmniOutput(state.request_id, text=text, token_ids=token_ids, audio=audio, finished=done,
                                      finish_reason=state.reason if done else None,
-                                     usage=self._usage(state) if done else None))
+                                     usage=self._usage(state) if done else None, logprobs=logprobs))
 
     def _emit(self, state: RequestState, output: OmniOutput) -> None:
         try:

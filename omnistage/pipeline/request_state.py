@@ -7,10 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import torch
+
 from omnistage.core import FinishReason, OmniOutput, OmniRequest
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer
-
 from omnistage.pipeline.playback import Playback
+from omnistage.pipeline.spoken import SpokenTokens
 
 SAMPLE_RATE = 24000
 
@@ -85,6 +87,11 @@ class RequestState:
     reason: FinishReason | None = None
     talker_started: bool = False
     audio: AudioProgress | None = None  # None for text-only requests
+    spoken: SpokenTokens = field(init=False)  # the thinker tokens its talker is fed
+    talker_hidden: torch.Tensor | None = None  # the thinker's first message's states, until the talker starts
+
+    def __post_init__(self) -> None:
+        self.spoken = SpokenTokens(self.request.unspoken)
 
     @property
     def request_id(self) -> str:

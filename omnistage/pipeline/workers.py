@@ -173,7 +173,7 @@ class ThinkerWorker(_ARWorker[Request]):
                 continue
             msg = ThinkerTokens(out.request_id, out.new_token_ids, out.finished,
                                 out.finish_reason.value if out.finish_reason else None, request.num_prompt_tokens,
-                                num_cached_tokens=max(request.num_cached_tokens, 0))
+                                num_cached_tokens=max(request.num_cached_tokens, 0), logprobs=out.logprobs)
             if out.request_id in self.awaiting_hidden:
                 msg.mm_hidden = self._take_hidden(request)
             if out.finished:

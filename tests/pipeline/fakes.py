@@ -99,12 +99,15 @@ class FakeThinker(FakeBase):
 @dataclass
 class FakeTalker(FakeBase):
     step_s_per_seq: float = 0.0  # a talker whose step slows with its batch (one that does not batch)
+    spoken: dict[str, list[int]] = field(default_factory=dict)  # the thinker tokens each request was fed
 
     def handle(self, message: ReplicaInput) -> list[StageOutput]:
         self.seen.append((type(message).__name__, message.request_id))
         if isinstance(message, StartTalker):
             self.seqs[message.request_id] = _Seq(message.sampling.max_tokens, text=1)
+            self.spoken[message.request_id] = [message.first_token]
         elif isinstance(message, FeedText) and message.request_id in self.seqs:
+            self.spoken[message.request_id].extend(message.token_ids)
             seq = self.seqs[message.request_id]
             seq.text += len(message.token_ids)
             seq.text_done = seq.text_done or message.finished
