@@ -38,6 +38,17 @@ def test_speech_formats(server: LiveServer, fmt: str) -> None:
     assert request.modalities == frozenset({Modality.TEXT, Modality.AUDIO})
 
 
+def test_streamed_flac_reads_whole_with_soundfile(server: LiveServer) -> None:
+    """The streamed FLAC's header has the exact length libsndfile needs; FLAC is lossless on the PCM16 samples."""
+    with server.client().audio.speech.with_streaming_response.create(**SPEECH, response_format="flac") as response:
+        assert response.headers["content-type"] == "audio/flac"
+        flac = b"".join(response.iter_bytes(chunk_size=1000))
+    pcm = server.client().audio.speech.create(**SPEECH, response_format="pcm").content
+    samples, rate = sf.read(io.BytesIO(flac), dtype="int16")
+    assert rate == 24000
+    np.testing.assert_array_equal(samples, np.frombuffer(pcm, "<i2"))
+
+
 def test_speech_media_type_and_default_format(server: LiveServer) -> None:
     with server.client().audio.speech.with_streaming_response.create(**SPEECH) as response:
         assert response.headers["content-type"] == "audio/mpeg"
