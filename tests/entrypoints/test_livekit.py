@@ -39,6 +39,16 @@ async def answer(generation: llm.GenerationCreatedEvent) -> tuple[str, np.ndarra
     return "".join(text), samples
 
 
+@llm.function_tool
+async def get_weather(city: str) -> str:
+    """The weather in a city.
+
+    Args:
+        city: the city's name
+    """
+    return f"sunny in {city}"
+
+
 def realtime_model(server: LiveServer, http: aiohttp.ClientSession) -> lk_openai.realtime.RealtimeModel:
     return lk_openai.realtime.RealtimeModel(base_url=f"{server.base_url}/v1", api_key="unused",
                                             model=server.engine.model_name, http_session=http)
@@ -118,14 +128,40 @@ def test_realtime_model_server_vad_turn_reaches_the_agent_as_audio(server: LiveS
     assert sorted(r.wants_audio for r in server.engine.requests) == [False, True]  # transcript, answer
 
 
-@llm.function_tool
-async def get_weather(city: str) -> str:
-    """The weather in a city.
+def test_realtime_model_function_call_round_trip(server: LiveServer) -> None:
+    """Session tools from update_tools; the call arrives on the generation's function stream; its output goes
+    back through update_chat_ctx, as an AgentSession does, and the next reply answers from it."""
+    server.engine.words = CALL_WORDS
 
-    Args:
-        city: the city's name
-    """
-    return f"sunny in {city}"
+    async def scenario() -> tuple[list[llm.FunctionCall], str]:
+        async with aiohttp.ClientSession() as http:
+            model = realtime_model(server, http)
+            session = model.session()
+            try:
+                await session.update_tools([get_weather])
+                chat_ctx = llm.ChatContext.empty()
+                chat_ctx.add_message(role="user", content="Weather in Paris?")
+                await asyncio.wait_for(session.update_chat_ctx(chat_ctx), TIMEOUT_S)
+                generation = await asyncio.wait_for(session.generate_reply(), TIMEOUT_S)
+                text, _ = await asyncio.wait_for(answer(generation), TIMEOUT_S)
+                assert text == "Let me check."
+                calls = [call async for call in generation.function_stream]
+                server.engine.words = ("It", " is", " sunny.")
+                chat_ctx = session.chat_ctx.copy()
+                chat_ctx.insert(llm.FunctionCallOutput(call_id=calls[0].call_id, name=calls[0].name,
+                                                       output="sunny in Paris", is_error=False))
+                await asyncio.wait_for(session.update_chat_ctx(chat_ctx), TIMEOUT_S)
+                generation = await asyncio.wait_for(session.generate_reply(), TIMEOUT_S)
+                reply, _ = await asyncio.wait_for(answer(generation), TIMEOUT_S)
+            finally:
+                await session.aclose()
+                await model.aclose()
+            return calls, reply
+    calls, reply = asyncio.run(scenario())
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert reply == "It is sunny."
+    rendered = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    assert "<tool_response>\nsunny in Paris\n</tool_response>" in rendered and '"get_weather"' in rendered
 
 
 def test_llm_with_metadata_store_parallel_tool_calls_and_tools(server: LiveServer) -> None:
