@@ -3,6 +3,11 @@ the energy fallback; the streaming resampler in front of Silero; the --vad choic
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -119,3 +124,19 @@ def test_model_is_loaded_without_touching_torchs_thread_count() -> None:
     load_model.cache_clear()
     load_model()
     assert torch.get_num_threads() == before  # the package's __init__ would have set it to 1
+
+
+def test_auto_falls_back_to_the_energy_detector_without_the_model(tmp_path: Path) -> None:
+    """A silero_vad package without its model file, first on the path (a fresh interpreter: nothing patched)."""
+    (tmp_path / "silero_vad").mkdir()
+    (tmp_path / "silero_vad" / "__init__.py").write_text("raise RuntimeError('never imported')\n")
+    script = ("from omnistage.audio.silero import SileroUnavailable\n"
+              "from omnistage.audio.vad_backend import vad_backend\n"
+              "print(vad_backend('auto').name)\n"
+              "try:\n    vad_backend('silero')\nexcept SileroUnavailable as exc:\n    print('refused:', exc)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path.cwd())])}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "energy" and lines[1].startswith("refused: silero-vad has no model file")
+    assert "falls back to the energy detector" in out.stderr
