@@ -171,6 +171,33 @@ def test_llm_service_with_penalties_and_a_tool_round_trip(server: LiveServer) ->
     assert context.get_messages()[-1] == {"role": "assistant", "content": "It is sunny."}
 
 
+def test_realtime_service_function_call_round_trip(server: LiveServer) -> None:
+    """Context tools become session tools; the call runs pipecat's handler, whose result goes back as a
+    function_call_output item and the next response answers from it."""
+    calls: list[dict[str, Any]] = []
+
+    async def get_weather(params: FunctionCallParams) -> None:
+        calls.append(dict(params.arguments))
+        server.engine.words = ("It", " is", " sunny.")
+        await params.result_callback({"sky": "sunny"})
+
+    url = server.base_url.replace("http://", "ws://") + "/v1/realtime"
+    service = OpenAIRealtimeLLMService(api_key="unused", base_url=url, settings=OpenAIRealtimeLLMService.Settings(
+        model=server.engine.model_name))
+    service.register_function("get_weather", get_weather)
+    context = LLMContext(messages=[{"role": "user", "content": "Weather in Paris?"}], tools=ToolsSchema([WEATHER]))
+    pair = LLMContextAggregatorPair(context)
+    answers = Collector(FrameDirection.DOWNSTREAM)
+    server.engine.words = CALL_WORDS
+    down, up = asyncio.run(drive([pair.user(), service, answers, pair.assistant()], [LLMRunFrame()],
+                                 LLMFullResponseEndFrame, count=2, watch=answers))
+    assert errors(up) == []
+    assert calls == [{"city": "Paris"}]
+    assert "".join(f.text for f in answers.frames if isinstance(f, LLMTextFrame)).endswith("It is sunny.")
+    rendered = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    assert '"get_weather"' in rendered and '<tool_response>\n{"sky": "sunny"}\n</tool_response>' in rendered
+
+
 @pytest.mark.parametrize("voice", ["alloy", "marin"])
 def test_tts_service_speaks_with_an_openai_voice(server: LiveServer, voice: str) -> None:
     tts = OpenAITTSService(api_key="unused", base_url=f"{server.base_url}/v1", sample_rate=RATE,
