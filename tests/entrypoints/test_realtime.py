@@ -280,7 +280,8 @@ def test_speech_during_a_response_barges_in(server: LiveServer) -> None:
 
 @pytest.mark.parametrize("detection", [{"type": "server_vad", "silence_duration_ms": 300},
                                        {"type": "semantic_vad", "eagerness": "high"}])
-def test_turn_detection_runs_silero_noise_is_not_a_turn(server: LiveServer, processor, detection: dict) -> None:  # noqa: ANN001
+def test_turn_detection_runs_silero_noise_is_not_a_turn(server: LiveServer, processor,  # noqa: ANN001
+                                                        detection: dict) -> None:
     """A second of loud white noise (-20 dBFS: the energy detector would call it speech), then vowels: the turn
     starts at the vowels (after such noise Silero may miss the first vowel: within two syllables), never in the
     noise. semantic_vad runs the same detector with its eagerness's silence."""

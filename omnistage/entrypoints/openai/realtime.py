@@ -245,8 +245,8 @@ class RealtimeSession:
         if self.vad is None:
             return
         # The read loop waits for the detector, so one session's pieces are fed in order, one at a time.
-        events = self.vad.feed(piece) if self.vad.inline else await self.service.vad_pool.run(_feed_job, self.vad,
-                                                                                              piece)
+        pool = self.service.vad_pool
+        events = self.vad.feed(piece) if self.vad.inline else await pool.run(_feed_job, self.vad, piece)
         for vad_event in events:
             ms = vad_event.sample * 1000 // self.buffer.rate
             if vad_event.kind == "speech_started":
