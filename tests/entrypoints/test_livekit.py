@@ -49,15 +49,21 @@ async def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-def realtime_model(server: LiveServer, http: aiohttp.ClientSession) -> lk_openai.realtime.RealtimeModel:
+def realtime_model(server: LiveServer, http: aiohttp.ClientSession, **options: Any) -> lk_openai.realtime.RealtimeModel:
     return lk_openai.realtime.RealtimeModel(base_url=f"{server.base_url}/v1", api_key="unused",
-                                            model=server.engine.model_name, http_session=http)
+                                            model=server.engine.model_name, http_session=http, **options)
 
 
-def test_realtime_model_default_session_chat_ctx_and_generate_reply(server: LiveServer) -> None:
+# LiveKit's defaults (semantic_vad, voice marin), and a checkpoint speaker with turn detection off.
+SESSIONS = [({}, "semantic_vad", "Chelsie"), ({"voice": "Ethan", "turn_detection": None}, None, "Ethan")]
+
+
+@pytest.mark.parametrize(("options", "detection", "speaker"), SESSIONS)
+def test_realtime_model_session_chat_ctx_and_generate_reply(server: LiveServer, options: dict[str, Any],
+                                                            detection: str | None, speaker: str) -> None:
     async def scenario() -> None:
         async with aiohttp.ClientSession() as http:
-            model = realtime_model(server, http)
+            model = realtime_model(server, http, **options)
             session = model.session()
             events: list[dict[str, Any]] = []
             session.on("openai_server_event_received", events.append)
@@ -80,19 +86,22 @@ def test_realtime_model_default_session_chat_ctx_and_generate_reply(server: Live
                 await model.aclose()
             assert errors == [] and not [e for e in events if e["type"] == "error"]
             updated = next(e for e in events if e["type"] == "session.updated")["session"]
-            assert updated["audio"]["input"]["turn_detection"]["type"] == "semantic_vad"  # LiveKit's default
-            assert updated["audio"]["output"]["voice"] == "Chelsie"  # marin, by the default voice table
+            turn_detection = updated["audio"]["input"]["turn_detection"]
+            assert (turn_detection and turn_detection["type"]) == detection
+            assert updated["audio"]["output"]["voice"] == speaker  # marin → Chelsie by the default voice table
             # The remote history mirrors the chat context, the answer appended.
             assert [m.role for m in session.chat_ctx.messages()][-4:] == ["user", "assistant", "user", "assistant"]
     asyncio.run(scenario())
     request = server.engine.requests[-1]
-    assert request.wants_audio and request.voice == "Chelsie"
+    assert request.wants_audio and request.voice == speaker
     rendered = server.engine.processor.tokenizer.decode(request.prompt.token_ids)
     assert "Speak like a pirate." in rendered and "Be brief." in rendered and "How are you?" in rendered
 
 
 def test_realtime_model_server_vad_turn_reaches_the_agent_as_audio(server: LiveServer) -> None:
-    speech = np.concatenate([np.zeros(RATE // 2, np.float32), speech_like(0.8, RATE), np.zeros(RATE, np.float32)])
+    # semantic_vad (LiveKit's default, eagerness auto) ends a turn after 800 ms of silence: 1.5 s of it follow.
+    speech = np.concatenate([np.zeros(RATE // 2, np.float32), speech_like(0.8, RATE),
+                             np.zeros(3 * RATE // 2, np.float32)])
     pcm = (speech * 32767).astype("<i2")
 
     async def scenario() -> None:
