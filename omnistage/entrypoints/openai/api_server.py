@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from omnistage.audio.vad_backend import vad_backend
 from omnistage.entrypoints.openai.admission import Admission
 from omnistage.entrypoints.openai.auth import AccessMiddleware
 from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
@@ -162,6 +163,7 @@ def _openapi_schema(app: FastAPI) -> dict[str, object]:
 def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None,
               access: AccessPolicy | None = None, serving: ServingOptions | None = None) -> FastAPI:
     limits = limits or ServerLimits()
+    serving = serving or ServingOptions()
     served = ServedModel.of(engine, serving)
     metrics = ServerMetrics(engine)
     pool = DecodePool(limits.decode_workers)  # decoding and preprocessing of every endpoint, bounded
@@ -174,7 +176,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
                                   speech=SpeechService(engine, metrics, limits, admission, pool, served),
                                   metrics=metrics)
     app.include_router(api)
-    install_realtime(app, engine, limits, admission, pool, served)  # WS /v1/realtime
+    install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad))  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read
     install_error_handlers(app)
