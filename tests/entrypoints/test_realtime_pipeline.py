@@ -71,16 +71,21 @@ def test_spoken_turn_streams_text_and_audio(live: _Server) -> None:
 
 
 def test_cancel_mid_response_frees_every_stage(live: _Server) -> None:
-    async def scenario() -> None:
+    """A sampled answer can be short enough to end before the cancel reaches the server, so the scenario is tried
+    a few times: at least one response must end cancelled mid-audio, and every stage must be idle afterwards."""
+    async def scenario() -> str:
         async with await open_session(live) as ws:
             await send(ws, {"type": "conversation.item.create",
                             "item": {"role": "user", "content": [{"type": "input_text", "text": "talk to me"}]}})
-            await send(ws, {"type": "response.create", "response": {"max_output_tokens": 64}})
+            await send(ws, {"type": "response.create", "response": {"max_output_tokens": 512}})
             await until(ws, "response.output_audio.delta")  # mid-response: audio is flowing
             await send(ws, {"type": "response.cancel"})
             done, _ = await until(ws, "response.done")
-            assert done["response"]["status"] == "cancelled"
-    asyncio.run(scenario())
+            return done["response"]["status"]
+    statuses: list[str] = []
+    while "cancelled" not in statuses and len(statuses) < 5:
+        statuses.append(asyncio.run(scenario()))
+    assert set(statuses) <= {"cancelled", "completed"} and "cancelled" in statuses, statuses
     assert _wait_idle(live.engine) == {k: 0 for k in _kv_in_use(live.engine)}
 
 
