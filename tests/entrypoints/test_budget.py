@@ -133,6 +133,17 @@ def _trimmed_rss(pid: int) -> float:
     return _rss_of(pid)
 
 
+def _settled_growth(pid: int, baseline: float, limit: float) -> float:
+    """RSS growth over ``baseline``, the least of samples taken for up to 15 s until one is under ``limit``: work
+    the server is still finishing (an abandoned decode, slow on a loaded machine) ends, memory it kept stays."""
+    least = min(_trimmed_rss(pid) for _ in range(4)) - baseline
+    deadline = time.monotonic() + 15
+    while least >= limit and time.monotonic() < deadline:
+        time.sleep(0.25)
+        least = min(least, _trimmed_rss(pid) - baseline)
+    return least
+
+
 def _rss_of(pid: int | str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -163,7 +174,7 @@ def test_a_million_empty_messages_are_refused_fast_with_no_lasting_memory(
             error = _error(r)
             assert error["code"] == "too_many_messages" and "--max-messages" in error["message"]
             assert seconds < 3.0, f"three at once: {seconds:.2f} s"  # each alone: well under a second
-    growth = _trimmed_rss(pid) - baseline
+    growth = _settled_growth(pid, baseline, 32)
     started = time.perf_counter()
     _error(httpx.post(f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"},
                       timeout=60))
@@ -349,20 +360,10 @@ def test_decoded_media_memory_is_returned(server_process: tuple[str, int]) -> No
             except httpx.ReadTimeout:
                 pass  # left while the video decoded
 
-    def settled_rss(below: float | None = None) -> float:
-        """The least of a few RSS samples. An abandoned job may still be decoding (slow on a loaded machine), so with
-        ``below`` sampling goes on for up to 15 s until one is under it: memory the server kept never comes down."""
-        samples = [_trimmed_rss(pid) for _ in range(4)]
-        deadline = time.monotonic() + 15
-        while below is not None and min(samples) >= below and time.monotonic() < deadline:
-            time.sleep(0.25)
-            samples.append(_trimmed_rss(pid))
-        return min(samples)
-
     rounds(2)  # warm-up: the pool's threads and their allocator arenas
-    baseline = settled_rss()
+    baseline = min(_trimmed_rss(pid) for _ in range(4))
     rounds(2)
-    growth = settled_rss(baseline + 64) - baseline
+    growth = _settled_growth(pid, baseline, 64)
     # Keeping one request's frames would be 200 MB; what moves below that is the allocator's fragmentation.
     assert growth < 64, f"the server kept {growth:.0f} MiB after 2 requests of 200 MB of frames each"
     print(f"decoded media: server RSS growth {growth:.1f} MiB over 2 requests")
