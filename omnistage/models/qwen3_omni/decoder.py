@@ -159,7 +159,9 @@ class HeadNorms:
         self._weight: torch.Tensor | None = None
 
     def weight(self) -> torch.Tensor:
-        key = tuple(v for norm, _ in self.norms for v in (norm.weight.data_ptr(), norm.weight._version))
+        # An inference tensor (loaded under inference_mode) keeps no version counter: its storage pointer is the key.
+        key = tuple(v for norm, _ in self.norms
+                    for v in (norm.weight.data_ptr(), -1 if norm.weight.is_inference() else norm.weight._version))
         if key != self._key or self._weight is None:
             with torch.inference_mode(False), torch.no_grad():
                 self._weight = torch.cat([norm.weight.detach().expand(count, -1) for norm, count in self.norms])
