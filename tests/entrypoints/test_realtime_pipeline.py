@@ -71,7 +71,7 @@ def test_spoken_turn_streams_text_and_audio(live: _Server) -> None:
 
 
 def test_cancel_mid_response_frees_every_stage(live: _Server) -> None:
-    """A sampled answer can be short enough to end before the cancel reaches the server, so the scenario is tried
+    """A sampled answer can end (or reach its token limit) before the cancel reaches the server, so the scenario is tried
     a few times: at least one response must end cancelled mid-audio, and every stage must be idle afterwards."""
     async def scenario() -> str:
         async with await open_session(live) as ws:
@@ -85,7 +85,7 @@ def test_cancel_mid_response_frees_every_stage(live: _Server) -> None:
     statuses: list[str] = []
     while "cancelled" not in statuses and len(statuses) < 5:
         statuses.append(asyncio.run(scenario()))
-    assert set(statuses) <= {"cancelled", "completed"} and "cancelled" in statuses, statuses
+    assert set(statuses) <= {"cancelled", "completed", "incomplete"} and "cancelled" in statuses, statuses
     assert _wait_idle(live.engine) == {k: 0 for k in _kv_in_use(live.engine)}
 
 
