@@ -84,10 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     from omnistage.tools.bench import add_bench_parser
+    from omnistage.tools.plan.cli import add_plan_parser
     from omnistage.tools.verify.cli import add_verify_parser
 
     add_bench_parser(sub)
     add_verify_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 
