@@ -97,3 +97,35 @@ def test_other_quantizations_are_refused_clearly() -> None:
         Fp8Format.parse({"quant_method": "modelopt", "quant_algo": "NVFP4"})
     assert Fp8Format.parse({"quant_method": "fp8", "weight_block_size": [128, 128]}) == \
         Fp8Format("fp8", "weight_scale_inv", (128, 128))
+
+
+def _thinker_kept_in_fp8(folder: Path) -> Thinker:
+    """What ``load_checkpoint`` builds on a GPU with FP8 GEMMs (there ``raw`` follows the device; forced here)."""
+    from omnistage.models.fp8_checkpoint import keep_fp8_
+    from omnistage.models.qwen3_omni.decoder import StackedExpertsView, build_on, hf_config
+    from omnistage.models.qwen3_omni.thinker import CHECKPOINT_PREFIX
+    from omnistage.models.qwen3_omni.weights import load_module
+
+    full = hf_config(folder)
+    with build_on("cpu", torch.float32):
+        model = Thinker(full.thinker_config, full.talker_config.accept_hidden_layer)
+    with Checkpoint(folder) as ckpt:
+        fp8 = Fp8View(ckpt, Fp8Format.read(folder), raw=True)
+        view = StackedExpertsView(fp8)
+        assert keep_fp8_(model, fp8.raw_names, view.sources, CHECKPOINT_PREFIX, None) > 0
+        load_module(model, view, CHECKPOINT_PREFIX, None, torch.float32)
+    return model.eval().requires_grad_(False)
+
+
+def test_fp8_kept_as_stored_runs_close_to_the_dequantised_model(fp8_dir: Path) -> None:
+    kept = _thinker_kept_in_fp8(fp8_dir)
+    layer = kept.decoder.layers[0]
+    experts = layer.mlp.experts
+    assert layer.self_attn.q_proj.weight.dtype == FP8 and layer.self_attn.q_proj.weight_scale.dtype == torch.float32
+    assert experts.gate_up_proj.dtype == FP8 and experts.gate_up_proj_scale.shape == experts.gate_up_proj.shape[:2]
+    assert layer.mlp.gate.weight.dtype == torch.float32 and layer.input_layernorm.weight.dtype == torch.float32
+    ids = list(range(100, 130))
+    got = _logits(kept, ids)
+    want = _logits(Thinker.from_checkpoint(fp8_dir, "cpu", torch.float32), ids)
+    # Same FP8 weights; the FP8 GEMMs also round each activation row to e4m3 (4 significant bits).
+    torch.testing.assert_close(got, want, atol=6e-2 * float(want.abs().max()), rtol=0.0)
