@@ -17,8 +17,10 @@ from omnistage.config.memory import parse_bytes
 
 PRESETS = Path(__file__).parent / "presets"
 STAGE_KINDS = ("ar", "generation")
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda")  # or "cuda:N": a stage (and its tensor-parallel ranks) from GPU N on
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: bfloat16 on CUDA, float32 on CPU
+QUANTIZATIONS = ("none", "int8")  # on the fly, weight-only; FP8 checkpoints are recognised from their config
+TENSOR_PARALLEL_MODELS = ("thinker",)  # the stages whose model can be sharded
 
 
 class ConfigError(ValueError):
@@ -87,6 +89,10 @@ class StageSpec:
     replicas: int = 1
     device: str = "auto"
     dtype: str = "auto"
+    # Processes one replica is sharded over (rank 0 in the replica's process; on CUDA one GPU each, from its
+    # device on); the thinker only.
+    tensor_parallel_size: int = 1
+    quantization: str = "none"
     engine: EngineSettings = field(default_factory=EngineSettings)
     sampling: StageSampling = field(default_factory=StageSampling)
     placement: PlacementSpec = field(default_factory=PlacementSpec)
@@ -205,13 +211,28 @@ def _stage(data: object, path: str) -> StageSpec:
     spec = _build(StageSpec, flat, path)
     _check(bool(spec.name), f"{path}.name", "must not be empty")
     _check(spec.kind in STAGE_KINDS, f"{path}.kind", f"must be one of {STAGE_KINDS}")
-    _check(spec.device in DEVICES, f"{path}.device", f"must be one of {DEVICES}")
+    _check(_known_device(spec.device), f"{path}.device", f"must be one of {DEVICES} or cuda:N")
     _check(spec.dtype in DTYPES, f"{path}.dtype", f"must be one of {DTYPES}")
     _check(spec.replicas >= 1, f"{path}.replicas", "must be >= 1")
+    _check_parallel_and_quant(spec, path)
     return StageSpec(**{**{f.name: getattr(spec, f.name) for f in fields(StageSpec)},
                         "engine": _engine(data.get("engine", {}), f"{path}.engine"),
                         "sampling": _sampling(data.get("sampling", {}), f"{path}.sampling"),
                         "placement": _placement(data.get("placement", {}), f"{path}.placement")})
+
+
+def _known_device(device: str) -> bool:
+    index = device.removeprefix("cuda:")
+    return device in DEVICES or (device.startswith("cuda:") and index.isdigit())
+
+
+def _check_parallel_and_quant(spec: StageSpec, path: str) -> None:
+    _check(spec.tensor_parallel_size >= 1, f"{path}.tensor_parallel_size", "must be >= 1")
+    _check(spec.tensor_parallel_size == 1 or spec.model in TENSOR_PARALLEL_MODELS, f"{path}.tensor_parallel_size",
+           f"tensor parallelism is implemented for {', '.join(TENSOR_PARALLEL_MODELS)} stages only")
+    _check(spec.quantization in QUANTIZATIONS, f"{path}.quantization", f"must be one of {QUANTIZATIONS}")
+    _check(spec.quantization == "none" or spec.kind == "ar", f"{path}.quantization",
+           "the vocoder stays in full precision (audio quality): quantize autoregressive stages only")
 
 
 def _edge(data: object, path: str, stages: set[str]) -> EdgeSpec:
@@ -264,12 +285,15 @@ def load_preset(name: str) -> PipelineSpec:
 class StageOverrides:
     """``serve`` flags applied over the stage config: a value for every stage (key ``""``) or per stage name.
 
-    Memory settings go to autoregressive stages only (code2wav keeps no KV cache).
+    Memory settings and quantization go to autoregressive stages only (code2wav keeps no KV cache and stays in
+    full precision); ``tensor_parallel_size`` (0: not given) to the thinker stage.
     """
 
     dtype: str = ""
     kv_cache_memory: tuple[tuple[str, int], ...] = ()
     gpu_memory_utilization: tuple[tuple[str, float], ...] = ()
+    quantization: tuple[tuple[str, str], ...] = ()
+    tensor_parallel_size: int = 0
 
 
 def per_stage(text: str, parse) -> tuple[tuple[str, object], ...]:  # noqa: ANN001 - parse: str -> value
@@ -293,17 +317,24 @@ def _override(pairs: tuple[tuple[str, object], ...], stage: str, current: object
 
 def apply_overrides(spec: PipelineSpec, overrides: StageOverrides) -> PipelineSpec:
     names = set(spec.stage_names)
-    for name, _ in (*overrides.kv_cache_memory, *overrides.gpu_memory_utilization):
-        _check(not name or name in names, "--kv-cache-memory/--gpu-memory-utilization", f"unknown stage {name!r}")
+    for name, _ in (*overrides.kv_cache_memory, *overrides.gpu_memory_utilization, *overrides.quantization):
+        _check(not name or name in names, "--kv-cache-memory/--gpu-memory-utilization/--quantization",
+               f"unknown stage {name!r}")
     _check(overrides.dtype in ("", *DTYPES), "--dtype", f"must be one of {DTYPES}")
     stages = []
     for stage in spec.stages:
-        engine = stage.engine
+        engine, quantization, size = stage.engine, stage.quantization, stage.tensor_parallel_size
         if stage.kind == "ar":
             engine = replace(engine,
                              kv_cache_memory=_override(overrides.kv_cache_memory, stage.name, engine.kv_cache_memory),
                              gpu_memory_utilization=_override(overrides.gpu_memory_utilization, stage.name,
                                                               engine.gpu_memory_utilization))
+            quantization = _override(overrides.quantization, stage.name, quantization)
+            _check(quantization in QUANTIZATIONS, "--quantization", f"must be one of {QUANTIZATIONS}")
+        if stage.model in TENSOR_PARALLEL_MODELS and overrides.tensor_parallel_size:
+            size = overrides.tensor_parallel_size
         _check(0.0 <= engine.gpu_memory_utilization <= 1.0, "--gpu-memory-utilization", "must be in [0, 1]")
-        stages.append(replace(stage, engine=engine, dtype=overrides.dtype or stage.dtype))
+        _check(size >= 1, "--tensor-parallel-size", "must be >= 1")
+        stages.append(replace(stage, engine=engine, dtype=overrides.dtype or stage.dtype, quantization=quantization,
+                              tensor_parallel_size=size))
     return replace(spec, stages=tuple(stages))

@@ -22,6 +22,11 @@ def _make_tiny(args: argparse.Namespace) -> int:
     if args.out_dir is None:
         print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
         return 2
+    if args.fp8:
+        from omnistage.tools.make_fp8 import write_fp8_variant
+
+        print(write_fp8_variant(tiny_model_dir(seed=args.seed, size=size), args.out_dir))
+        return 0
     print(make_tiny(args.out_dir, seed=args.seed, size=size))
     return 0
 
@@ -62,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="qwen3_tts only: named speakers, voice design, or voice cloning (Base)")
     tiny.add_argument("--cached", action="store_true",
                       help="make (if absent) the embedded model of --size under $OMNISTAGE_CACHE and print its path")
+    tiny.add_argument("--fp8", action="store_true",
+                      help="write the checkpoint of --size with its thinker decoder in FP8, as NVIDIA ModelOpt "
+                           "exports it (quantization_config quant_method modelopt, per-tensor scales)")
     tiny.set_defaults(func=_make_tiny)
 
     serve = sub.add_parser("serve", help="serve a model with an OpenAI-compatible API")
@@ -76,10 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     from omnistage.tools.bench import add_bench_parser
+    from omnistage.tools.plan.cli import add_plan_parser
     from omnistage.tools.verify.cli import add_verify_parser
 
     add_bench_parser(sub)
     add_verify_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 

@@ -11,7 +11,9 @@ It runs twice per layer (gate/up, then down with the routing weight folded
 in); the activation between is one elementwise op and the top-k sum one
 reduction. Each active expert's weights are read once per ``BLOCK_N`` column
 tile of each of its blocks: once in all for a decode batch (one block per
-expert).
+expert). Quantized experts (int8 or FP8 values, one scale per row) are widened
+to the activations' dtype in registers and their scales multiply the
+accumulator, so the weights are read as the 1-byte values they are stored as.
 
 Tested on CPU under Triton's interpreter (``TRITON_INTERPRET=1``) against
 :mod:`omnistage.layers.moe_torch`.
@@ -67,10 +69,10 @@ if AVAILABLE:
 
     @triton.jit
     def _expert_gemm_kernel(
-        a_ptr, b_ptr, c_ptr, w_ptr, pairs_ptr, experts_ptr, num_padded_ptr,
+        a_ptr, b_ptr, c_ptr, w_ptr, s_ptr, pairs_ptr, experts_ptr, num_padded_ptr,
         N, K, num_pairs, rows_per_a,
-        stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
-        MUL_WEIGHT: tl.constexpr, IEEE_FP32: tl.constexpr,
+        stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn, stride_se,
+        MUL_WEIGHT: tl.constexpr, SCALED: tl.constexpr, IEEE_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):
         """C[pair] = A[pair // rows_per_a] @ B[expert].T (times the pair's weight) for one [BLOCK_M, BLOCK_N] tile."""
@@ -92,12 +94,17 @@ if AVAILABLE:
             k_ok = offs_k < K - k0 * BLOCK_K
             a = tl.load(a_ptrs, mask=valid[:, None] & k_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
+            if SCALED:
+                b = b.to(a.dtype)
             if IEEE_FP32:
                 acc += tl.dot(a, b, input_precision="ieee")
             else:
                 acc += tl.dot(a, b)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
+        if SCALED:
+            scale = tl.load(s_ptr + expert * stride_se + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+            acc = acc * scale[None, :]
         if MUL_WEIGHT:
             acc = acc * tl.load(w_ptr + pair, mask=valid, other=0.0).to(tl.float32)[:, None]
         c_ptrs = c_ptr + pair.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
@@ -111,17 +118,19 @@ def _block_m(num_pairs: int, num_experts: int) -> int:
 
 
 def _expert_gemm(a: torch.Tensor, b: torch.Tensor, layout: PairLayout, num_pairs: int, rows_per_a: int,
-                 block_m: int, weights: torch.Tensor | None) -> torch.Tensor:
-    """``[num_pairs, N]``: each pair's row of ``a`` times its expert's ``b[e] [N, K]`` transposed."""
+                 block_m: int, weights: torch.Tensor | None, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``[num_pairs, N]``: each pair's row of ``a`` times its expert's ``b[e] [N, K]`` (times ``scale[e]``
+    per row when quantized) transposed."""
     n, k = b.shape[1], b.shape[2]
     out = a.new_empty(num_pairs, n)
     block_n, block_k = 64, 32
     grid = (layout.block_experts.numel(), triton.cdiv(n, block_n))
     _expert_gemm_kernel[grid](
-        a, b, out, weights if weights is not None else out, layout.sorted_pairs, layout.block_experts,
-        layout.num_padded, n, k, num_pairs, rows_per_a,
+        a, b, out, weights if weights is not None else out, scale if scale is not None else out,
+        layout.sorted_pairs, layout.block_experts, layout.num_padded, n, k, num_pairs, rows_per_a,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0), out.stride(1),
-        MUL_WEIGHT=weights is not None, IEEE_FP32=a.dtype == torch.float32,
+        scale.stride(0) if scale is not None else 0,
+        MUL_WEIGHT=weights is not None, SCALED=scale is not None, IEEE_FP32=a.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
     )
     return out
@@ -129,7 +138,8 @@ def _expert_gemm(a: torch.Tensor, b: torch.Tensor, layout: PairLayout, num_pairs
 
 def fused_experts(
     x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
-    act: Callable[[torch.Tensor], torch.Tensor],
+    act: Callable[[torch.Tensor], torch.Tensor], gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Same contract as :func:`omnistage.layers.moe_torch.experts_sorted`, all on the device."""
     if not AVAILABLE:
@@ -139,9 +149,9 @@ def fused_experts(
     x = x.contiguous()
     block_m = _block_m(num_pairs, gate_up.shape[0])
     layout = align_pairs(ids, gate_up.shape[0], block_m)
-    hidden = _expert_gemm(x, gate_up, layout, num_pairs, top_k, block_m, None)
+    hidden = _expert_gemm(x, gate_up, layout, num_pairs, top_k, block_m, None, gate_up_scale)
     gate, up = hidden.chunk(2, dim=-1)
     inner = (act(gate) * up).contiguous()
-    out = _expert_gemm(inner, down, layout, num_pairs, 1, block_m, weights.flatten().contiguous())
+    out = _expert_gemm(inner, down, layout, num_pairs, 1, block_m, weights.flatten().contiguous(), down_scale)
     # The top-k sum in fp32: in bf16 each pair's output is already rounded once.
     return out.view(num_tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype)

@@ -9,6 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omnistage.layers.parallel import UNSHARDED, ShardSpec, TensorParallel
+from omnistage.layers.quant.matmul import quantized_linear
+
 # Config ``hidden_act`` names -> functions, matching transformers' ACT2FN for these names.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
@@ -31,56 +34,89 @@ class FusedRows:
 
     The checkpoint's names stay (each linear keeps its own parameter, loaded as usual); on the first call the
     weights are copied into one stacked tensor and each parameter becomes a view of its rows, so the memory is
-    the same. Anything that later replaces a parameter's storage (``.to()``, an assignment) is noticed by its
-    data pointer and the stack is rebuilt; in-place loads (``copy_``) write into the stack through the views.
-    One matmul instead of two or three matters at decode, where every step is launch- and call-bound.
+    the same. Anything that later replaces a parameter's storage (``.to()``, an assignment, quantization) is
+    noticed by its data pointer and the stack is rebuilt; in-place loads (``copy_``) write into the stack through
+    the views. One matmul instead of two or three matters at decode, where every step is launch- and call-bound.
+    Quantized linears (a 1-byte ``weight`` and a per-row ``weight_scale``, :mod:`omnistage.layers.quant`) stack
+    their scales the same way. ``use_bias=False`` leaves the biases out (a row-parallel linear adds its bias on
+    one rank only, after the all-reduce would add it N times).
     """
 
-    def __init__(self, *linears: nn.Linear) -> None:
+    def __init__(self, *linears: nn.Linear, use_bias: bool = True) -> None:
         self.linears = linears
         self.sizes = [linear.out_features for linear in linears]
+        self.use_bias = use_bias
         self._weight: torch.Tensor | None = None
         self._bias: torch.Tensor | None = None
+        self._scale: torch.Tensor | None = None
         self._key: tuple[int, ...] = ()
+
+    def _storage_key(self) -> tuple[int, ...]:
+        key = tuple(linear.weight.data_ptr() for linear in self.linears)
+        scales = [getattr(linear, "weight_scale", None) for linear in self.linears]
+        return key + tuple(s.data_ptr() for s in scales if s is not None)
 
     def _stack(self) -> None:
         with torch.inference_mode(False), torch.no_grad():
-            weight = torch.cat([linear.weight.detach() for linear in self.linears])
-            has_bias = self.linears[0].bias is not None
-            bias = torch.cat([linear.bias.detach() for linear in self.linears]) if has_bias else None
-            start = 0
-            for linear, size in zip(self.linears, self.sizes):
-                linear.weight.data = weight[start:start + size]
-                if bias is not None:
-                    linear.bias.data = bias[start:start + size]
-                start += size
-        self._weight, self._bias = weight, bias
-        self._key = tuple(linear.weight.data_ptr() for linear in self.linears)
+            self._weight = self._stack_attr("weight")
+            has_bias = self.use_bias and self.linears[0].bias is not None
+            self._bias = self._stack_attr("bias") if has_bias else None
+            quantized = getattr(self.linears[0], "weight_scale", None) is not None
+            self._scale = self._stack_attr("weight_scale") if quantized else None
+        self._key = self._storage_key()
+
+    def _stack_attr(self, name: str) -> torch.Tensor:
+        """One tensor of every linear's ``name`` rows; each linear's attribute becomes a view of its rows."""
+        stacked = torch.cat([getattr(linear, name).detach() for linear in self.linears])
+        start = 0
+        for linear, size in zip(self.linears, self.sizes):
+            getattr(linear, name).data = stacked[start:start + size]
+            start += size
+        return stacked
 
     def joint(self, x: torch.Tensor) -> torch.Tensor:
         """Every linear's output side by side, ``[..., sum(out_features)]``."""
-        if self._key != tuple(linear.weight.data_ptr() for linear in self.linears):
+        if self._key != self._storage_key():
             self._stack()
-        return F.linear(x, self._weight, self._bias)
+        if self._scale is None:
+            return F.linear(x, self._weight, self._bias)
+        return quantized_linear(x, self._weight, self._scale, self._bias)
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.joint(x).split(self.sizes, dim=-1)
+        out = self.joint(x)
+        return (out,) if len(self.sizes) == 1 else out.split(self.sizes, dim=-1)
 
 
 class GatedMLP(nn.Module):
     """``down(act(gate(x)) * up(x))``: the dense MLP of Qwen3 layers and the talker's shared expert.
 
-    Parameter names (gate_proj/up_proj/down_proj) are the checkpoint's; gate and up run as one matmul.
+    Parameter names (gate_proj/up_proj/down_proj) are the checkpoint's; gate and up run as one matmul. Under
+    tensor parallelism gate/up are column parallel and down row parallel over the intermediate dimension:
+    :meth:`partial` is this rank's share of the output, :meth:`forward` the all-reduced sum.
     """
 
-    def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str = "silu") -> None:
+    def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str = "silu",
+                 tp: TensorParallel = UNSHARDED) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.tp = tp
+        local = tp.split(intermediate_size, "intermediate_size")
+        self.gate_proj = nn.Linear(hidden_size, local, bias=False)
+        self.up_proj = nn.Linear(hidden_size, local, bias=False)
+        self.down_proj = nn.Linear(local, hidden_size, bias=False)
         self.act = activation(hidden_act)
         self.gate_up = FusedRows(self.gate_proj, self.up_proj)
+        self.down = FusedRows(self.down_proj)
+
+    def partial(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x)
+        return self.down(self.act(gate) * up)[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x)
-        return F.linear(self.act(gate) * up, self.down_proj.weight)
+        return self.tp.all_reduce(self.partial(x))
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.gate_proj, self.up_proj, self.down_proj]
+
+    def tp_shards(self) -> dict[str, ShardSpec]:
+        col, row = self.tp.columns(), self.tp.rows()
+        return {"gate_proj.weight": col, "up_proj.weight": col, "down_proj.weight": row}

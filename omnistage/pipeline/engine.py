@@ -10,6 +10,7 @@ from pathlib import Path
 from omnistage.config.memory import parse_bytes
 from omnistage.config.pipeline import (
     DTYPES,
+    QUANTIZATIONS,
     ConfigError,
     PipelineSpec,
     StageOverrides,
@@ -92,6 +93,12 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="sampling defaults of requests that leave a knob unset: auto (the checkpoint's "
                             "generation_config.json over the stage config's), vllm (the stage config's only), or a "
                             "folder holding a generation_config.json")
+    group.add_argument("--tensor-parallel-size", type=int, default=0,
+                       help="shard the thinker over this many processes (CUDA: one GPU each, from the stage's "
+                            "device on; CPU: gloo); default: the stage config's tensor_parallel_size")
+    group.add_argument("--quantization", type=_quantization, default=(),
+                       help=f"weight-only quantization of autoregressive stages ({'/'.join(QUANTIZATIONS)}), e.g. "
+                            "int8, or per stage: thinker=int8 (FP8 checkpoints are recognised from their config)")
     group.add_argument("--ray-address", default=None,
                        help="the Ray cluster to join with --backend ray (default: the one started on this machine "
                             "by `ray start --head`, else a new local one)")
@@ -100,6 +107,13 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
 def _kv_memory(text: str) -> tuple[tuple[str, object], ...]:
     try:
         return per_stage(text, parse_bytes)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _quantization(text: str) -> tuple[tuple[str, object], ...]:
+    try:
+        return per_stage(text, str)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -114,7 +128,9 @@ def _utilization(text: str) -> tuple[tuple[str, object], ...]:
 def overrides_from_args(args: argparse.Namespace) -> StageOverrides:
     return StageOverrides(dtype=getattr(args, "dtype", None) or "",
                           kv_cache_memory=tuple(getattr(args, "kv_cache_memory", ()) or ()),
-                          gpu_memory_utilization=tuple(getattr(args, "gpu_memory_utilization", ()) or ()))
+                          gpu_memory_utilization=tuple(getattr(args, "gpu_memory_utilization", ()) or ()),
+                          quantization=tuple(getattr(args, "quantization", ()) or ()),
+                          tensor_parallel_size=int(getattr(args, "tensor_parallel_size", 0) or 0))
 
 
 def options_from_args(args: argparse.Namespace) -> PipelineOptions:

@@ -33,12 +33,14 @@ from omnistage.models.qwen3_omni.prompt_media import PromptMedia
 from omnistage.models.qwen3_omni.talker import Talker
 from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.models.qwen3_omni.weights import Checkpoint
+from omnistage.pipeline.sharded_stage import load_thinker
 from omnistage.pipeline.transforms.qwen3_omni import (TalkerProjections, TalkerTokenIds, TrailingText,
                                                       build_talker_prompt)
 from omnistage.processing.prompt import MultimodalInputs, ProcessedPrompt
 from omnistage.runner import GenerationRunner, TalkerRequestData, TalkerStepHook, build_ar_engine
 from omnistage.runner.talker_hook import talker_suppress_mask
 from omnistage.runner.thinker_hook import ThinkerRequestData, ThinkerStepHook
+from omnistage.runner.tp_executor import TPExecutor
 
 # Settings ---------------------------------------------------------------------------------------
 
@@ -331,7 +333,8 @@ def load_thinker_embedding(folder: str | Path, device: torch.device | str, dtype
 
 @dataclass
 class StageModels:
-    """The three stage models of one checkpoint folder, on one device in one dtype."""
+    """The three stage models of one checkpoint folder, on one device in one dtype (the thinker possibly as rank 0
+    of a tensor-parallel group: ``close()`` stops its other ranks)."""
 
     thinker: Thinker
     talker: Talker
@@ -339,13 +342,19 @@ class StageModels:
     config: dict[str, object]  # config.json
     device: torch.device
     dtype: torch.dtype
+    thinker_tp: TPExecutor | None = None
 
     @classmethod
-    def load(cls, folder: str | Path, device: torch.device | str = "cpu",
-             dtype: torch.dtype = torch.float32) -> StageModels:
+    def load(cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+             tensor_parallel_size: int = 1) -> StageModels:
         config = json.loads((Path(folder) / "config.json").read_text())
-        return cls(Thinker.from_checkpoint(folder, device, dtype), Talker.from_checkpoint(folder, device, dtype),
-                   load_code2wav(folder, device, dtype), config, torch.device(device), dtype)
+        thinker, tp = load_thinker(folder, device, dtype, tensor_parallel_size)
+        return cls(thinker, Talker.from_checkpoint(folder, device, dtype), load_code2wav(folder, device, dtype), config,
+                   torch.device(device), dtype, tp)
+
+    def close(self) -> None:
+        if self.thinker_tp is not None:
+            self.thinker_tp.close()
 
     @property
     def eos_token_id(self) -> int:
@@ -375,7 +384,7 @@ def generate_offline(models: StageModels, prompt: ProcessedPrompt, settings: Gen
     thinker_req = build_thinker_request(models.thinker, "offline", prompt, settings.thinker_params(),
                                         models.eos_token_id, for_talker=True)
     engine = build_ar_engine(models.thinker, models.engine_config(len(prompt.token_ids) + settings.max_new_tokens),
-                             ThinkerStepHook())
+                             ThinkerStepHook(), tp=models.thinker_tp)
     engine.add_request(thinker_req)
     engine.run_until_done()
     tokens = list(thinker_req.output_token_ids)

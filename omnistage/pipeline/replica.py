@@ -76,7 +76,10 @@ class ReplicaLoop:
             self.outbox.put(ReplicaFailed(f"{type(exc).__name__}: {exc}"))
         else:
             self.outbox.put(ReplicaReady(worker.load(), self.pid, self.same_host))
-            self._engine_loop(worker)
+            try:
+                self._engine_loop(worker)
+            finally:
+                worker.close()
         finally:
             self.stop.set()
             self.outbox.put(_STOP)

@@ -45,6 +45,9 @@ class StageWorker(ABC):
     def request_ids(self) -> list[str]:
         """Requests held here (failed together when a step raises)."""
 
+    def close(self) -> None:
+        """Releases what outlives the replica's loop otherwise (a tensor-parallel stage's other ranks)."""
+
 
 # Builds a replica's worker inside the replica (after the process started); must pickle for ``spawn``.
 WorkerFactory = Callable[[], StageWorker]

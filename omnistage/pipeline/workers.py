@@ -39,7 +39,6 @@ from omnistage.models.qwen3_omni.code2wav import load_code2wav
 from omnistage.models.qwen3_omni.decoder import hf_config
 from omnistage.models.qwen3_omni.mrope import MRopeTokens
 from omnistage.models.qwen3_omni.talker import Talker
-from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.pipeline.qwen3_omni_stages import (
     ChunkPlan,
     PromptLayout,
@@ -53,6 +52,7 @@ from omnistage.pipeline.qwen3_omni_stages import (
     talker_frames,
     talker_mrope_tokens,
 )
+from omnistage.pipeline.sharded_stage import load_thinker
 from omnistage.pipeline.stage import StageWorker, StepResult
 from omnistage.pipeline.transforms.qwen3_omni import TalkerTokenIds
 from omnistage.processing.prompt import MultimodalInputs, ProcessedPrompt
@@ -137,15 +137,20 @@ class _ARWorker(StageWorker, Generic[_Held]):
 class ThinkerWorker(_ARWorker[Request]):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
-        self.model = Thinker.from_checkpoint(spec.model_dir, device, dtype)
+        stage = spec.stage
+        self.model, self.tp = load_thinker(spec.model_dir, device, dtype, stage.tensor_parallel_size, stage.quantization)
         config = json.loads((Path(spec.model_dir) / "config.json").read_text())
         self.eos_token_id = int(config["im_end_token_id"])
         cfg = self.model.config
         self.multimodal = frozenset((cfg.audio_token_id, cfg.image_token_id, cfg.video_token_id))
         positions = int(cfg.text_config.max_position_embeddings)
         super().__init__(build_ar_engine(self.model, engine_config(spec.stage, device, dtype, positions),
-                                         ThinkerStepHook()))
+                                         ThinkerStepHook(), tp=self.tp))
         self.awaiting_hidden: set[str] = set()
+
+    def close(self) -> None:
+        if self.tp is not None:
+            self.tp.close()
 
     @torch.inference_mode()
     def handle(self, message: ReplicaInput) -> list[StageOutput]:
@@ -196,7 +201,7 @@ class TalkerWorker(_ARWorker[TalkerTextFeed]):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         folder = spec.model_dir
-        talker = Talker.from_checkpoint(folder, device, dtype)
+        talker = Talker.from_checkpoint(folder, device, dtype, spec.stage.quantization)
         full = hf_config(folder)
         mrope = talker_mrope_tokens(talker.config, MRopeTokens.from_thinker_config(full.thinker_config))
         ids = TalkerTokenIds.from_config(json.loads((Path(folder) / "config.json").read_text()))

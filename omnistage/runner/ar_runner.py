@@ -27,6 +27,7 @@ from omnistage.runner.memory_profile import kv_pool_blocks
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.runner.sampler import SampledTokens, Sampler
 from omnistage.runner.step_hook import StepHook
+from omnistage.runner.tp_executor import TPExecutor
 
 
 def default_backend(device: torch.device, block_size: int = 16) -> AttentionBackend:
@@ -55,8 +56,10 @@ def allocate_kv_caches(spec: tuple[int, int, int], config: EngineConfig, num_blo
 class ARModelRunner:
     def __init__(
         self, model: ARModel, config: EngineConfig, hook: StepHook | None = None,
-        backend: AttentionBackend | None = None,
+        backend: AttentionBackend | None = None, tp: TPExecutor | None = None,
     ) -> None:
+        """``tp``: the stage's tensor-parallel group when ``model`` holds rank 0's shards (its other ranks then
+        allocate KV caches of the same blocks, and decode runs eagerly)."""
         self.model = model
         self.config = config
         self.device = torch.device(config.device)
@@ -68,10 +71,12 @@ class ARModelRunner:
         self.num_blocks = kv_pool_blocks(self, spec)
         self.kv_caches = allocate_kv_caches(spec, config, self.num_blocks)
         self.kv_block_bytes = kv_block_bytes(spec, config.block_size, config.dtype)
+        if tp is not None:
+            tp.allocate_kv(self.num_blocks, config.block_size)
         self.batch = InputBatch(config, self.mrope, self.device, self.hook.feeds_output_embeds)
         self.sampler = Sampler()
         self.graphs: CudaGraphRunner | None = None
-        if self.device.type == "cuda" and not config.enforce_eager and config.cuda_graph_max_batch > 0:
+        if self.device.type == "cuda" and not config.enforce_eager and config.cuda_graph_max_batch > 0 and tp is None:
             self.graphs = CudaGraphRunner.try_capture(self)
 
     def is_ready(self, request: Request) -> bool:
@@ -135,7 +140,8 @@ def token_logprobs(sampled: SampledTokens, sample_rows: list[int], token_ids: to
 
 
 def build_ar_engine(
-    model: ARModel, config: EngineConfig, hook: StepHook | None = None, backend: AttentionBackend | None = None
+    model: ARModel, config: EngineConfig, hook: StepHook | None = None, backend: AttentionBackend | None = None,
+    tp: TPExecutor | None = None,
 ) -> EngineCore:
     """An autoregressive stage's engine: the runner sizes the KV cache, the core mirrors it."""
-    return EngineCore(ARModelRunner(model, config, hook=hook, backend=backend), config)
+    return EngineCore(ARModelRunner(model, config, hook=hook, backend=backend, tp=tp), config)

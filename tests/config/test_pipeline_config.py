@@ -70,3 +70,23 @@ def test_placement_parses_into_frozen_sorted_pairs() -> None:
     assert code2wav.resources == (("big_mem", 0.5), ("cheap", 1.0)) and code2wav.num_cpus == 2.0
     assert spec.stage("talker").placement == type(thinker)()  # absent: reserves nothing, any node
     hash(spec)  # frozen all the way down
+
+
+def test_tensor_parallel_and_quantization_per_stage() -> None:
+    from omnistage.config.pipeline import StageOverrides, apply_overrides
+
+    data = yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text())
+    data["stages"][0].update(tensor_parallel_size=2, device="cuda:1", quantization="int8")
+    spec = parse_pipeline(data)
+    assert (spec.stages[0].tensor_parallel_size, spec.stages[0].device, spec.stages[0].quantization) == \
+        (2, "cuda:1", "int8")
+    spec = apply_overrides(spec, StageOverrides(quantization=(("talker", "int8"),), tensor_parallel_size=4))
+    assert [s.quantization for s in spec.stages] == ["int8", "int8", "none"]
+    assert [s.tensor_parallel_size for s in spec.stages] == [4, 1, 1]
+    for stage, key, value, message in [(1, "tensor_parallel_size", 2, "thinker stages only"),
+                                       (2, "quantization", "int8", "vocoder stays in full precision"),
+                                       (0, "quantization", "int4", "must be one of")]:
+        bad = copy.deepcopy(yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text()))
+        bad["stages"][stage][key] = value
+        with pytest.raises(ConfigError, match=message):
+            parse_pipeline(bad)

@@ -144,3 +144,12 @@ def test_cli_writes_json_and_exit_code(tiny_dir: Path, tmp_path: Path, capsys: p
     keys = {"name", "tokens_identical", "logits_max_abs_diff", "codes_identical", "wav_max_abs_diff"}
     assert keys <= set(report["cases"][0])
     assert main(["--model", str(tmp_path / "missing")]) == 2
+
+
+def test_verify_passes_with_a_tensor_parallel_thinker(tiny_dir: Path) -> None:
+    # text+image: deepstack features cross to the other rank too.
+    report = run_verify(tiny_dir, cases=["text", "text+image"], tensor_parallel_size=2)
+    assert [c.name for c in report.cases] == ["text", "text+image"] and report.ok
+    assert all(c.tokens_identical and c.codes_identical and c.frames > 0 for c in report.cases)
+    assert report.tensor_parallel_size == 2 and report.to_json()["tensor_parallel_size"] == 2
+    assert all(c.logits_max_abs_diff <= 1e-4 for c in report.cases)

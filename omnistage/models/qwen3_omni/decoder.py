@@ -16,22 +16,25 @@ per expert).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from omnistage.layers.attention.context import get_forward_context
 from omnistage.layers.linear import FusedRows, GatedMLP
 from omnistage.layers.moe import SparseMoeBlock
 from omnistage.layers.norm import RMSNorm, rms_norm
+from omnistage.layers.parallel import UNSHARDED, ShardSpec, TensorParallel
 from omnistage.layers.rotary import RotaryEmbedding, Rotation
+from omnistage.layers.quant.fp8 import fp8_gemm_supported
+from omnistage.models.fp8_checkpoint import Fp8Format, Fp8View, keep_fp8_
 from omnistage.models.qwen3_omni.weights import Checkpoint, load_module, module_tensors
+from omnistage.models.shard_view import ShardedView, shard_plan
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, Qwen3OmniMoeConfig
@@ -113,7 +116,10 @@ def _sliding_windows(hf: PretrainedConfig) -> tuple[int | None, ...]:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: DecoderConfig, layer_idx: int) -> None:
+    """Under tensor parallelism a rank holds its share of the query and KV heads (q/k/v column parallel) and
+    the matching columns of o_proj (row parallel): its output is a partial sum, all-reduced here."""
+
+    def __init__(self, cfg: DecoderConfig, layer_idx: int, tp: TensorParallel = UNSHARDED) -> None:
         super().__init__()
         if cfg.num_heads % cfg.num_kv_heads:
             raise ValueError(f"num_heads={cfg.num_heads} is not a multiple of num_kv_heads={cfg.num_kv_heads}")
@@ -121,16 +127,19 @@ class Attention(nn.Module):
         self.head_dim = cfg.head_dim
         self.scale = cfg.head_dim**-0.5
         self.sliding_window = cfg.sliding_window(layer_idx)
+        self.tp = tp
+        self.heads = tp.heads(cfg.num_heads, cfg.num_kv_heads)
         bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
+        self.q_proj = nn.Linear(cfg.hidden_size, self.heads.q * cfg.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.heads.kv * cfg.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.heads.kv * cfg.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads.q * cfg.head_dim, cfg.hidden_size, bias=bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.qkv = FusedRows(self.q_proj, self.k_proj, self.v_proj)
-        self.qk_norm = HeadNorms((self.q_norm, cfg.num_heads), (self.k_norm, cfg.num_kv_heads))
-        self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
+        self.qk_norm = HeadNorms((self.q_norm, self.heads.q), (self.k_norm, self.heads.kv))
+        self.num_heads, self.num_kv_heads = self.heads.q, self.heads.kv  # this rank's share
+        self.o = FusedRows(self.o_proj, use_bias=tp.rank == 0)  # added once, by rank 0, before the all-reduce
 
     def forward(self, x: torch.Tensor, rotation: Rotation) -> torch.Tensor:
         # Functional calls on the modules' weights, queries and keys normed and rotated together: this runs for
@@ -144,7 +153,18 @@ class Attention(nn.Module):
         v = qkv[:, heads * self.head_dim:].view(num_tokens, self.num_kv_heads, self.head_dim)
         ctx = get_forward_context()
         out = ctx.backend.forward(q, k, v, ctx.kv_cache(self.layer_idx), ctx.meta, self.scale, self.sliding_window)
-        return F.linear(out.reshape(num_tokens, -1), self.o_proj.weight, self.o_proj.bias)
+        return self.tp.all_reduce(self.o(out.reshape(num_tokens, -1))[0])
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.q_proj, self.k_proj, self.v_proj, self.o_proj]
+
+    def tp_shards(self) -> dict[str, ShardSpec]:
+        shards = {"q_proj.weight": self.heads.q_shard, "k_proj.weight": self.heads.kv_shard,
+                  "v_proj.weight": self.heads.kv_shard, "o_proj.weight": self.tp.rows()}
+        if self.q_proj.bias is not None:
+            shards.update({"q_proj.bias": self.heads.q_shard, "k_proj.bias": self.heads.kv_shard,
+                           "v_proj.bias": self.heads.kv_shard})
+        return shards
 
 
 class HeadNorms:
@@ -170,18 +190,18 @@ class HeadNorms:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: DecoderConfig, layer_idx: int) -> None:
+    def __init__(self, cfg: DecoderConfig, layer_idx: int, tp: TensorParallel = UNSHARDED) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg, layer_idx)
+        self.self_attn = Attention(cfg, layer_idx, tp)
         self.mlp: nn.Module
         if cfg.is_sparse(layer_idx):
             moe = cfg.moe
             self.mlp = SparseMoeBlock(
                 cfg.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.norm_topk_prob,
-                cfg.hidden_act, moe.shared_expert_intermediate_size,
+                cfg.hidden_act, moe.shared_expert_intermediate_size, tp,
             )
         else:
-            self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act)
+            self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, tp)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -219,15 +239,33 @@ class Deepstack:
         return Deepstack(rows, torch.cat([part.features for _, part in present], dim=1))
 
 
-class Decoder(nn.Module):
-    """``layers`` + final ``norm``; the owners add their embeddings and heads."""
+class StepLeader(Protocol):
+    """Rank 0 of a tensor-parallel decoder: hands each forward's inputs to the other ranks, then runs it."""
 
-    def __init__(self, cfg: DecoderConfig) -> None:
+    def run(self, forward: Callable[..., tuple[torch.Tensor, torch.Tensor | None]], inputs_embeds: torch.Tensor,
+            positions: torch.Tensor, deepstack: Deepstack | None, capture_layer: int | None,
+            rotation: Rotation | None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
+class Decoder(nn.Module):
+    """``layers`` + final ``norm``; the owners add their embeddings and heads.
+
+    Built for a rank of a tensor-parallel group (``tp``), it holds that rank's shards; rank 0's ``leader`` (set
+    by the runner that owns the group) makes every other rank run the same forward.
+    """
+
+    def __init__(self, cfg: DecoderConfig, tp: TensorParallel = UNSHARDED) -> None:
         super().__init__()
         self.cfg = cfg
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.tp = tp
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+        self.leader: StepLeader | None = None
+
+    def kv_cache_spec(self) -> KVCacheSpec:
+        """This rank's KV cache: its share of the KV heads."""
+        return KVCacheSpec(self.cfg.num_layers, self.layers[0].self_attn.heads.kv, self.cfg.head_dim)
 
     def forward(
         self,
@@ -245,6 +283,19 @@ class Decoder(nn.Module):
         applies outside the recorded layer), ``num_layers`` = the normed output. ``rotation``: the positions'
         rotary angles when the caller keeps them (:meth:`rotation`), else made here.
         """
+        if self.leader is not None:
+            return self.leader.run(self.run_layers, inputs_embeds, positions, deepstack, capture_layer, rotation)
+        return self.run_layers(inputs_embeds, positions, deepstack, capture_layer, rotation)
+
+    def run_layers(
+        self,
+        inputs_embeds: torch.Tensor,
+        positions: torch.Tensor,
+        deepstack: Deepstack | None = None,
+        capture_layer: int | None = None,
+        rotation: Rotation | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The forward itself (what every rank runs)."""
         num_layers = len(self.layers)
         if capture_layer is not None and not 0 <= capture_layer <= num_layers:
             raise ValueError(f"capture_layer={capture_layer} outside 0..{num_layers}")
@@ -300,14 +351,26 @@ def load_checkpoint(
     * the hub layout (Qwen's released files, and what ``save_pretrained``
       writes): some prefixes differ (``hub_names``: our fragment -> theirs) and
       experts are stored one tensor per expert, stacked here on read.
+
+    An FP8 checkpoint (:mod:`omnistage.models.fp8_checkpoint`) is dequantised on read, or on GPUs with FP8 GEMMs
+    its per-tensor/per-row weights are kept in FP8; a model built for a tensor-parallel rank reads its shards.
     """
+    fmt = Fp8Format.read(folder)
+    device = next(model.parameters()).device
     with Checkpoint(folder) as ckpt:
-        view = StackedExpertsView(ckpt)
+        fp8 = Fp8View(ckpt, fmt, raw=fp8_gemm_supported(device)) if fmt is not None else None
+        view = StackedExpertsView(fp8 or ckpt)
         runtime_layout = all(view.has(prefix + name) for name in module_tensors(model))
-        load_module(model, view, prefix, None if runtime_layout else hub_names, dtype)  # type: ignore[arg-type]
+        rename = None if runtime_layout else hub_names
+        if fp8 is not None and fp8.raw_names:
+            keep_fp8_(model, fp8.raw_names, view.sources, prefix, rename)
+        plan = shard_plan(model, prefix, rename)
+        load_module(model, ShardedView(view, plan) if plan else view, prefix, rename, dtype)  # type: ignore[arg-type]
 
 
-_PER_EXPERT = re.compile(r"^(?P<base>.*\.experts\.)(?P<expert>\d+)\.(?P<proj>gate|up|down)_proj\.weight$")
+_PER_EXPERT = re.compile(
+    r"^(?P<base>.*\.experts\.)(?P<expert>\d+)\.(?P<proj>gate|up|down)_proj\.(?P<kind>weight|weight_scale)$")
+_FUSED_SUFFIX = {"weight": "", "weight_scale": "_scale"}  # an FP8 checkpoint's per-row scales stack like weights
 
 
 class StackedExpertsView:
@@ -315,23 +378,30 @@ class StackedExpertsView:
     ``experts.gate_up_proj [E, 2I, H]`` (gate rows, then up rows) and ``experts.down_proj [E, H, I]``.
 
     Every other name passes through unchanged, so it is a no-op on checkpoints that already store fused tensors.
+    Per-expert per-row scales (``experts.{e}.gate_proj.weight_scale``, an FP8 checkpoint kept in FP8) read as
+    ``experts.gate_up_proj_scale [E, 2I]`` and ``experts.down_proj_scale [E, H]``.
     It offers what :func:`load_module` reads of a :class:`Checkpoint`: folder, names, has, qualified, shape, get.
     """
 
     def __init__(self, ckpt: Checkpoint) -> None:
         self.folder, self._inner = ckpt.folder, ckpt
-        groups: dict[str, dict[int, dict[str, str]]] = {}
+        groups: dict[tuple[str, str], dict[int, dict[str, str]]] = {}
         for name in ckpt.names():
             if match := _PER_EXPERT.match(name):
-                groups.setdefault(match["base"], {}).setdefault(int(match["expert"]), {})[match["proj"]] = name
+                group = groups.setdefault((match["base"], _FUSED_SUFFIX[match["kind"]]), {})
+                group.setdefault(int(match["expert"]), {})[match["proj"]] = name
         self._fused: dict[str, list[list[str]]] = {}
-        for base, experts in groups.items():
+        for (base, suffix), experts in groups.items():
             ordered = [experts.get(e, {}) for e in range(max(experts) + 1)]
             if any(set(parts) != {"gate", "up", "down"} for parts in ordered):
                 raise ValueError(f"experts under {ckpt.qualified(base)!r} lack some gate/up/down tensors")
-            self._fused[base + "gate_up_proj"] = [[parts["gate"], parts["up"]] for parts in ordered]
-            self._fused[base + "down_proj"] = [[parts["down"]] for parts in ordered]
+            self._fused[base + "gate_up_proj" + suffix] = [[parts["gate"], parts["up"]] for parts in ordered]
+            self._fused[base + "down_proj" + suffix] = [[parts["down"]] for parts in ordered]
         self._sources = {n for lists in self._fused.values() for names in lists for n in names}
+
+    def sources(self, name: str) -> list[str]:
+        """The stored tensors ``name`` is made of (itself when it is not a stacked one)."""
+        return [n for names in self._fused[name] for n in names] if name in self._fused else [name]
 
     def names(self) -> list[str]:
         return sorted((set(self._inner.names()) - self._sources) | set(self._fused))
@@ -347,7 +417,7 @@ class StackedExpertsView:
             return self._inner.shape(name)
         first = self._fused[name][0]
         rows = sum(self._inner.shape(part)[0] for part in first)
-        return (len(self._fused[name]), rows, self._inner.shape(first[0])[1])
+        return (len(self._fused[name]), rows, *self._inner.shape(first[0])[1:])
 
     def get(self, name: str) -> torch.Tensor:
         if name not in self._fused:

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from omnistage.layers.linear import activation
+from omnistage.layers.quant.apply import apply_quantization
 from omnistage.models.qwen3_omni.code_predictor import CodePredictor, CodeSampler
 from omnistage.models.qwen3_omni.decoder import (
     Decoder,
@@ -91,13 +92,17 @@ class Talker(nn.Module):
 
     @classmethod
     def from_checkpoint(
-        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16
+        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16,
+        quantization: str = "none",
     ) -> Talker:
+        """``quantization``: ``int8`` quantizes the talker's and code predictor's decoder linears and experts
+        (projections, heads and embeddings keep the model's precision)."""
         full = hf_config(folder)
         with build_on(device, dtype):
             model = cls(full.talker_config)
         # Only the experts differ between the hub and runtime layouts of the talker.
         load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, hub_names={})
+        apply_quantization(model, quantization)
         return model.eval().requires_grad_(False)
 
     def kv_cache_spec(self) -> KVCacheSpec:

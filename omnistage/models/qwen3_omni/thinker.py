@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from omnistage.layers.parallel import UNSHARDED, TensorParallel
+from omnistage.layers.quant.apply import apply_quantization
 from omnistage.models.qwen3_omni.decoder import (
     Decoder,
     DecoderConfig,
@@ -62,15 +64,15 @@ def thinker_decoder_config(text: PretrainedConfig) -> DecoderConfig:
 
 
 class ThinkerTextModel(Decoder):
-    def __init__(self, cfg: DecoderConfig, vocab_size: int) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: DecoderConfig, vocab_size: int, tp: TensorParallel = UNSHARDED) -> None:
+        super().__init__(cfg, tp)
         self.embed_tokens = nn.Embedding(vocab_size, cfg.hidden_size)
 
 
 class ThinkerModel(nn.Module):
-    """Holds the three parts under the checkpoint's names."""
+    """Holds the three parts under the checkpoint's names (the text decoder as ``tp``'s rank's shards)."""
 
-    def __init__(self, config: PretrainedConfig) -> None:
+    def __init__(self, config: PretrainedConfig, tp: TensorParallel = UNSHARDED) -> None:
         super().__init__()
         from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
             Qwen3OmniMoeAudioEncoder,
@@ -81,19 +83,40 @@ class ThinkerModel(nn.Module):
         self.audio_tower = Qwen3OmniMoeAudioEncoder._from_config(config.audio_config, dtype=dtype)
         self.visual = Qwen3OmniMoeVisionEncoder._from_config(config.vision_config, dtype=dtype)
         text = config.text_config
-        self.language_model = ThinkerTextModel(thinker_decoder_config(text), text.vocab_size)
+        self.language_model = ThinkerTextModel(thinker_decoder_config(text), text.vocab_size, tp)
+
+
+class ThinkerDecoderShard(nn.Module):
+    """What a tensor-parallel rank other than 0 holds of the thinker: its shards of the text decoder's layers,
+    under the checkpoint's names (rank 0 alone embeds, encodes media and computes logits)."""
+
+    def __init__(self, config: PretrainedConfig, tp: TensorParallel) -> None:
+        super().__init__()
+        self.model = nn.ModuleDict({"language_model": Decoder(thinker_decoder_config(config.text_config), tp)})
+
+
+def load_decoder_shard(folder: str | Path, device: torch.device, dtype: torch.dtype, tp: TensorParallel,
+                       quantization: str = "none") -> Decoder:
+    """A rank's decoder shards (the ``loader`` of :class:`omnistage.runner.tp_executor.RankSpec`)."""
+    full = hf_config(folder)
+    with build_on(device, dtype):
+        shard = ThinkerDecoderShard(full.thinker_config, tp)
+    load_checkpoint(shard, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES)
+    apply_quantization(shard, quantization)
+    return shard.model["language_model"].eval().requires_grad_(False)
 
 
 class Thinker(nn.Module):
     uses_mrope = True  # positions are [3, T]
 
-    def __init__(self, config: PretrainedConfig, accept_hidden_layer: int) -> None:
-        """config: transformers' thinker config; accept_hidden_layer: the talker's (0 = embeddings)."""
+    def __init__(self, config: PretrainedConfig, accept_hidden_layer: int, tp: TensorParallel = UNSHARDED) -> None:
+        """config: transformers' thinker config; accept_hidden_layer: the talker's (0 = embeddings); tp: the
+        tensor-parallel rank whose shards of the text decoder this instance holds (rank 0 holds all the rest)."""
         super().__init__()
         self.config = config
         text = config.text_config
         self.accept_hidden_layer = accept_hidden_layer
-        self.model = ThinkerModel(config)
+        self.model = ThinkerModel(config, tp)
         self.lm_head = nn.Linear(text.hidden_size, text.vocab_size, bias=False)
         if getattr(text, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.language_model.embed_tokens.weight
@@ -101,12 +124,16 @@ class Thinker(nn.Module):
 
     @classmethod
     def from_checkpoint(
-        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16
+        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16,
+        tp: TensorParallel = UNSHARDED, quantization: str = "none",
     ) -> Thinker:
+        """``quantization``: ``int8`` quantizes the decoder's linears and experts after loading (an FP8
+        checkpoint is recognised from its config either way)."""
         full = hf_config(folder)
         with build_on(device, dtype):
-            model = cls(full.thinker_config, full.talker_config.accept_hidden_layer)
+            model = cls(full.thinker_config, full.talker_config.accept_hidden_layer, tp)
         load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES)
+        apply_quantization(model, quantization)
         return model.eval().requires_grad_(False)
 
     # Shapes -------------------------------------------------------------------------------------
@@ -115,7 +142,7 @@ class Thinker(nn.Module):
         return self.model.language_model
 
     def kv_cache_spec(self) -> KVCacheSpec:
-        return self.decoder.cfg.kv_cache_spec()
+        return self.decoder.kv_cache_spec()
 
     # Inputs -------------------------------------------------------------------------------------
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -164,7 +164,8 @@ def load_module(
 
     ``dtype``: floating-point tensors are stored in this dtype (parameters are
     replaced in place, keeping their ``nn.Parameter`` identity); ``None`` keeps
-    each tensor's current dtype. Modules built on the meta device get CPU
+    each tensor's current dtype. Quantized storage keeps the dtype the module
+    gave it: 1-byte floats (FP8 values) and ``*_scale`` tensors. Modules built on the meta device get CPU
     tensors (parameter ties are not kept there); their non-persistent buffers,
     which checkpoints never hold, stay on meta for the caller to rebuild.
     """
@@ -200,7 +201,8 @@ def _check(targets: list[tuple[str, torch.Tensor]], ckpt: Checkpoint) -> None:
 def _assign(
     module: nn.Module, name: str, target: torch.Tensor, value: torch.Tensor, dtype: torch.dtype | None
 ) -> None:
-    want = dtype if dtype is not None and target.is_floating_point() else target.dtype
+    quant_storage = target.element_size() == 1 or name.endswith("_scale")
+    want = dtype if dtype is not None and target.is_floating_point() and not quant_storage else target.dtype
     if target.is_meta:
         # A meta tensor has no storage to copy into, and .data cannot move it
         # off the meta device: the owner gets a new tensor under the same name.

@@ -44,7 +44,22 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     engine.set_defaults(func=_lazy_main("omnistage.tools.bench.engine"))
     add_roofline_parser(targets)
+    add_quant_parser(targets)
     add_serve_parser(targets)
+
+
+def add_quant_parser(targets: argparse._SubParsersAction) -> None:
+    quant = targets.add_parser("quant", help="thinker decode at batch 1 quantized vs unquantized, in one run")
+    quant.add_argument("--model", default="tiny", help="checkpoint folder, or a size name (tiny, medium, slice)")
+    quant.add_argument("--quantization", default="int8", choices=["int8"])
+    quant.add_argument("--prompt-len", type=int, default=16)
+    quant.add_argument("--output-len", type=int, default=64, help="greedy tokens compared and timed")
+    quant.add_argument("--repeats", type=int, default=2, help="runs of each; the best is reported")
+    quant.add_argument("--device", default="cpu")
+    quant.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    quant.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    quant.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
+    quant.set_defaults(func=_lazy_main("omnistage.tools.bench.quant"))
 
 
 def add_roofline_parser(targets: argparse._SubParsersAction) -> None:

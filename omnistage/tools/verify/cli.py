@@ -38,8 +38,17 @@ def add_verify_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     verify.add_argument("--talker-max-new-tokens", type=_at_least_two, default=defaults.talker_max_new_tokens,
                         help="talker steps (frames = steps - 1, as in transformers)")
     verify.add_argument("--tolerance", type=float, default=TOLERANCE, help="bound on logits and waveform diffs")
+    verify.add_argument("--tensor-parallel-size", type=_positive, default=1,
+                        help="shard omnistage's thinker over this many processes (gloo on CPU)")
     verify.set_defaults(func=run_verify_command)
     return verify
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _at_least_two(text: str) -> int:
@@ -65,7 +74,8 @@ def run_verify_command(args: argparse.Namespace) -> int:
                        talker_max_new_tokens=args.talker_max_new_tokens,
                        talker_min_new_tokens=min(defaults.talker_min_new_tokens, args.talker_max_new_tokens))
     try:
-        report = run_verify(folder, settings=settings, cases=args.case, tolerance=args.tolerance)
+        report = run_verify(folder, settings=settings, cases=args.case, tolerance=args.tolerance,
+                            tensor_parallel_size=args.tensor_parallel_size)
     except Exception as exc:  # noqa: BLE001 - a checkpoint either side cannot run is a failed verification
         message = f"{type(exc).__name__}: {exc}"
         print(f"omnistage verify: {message}", file=sys.stderr)

@@ -69,14 +69,15 @@ class VerifyReport:
     model: str
     cases: list[CaseReport] = field(default_factory=list)
     tolerance: float = TOLERANCE
+    tensor_parallel_size: int = 1  # omnistage's thinker, sharded over this many processes
 
     @property
     def ok(self) -> bool:
         return bool(self.cases) and all(case.ok for case in self.cases)
 
     def to_json(self) -> dict[str, object]:
-        return {"model": self.model, "tolerance": self.tolerance, "ok": self.ok,
-                "cases": [case.to_json() for case in self.cases]}
+        return {"model": self.model, "tolerance": self.tolerance, "tensor_parallel_size": self.tensor_parallel_size,
+                "ok": self.ok, "cases": [case.to_json() for case in self.cases]}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)
@@ -84,30 +85,35 @@ class VerifyReport:
 
 def run_verify(
     folder: str | Path, *, ours_folder: str | Path | None = None, settings: GenerationSettings | None = None,
-    cases: Sequence[str] | None = None, tolerance: float = TOLERANCE,
+    cases: Sequence[str] | None = None, tolerance: float = TOLERANCE, tensor_parallel_size: int = 1,
 ) -> VerifyReport:
-    """Greedy, fp32, CPU: transformers on ``folder`` against omnistage on ``ours_folder`` (default: the same)."""
+    """Greedy, fp32, CPU: transformers on ``folder`` against omnistage on ``ours_folder`` (default: the same), the
+    thinker sharded over ``tensor_parallel_size`` processes (gloo)."""
     with quiet_transformers():
-        return _run(Path(folder), Path(ours_folder or folder), settings or GenerationSettings(), cases, tolerance)
+        return _run(Path(folder), Path(ours_folder or folder), settings or GenerationSettings(), cases, tolerance,
+                    tensor_parallel_size)
 
 
 def _run(folder: Path, ours_folder: Path, settings: GenerationSettings, cases: Sequence[str] | None,
-         tolerance: float) -> VerifyReport:
+         tolerance: float, tensor_parallel_size: int) -> VerifyReport:
     config = json.loads((folder / "config.json").read_text())
     selected = [c for c in build_cases(PromptProcessor.from_folder(folder), config) if not cases or c.name in cases]
     if cases and len(selected) != len(set(cases)):
         raise ValueError(f"unknown case in {list(cases)}; known: {', '.join(CASE_NAMES)}")
     settings = _known_speaker(settings, config)
     reference = Reference(folder)
-    models = StageModels.load(ours_folder, "cpu", torch.float32)
+    models = StageModels.load(ours_folder, "cpu", torch.float32, tensor_parallel_size)
     eos = int(config["im_end_token_id"])
     reports = []
-    for case in selected:
-        theirs = reference.run(case, settings, eos)
-        ours = generate_offline(models, case.prompt, settings)
-        logits = prompt_logits(models.thinker, case, eos)
-        reports.append(_compare(case, ours, logits, theirs, tolerance))
-    return VerifyReport(str(folder), reports, tolerance)
+    try:
+        for case in selected:
+            theirs = reference.run(case, settings, eos)
+            ours = generate_offline(models, case.prompt, settings)
+            logits = prompt_logits(models.thinker, case, eos)
+            reports.append(_compare(case, ours, logits, theirs, tolerance))
+    finally:
+        models.close()
+    return VerifyReport(str(folder), reports, tolerance, tensor_parallel_size)
 
 
 def _known_speaker(settings: GenerationSettings, config: dict[str, object]) -> GenerationSettings:
@@ -157,7 +163,8 @@ def format_table(report: VerifyReport) -> str:
     """A readable table: one row per case, then the verdict."""
     head = f"{'case':<12} {'prompt':>6}  {'tokens':<14} {'logits diff':>11}  {'frames':>6}  {'codes':<10} " \
            f"{'wav diff':>9}  result"
-    lines = [f"omnistage verify: {report.model} (greedy, fp32, cpu; tolerance {report.tolerance:.0e})", head]
+    tp = f"; thinker tensor-parallel over {report.tensor_parallel_size}" if report.tensor_parallel_size > 1 else ""
+    lines = [f"omnistage verify: {report.model} (greedy, fp32, cpu; tolerance {report.tolerance:.0e}{tp})", head]
     for c in report.cases:
         tokens = f"{len(c.tokens)} {'identical' if c.tokens_identical else 'DIFFER'}"
         codes = "identical" if c.codes_identical else "DIFFER"

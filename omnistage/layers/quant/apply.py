@@ -1,0 +1,78 @@
+"""Turning a loaded model's linears and experts into quantized ones, in place.
+
+Which weights: those the layers offer (``quantizable_linears()`` of attention and MLP blocks) and the fused
+experts. Norms, routers and the shared-expert gate, embeddings, heads, RoPE, the encoders and the vocoder are
+never offered, so they stay in the model's precision (audio quality and routing decisions depend on them).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from omnistage.layers.moe import FusedExperts
+from omnistage.layers.quant.fp8 import FP8
+from omnistage.layers.quant.int8 import quantize_rows, scale_dtype
+
+QUANTIZATIONS = ("none", "int8")  # on the fly; pre-quantized FP8 checkpoints are recognised from their config
+
+
+def quantizable(model: nn.Module) -> tuple[list[nn.Linear], list[FusedExperts]]:
+    linears, experts = [], []
+    for module in model.modules():
+        offer = getattr(module, "quantizable_linears", None)
+        if offer is not None:
+            linears += offer()
+        if isinstance(module, FusedExperts):
+            experts.append(module)
+    return linears, experts
+
+
+def _is_full_precision(weight: torch.Tensor) -> bool:
+    return weight.is_floating_point() and weight.element_size() > 1
+
+
+@torch.no_grad()
+def quantize_int8_(model: nn.Module) -> int:
+    """Weight-only int8 (one scale per output row) for every quantizable weight still in full precision; weights
+    already quantized (an FP8 checkpoint's) are left as they are. Returns the number of tensors quantized."""
+    linears, experts = quantizable(model)
+    count = 0
+    for linear in linears:
+        if _is_full_precision(linear.weight):
+            q, scale = quantize_rows(linear.weight, scale_dtype(linear.weight.device, linear.weight.dtype))
+            linear.weight = nn.Parameter(q, requires_grad=False)
+            linear.register_buffer("weight_scale", scale)
+            count += 1
+    for module in experts:
+        for name in ("gate_up_proj", "down_proj"):
+            weight = getattr(module, name)
+            if _is_full_precision(weight):
+                q, scale = quantize_rows(weight, scale_dtype(weight.device, weight.dtype))
+                setattr(module, name, nn.Parameter(q, requires_grad=False))
+                setattr(module, f"{name}_scale", scale)
+                count += 1
+    return count
+
+
+def fp8_storage_(module: nn.Module, name: str) -> None:
+    """Re-creates ``module.<name>`` as an empty FP8 tensor of the same shape and a float32 per-row scale
+    (``<name>_scale``, or ``weight_scale`` for a linear's ``weight``), for a checkpoint's FP8 values to be loaded
+    into as they are."""
+    weight = getattr(module, name)
+    setattr(module, name, nn.Parameter(torch.empty(weight.shape, dtype=FP8, device=weight.device),
+                                       requires_grad=False))
+    scale = torch.empty(weight.shape[:-1], dtype=torch.float32, device=weight.device)
+    scale_name = "weight_scale" if name == "weight" else f"{name}_scale"
+    if scale_name in module._buffers:
+        setattr(module, scale_name, scale)
+    else:
+        module.register_buffer(scale_name, scale)
+
+
+def apply_quantization(model: nn.Module, quantization: str) -> None:
+    """A stage's ``quantization`` after its weights are loaded: ``none`` or ``int8`` (weight-only, per row)."""
+    if quantization == "int8":
+        quantize_int8_(model)
+    elif quantization not in ("none", ""):
+        raise ValueError(f"unknown quantization {quantization!r}; known: {', '.join(QUANTIZATIONS)}")

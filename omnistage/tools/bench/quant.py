@@ -1,0 +1,131 @@
+"""``omnistage bench quant``: a stage's decode with on-the-fly quantized weights against the same model
+unquantized, in one run on one loaded model.
+
+The stage is loaded once; batch-1 greedy decode is timed unquantized (best of ``repeats``), then the model's
+linears and experts are quantized in place (:func:`omnistage.layers.quant.apply.apply_quantization`) and the
+same requests are timed again. Decode time excludes the prefill step. Agreement is reported two ways over the
+unquantized run's ``output_len`` tokens: ``free_running`` (the quantized run's own greedy tokens, position by
+position: one early flip changes everything after it) and ``teacher_forced`` (the quantized model's greedy
+choice after the unquantized prefix, at every position: a flip counts once). ``median_margin`` is the
+unquantized model's top-1 minus top-2 logit at those positions: random checkpoints have far smaller margins
+than trained ones, so their agreement understates a real model's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from omnistage.engine import EngineConfig, EngineCore, Request, SamplingParams
+from omnistage.layers.attention.base import AttentionMetadata
+from omnistage.layers.attention.context import ForwardContext, forward_context
+from omnistage.layers.quant.apply import apply_quantization
+from omnistage.runner import ARModelRunner
+from omnistage.runner.ar_runner import default_backend
+from omnistage.tools.bench.engine import StageUnderTest, load_stage
+
+
+@dataclass
+class DecodeRun:
+    tokens_per_s: float
+    step_ms: float
+    weight_bytes: int
+    tokens: list[int]
+
+
+@dataclass
+class QuantReport:
+    model: str
+    stage: str
+    quantization: str
+    dtype: str
+    threads: int
+    baseline: DecodeRun
+    quantized: DecodeRun
+    speedup: float
+    free_running_agreement: float
+    teacher_forced_agreement: float
+    median_margin: float
+
+
+def _config(prompt_len: int, output_len: int, device: str, dtype: torch.dtype) -> EngineConfig:
+    blocks = -(-(prompt_len + output_len + 16) // 16) + 4
+    return EngineConfig(block_size=16, num_blocks=blocks, max_num_seqs=1, max_num_batched_tokens=max(prompt_len, 256),
+                        max_model_len=prompt_len + output_len + 16, enable_prefix_caching=False, device=device,
+                        dtype=dtype)
+
+
+def _decode(stage: StageUnderTest, config: EngineConfig, prompt_len: int, output_len: int) -> tuple[float, list[int]]:
+    """(seconds of the decode steps after the prefill, the greedy tokens) of one batch-1 request."""
+    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
+    core = EngineCore(ARModelRunner(stage.model, config, hook=stage.make_hook()), config)
+    request = stage.make_request("quant-0", prompt_len, params, torch.Generator().manual_seed(0))
+    core.add_request(request)
+    core.step()  # the prefill and the first token
+    start = time.perf_counter()
+    core.run_until_done()
+    if config.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, list(request.output_token_ids)
+
+
+def _timed_run(stage: StageUnderTest, config: EngineConfig, prompt_len: int, output_len: int,
+               repeats: int) -> DecodeRun:
+    _decode(stage, config, prompt_len, 4)  # warm-up: first-call allocations, stacked weights
+    best, tokens = min(_decode(stage, config, prompt_len, output_len) for _ in range(repeats))
+    weight_bytes = sum(t.numel() * t.element_size() for t in [*stage.model.parameters(), *stage.model.buffers()])
+    steps = output_len - 1
+    return DecodeRun(round(steps / best, 2), round(1000 * best / steps, 3), weight_bytes, tokens)
+
+
+@torch.inference_mode()
+def _sequence_logits(stage: StageUnderTest, ids: list[int], device: str) -> torch.Tensor:
+    """``[L, vocab]``: the thinker's logits at every position of ``ids`` (one uncached pass)."""
+    model = stage.model
+    tensor = torch.tensor(ids, device=device)
+    positions, _ = model.positions(tensor.cpu())
+    meta = AttentionMetadata.for_fresh_sequences([len(ids)], torch.device(device))
+    with forward_context(ForwardContext(meta, default_backend(torch.device(device)), None)):
+        hidden = model(tensor, positions.to(device))
+    return model.compute_logits(hidden).float()
+
+
+def bench_quant(model: str, quantization: str, prompt_len: int, output_len: int, repeats: int, device: str,
+                dtype: torch.dtype) -> QuantReport:
+    stage = load_stage(model, "thinker", device, dtype)
+    config = _config(prompt_len, output_len, device, dtype)
+    prompt = stage.make_request("prompt", prompt_len, SamplingParams(), torch.Generator().manual_seed(0))
+    baseline = _timed_run(stage, config, prompt_len, output_len, repeats)
+    sequence = list(prompt.prompt_token_ids) + baseline.tokens
+    base_logits = _sequence_logits(stage, sequence, device)[prompt_len - 1:-1]
+    apply_quantization(stage.model, quantization)
+    quantized = _timed_run(stage, config, prompt_len, output_len, repeats)
+    quant_logits = _sequence_logits(stage, sequence, device)[prompt_len - 1:-1]
+    top2 = base_logits.topk(2, dim=-1).values
+    free = sum(a == b for a, b in zip(baseline.tokens, quantized.tokens)) / output_len
+    forced = float((quant_logits.argmax(-1) == torch.tensor(baseline.tokens, device=device)).float().mean())
+    return QuantReport(str(model), "thinker", quantization, str(dtype).removeprefix("torch."), torch.get_num_threads(),
+                       baseline, quantized, round(quantized.tokens_per_s / baseline.tokens_per_s, 3), round(free, 4),
+                       round(forced, 4), round(statistics.median((top2[:, 0] - top2[:, 1]).tolist()), 4))
+
+
+def main(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    report = bench_quant(args.model, args.quantization, args.prompt_len, args.output_len, args.repeats,
+                         args.device, getattr(torch, args.dtype))
+    for name, run in (("unquantized", report.baseline), (report.quantization, report.quantized)):
+        print(f"thinker {name:>11} ({report.dtype}, batch 1, {report.threads} threads): {run.tokens_per_s:8.2f} "
+              f"tokens/s, {run.step_ms:8.2f} ms/step, weights {run.weight_bytes / 1e9:.2f} GB")
+    print(f"speedup x{report.speedup:.2f}; greedy agreement over {len(report.baseline.tokens)} tokens: "
+          f"free-running {report.free_running_agreement:.1%}, teacher-forced {report.teacher_forced_agreement:.1%} "
+          f"(median top-1/top-2 logit margin {report.median_margin:.3g})")
+    if args.json_out:
+        payload = asdict(report)
+        Path(args.json_out).write_text(json.dumps(payload, indent=2))
+    return 0

@@ -1,0 +1,133 @@
+"""``omnistage plan --model DIR --devices 2x48GiB``: a memory plan and a stage config ``serve`` accepts.
+
+Reads only ``config.json``. Prints, per stage, the weight bytes at the chosen precision, KV bytes per token and
+the activation peak, then the placement (:mod:`omnistage.tools.plan.placement`); ``--out`` writes it as a stage
+config (the preset with each stage's device, ``tensor_parallel_size``, ``quantization`` and
+``gpu_memory_utilization`` or ``kv_cache_memory``). Exit 1 with the reason when nothing fits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from omnistage.config.memory import format_bytes
+from omnistage.config.pipeline import PRESETS, QUANTIZATIONS, parse_pipeline, per_stage
+from omnistage.tools.plan.footprint import Workload, footprints
+from omnistage.tools.plan.placement import Devices, NoFit, Placement, place
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def add_plan_parser(sub: argparse._SubParsersAction) -> None:
+    plan = sub.add_parser("plan", help="per-stage memory and a placement that fits some devices (config only)")
+    plan.add_argument("--model", required=True, help="checkpoint folder (only its config.json is read)")
+    plan.add_argument("--devices", required=True, type=_devices, help="NxSIZE GPUs (2x48GiB) or cpu:SIZE")
+    plan.add_argument("--quantization", type=_quantization, default=(),
+                      help="int8, or per stage: thinker=int8 (an FP8 checkpoint's thinker counts 1 byte on GPUs)")
+    plan.add_argument("--dtype", choices=sorted(DTYPE_BYTES), default=None,
+                      help="weights' dtype (default bfloat16 on GPUs, float32 on a CPU)")
+    plan.add_argument("--max-model-len", type=int, default=8192, help="tokens of one request's KV that must fit")
+    plan.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="usable fraction of each GPU")
+    plan.add_argument("--out", default=None, help="write the placement as a stage config YAML here")
+    plan.set_defaults(func=main)
+
+
+def _devices(text: str) -> Devices:
+    try:
+        return Devices.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _quantization(text: str) -> tuple[tuple[str, object], ...]:
+    try:
+        pairs = per_stage(text, str)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    for stage, value in pairs:
+        if value not in QUANTIZATIONS or stage not in ("", "thinker", "talker"):
+            raise argparse.ArgumentTypeError(f"--quantization: {stage or 'all'}={value} (int8 on thinker/talker)")
+    return pairs
+
+
+def precisions(folder: Path, pairs: tuple[tuple[str, object], ...], devices: Devices) -> dict[str, str]:
+    """Each autoregressive stage's quantization: int8 where asked, ``fp8`` for an FP8 checkpoint's thinker on
+    GPUs (a CPU dequantises it at load), else none. Stages not named here keep the dtype."""
+    chosen = {stage: "none" for stage in ("thinker", "talker")}
+    for stage, value in pairs:
+        for name in ([stage] if stage else list(chosen)):
+            chosen[name] = str(value)
+    config = json.loads((folder / "config.json").read_text())
+    if config.get("quantization_config") and devices.kind == "cuda":
+        chosen["thinker"] = "fp8"
+    return chosen
+
+
+def make_plan(folder: Path, devices: Devices, pairs: tuple[tuple[str, object], ...] = (), dtype: str | None = None,
+              max_model_len: int = 8192, utilization: float = 0.9) -> tuple[Placement, dict[str, str]]:
+    dtype_bytes = DTYPE_BYTES[dtype or ("bfloat16" if devices.kind == "cuda" else "float32")]
+    fp = footprints(folder, dtype_bytes, Workload())
+    chosen = precisions(folder, pairs, devices)
+    quantized = {stage: value != "none" for stage, value in chosen.items()}
+    text = json.loads((folder / "config.json").read_text())["thinker_config"]["text_config"]
+    heads = (text["num_attention_heads"], text["num_key_value_heads"], text["moe_intermediate_size"])
+    return place(fp, devices, quantized, dtype_bytes, max_model_len, heads, utilization), chosen
+
+
+def stage_config(placement: Placement, chosen: dict[str, str], max_model_len: int) -> dict:
+    """The preset with the placement written in: what ``serve --stage-config`` takes."""
+    data = yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text())
+    plans = {p.name: p for p in placement.stages}
+    cuda = placement.devices.kind == "cuda"
+    for stage in data["stages"]:
+        plan = plans[stage["model"]]
+        stage["device"] = f"cuda:{plan.devices[0]}" if cuda else "cpu"
+        if stage["kind"] != "ar":
+            continue
+        stage["tensor_parallel_size"] = plan.tensor_parallel_size
+        stage["quantization"] = "int8" if chosen.get(stage["model"]) == "int8" else "none"  # FP8: the checkpoint's
+        engine = stage["engine"]
+        engine["max_model_len"] = max_model_len
+        engine.pop("num_kv_blocks", None)
+        if cuda:
+            engine["gpu_memory_utilization"] = int(plan.utilization * 10_000) / 10_000  # rounded down
+        else:
+            engine["kv_cache_memory"] = plan.kv_bytes
+    parse_pipeline(data)  # what serve will check: refuse to write what it would refuse
+    return data
+
+
+def format_plan(placement: Placement) -> str:
+    lines = [f"{'stage':<9} {'devices':<10} {'tp':>2}  {'weights':>12}  {'KV/token':>10}  {'activations':>12}  "
+             f"{'KV (min)':>12}  {'KV given':>12}  utilization"]
+    for p in placement.stages:
+        devices = ",".join(str(d) for d in p.devices)
+        lines.append(f"{p.name:<9} {devices:<10} {p.tensor_parallel_size:>2}  {format_bytes(p.weight_bytes):>12}  "
+                     f"{p.kv_bytes_per_token:>10}  {format_bytes(p.activation_peak):>12}  "
+                     f"{format_bytes(p.min_kv_bytes):>12}  {format_bytes(p.kv_bytes):>12}  {p.utilization:.4f}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    folder = Path(args.model)
+    if not (folder / "config.json").is_file():
+        print(f"omnistage plan: {folder} has no config.json", file=sys.stderr)
+        return 2
+    try:
+        placement, chosen = make_plan(folder, args.devices, args.quantization, args.dtype, args.max_model_len,
+                                         args.gpu_memory_utilization)
+    except NoFit as exc:
+        print(f"omnistage plan: {exc}", file=sys.stderr)
+        return 1
+    print(format_plan(placement))
+    if args.out:
+        Path(args.out).write_text(yaml.safe_dump(stage_config(placement, chosen, args.max_model_len),
+                                                 sort_keys=False))
+        print(f"stage config written to {args.out} (serve --stage-config {args.out})")
+    return 0
+
