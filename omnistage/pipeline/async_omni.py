@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omnistage.config.pipeline import PipelineSpec
 from omnistage.core import OmniOutput, OmniRequest
-from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
+from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.pipeline.engine import OmniPipeline
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.processing.prompt import PromptProcessor

@@ -66,7 +66,7 @@ class Omni:
                 stream: bool = True, **sampling: object) -> OmniRequest:
         """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields.
         ``stream``: the audio is played as it arrives (chunks follow the player), else consumed whole."""
-        defaults = self.pipeline.spec.stage(self.pipeline.runtime.topology.thinker).sampling
+        defaults = self.pipeline.spec.stage(self.pipeline.graph.entry).sampling
         knobs = {"temperature": defaults.temperature, "top_p": defaults.top_p, "top_k": defaults.top_k,
                  "repetition_penalty": defaults.repetition_penalty, "max_tokens": defaults.max_tokens}
         knobs.update({k: v for k, v in sampling.items() if v is not None})

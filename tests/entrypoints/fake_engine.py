@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest, Usage
-from omnistage.entrypoints.openai.engine_protocol import (
+from omnistage.pipeline.reports import (
     EngineStats,
     HealthReport,
     ReplicaHealth,

@@ -109,7 +109,8 @@ def test_second_turn_reuses_the_cached_prefix(tiny_dir: Path) -> None:
     """The thinker engine itself (no server): turn 2's prompt, as the session renders it, hits turn 1's blocks."""
     from omnistage.config.pipeline import parse_pipeline
     from omnistage.ipc.messages import StartThinker, ThinkerTokens, WireSampling
-    from omnistage.pipeline.workers import ThinkerWorker, WorkerSpec
+    from omnistage.families.qwen3_omni.workers import ThinkerWorker
+    from omnistage.workers.base import WorkerSpec
     from omnistage.processing.prompt import PromptProcessor
 
     spec = parse_pipeline(small_dict()).stage("thinker")

@@ -59,7 +59,7 @@ class _FakeStagePipeline:
 
 @pytest.fixture()
 def served(processor: PromptProcessor) -> Iterator[tuple[str, PipelineRuntime]]:
-    runtime = PipelineRuntime(small_spec(talker_frames=100_000), fakes.fake_factories(thinker_step_s=0.02), None,
+    runtime = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=100_000)), fakes.fake_factories(thinker_step_s=0.02), None,
                               fakes.GROUPS, PipelineOptions(talker_min_new_tokens=100_000))
     engine = AsyncOmni(pipeline=_FakeStagePipeline(runtime, processor))
     thread = ServerThread(build_app(engine, ServerLimits(), MediaPolicy()))

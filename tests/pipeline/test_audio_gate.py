@@ -74,7 +74,7 @@ def _runtime(limit: float) -> PipelineRuntime:
     data = small_dict(talker_frames=30)
     data["streaming"]["admission_rtf_limit"] = limit
     fakes.INSTANCES.clear()
-    return PipelineRuntime(parse_pipeline(data), fakes.fake_factories(0.001, talker_step_s_per_seq=0.064), None,
+    return PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, talker_step_s_per_seq=0.064), None,
                            fakes.GROUPS, PipelineOptions(in_process=True))
 
 
@@ -91,7 +91,7 @@ def _run_two(runtime: PipelineRuntime) -> tuple[float, float]:
             pass
     traces = {rid: runtime.orchestrator.trace(rid) for rid in "abt"}
     assert traces["t"].finished < traces["a"].finished
-    return traces["a"].finished, traces["b"].talker_start
+    return traces["a"].finished, traces["b"].entered["talker"]
 
 
 def test_a_new_stream_waits_while_it_would_push_the_running_one_past_real_time() -> None:

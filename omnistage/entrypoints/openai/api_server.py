@@ -25,7 +25,8 @@ from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
 from omnistage.entrypoints.openai.decode_pool import DecodePool
-from omnistage.entrypoints.openai.engine_protocol import HealthReport, OmniEngine
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.pipeline.reports import HealthReport
 from omnistage.entrypoints.openai.errors import install_error_handlers, model_not_found
 from omnistage.entrypoints.openai.media import MediaFetcher
 from omnistage.entrypoints.openai.metrics import ServerMetrics

@@ -30,14 +30,15 @@ import torch
 from torch import nn
 
 from omnistage.layers.linear import activation
-from omnistage.models.qwen3_omni.code_predictor import CodePredictor, CodeSampler
-from omnistage.models.qwen3_omni.decoder import (
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
+from omnistage.models.predictor_workspace import CodeSampler
+from omnistage.models.qwen3_omni.code_predictor import CodePredictor
+from omnistage.models.decoder import (
     Decoder,
     DecoderConfig,
     KVCacheSpec,
     build_on,
     decoder_config,
-    hf_config,
     load_checkpoint,
 )
 
@@ -91,9 +92,11 @@ class Talker(nn.Module):
 
     @classmethod
     def from_checkpoint(
-        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16
+        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16,
+        config: Qwen3OmniConfig | None = None,
     ) -> Talker:
-        full = hf_config(folder)
+        """``config``: the folder's parsed config (parsed here when not given)."""
+        full = (config or Qwen3OmniConfig.from_folder(folder)).hf
         with build_on(device, dtype):
             model = cls(full.talker_config)
         # Only the experts differ between the hub and runtime layouts of the talker.

@@ -23,18 +23,18 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from omnistage.models.qwen3_omni.decoder import (
+from omnistage.models.decoder import (
     Decoder,
     DecoderConfig,
     Deepstack,
     KVCacheSpec,
     build_on,
     decoder_config,
-    hf_config,
     load_checkpoint,
 )
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length, mrope_positions
-from omnistage.processing.prompt import MultimodalInputs
+from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -101,9 +101,11 @@ class Thinker(nn.Module):
 
     @classmethod
     def from_checkpoint(
-        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16
+        cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16,
+        config: Qwen3OmniConfig | None = None,
     ) -> Thinker:
-        full = hf_config(folder)
+        """``config``: the folder's parsed config (parsed here when not given)."""
+        full = (config or Qwen3OmniConfig.from_folder(folder)).hf
         with build_on(device, dtype):
             model = cls(full.thinker_config, full.talker_config.accept_hidden_layer)
         load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES)

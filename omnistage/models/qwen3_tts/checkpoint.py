@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from omnistage.models.qwen3_omni.decoder import build_on
-from omnistage.models.qwen3_omni.weights import Checkpoint, load_module
+from omnistage.models.decoder import build_on
+from omnistage.models.weights import Checkpoint, load_module
 from omnistage.models.qwen3_tts.codec_decoder import CodecDecoder
 from omnistage.models.qwen3_tts.codec_encoder import CodecEncoder
 from omnistage.models.qwen3_tts.config import TOKENIZER_FOLDER, Qwen3TTSConfig

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omnistage.models.qwen3_omni.decoder import DecoderConfig
+from omnistage.models.decoder import DecoderConfig
 from omnistage.models.qwen3_tts.codec_config import SpeechTokenizerConfig
 
 MODEL_TYPE = "qwen3_tts"

@@ -76,11 +76,14 @@ class InProcessDriver:
     def __init__(self, model: str, output_tokens: int, audio_frames: int, ignore_eos: bool,
                  stage_config: str | None = None, initial_chunk_frames: int | None = None,
                  scheduling: str | None = None, code2wav_max_batch: int | None = None) -> None:
+        from omnistage.config.pipeline import load_pipeline, load_preset
         from omnistage.pipeline.async_omni import AsyncOmni
-        from omnistage.pipeline.engine import _spec
+        from omnistage.pipeline.engine import preset_for
         from omnistage.pipeline.runtime import PipelineOptions
+        from omnistage.tools.make_tiny import resolve_model
 
-        spec = pinned_spec(_spec(stage_config), audio_frames, scheduling, code2wav_max_batch)
+        base = load_pipeline(stage_config) if stage_config else load_preset(preset_for(resolve_model(model)))
+        spec = pinned_spec(base, audio_frames, scheduling, code2wav_max_batch)
         self.omni = AsyncOmni(model, spec, PipelineOptions(talker_min_new_tokens=audio_frames))
         self.processor = self.omni.processor
         self.output_tokens, self.ignore_eos = output_tokens, ignore_eos

@@ -31,10 +31,10 @@ from omnistage.layers.linear import FusedRows, GatedMLP
 from omnistage.layers.moe import SparseMoeBlock
 from omnistage.layers.norm import RMSNorm, rms_norm
 from omnistage.layers.rotary import RotaryEmbedding, Rotation
-from omnistage.models.qwen3_omni.weights import Checkpoint, load_module, module_tensors
+from omnistage.models.weights import Checkpoint, load_module, module_tensors
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig, Qwen3OmniMoeConfig
+    from transformers import PretrainedConfig
 
 
 class KVCacheSpec(NamedTuple):
@@ -242,13 +242,6 @@ class Decoder(nn.Module):
 
 
 # Building ---------------------------------------------------------------------------------------
-
-
-def hf_config(folder: str | Path) -> Qwen3OmniMoeConfig:
-    """The checkpoint's transformers ``Qwen3OmniMoeConfig`` (it fills the class defaults of absent keys)."""
-    from transformers import Qwen3OmniMoeConfig
-
-    return Qwen3OmniMoeConfig.from_pretrained(folder)
 
 
 @contextmanager
