@@ -13,8 +13,9 @@ from typing import Protocol
 
 import numpy as np
 
+from omnistage.engine.logprobs import TokenLogprob
 from omnistage.engine.request import FinishReason
-from omnistage.engine.sampling_params import check_sampling_ranges
+from omnistage.engine.sampling_params import MAX_LOGPROBS, check_openai_penalties, check_sampling_ranges
 
 OUTPUT_SAMPLE_RATE = 24000
 
@@ -36,13 +37,34 @@ class RequestSampling:
     stop: tuple[str, ...] = ()
     repetition_penalty: float = 1.0
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None  # None: off; k: the sampled token's logprob and the k most likely
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 2.0:
             raise ValueError("temperature must be in [0, 2]")
         check_sampling_ranges(self.temperature, self.top_p, self.top_k, self.repetition_penalty, self.seed)
+        check_openai_penalties(self.presence_penalty, self.frequency_penalty)
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"top_logprobs must be in [0, {MAX_LOGPROBS}]")
+        if self.min_tokens < 0:
+            raise ValueError("min_tokens must be >= 0")
+
+
+@dataclass(frozen=True)
+class UnspokenSpan:
+    """Thinker text the talker must not speak: what lies between a token ``open_id`` and a token ``close_id``
+    (both included), e.g. a tool call. ``open_at_start``: the answer begins inside one (its prompt ended with the
+    opening, a forced tool call)."""
+
+    open_id: int
+    close_id: int
+    open_at_start: bool = False
 
 
 class Prompt(Protocol):
@@ -65,6 +87,7 @@ class OmniRequest:
     # The caller plays the audio as it arrives: later chunks are sized to keep its player fed. False: the audio
     # is consumed whole, so every later chunk takes the stage's full chunk size (fewer vocoder calls).
     stream: bool = True
+    unspoken: UnspokenSpan | None = None  # decided by the front end (tool calls); None: every token is spoken
 
     @property
     def wants_audio(self) -> bool:
@@ -98,3 +121,4 @@ class OmniOutput:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     error: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()  # of token_ids, when the request asked

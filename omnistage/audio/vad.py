@@ -97,3 +97,8 @@ class EnergyVad:
                     events.append(VadEvent("speech_stopped", end - self._need_off * self.frame))
         self._consumed += n * self.frame
         return events
+
+
+def make_vad(config: VadConfig | None, sample_rate: int) -> EnergyVad | None:
+    """The detector for a session's turn detection (None: turns are committed by the client)."""
+    return None if config is None else EnergyVad(config, sample_rate)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from omnistage.engine.logprobs import TokenLogprob
 from omnistage.engine.request import FinishReason, Request
 
 
@@ -47,11 +48,13 @@ class SchedulerOutput:
 class ModelRunnerOutput:
     """sampled_token_ids: one per scheduled request, -1 where the step ended mid-prompt.
     extra: per-sampled-request rows a step hook adds (the talker's codec frames ``[n, G]``).
-    failed_rows: scheduled rows whose sampling failed (non-finite logits); their requests end with an error."""
+    failed_rows: scheduled rows whose sampling failed (non-finite logits); their requests end with an error.
+    logprobs: by scheduled row, for the requests that asked (None when none did)."""
 
     sampled_token_ids: list[int]
     extra: torch.Tensor | None = None
     failed_rows: tuple[int, ...] = ()
+    logprobs: dict[int, TokenLogprob] | None = None
 
 
 @dataclass
@@ -65,3 +68,4 @@ class RequestOutput:
     # Talker: the codec frame(s) of this step, ``[len(new_token_ids), G]``.
     new_frames: torch.Tensor | None = None
     error: str | None = None  # why, when finish_reason is ERROR
+    logprobs: list[TokenLogprob] | None = None  # one per new token, when the request asked

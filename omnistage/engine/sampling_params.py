@@ -20,6 +20,9 @@ TOP_K_MAX = 2**31 - 1
 REPETITION_PENALTY_MIN = 0.01
 REPETITION_PENALTY_MAX = 2.0
 ENGINE_REPETITION_PENALTY_MAX = 100.0
+# OpenAI's presence/frequency penalty range (subtracted from a logit once / per occurrence).
+OPENAI_PENALTY_MAX = 2.0
+MAX_LOGPROBS = 20  # OpenAI's top_logprobs bound
 
 
 def check_sampling_ranges(temperature: float, top_p: float, top_k: int, repetition_penalty: float,
@@ -38,6 +41,12 @@ def check_sampling_ranges(temperature: float, top_p: float, top_k: int, repetiti
         raise ValueError(f"seed must be in [0, {SEED_MAX}], got {seed}")
 
 
+def check_openai_penalties(presence_penalty: float, frequency_penalty: float) -> None:
+    for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
+        if not -OPENAI_PENALTY_MAX <= value <= OPENAI_PENALTY_MAX:  # also false for NaN
+            raise ValueError(f"{name} must be in [-{OPENAI_PENALTY_MAX:g}, {OPENAI_PENALTY_MAX:g}], got {value}")
+
+
 class SamplingParams(msgspec.Struct, frozen=True):
     """How one request picks its next token.
 
@@ -52,6 +61,10 @@ class SamplingParams(msgspec.Struct, frozen=True):
     min_tokens: EOS and stop tokens are masked out until this many were made.
     stop_token_ids: generation stops after emitting any of these.
     ignore_eos: keep going past EOS (benchmarks with fixed lengths).
+    presence_penalty / frequency_penalty: OpenAI's, over generated tokens: a token's logit loses
+        ``presence`` once it was generated and ``frequency`` per time it was; 0 disables.
+    logprobs: None = none; k >= 0 = the sampled token's log-probability and the k most likely
+        (from the model's raw logits, before penalties and temperature, as vLLM reports them).
     """
 
     temperature: float = 1.0
@@ -63,6 +76,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience but stored as tuples so the object stays hashable.
@@ -72,10 +88,18 @@ class SamplingParams(msgspec.Struct, frozen=True):
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens must be in [0, max_tokens], got {self.min_tokens}")
+        check_openai_penalties(self.presence_penalty, self.frequency_penalty)
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def counts_outputs(self) -> bool:
+        """Whether the sampler needs this request's generated-token counts (presence/frequency penalties)."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
     @property
     def needs_sort(self) -> bool:

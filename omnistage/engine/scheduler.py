@@ -172,7 +172,9 @@ class Scheduler:
             if reason is not None:
                 self._finish(request, reason)
                 done.add(request.request_id)
-            outputs.append(RequestOutput(request.request_id, [token], reason is not None, reason, frame))
+            logprob = result.logprobs.get(row) if result.logprobs else None
+            outputs.append(RequestOutput(request.request_id, [token], reason is not None, reason, frame,
+                                         logprobs=None if logprob is None else [logprob]))
         if done:
             self.running = [r for r in self.running if r.request_id not in done]
         return outputs

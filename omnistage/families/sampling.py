@@ -11,7 +11,9 @@ def request_params(s: RequestSampling) -> SamplingParams:
     """Temperature 0 is greedy; stop strings are matched on text by the orchestrator, not here."""
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                           repetition_penalty=s.repetition_penalty, seed=s.seed, max_tokens=s.max_tokens,
-                          ignore_eos=s.ignore_eos)
+                          min_tokens=min(s.min_tokens, s.max_tokens), ignore_eos=s.ignore_eos,
+                          presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
+                          logprobs=s.logprobs, stop_token_ids=s.stop_token_ids)
 
 
 def stage_params(stage: StageSampling, seed: int | None, min_new_tokens: int = 0) -> SamplingParams:

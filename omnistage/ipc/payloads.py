@@ -12,6 +12,7 @@ import msgspec
 import torch
 
 from omnistage.engine.generation_engine import ChunkJob
+from omnistage.engine.logprobs import TokenLogprob
 from omnistage.ipc.messages import PayloadTypes
 
 
@@ -21,6 +22,7 @@ class TokenDelta(msgspec.Struct, tag="tokens"):
     token_ids: list[int]
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (their prefill skipped)
+    logprobs: list[TokenLogprob] | None = None  # one per token, when the request asked
 
 
 class CodecFrames(msgspec.Struct, tag="frames"):

@@ -57,10 +57,14 @@ class FusedRows:
         self._weight, self._bias = weight, bias
         self._key = tuple(linear.weight.data_ptr() for linear in self.linears)
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def joint(self, x: torch.Tensor) -> torch.Tensor:
+        """Every linear's output side by side, ``[..., sum(out_features)]``."""
         if self._key != tuple(linear.weight.data_ptr() for linear in self.linears):
             self._stack()
-        return F.linear(x, self._weight, self._bias).split(self.sizes, dim=-1)
+        return F.linear(x, self._weight, self._bias)
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.joint(x).split(self.sizes, dim=-1)
 
 
 class GatedMLP(nn.Module):

@@ -10,7 +10,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """The function behind :class:`RMSNorm`, for hot paths that skip the module call."""
     dtype = x.dtype
     x = x.to(torch.float32)
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
     # The cast back happens before the weight multiply: that is the reference order, and it matters in bf16.
     return weight * x.to(dtype)
 

@@ -129,17 +129,42 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.qkv = FusedRows(self.q_proj, self.k_proj, self.v_proj)
+        self.qk_norm = HeadNorms((self.q_norm, cfg.num_heads), (self.k_norm, cfg.num_kv_heads))
+        self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.num_kv_heads
 
     def forward(self, x: torch.Tensor, rotation: Rotation) -> torch.Tensor:
-        # Functional calls on the modules' weights: this runs for every layer of every decode step, where the
-        # per-call overhead of a module adds up (the code predictor makes 15 passes per frame).
-        num_tokens = x.shape[0]
-        q, k, v = (t.view(num_tokens, -1, self.head_dim) for t in self.qkv(x))
-        q = rotation.apply(rms_norm(q, self.q_norm.weight, self.q_norm.eps))
-        k = rotation.apply(rms_norm(k, self.k_norm.weight, self.k_norm.eps))
+        # Functional calls on the modules' weights, queries and keys normed and rotated together: this runs for
+        # every layer of every decode step, where the per-call overhead adds up (the code predictor makes 15
+        # passes per frame).
+        num_tokens, heads = x.shape[0], self.num_heads + self.num_kv_heads
+        qkv = self.qkv.joint(x)
+        qk = qkv[:, :heads * self.head_dim].view(num_tokens, heads, self.head_dim)
+        qk = rotation.apply(rms_norm(qk, self.qk_norm.weight(), self.q_norm.eps))
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
+        v = qkv[:, heads * self.head_dim:].view(num_tokens, self.num_kv_heads, self.head_dim)
         ctx = get_forward_context()
         out = ctx.backend.forward(q, k, v, ctx.kv_cache(self.layer_idx), ctx.meta, self.scale, self.sliding_window)
         return F.linear(out.reshape(num_tokens, -1), self.o_proj.weight, self.o_proj.bias)
+
+
+class HeadNorms:
+    """Per-head RMSNorm weights of several norms side by side (q_norm for the query heads, then k_norm for the key
+    heads), so one norm call covers them all: ``[heads, head_dim]``, rebuilt when a weight changes."""
+
+    def __init__(self, *norms: tuple[RMSNorm, int]) -> None:
+        if len({norm.eps for norm, _ in norms}) != 1:
+            raise ValueError("norms normed together must share their eps")
+        self.norms = norms
+        self._key: tuple[int, ...] = ()
+        self._weight: torch.Tensor | None = None
+
+    def weight(self) -> torch.Tensor:
+        key = tuple(v for norm, _ in self.norms for v in (norm.weight.data_ptr(), norm.weight._version))
+        if key != self._key or self._weight is None:
+            with torch.inference_mode(False), torch.no_grad():
+                self._weight = torch.cat([norm.weight.detach().expand(count, -1) for norm, count in self.norms])
+            self._key = key
+        return self._weight
 
 
 class DecoderLayer(nn.Module):

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.config.pipeline import PipelineSpec
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.pipeline.reports import EngineStats, HealthReport
@@ -30,6 +31,7 @@ class AsyncOmni:
         self.voices: Sequence[str] = self.pipeline.voices
         self.supports_audio: bool = self.pipeline.supports_audio
         self.max_model_len: int = self.pipeline.max_model_len
+        self.default_sampling: SamplingDefaults = self.pipeline.default_sampling
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AsyncOmni:

@@ -16,6 +16,7 @@ from omnistage.config.pipeline import (
     load_preset,
     per_stage,
 )
+from omnistage.config.generation_defaults import sampling_defaults
 from omnistage.core import Modality, OmniRequest
 from omnistage.families.base import FrontEnd
 from omnistage.families.registry import DEFAULT_REGISTRY, FamilyRegistry
@@ -63,6 +64,10 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-memory-utilization", type=_utilization, default=(),
                        help="CUDA: fraction of the device each autoregressive stage may use (weights, activations "
                             "and KV), e.g. 0.45, or per stage: thinker=0.5,talker=0.3")
+    group.add_argument("--generation-config", default="auto",
+                       help="sampling defaults of requests that leave a knob unset: auto (the checkpoint's "
+                            "generation_config.json over the stage config's), vllm (the stage config's only), or a "
+                            "folder holding a generation_config.json")
     group.add_argument("--ray-address", default=None,
                        help="the Ray cluster to join with --backend ray (default: the one started on this machine "
                             "by `ray start --head`, else a new local one)")
@@ -108,7 +113,8 @@ class OmniPipeline:
 
     def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
                  options: PipelineOptions | None = None, model_name: str | None = None,
-                 overrides: StageOverrides | None = None, registry: FamilyRegistry = DEFAULT_REGISTRY) -> None:
+                 overrides: StageOverrides | None = None, generation_config: str = "auto",
+                 registry: FamilyRegistry = DEFAULT_REGISTRY) -> None:
         folder = registry.resolve_model(model)
         self.family = registry.for_folder(folder)
         config = self.family.load_config(folder)
@@ -122,16 +128,20 @@ class OmniPipeline:
         self.voices = self.front_end.voices
         self.supports_audio = self.graph.supports_audio
         self.supports_text = self.graph.supports(Modality.TEXT)
-        entry = self.spec.stage(self.graph.entry).engine
-        self.max_model_len = entry.model_len(self.front_end.max_positions)
+        entry = self.spec.stage(self.graph.entry)
+        self.max_model_len = entry.engine.model_len(self.front_end.max_positions)
+        # The entry stage config's sampling, under the checkpoint's generation_config.json (vLLM's --generation-config).
+        self.default_sampling = sampling_defaults(entry.sampling, folder, generation_config)
         options = options or PipelineOptions()
         self.runtime = PipelineRuntime(self.graph, model_factories(str(folder), self.graph, options),
                                        self.front_end.tokenizer, self.front_end.num_code_groups, options)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> OmniPipeline:
+        names = getattr(args, "served_model_name", None) or ()
         return cls(getattr(args, "model", "tiny"), getattr(args, "stage_config", None), options_from_args(args),
-                   getattr(args, "served_model_name", None), overrides_from_args(args))
+                   names[0] if names else None, overrides_from_args(args),
+                   getattr(args, "generation_config", None) or "auto")
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, Usage
+from omnistage.engine.logprobs import TokenLogprob
 from omnistage.families.base import EdgeContext, RequestEdge
 from omnistage.ipc.messages import AbortRequests, ReplicaInput, StageInput, StageOutput
 from omnistage.ipc.payloads import AudioChunk, CodecFrames, TokenDelta
@@ -166,9 +167,10 @@ class RequestFlows:
         if state is None or stage in state.closed:
             return  # aborted, or outputs still in flight after a stop string let the stage go
         payload, finished = output.payload, output.finished
-        text, token_ids, audio = "", (), None
+        text, token_ids, audio, logprobs = "", (), None, ()
         if isinstance(payload, TokenDelta):
             text, token_ids, stopped = self._tokens(state, stage, payload, finished)
+            logprobs = tuple(payload.logprobs or ()) if token_ids else ()
             if stopped and not finished:  # a stop string: the stage is still generating
                 self._abort_at(stage, state.request_id)
                 finished = True
@@ -183,7 +185,7 @@ class RequestFlows:
             if crossing is not None:
                 for item in crossing.on_output(payload, finished):
                     self._to(edge.target, state.request_id, item)
-        self._deliver(state, text=text, token_ids=token_ids, audio=audio)
+        self._deliver(state, text=text, token_ids=token_ids, audio=audio, logprobs=logprobs)
 
     def _tokens(self, state: RequestState, stage: str, delta: TokenDelta,
                 finished: bool) -> tuple[str, tuple[int, ...], bool]:
@@ -242,7 +244,7 @@ class RequestFlows:
             self.send(stage, index, AbortRequests([request_id]))
 
     def _deliver(self, state: RequestState, text: str = "", token_ids: tuple[int, ...] = (),
-                 audio: np.ndarray | None = None) -> None:
+                 audio: np.ndarray | None = None, logprobs: tuple[TokenLogprob, ...] = ()) -> None:
         done = state.complete
         if not (text or token_ids or audio is not None or done):
             return
@@ -253,7 +255,8 @@ class RequestFlows:
             self._record(state)
         reason = (state.reason or FinishReason.STOP) if done else None
         self._emit(state, OmniOutput(state.request_id, text=text, token_ids=token_ids, audio=audio, finished=done,
-                                     finish_reason=reason, usage=self._usage(state) if done else None))
+                                     finish_reason=reason, usage=self._usage(state) if done else None,
+                                     logprobs=logprobs))
 
     def _emit(self, state: RequestState, output: OmniOutput) -> None:
         try:

@@ -2,8 +2,9 @@
 
 (Replicas on a Ray cluster are ``omnistage.pipeline.ray_replica.RayReplica``, the same handle interface.)
 
-Processes use the ``spawn`` context (forking a process that already runs
-torch threads is unsafe). A replica process must never outlive its parent:
+Processes are fresh interpreters running ``omnistage.pipeline.replica_process``
+(forking a process that already runs torch threads is unsafe, and
+``multiprocessing``'s spawn would re-import the caller's main module). A replica process must never outlive its parent:
 it asks the kernel for SIGTERM when the parent dies (Linux) and also polls
 its parent id, then removes the parent's sockets and shared memory and
 exits; the parent stops every replica on shutdown and at exit.
@@ -12,9 +13,9 @@ exits; the parent stops every replica on shutdown and at exit.
 from __future__ import annotations
 
 import ctypes
-import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -114,39 +115,49 @@ class ThreadReplica(ReplicaHandle):
 
 
 class ProcessReplica(ReplicaHandle):
+    """A replica in a fresh ``python -m omnistage.pipeline.replica_process`` interpreter (the caller's main module
+    is never re-imported, so the Python API works from any script, stdin or a notebook)."""
+
     def __init__(self, launch: ReplicaLaunch) -> None:
         super().__init__(launch)
-        ctx = multiprocessing.get_context("spawn")
-        self.process = ctx.Process(target=replica_main, args=(launch, os.getpid()),
-                                   name=f"omnistage-{launch.stage}-{launch.index}", daemon=True)
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process.start()
+        from omnistage.pipeline.replica_process import start_replica_process
+
+        self.process = start_replica_process(self.launch, os.getpid())
 
     def respawn(self, launch: ReplicaLaunch) -> ReplicaHandle:
         return ProcessReplica(launch)
 
     def is_alive(self) -> bool:
-        return self.process.is_alive()
+        return self.process is not None and self.process.poll() is None
 
     def join(self, timeout: float) -> bool:
-        if self.process.pid is None:  # never started (a start-up failure tears down the rest)
+        if self.process is None:  # never started (a start-up failure tears down the rest)
             return True
-        self.process.join(timeout)
-        return not self.process.is_alive()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.is_alive():
+            assert self.process is not None
             self.process.kill()
-            self.process.join(5)
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid
+        return None if self.process is None else self.process.pid
 
     @property
     def exitcode(self) -> int | None:
-        return self.process.exitcode
+        return None if self.process is None else self.process.poll()
 
 
 def _orphan_exit(launch: ReplicaLaunch) -> None:

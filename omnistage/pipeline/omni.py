@@ -66,9 +66,11 @@ class Omni:
                 stream: bool = True, **sampling: object) -> OmniRequest:
         """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields.
         ``stream``: the audio is played as it arrives (chunks follow the player), else consumed whole."""
-        defaults = self.pipeline.spec.stage(self.pipeline.graph.entry).sampling
+        stage = self.pipeline.spec.stage(self.pipeline.graph.entry).sampling
+        defaults = self.pipeline.default_sampling  # the stage config's, under the checkpoint's generation config
         knobs = {"temperature": defaults.temperature, "top_p": defaults.top_p, "top_k": defaults.top_k,
-                 "repetition_penalty": defaults.repetition_penalty, "max_tokens": defaults.max_tokens}
+                 "repetition_penalty": defaults.repetition_penalty,
+                 "max_tokens": defaults.max_tokens or stage.max_tokens}
         knobs.update({k: v for k, v in sampling.items() if v is not None})
         if "stop" in knobs:
             knobs["stop"] = tuple(knobs["stop"])

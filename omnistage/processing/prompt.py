@@ -93,11 +93,17 @@ class PromptProcessor:
             merge_size=self.merge_size, image_mean=[0.5] * 3, image_std=[0.5] * 3,
         )
 
-    def apply_chat_template(self, messages: list[dict[str, object]]) -> list[int]:
+    def apply_chat_template(self, messages: list[dict[str, object]], tools: list[dict[str, object]] | None = None,
+                            template_kwargs: dict[str, object] | None = None, assistant_prefix: str = "",
+                            ) -> list[int]:
+        """The chat as prompt ids, the assistant turn opened. ``tools``: function schemas the template renders;
+        ``template_kwargs``: extra template variables (vLLM's ``chat_template_kwargs``, e.g. ``enable_thinking``);
+        ``assistant_prefix``: text the answer is made to start with (a forced tool call)."""
         if self.tokenizer is None:
             raise ValueError(f"{self.folder} has no tokenizer: pass prompt token ids instead of messages")
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        kwargs = {"add_generation_prompt": True, **(template_kwargs or {})}
+        text = self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, **kwargs)
+        return list(self.tokenizer(text + assistant_prefix, add_special_tokens=False).input_ids)
 
     def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = (),
                 videos: list[Video] = ()) -> ProcessedPrompt:

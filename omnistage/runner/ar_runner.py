@@ -24,7 +24,8 @@ from omnistage.runner.base import ARModel, model_uses_mrope
 from omnistage.runner.cuda_graph import CudaGraphRunner
 from omnistage.runner.input_batch import InputBatch, StepInputs
 from omnistage.runner.memory_profile import kv_pool_blocks
-from omnistage.runner.sampler import Sampler
+from omnistage.engine.logprobs import TokenLogprob
+from omnistage.runner.sampler import SampledTokens, Sampler
 from omnistage.runner.step_hook import StepHook
 
 
@@ -98,7 +99,7 @@ class ARModelRunner:
         for row, token in zip(inputs.sample_rows, token_ids.tolist()):
             tokens[row] = token
         failed = tuple(row for row, bad in zip(inputs.sample_rows, sampled.bad.tolist()) if bad)
-        return ModelRunnerOutput(tokens, extra, failed)
+        return ModelRunnerOutput(tokens, extra, failed, token_logprobs(sampled, inputs.sample_rows, token_ids))
 
     def input_embeds(self, inputs: StepInputs) -> torch.Tensor | None:
         """Embeddings for the whole flat batch when any row is fed by embedding, else None (ids only)."""
@@ -119,6 +120,18 @@ class ARModelRunner:
             return self.graphs.run(inputs, embeds)
         with forward_context(ForwardContext(inputs.meta, self.backend, self.kv_caches)):
             return self.hook.forward(self.model, inputs, embeds)
+
+
+def token_logprobs(sampled: SampledTokens, sample_rows: list[int], token_ids: torch.Tensor,
+                   ) -> dict[int, TokenLogprob] | None:
+    """The rows that asked for log-probabilities, by scheduled row (one host copy per tensor)."""
+    lp = sampled.logprobs
+    if lp is None:
+        return None
+    ids, values = lp.top_ids.tolist(), lp.top_logprobs.tolist()
+    chosen, tokens = lp.sampled.tolist(), token_ids.tolist()
+    return {sample_rows[r]: TokenLogprob(tokens[r], chosen[i], tuple(zip(ids[i], values[i])))
+            for i, r in enumerate(lp.rows)}
 
 
 def build_ar_engine(

@@ -66,11 +66,15 @@ class InputBatch:
         self.top_p = torch.ones(max_n, dtype=torch.float32)
         self.top_k = torch.zeros(max_n, dtype=torch.int64)
         self.repetition_penalty = torch.ones(max_n, dtype=torch.float32)
+        self.presence_penalty = torch.zeros(max_n, dtype=torch.float32)
+        self.frequency_penalty = torch.zeros(max_n, dtype=torch.float32)
         self.rows: dict[str, _Row] = {}
         self._free_rows = list(range(max_n - 1, -1, -1))
         self.generators: dict[str, torch.Generator] = {}
         self.seen: torch.Tensor | None = None  # bool [max_n, V], made when a request first penalises
         self._seen_stale: set[int] = set()
+        self.counts: torch.Tensor | None = None  # float [max_n, V] generated-token counts, made when first used
+        self._counts_stale: set[int] = set()
         self._copied: torch.cuda.Event | None = None  # CUDA: marks the end of a step's host-to-device copies
 
     # -- request rows ---------------------------------------------------------------
@@ -109,11 +113,14 @@ class InputBatch:
         # Through float32 as the buffer holds it: a value past its range becomes inf (the sampler then fails
         # this row alone) instead of an overflow error that would fail the whole step.
         self.repetition_penalty[index] = torch.tensor(params.repetition_penalty, dtype=torch.float64).float()
+        self.presence_penalty[index] = params.presence_penalty
+        self.frequency_penalty[index] = params.frequency_penalty
         if params.seed is not None and request.request_id not in self.generators:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(params.seed)
             self.generators[request.request_id] = gen
         self._seen_stale.add(index)
+        self._counts_stale.add(index)
 
     # -- one step -------------------------------------------------------------------
     def prepare(self, sched: SchedulerOutput) -> StepInputs:
@@ -225,11 +232,31 @@ class InputBatch:
             needs_sort=any(p.needs_sort for p in params),
             banned=_banned_ids(requests),
             max_top_k=max(p.top_k for p in params), any_top_p=any(p.top_p < 1.0 for p in params),
+            logprob_rows=tuple(i for i, p in enumerate(params) if p.logprobs is not None),
+            max_logprobs=max((p.logprobs or 0) for p in params),
         )
         if any(p.repetition_penalty != 1.0 for p in params):
             batch.repetition_penalty = self._to_device(self.repetition_penalty[index])
             batch.seen = self._seen_rows(requests, index, vocab_size)
+        if any(p.counts_outputs for p in params):
+            batch.presence_penalty = self._to_device(self.presence_penalty[index])
+            batch.frequency_penalty = self._to_device(self.frequency_penalty[index])
+            batch.counts = self._count_rows(requests, index, vocab_size)
         return batch
+
+    def _count_rows(self, requests: list[Request], index: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        if self.counts is None or self.counts.shape[1] != vocab_size:
+            self.counts = torch.zeros(len(self.temperature), vocab_size, dtype=torch.float32, device=self.device)
+            self._counts_stale = set(range(len(self.temperature)))
+        for request in requests:
+            row = self.rows[request.request_id].index
+            if row in self._counts_stale:  # (re)built from the generated tokens once per admission
+                self.counts[row].zero_()
+                ids = torch.tensor([i for i in request.output_token_ids if 0 <= i < vocab_size], dtype=torch.int64,
+                                   device=self.device)
+                self.counts[row].index_add_(0, ids, torch.ones(len(ids), device=self.device))
+                self._counts_stale.discard(row)
+        return self.counts[index.to(self.device)]
 
     def _seen_rows(self, requests: list[Request], index: torch.Tensor, vocab_size: int) -> torch.Tensor:
         if self.seen is None or self.seen.shape[1] != vocab_size:
@@ -245,7 +272,15 @@ class InputBatch:
         return self.seen[index.to(self.device)]
 
     def record_sampled(self, requests: list[Request], token_ids: torch.Tensor) -> None:
-        """Marks the new tokens as seen for the rows that penalise repeats."""
+        """Marks the new tokens as seen (and counted) for the rows that penalise repeats."""
+        if self.counts is not None:
+            counted = [(i, self.rows[r.request_id].index) for i, r in enumerate(requests)
+                       if r.sampling_params.counts_outputs]
+            if counted:
+                which = torch.tensor([i for i, _ in counted], device=token_ids.device)
+                rows = torch.tensor([row for _, row in counted], device=self.device)
+                self.counts.index_put_((rows, token_ids[which].to(self.device)),
+                                       torch.ones(len(counted), device=self.device), accumulate=True)
         if self.seen is None:
             return
         pairs = [(i, self.rows[r.request_id].index) for i, r in enumerate(requests)

@@ -24,6 +24,9 @@ class SamplingBatch:
 
     temperature: [N]; 0 = greedy. top_k: [N] long, 0 = off. top_p: [N], 1 = off.
     repetition_penalty / seen: [N] and bool [N, V], or None when no row penalises.
+    presence_penalty / frequency_penalty / counts: [N], [N] and float [N, V] generated-token counts (OpenAI's
+        penalties), or None when no row uses them.
+    logprob_rows / max_logprobs: the rows that report log-probabilities, and the most alternatives any asks for.
     generators: each row's seeded generator, or None to use the shared one.
     banned: (row, ids) pairs masked to -inf (EOS/stop ids before min_tokens).
     """
@@ -38,6 +41,11 @@ class SamplingBatch:
     repetition_penalty: torch.Tensor | None = None
     seen: torch.Tensor | None = None
     banned: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    presence_penalty: torch.Tensor | None = None
+    frequency_penalty: torch.Tensor | None = None
+    counts: torch.Tensor | None = None
+    logprob_rows: tuple[int, ...] = ()
+    max_logprobs: int = 0
     # Host-side facts that let top-k alone skip the full sort: the largest k of any row (0 = some row is
     # unrestricted... only used when no row uses top-p) and whether any row uses top-p; None = unknown.
     max_top_k: int | None = None
@@ -51,6 +59,29 @@ class SampledTokens:
 
     token_ids: torch.Tensor
     bad: torch.Tensor
+    logprobs: RowLogprobs | None = None
+
+
+@dataclass
+class RowLogprobs:
+    """For ``SamplingBatch.logprob_rows`` in order: the sampled token's log-probability ``[R]`` and the
+    ``max_logprobs`` best ``(ids, logprobs)`` ``[R, k]``, from the raw logits (log-softmax, before penalties and
+    temperature: what vLLM reports by default)."""
+
+    rows: tuple[int, ...]
+    sampled: torch.Tensor
+    top_ids: torch.Tensor
+    top_logprobs: torch.Tensor
+
+
+def row_logprobs(raw: torch.Tensor, token_ids: torch.Tensor, rows: tuple[int, ...], k: int) -> RowLogprobs:
+    index = torch.tensor(rows, dtype=torch.int64, device=raw.device)
+    logp = raw.index_select(0, index).log_softmax(dim=-1)
+    sampled = logp.gather(1, token_ids.index_select(0, index)[:, None])[:, 0]
+    top = logp.topk(min(k, logp.shape[-1]), dim=-1) if k > 0 else None
+    empty = logp.new_zeros(len(rows), 0)
+    return RowLogprobs(rows, sampled, top.indices if top is not None else empty.long(),
+                       top.values if top is not None else empty)
 
 
 def unusable_rows(logits: torch.Tensor) -> torch.Tensor:
@@ -62,11 +93,17 @@ def unusable_rows(logits: torch.Tensor) -> torch.Tensor:
 
 def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """Returns new logits (the caller's tensor is left alone)."""
+    fresh = False
     if batch.seen is not None and batch.repetition_penalty is not None:
         penalty = batch.repetition_penalty[:, None]
         penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
-        logits = torch.where(batch.seen, penalised, logits)
-    elif batch.banned:
+        logits, fresh = torch.where(batch.seen, penalised, logits), True
+    if batch.counts is not None and batch.presence_penalty is not None and batch.frequency_penalty is not None:
+        # OpenAI's rule: logit - frequency * count - presence * (count > 0), per generated token.
+        present = (batch.counts > 0).to(logits.dtype)
+        logits = logits - batch.frequency_penalty[:, None] * batch.counts - batch.presence_penalty[:, None] * present
+        fresh = True
+    if batch.banned and not fresh:
         logits = logits.clone()
     for row, ids in batch.banned:
         logits[row, list(ids)] = float("-inf")
@@ -108,16 +145,19 @@ class Sampler:
 
     def sample_checked(self, logits: torch.Tensor, batch: SamplingBatch, penalties: bool = True) -> SampledTokens:
         """Like :meth:`sample`, also saying which rows could not be sampled (their ids are 0)."""
-        logits = logits.float()
+        raw = logits = logits.float()
         if penalties:
             logits = apply_penalties(logits, batch)
         bad = unusable_rows(logits)
         if batch.all_greedy:
-            return SampledTokens(logits.argmax(dim=-1).masked_fill(bad, 0), bad)
-        noise = self._draw_noise((logits.shape[0],), logits.shape[-1], logits.device, batch.generators)[0]
-        sampled, overflowed = race(logits, batch, noise)
-        bad = bad | overflowed
-        return SampledTokens(sampled.masked_fill(bad, 0), bad)
+            sampled = logits.argmax(dim=-1).masked_fill(bad, 0)
+        else:
+            noise = self._draw_noise((logits.shape[0],), logits.shape[-1], logits.device, batch.generators)[0]
+            sampled, overflowed = race(logits, batch, noise)
+            bad = bad | overflowed
+            sampled = sampled.masked_fill(bad, 0)
+        logprobs = row_logprobs(raw, sampled, batch.logprob_rows, batch.max_logprobs) if batch.logprob_rows else None
+        return SampledTokens(sampled, bad, logprobs)
 
     def residual(self, batch: SamplingBatch, steps: int, vocab: int, device: torch.device) -> ResidualSampling:
         """The code predictor's sampling of ``steps`` residual codebooks for the rows of ``batch``: each row's

@@ -28,7 +28,7 @@ from omnistage.tools.tiny_tokenizer import ROLE_WORDS, TokenizerLayout, save_tok
 
 BPE_SIZE = 960
 # Bump when a made checkpoint's content changes, so caches are rebuilt.
-TINY_VERSION = 1
+TINY_VERSION = 2  # 2: tools in the chat template, <tool_call> decoded as text
 
 
 def make_tiny(out_dir: str | Path, seed: int = 0, size: CheckpointSize = TINY) -> Path:

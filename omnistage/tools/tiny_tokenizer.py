@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 # The same split rule Qwen2Tokenizer uses; a tokenizer trained with another rule
 # would be re-split differently when transformers rebuilds it from vocab+merges.
@@ -32,6 +32,11 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>",
 )
 REAL_FIRST_SPECIAL_ID = 151643
+# Added tokens that Qwen's tokenizer marks ``special: false``: decoding keeps them, so the text of an answer
+# shows its ``<tool_call>`` markup (what a tool-call parser reads) and its ``<think>`` tags.
+TEXT_TOKENS = frozenset({"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                         "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+                         "<think>", "</think>"})
 # Tokens that are plain text in chat turns but must be single BPE tokens,
 # because the model config names their ids (system/user/assistant).
 ROLE_WORDS = ("system", "user", "assistant")
@@ -104,7 +109,11 @@ def train_tokenizer(bpe_size: int) -> Tokenizer:
         ids = tok.encode(word).ids
         if len(ids) != 1:
             raise RuntimeError(f"tiny tokenizer failed to make {word!r} one token: {ids}")
-    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    for token in SPECIAL_TOKENS:  # one at a time, so ids follow Qwen's order
+        if token in TEXT_TOKENS:
+            tok.add_tokens([AddedToken(token, special=False, normalized=False)])
+        else:
+            tok.add_special_tokens([token])
     return tok
 
 
@@ -127,7 +136,8 @@ def save_tokenizer(out_dir: Path, bpe_size: int, chat_template: str) -> Tokenize
 def _tokenizer_config(layout: TokenizerLayout, chat_template: str) -> dict[str, object]:
     added = {
         str(layout.special_id(t)): {
-            "content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True,
+            "content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "special": t not in TEXT_TOKENS,
         }
         for t in SPECIAL_TOKENS
     }

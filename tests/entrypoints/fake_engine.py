@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
+from omnistage.config.generation_defaults import SamplingDefaults
+from omnistage.engine.logprobs import TokenLogprob
 from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest, Usage
 from omnistage.pipeline.reports import (
     EngineStats,
@@ -61,6 +63,7 @@ class FakeEngine:
     voices: tuple[str, ...] = ("Chelsie", "Ethan", "Aiden")
     supports_audio: bool = True
     max_model_len: int = 2048
+    default_sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     # Knobs a test may turn (reset() restores them).
     words: tuple[str, ...] = WORDS
     delay_s: float = 0.0
@@ -94,15 +97,20 @@ class FakeEngine:
 
     def _output(self, request: OmniRequest, i: int, n: int) -> OmniOutput:
         audio = sine_chunk(i, self.chunk_seconds) if request.wants_audio else None
+        k = request.sampling.logprobs
+        # Token i+1 at log-probability -(i+1)/10, its alternatives the next ids, each 0.5 less likely.
+        logprobs = () if k is None else (TokenLogprob(i + 1, -(i + 1) / 10, tuple(
+            (i + 1 + j, -(i + 1) / 10 - 0.5 * j) for j in range(k))),)
         if i < n - 1:
-            return OmniOutput(request.request_id, text=self.words[i], token_ids=(i + 1,), audio=audio)
+            return OmniOutput(request.request_id, text=self.words[i], token_ids=(i + 1,), audio=audio,
+                              logprobs=logprobs)
         usage = Usage(prompt_tokens=len(request.prompt.token_ids), completion_tokens=n)
         if self.fail_with is not None:
             return OmniOutput(request.request_id, finished=True, finish_reason=FinishReason.ERROR,
                               error=self.fail_with, usage=usage)
         reason = FinishReason.STOP if n == len(self.words) else FinishReason.LENGTH
         return OmniOutput(request.request_id, text=self.words[i], token_ids=(i + 1,), audio=audio, finished=True,
-                          finish_reason=reason, usage=usage)
+                          finish_reason=reason, usage=usage, logprobs=logprobs)
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)

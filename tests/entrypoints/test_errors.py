@@ -15,6 +15,7 @@ from tests.entrypoints.media_samples import b64, data_url, png_bytes
 Body = dict[str, object]
 USER = [{"role": "user", "content": "hi"}]
 AUDIO_OUT = {"modalities": ["text", "audio"], "audio": {"voice": "ethan", "format": "wav"}}
+_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 
 
 def _parts(*parts: dict[str, object]) -> Body:
@@ -45,22 +46,37 @@ CHAT_ERRORS: list[tuple[str, Callable[[LiveServer], Body], int, str | None, str 
      "messages[0].content[1].input_audio.data", "audio_too_long"),
     ("too much base64", lambda s: _parts(_audio_part("A" * 2_000_004)), 400,
      "messages[0].content[1].input_audio.data", "media_too_large"),
-    ("unknown voice", lambda s: {**AUDIO_OUT, "audio": {"voice": "alloy", "format": "wav"}}, 400,
+    ("unknown voice", lambda s: {**AUDIO_OUT, "audio": {"voice": "robot", "format": "wav"}}, 400,
      "audio.voice", "invalid_voice"),
     ("unknown output format", lambda s: {**AUDIO_OUT, "audio": {"voice": "ethan", "format": "ogg"}}, 400,
      "audio.format", None),
-    ("audio without params", lambda s: {"modalities": ["text", "audio"]}, 400, "audio", None),
+    ("speaker against voice", lambda s: {**AUDIO_OUT, "extra_body": {"speaker": "Chelsie"}}, 400, "speaker", None),
     ("params without audio", lambda s: {"audio": {"voice": "ethan", "format": "wav"}}, 400, "audio", None),
     ("too-long text", lambda s: {"messages": [{"role": "user", "content": "x" * 2001}]}, 400, "messages",
      "input_too_long"),
     ("past the context", lambda s: {"max_tokens": 5000}, 400, "max_tokens", "context_length_exceeded"),
     ("temperature", lambda s: {"temperature": 3.5}, 400, "temperature", None),
     ("top_p", lambda s: {"top_p": 0}, 400, "top_p", None),
-    ("n", lambda s: {"n": 2}, 400, "n", None),
+    ("n with audio", lambda s: {**AUDIO_OUT, "n": 2}, 400, "n", None),
+    ("n past the bound", lambda s: {"n": 17}, 400, "n", None),
+    ("presence_penalty", lambda s: {"presence_penalty": 2.5}, 400, "presence_penalty", None),
+    ("frequency_penalty", lambda s: {"frequency_penalty": -3}, 400, "frequency_penalty", None),
+    ("top_logprobs past 20", lambda s: {"logprobs": True, "top_logprobs": 21}, 400, "top_logprobs", None),
+    ("top_logprobs without logprobs", lambda s: {"top_logprobs": 2}, 400, None, None),
+    ("tool_choice not a tool", lambda s: {"tools": [_TOOL], "tool_choice": {"type": "function",
+                                                                             "function": {"name": "nope"}}},
+     400, "tool_choice", None),
+    ("tool message without its call id", lambda s: {"messages": [{"role": "tool", "content": "x"}]}, 400,
+     "messages[0]", None),
     ("first chunk", lambda s: {"extra_body": {"initial_codec_chunk_frames": 0}}, 400, "initial_codec_chunk_frames",
      None),
     ("stops", lambda s: {"stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
-    ("unknown field", lambda s: {"extra_body": {"frobnicate": True}}, 400, "frobnicate", None),
+    ("audio in video", lambda s: {"extra_body": {"mm_processor_kwargs": {"use_audio_in_video": True}}}, 400,
+     "mm_processor_kwargs.use_audio_in_video", "unsupported_parameter"),
+    ("logit_bias", lambda s: {"logit_bias": {"5": 10}}, 400, None, None),
+    ("json mode", lambda s: {"response_format": {"type": "json_object"}}, 400, None, None),
+    ("template kwargs the server sets", lambda s: {"extra_body": {"chat_template_kwargs": {"tools": []}}}, 400,
+     "chat_template_kwargs", None),
     ("unknown role", lambda s: {"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role", None),
     ("unknown part", lambda s: _parts({"type": "hologram"}), 400, "messages[0].content[1]", None),
     ("empty messages", lambda s: {"messages": []}, 400, "messages", None),
@@ -159,7 +175,7 @@ def test_unknown_route_and_method_keep_the_shape(server: LiveServer) -> None:
 
 SPEECH_ERRORS: list[tuple[str, Body, int, str | None, str | None]] = [
     ("unknown model", {"model": "tts-1"}, 404, "model", "model_not_found"),
-    ("unknown voice", {"voice": "alloy"}, 400, "voice", "invalid_voice"),
+    ("unknown voice", {"voice": "robot"}, 400, "voice", "invalid_voice"),
     ("unknown format", {"response_format": "ogg"}, 400, "response_format", None),
     ("speed", {"speed": 2.0}, 400, "speed", "unsupported_parameter"),
     ("speed out of range", {"speed": 9.0}, 400, "speed", None),

@@ -72,7 +72,7 @@ HOSTILE: list[tuple[str, Body, int]] = [
     ("content a number", {"messages": [{"role": "user", "content": 42}]}, 400),
     ("part without its payload", {"messages": _user({"type": "input_audio"})}, 400),
     ("part with a null payload", {"messages": _user({"type": "image_url", "image_url": None})}, 400),
-    ("unknown top-level fields", {"frobnicate": {"a": [1, 2]}, "zzz": None}, 400),
+    ("unhonourable fields", {"logit_bias": {"1": 100}, "prediction": {"type": "content"}}, 400),
     ("modalities garbage", {"modalities": ["smell"]}, 400),
     ("10 MB of text", {"messages": [{"role": "user", "content": "x" * 10_000_000}]}, 413),
     ("repetition_penalty 1e300", {"repetition_penalty": 1e300}, 400),

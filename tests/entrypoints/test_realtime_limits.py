@@ -43,7 +43,7 @@ def test_past_the_limit_response_create_gets_an_error_event_and_the_socket_stays
                 await open_session(server, output_modalities=["text"]) as refused:
             for ws in (holder, refused):
                 await send(ws, USER_ITEM)
-                await until(ws, "conversation.item.created")
+                await until(ws, "conversation.item.added")
             await send(holder, {"type": "response.create"})
             await until(holder, "response.created")
             await send(refused, {"type": "response.create", "event_id": "evt_1"})

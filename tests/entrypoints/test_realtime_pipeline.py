@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.realtime_conversation import Turn, render_prompt
+from omnistage.entrypoints.openai.realtime_conversation import PromptSpec
+from omnistage.entrypoints.openai.realtime_conversation import render_prompt as render_spec
+from omnistage.entrypoints.openai.realtime_items import Item
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
 from tests.entrypoints.server_thread import ServerThread
@@ -53,13 +55,14 @@ def _wait_idle(engine: AsyncOmni, timeout_s: float = 15.0) -> dict[str, int]:
 
 def test_spoken_turn_streams_text_and_audio(live: _Server) -> None:
     async def scenario() -> None:
-        async with await open_session(live, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000}}}) as ws:
+        async with await open_session(live, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000},
+                                                             "turn_detection": None}}) as ws:
             await stream_audio(ws, spoken_like(1.0, 16000), 16000)  # 100 ms pieces
             await send(ws, {"type": "input_audio_buffer.commit"})
             await send(ws, {"type": "response.create", "response": {"max_output_tokens": 6}})
             done, events = await until(ws, "response.done")
             kinds = [e["type"] for e in events]
-            assert "response.output_text.delta" in kinds and "response.output_audio_transcript.delta" in kinds
+            assert "response.output_audio_transcript.delta" in kinds and "response.output_audio.done" in kinds
             pcm = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
             assert len(pcm) > 0 and len(pcm) % 2 == 0
             assert done["response"]["status"] in ("completed", "incomplete")
@@ -88,7 +91,8 @@ def test_spoken_turns_report_the_prefix_cache_hits(live: _Server) -> None:
     usages: list[dict] = []
 
     async def scenario() -> None:
-        async with await open_session(live, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000}}}) as ws:
+        async with await open_session(live, audio={"input": {"format": {"type": "audio/pcm", "rate": 16000},
+                                                             "turn_detection": None}}) as ws:
             for seed, seconds in ((11, 1.0), (12, 1.4), (13, 0.6)):  # seeds no other test speaks with
                 await stream_audio(ws, spoken_like(seconds, 16000, seed=seed), 16000)
                 await send(ws, {"type": "input_audio_buffer.commit"})
@@ -146,3 +150,11 @@ def test_second_turn_reuses_the_cached_prefix(tiny_dir: Path) -> None:
     assert run.cached >= len(first) // block * block > 0  # type: ignore[attr-defined]
     print(f"\nturn 2 prompt {len(second)} tokens, {run.cached} from the prefix cache "  # type: ignore[attr-defined]
           f"(turn 1 prompt {len(first)} tokens)")
+
+
+def Turn(item_id: str, role: str, text: str = "", audio=None) -> Item:  # noqa: ANN001, N802 - a user turn's shape
+    return Item(item_id, "message", role=role, text=text, audio=audio)
+
+
+def render_prompt(processor, instructions: str, turns: list[Item]):  # noqa: ANN001, ANN201
+    return render_spec(processor, PromptSpec(instructions, tuple(turns)))

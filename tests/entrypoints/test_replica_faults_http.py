@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
@@ -40,6 +41,7 @@ class _FakeStagePipeline:
     voices: tuple[str, ...] = ("Ethan",)
     supports_audio: bool = True
     max_model_len: int = 4096
+    default_sampling: SamplingDefaults = SamplingDefaults()
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)

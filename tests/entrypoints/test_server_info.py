@@ -53,7 +53,7 @@ def test_metrics(server: LiveServer) -> None:
     client.chat.completions.create(model="fake-omni", messages=[{"role": "user", "content": "hi"}],
                                    modalities=["text", "audio"], audio={"voice": "ethan", "format": "wav"})
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="fake-omni", messages=[{"role": "user", "content": "hi"}], n=3)
+        client.chat.completions.create(model="fake-omni", messages=[{"role": "user", "content": "hi"}], n=99)
     samples = _samples(server)
     chat = ("endpoint", "/v1/chat/completions")
     assert samples[("omnistage_kv_blocks_used", (("replica", "0"), ("stage", "thinker")))] == 12

@@ -45,3 +45,15 @@ def test_gated_mlp_keeps_the_checkpoint_names() -> None:
     x = torch.randn(3, 16)
     expected = mlp.down_proj(mlp.act(mlp.gate_proj(x)) * mlp.up_proj(x))
     torch.testing.assert_close(mlp(x), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_head_norms_follow_their_weights() -> None:
+    from omnistage.layers.norm import RMSNorm
+    from omnistage.models.decoder import HeadNorms
+
+    q_norm, k_norm = RMSNorm(8), RMSNorm(8)
+    norms = HeadNorms((q_norm, 3), (k_norm, 1))
+    assert torch.equal(norms.weight(), torch.ones(4, 8))
+    with torch.no_grad():
+        k_norm.weight.fill_(2.0)  # an in-place load after first use
+    assert torch.equal(norms.weight()[3], torch.full((8,), 2.0)) and torch.equal(norms.weight()[:3], torch.ones(3, 8))

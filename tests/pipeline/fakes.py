@@ -93,13 +93,16 @@ class FakeThinker(FakeBase):
 @dataclass
 class FakeTalker(FakeBase):
     step_s_per_seq: float = 0.0  # a talker whose step slows with its batch (one that does not batch)
+    spoken: dict[str, list[int]] = field(default_factory=dict)  # the thinker tokens each request was fed
 
     def handle(self, message: StageInput) -> list[StageOutput]:
         payload = message.payload
         self.seen.append((type(payload).__name__, message.request_id))
         if isinstance(payload, TalkerStart):
             self.seqs[message.request_id] = _Seq(payload.sampling.max_tokens, text=1)
+            self.spoken[message.request_id] = [payload.first_token]
         elif isinstance(payload, TextFeed) and message.request_id in self.seqs:
+            self.spoken[message.request_id].extend(payload.token_ids)
             seq = self.seqs[message.request_id]
             seq.text += len(payload.token_ids)
             seq.text_done = seq.text_done or payload.finished

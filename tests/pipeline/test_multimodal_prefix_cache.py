@@ -20,7 +20,9 @@ import torch
 
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.engine import SamplingParams
-from omnistage.entrypoints.openai.realtime_conversation import Turn, render_prompt
+from omnistage.entrypoints.openai.realtime_conversation import PromptSpec
+from omnistage.entrypoints.openai.realtime_conversation import render_prompt as render_spec
+from omnistage.entrypoints.openai.realtime_items import Item
 from omnistage.families.qwen3_omni.mm_spans import multimodal_spans
 from omnistage.families.qwen3_omni.payloads import PromptHidden, ThinkerPrompt
 from omnistage.families.qwen3_omni.stages import build_thinker_request
@@ -215,3 +217,11 @@ def test_an_item_skipped_by_a_hit_is_encoded_when_a_preemption_needs_it(thinkers
     assert b.num_cached_tokens >= audio_one.end and b.num_preemptions > 0
     assert isinstance(b.stage_data, ThinkerRequestData) and b.stage_data.media is not None
     assert b.stage_data.media.encoded == [1, 0]  # turn 2's audio at admission, turn 1's after the preemption
+
+
+def Turn(item_id: str, role: str, text: str = "", audio=None) -> Item:  # noqa: ANN001, N802 - a user turn's shape
+    return Item(item_id, "message", role=role, text=text, audio=audio)
+
+
+def render_prompt(processor, instructions: str, turns: list[Item]):  # noqa: ANN001, ANN201
+    return render_spec(processor, PromptSpec(instructions, tuple(turns)))

@@ -126,21 +126,41 @@ def test_a_replica_process_that_cannot_load_reports_why() -> None:
 
 
 UNGUARDED = textwrap.dedent("""
-    # No `if __name__ == "__main__"`: spawning a replica re-imports this script, which is an error.
+    # No `if __name__ == "__main__"`: replicas are fresh interpreters, so this script is never re-imported.
     from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
     from tests.pipeline import fakes
     from tests.pipeline.specs import small_spec
 
-    PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(), None, fakes.GROUPS, PipelineOptions(ready_timeout_s=20))
+    runtime = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(), None, fakes.GROUPS,
+                              PipelineOptions(ready_timeout_s=30))
+    print("started")
+    runtime.close()
+    print("closed")
+""")
+
+OMNI_FROM_STDIN = textwrap.dedent("""
+    from omnistage import Omni
+
+    omni = Omni(model="tiny")
+    outs = list(omni.generate("Hi", modalities=["text"], max_tokens=2, seed=0))
+    print("tokens", sum(len(o.token_ids) for o in outs))
+    omni.close()
 """)
 
 
-def test_a_replica_that_cannot_start_is_reported_not_hidden_by_teardown(tmp_path: Path) -> None:
-    script = tmp_path / "unguarded.py"
-    script.write_text(UNGUARDED)
+@pytest.mark.parametrize("how", ["script", "stdin"])
+def test_the_api_runs_from_an_unguarded_script_and_from_stdin(tmp_path: Path, how: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=60)
-    assert run.returncode != 0
-    assert "can only join a started process" not in run.stderr  # teardown skips replicas never started
-    assert "PipelineStartError" in run.stderr or "bootstrapping phase" in run.stderr
+    if how == "script":
+        script = tmp_path / "unguarded.py"
+        script.write_text(UNGUARDED)
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=ROOT,
+                             timeout=120)
+    else:
+        run = subprocess.run([sys.executable, "-"], input=OMNI_FROM_STDIN, capture_output=True, text=True, env=env,
+                             cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    if how == "script":
+        assert "closed" in run.stdout and run.stdout.count("started") == 1  # the script ran once, not per replica
+    else:
+        assert "tokens 2" in run.stdout

@@ -26,8 +26,8 @@ from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
 from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.errors import install_error_handlers
 from omnistage.pipeline.reports import HealthReport
-from omnistage.entrypoints.openai.errors import install_error_handlers, model_not_found
 from omnistage.entrypoints.openai.media import MediaFetcher
 from omnistage.entrypoints.openai.metrics import ServerMetrics
 from omnistage.entrypoints.openai.realtime import install_realtime
@@ -50,10 +50,13 @@ from omnistage.entrypoints.openai.server_config import (
     AccessPolicy,
     MediaPolicy,
     ServerLimits,
+    ServingOptions,
     access_policy_from_args,
     limits_from_args,
     media_policy_from_args,
+    serving_options_from_args,
 )
+from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.serving_chat import ChatService
 from omnistage.entrypoints.openai.serving_speech import SpeechService
 
@@ -61,6 +64,7 @@ from omnistage.entrypoints.openai.serving_speech import SpeechService
 @dataclass
 class Services:
     engine: OmniEngine
+    served: ServedModel
     chat: ChatService
     speech: SpeechService
     metrics: ServerMetrics
@@ -102,20 +106,15 @@ async def audio_speech(body: SpeechRequest, request: Request, services: Services
     return await services.speech.create(body, request)
 
 
-def _model_card(services: Services) -> ModelCard:
-    return ModelCard(id=services.engine.model_name, created=services.created)
-
-
 @api.get("/v1/models", response_model=ModelList)
 async def list_models(services: Services = Depends(_services)) -> ModelList:
-    return ModelList(data=[_model_card(services)])
+    return ModelList(data=[ModelCard(id=name, created=services.created) for name in services.served.names])
 
 
-@api.get("/v1/models/{model}", response_model=ModelCard, responses={404: _ERRORS[404]})
+@api.get("/v1/models/{model:path}", response_model=ModelCard, responses={404: _ERRORS[404]})
 async def get_model(model: str, services: Services = Depends(_services)) -> ModelCard:
-    if model != services.engine.model_name:
-        raise model_not_found(model)
-    return _model_card(services)
+    services.served.check(model)
+    return ModelCard(id=model, created=services.created)
 
 
 def _health_body(report: HealthReport) -> HealthResponse:
@@ -162,18 +161,21 @@ def _openapi_schema(app: FastAPI) -> dict[str, object]:
 
 
 def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None,
-              access: AccessPolicy | None = None) -> FastAPI:
+              access: AccessPolicy | None = None, serving: ServingOptions | None = None) -> FastAPI:
     limits = limits or ServerLimits()
+    served = ServedModel.of(engine, serving)
     metrics = ServerMetrics(engine)
     pool = DecodePool(limits.decode_workers)  # decoding and preprocessing of every endpoint, bounded
     builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits, pool)
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
     app.state.limits = limits
-    app.state.services = Services(engine=engine, chat=ChatService(engine, builder, metrics, admission),
-                                  speech=SpeechService(engine, metrics, limits, admission, pool), metrics=metrics)
+    app.state.services = Services(engine=engine, served=served,
+                                  chat=ChatService(engine, builder, metrics, admission, served),
+                                  speech=SpeechService(engine, metrics, limits, admission, pool, served),
+                                  metrics=metrics)
     app.include_router(api)
-    install_realtime(app, engine, limits, admission, pool)  # WS /v1/realtime
+    install_realtime(app, engine, limits, admission, pool, served)  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read
     install_error_handlers(app)
@@ -188,14 +190,15 @@ def uvicorn_options(args: argparse.Namespace, limits: ServerLimits) -> dict[str,
             "http": guarded_http_protocol(limits.header_timeout, limits.send_timeout)}
 
 
-async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy, access: AccessPolicy) -> int:
+async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy, access: AccessPolicy,
+                 serving: ServingOptions) -> int:
     import uvicorn
 
     from omnistage.pipeline.async_omni import AsyncOmni
 
     engine = AsyncOmni.from_args(args)
     try:
-        config = uvicorn.Config(build_app(engine, limits, media, access), host=args.host, port=args.port,
+        config = uvicorn.Config(build_app(engine, limits, media, access, serving), host=args.host, port=args.port,
                                 log_level="info", **uvicorn_options(args, limits))
         await uvicorn.Server(config).serve()
     finally:
@@ -207,6 +210,7 @@ def run_server(args: argparse.Namespace) -> int:
     """``omnistage serve``: 2 for bad flags, 3 when the pipeline is not available, else uvicorn's run."""
     try:
         limits, media, access = limits_from_args(args), media_policy_from_args(args), access_policy_from_args(args)
+        serving = serving_options_from_args(args)
     except ValueError as exc:
         print(f"omnistage serve: {exc}", file=sys.stderr)
         return 2
@@ -225,4 +229,4 @@ def run_server(args: argparse.Namespace) -> int:
     if options.backend == "ray" and importlib.util.find_spec("ray") is None:
         print("omnistage serve: --backend ray needs Ray: pip install 'omnistage[ray]'", file=sys.stderr)
         return 3
-    return asyncio.run(_serve(args, limits, media, access))
+    return asyncio.run(_serve(args, limits, media, access, serving))

@@ -14,10 +14,12 @@ frames and their rate; its audio track is not used.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from jinja2 import TemplateError
 from PIL import Image
 
 from omnistage.entrypoints.openai.decode_pool import CancelToken, DecodePool
@@ -40,6 +42,7 @@ from omnistage.entrypoints.openai.protocol import (
     ImageURLPart,
     InputAudioPart,
     TextPart,
+    ToolCall,
     VideoURLPart,
 )
 from omnistage.entrypoints.openai.server_config import ServerLimits
@@ -62,12 +65,23 @@ class MediaItem:
     audio_hint: str | None = None
 
 
+@dataclass(frozen=True)
+class TemplateOptions:
+    """How the chat template runs for one request: the tools it shows, extra template variables
+    (``chat_template_kwargs``), and text the answer is made to start with (a forced tool call)."""
+
+    tools: list[dict[str, object]] | None = None
+    kwargs: dict[str, object] | None = None
+    assistant_prefix: str = ""
+
+
 @dataclass
 class PromptPlan:
     """A chat prompt before any decoding: template messages, and media items whose headers fit the budget."""
 
     messages: list[TemplateMessage]
     items: list[MediaItem] = field(default_factory=list)
+    options: TemplateOptions = field(default_factory=TemplateOptions)
 
 
 @dataclass
@@ -77,6 +91,15 @@ class _Decoded:
     videos: list[Video] = field(default_factory=list)
     audio_seconds: float = 0.0
     decode_pixels: int = 0
+
+
+def _template_call(call: ToolCall) -> dict[str, object]:
+    """An earlier turn's call as the template writes it back: arguments as an object when they parse."""
+    try:
+        arguments: object = json.loads(call.function.arguments)
+    except json.JSONDecodeError:
+        arguments = call.function.arguments
+    return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
 
 
 def _media_error(exc: MediaError, param: str) -> APIError:
@@ -91,9 +114,9 @@ class ChatPromptBuilder:
         self.limits = limits
         self.pool = pool or DecodePool(limits.decode_workers)
 
-    async def plan(self, messages: list[ChatMessage]) -> PromptPlan:
+    async def plan(self, messages: list[ChatMessage], options: TemplateOptions | None = None) -> PromptPlan:
         """Fetches the media and checks their headers against the budget; decodes nothing."""
-        plan = PromptPlan([])
+        plan = PromptPlan([], options=options or TemplateOptions())
         for i, msg in enumerate(messages):
             plan.messages.append(await self._message(msg, f"messages[{i}]", plan.items))
         if plan.items:
@@ -107,12 +130,17 @@ class ChatPromptBuilder:
     # -- before admission -------------------------------------------------------------------------
     async def _message(self, msg: ChatMessage, param: str, items: list[MediaItem]) -> TemplateMessage:
         role = _TEXT_ROLE.get(msg.role, msg.role)
+        message: TemplateMessage = {"role": role}
+        if msg.tool_calls:
+            message["tool_calls"] = [_template_call(call) for call in msg.tool_calls]
+        if msg.tool_call_id is not None:
+            message["tool_call_id"] = msg.tool_call_id
         if msg.content is None or isinstance(msg.content, str):
-            return {"role": role, "content": msg.content or ""}
+            return {**message, "content": msg.content or ""}
         parts: list[TemplatePart] = []
         for j, part in enumerate(msg.content):
             parts.append(await self._part(part, f"{param}.content[{j}]", items))
-        return {"role": role, "content": parts}
+        return {**message, "content": parts}
 
     async def _part(self, part: ContentPart, param: str, items: list[MediaItem]) -> TemplatePart:
         if isinstance(part, TextPart):
@@ -170,9 +198,11 @@ class ChatPromptBuilder:
                 raise _media_error(exc, item.param) from exc
         token.check()
         try:
-            ids = self.processor.apply_chat_template(plan.messages)
+            options = plan.options
+            ids = self.processor.apply_chat_template(plan.messages, options.tools, options.kwargs,
+                                                     options.assistant_prefix)
             return self.processor.process(ids, audios=decoded.audios, images=decoded.images, videos=decoded.videos)
-        except ValueError as exc:
+        except (ValueError, TemplateError) as exc:
             raise bad_request(f"could not build the prompt: {exc}", param="messages") from exc
 
     def _decode(self, item: MediaItem, out: _Decoded, token: CancelToken) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
+from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.processing.prompt import PromptProcessor
@@ -31,6 +32,7 @@ class OmniEngine(Protocol):
     voices: Sequence[str]  # the checkpoint's speaker names, e.g. ("Chelsie", "Ethan", "Aiden")
     supports_audio: bool  # False when the pipeline has no talker/code2wav stages
     max_model_len: int  # the thinker's context: prompt + completion tokens
+    default_sampling: SamplingDefaults  # what a request's unset sampling knobs take
 
     def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]: ...
 

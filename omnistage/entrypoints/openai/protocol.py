@@ -1,23 +1,41 @@
 """Request and response bodies of the OpenAI-compatible API (pydantic), as the official client sends them.
 
-Requests forbid unknown fields, as OpenAI does, so a misspelt parameter is a
-400 naming it rather than a silently ignored knob. Responses mirror the
-``openai`` package's types field for field.
+Nested request objects forbid unknown fields, so a misspelt field is a 400 naming
+it. A chat request and its messages accept unknown top-level fields, as OpenAI
+and vLLM do (clients send ``metadata``, ``store``, ``service_tier``...): they are
+ignored and logged at debug. Known fields this server cannot honour are declared
+and refused with a 400 when set to anything but their no-op value. Responses
+mirror the ``openai`` package's types field for field.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from omnistage.audio.formats import AudioFormat
-from omnistage.engine.sampling_params import REPETITION_PENALTY_MAX, REPETITION_PENALTY_MIN, SEED_MAX, TOP_K_MAX
+from omnistage.engine.sampling_params import (
+    MAX_LOGPROBS,
+    OPENAI_PENALTY_MAX,
+    REPETITION_PENALTY_MAX,
+    REPETITION_PENALTY_MIN,
+    SEED_MAX,
+    TOP_K_MAX,
+)
+
+MAX_CHOICES = 16  # n: each choice is a request of its own in the pipeline
 
 
 class _Strict(BaseModel):
     # Python's JSON parser reads NaN and Infinity: no number a client sends may be either.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class _Lenient(BaseModel):
+    """Unknown fields are kept aside (``model_extra``) for a debug log, never acted on."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
 # ---- errors ---------------------------------------------------------------------------------------
@@ -83,11 +101,74 @@ class AudioReference(_Strict):
     id: str
 
 
-class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str = Field(description="the arguments as a JSON object, in a string")
+
+
+class ToolCall(_Lenient):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     audio: AudioReference | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant turn's calls
+    tool_call_id: str | None = None  # a tool turn: the call it answers
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
+        return self
+
+
+class FunctionDefinition(_Lenient):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON Schema object, shown to the model as given
+    strict: bool | None = None
+
+
+class ToolDefinition(_Lenient):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class MMProcessorKwargs(_Strict):
+    """vLLM's ``mm_processor_kwargs``: what the Qwen3-Omni processor takes per request."""
+
+    use_audio_in_video: bool = False
+
+
+class StageSamplingParams(_Lenient):
+    """One entry of vLLM-Omni's ``sampling_params_list`` (entry 0: the thinker)."""
+
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1, le=TOP_K_MAX)
+    repetition_penalty: float | None = Field(None, ge=REPETITION_PENALTY_MIN, le=REPETITION_PENALTY_MAX)
+    max_tokens: int | None = Field(None, ge=1)
+    seed: int | None = Field(None, ge=0, le=SEED_MAX)
+    ignore_eos: bool | None = None
 
 
 class VoiceRef(_Strict):
@@ -95,19 +176,20 @@ class VoiceRef(_Strict):
 
 
 class AudioOutputParams(_Strict):
-    voice: str | VoiceRef
+    voice: str | VoiceRef | None = None  # None: the server's default voice
     format: Literal["wav", "mp3", "flac", "opus", "aac", "pcm16"] = "wav"
 
     @property
-    def voice_name(self) -> str:
-        return self.voice if isinstance(self.voice, str) else self.voice.id
+    def voice_name(self) -> str | None:
+        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
 
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    include_obfuscation: bool | None = None  # OpenAI's stream padding: nothing to pad here
 
 
-class ChatCompletionRequest(_Strict):
+class ChatCompletionRequest(_Lenient):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     modalities: list[Literal["text", "audio"]] | None = None
@@ -122,20 +204,58 @@ class ChatCompletionRequest(_Strict):
     max_completion_tokens: int | None = Field(None, ge=1)
     seed: int | None = Field(None, ge=0, le=SEED_MAX)
     stop: str | list[str] | None = None
-    n: int = 1
-    stream: bool = False
+    n: int | None = Field(None, ge=1, le=MAX_CHOICES)
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    presence_penalty: float | None = Field(None, ge=-OPENAI_PENALTY_MAX, le=OPENAI_PENALTY_MAX)
+    frequency_penalty: float | None = Field(None, ge=-OPENAI_PENALTY_MAX, le=OPENAI_PENALTY_MAX)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    # Known fields honoured only at their no-op value (a 400 otherwise).
+    logit_bias: dict[str, float] | None = None
+    response_format: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    # vLLM / vLLM-Omni extensions.
+    ignore_eos: bool = False
+    min_tokens: int | None = Field(None, ge=0)
+    stop_token_ids: list[int] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    mm_processor_kwargs: MMProcessorKwargs | None = None
+    sampling_params_list: list[StageSamplingParams] | None = None
+    speaker: str | None = Field(None, description="vLLM-Omni: the voice (an alias of audio.voice)")
     initial_codec_chunk_frames: int | None = Field(
         None, ge=1, le=300, description="extension: codec frames (12.5 Hz) in the first audio chunk; "
                                         "smaller starts audio sooner. Default: chosen by load")
 
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n: int) -> int:
-        if n != 1:
-            raise ValueError("only n=1 is supported")
-        return n
+    @model_validator(mode="after")
+    def _honourable(self) -> ChatCompletionRequest:
+        """Fields set to something this server cannot do are refused, naming the field."""
+        refused = {
+            "logit_bias": bool(self.logit_bias),
+            "response_format": self.response_format is not None and self.response_format.get("type") != "text",
+            "prediction": self.prediction is not None,
+            "web_search_options": self.web_search_options is not None,
+            "functions": bool(self.functions),
+            "function_call": self.function_call is not None,
+        }
+        for name, bad in refused.items():
+            if bad:
+                hint = "; use tools/tool_choice" if name.startswith("function") else ""
+                raise ValueError(f"{name} is not supported by this server{hint}")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+    @property
+    def choices(self) -> int:
+        return self.n or 1
 
     @field_validator("stop")
     @classmethod
@@ -153,7 +273,7 @@ class ChatCompletionRequest(_Strict):
 
 # ---- chat responses ---------------------------------------------------------------------------------
 
-FinishReasonName = Literal["stop", "length"]
+FinishReasonName = Literal["stop", "length", "tool_calls"]
 
 
 class PromptTokensDetails(BaseModel):
@@ -174,18 +294,34 @@ class ChatCompletionAudio(BaseModel):
     transcript: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobInfo(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprobInfo] | None
+    refusal: None = None
+
+
 class ChatCompletionMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
     audio: ChatCompletionAudio | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatCompletionChoice(BaseModel):
     index: int = 0
     message: ChatCompletionMessage
     finish_reason: FinishReasonName
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -206,21 +342,37 @@ class DeltaAudio(BaseModel):
     expires_at: int | None = None
 
 
+class DeltaFunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    """A tool call's first delta carries ``id``, ``type`` and the name; later ones argument text."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+
 class ChoiceDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     audio: DeltaAudio | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChunkChoice(BaseModel):
     index: int = 0
     delta: ChoiceDelta
     finish_reason: FinishReasonName | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):
-    """One ``data:`` event of a streamed chat completion (served as text/event-stream)."""
+    """One ``data:`` event of a streamed chat completion (served as text/event-stream). ``modality`` says what
+    the chunk carries ("text" or "audio"), as vLLM-Omni's clients read it."""
 
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
@@ -228,6 +380,7 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChunkChoice]
     usage: UsageInfo | None = None
+    modality: Literal["text", "audio"] | None = "text"
 
 
 # ---- speech -----------------------------------------------------------------------------------------

@@ -1,24 +1,22 @@
-"""``WS /v1/realtime``: OpenAI Realtime-style voice sessions over one WebSocket.
+"""``WS /v1/realtime``: OpenAI Realtime (GA) voice sessions over one WebSocket; the beta protocol too.
 
-A session holds its configuration, an input audio buffer (PCM16 mono at 16 or
-24 kHz, appended in pieces) and the conversation so far. ``commit`` turns the
-buffer into a user turn (resampled to the audio encoder's 16 kHz with scipy's
-polyphase filter); ``response.create`` renders the whole conversation with the
-chat template and streams the answer as ``response.output_text.delta`` /
-``response.output_audio.delta`` (base64 PCM16, 24 kHz) /
-``response.output_audio_transcript.delta`` events, closed by ``response.done``.
-The next turn re-renders the history, so with prefix caching on the thinker
-reuses the KV blocks of the earlier turns' common prefix.
+A session holds its settings (``realtime_session.py``), an input audio buffer
+(PCM16 at 16/24 kHz or G.711 at 8 kHz), and the conversation's items. Server VAD
+(OpenAI's default) watches the buffer: speech start and stop are reported with
+the id the committed user item will have, and the end of a turn commits it and
+starts a response. ``response.create`` renders the items with the chat template
+(tools included) and streams the answer (``realtime_response.py``); a tool call
+becomes a ``function_call`` item, answered by the client's
+``function_call_output`` and a new ``response.create``.
 
-``response.cancel`` (or speech starting while a response runs, with server VAD)
-cancels the response task: the engine request is aborted in every stage before
-``response.done`` reports ``status: cancelled``. Bad events get ``error`` events
-and the socket stays open. One response runs at a time per session; sessions
-run concurrently, each as its own engine requests, under the server's
-admission bound (``--max-queued-requests``: past it ``response.create`` gets
-an ``error`` event, code ``overloaded``, or ``stage_unavailable`` while a stage
-is down) and deadline (``--request-timeout``: the request is aborted and
-``response.done`` reports ``failed``, code ``timeout``).
+With input transcription on (``audio.input.transcription``), each committed user
+audio item is transcribed by the thinker itself (a text-only request asking it to
+write down the audio), streamed as ``conversation.item.input_audio_transcription``
+events. ``response.cancel``, ``output_audio_buffer.clear`` or speech starting
+while a response runs (``interrupt_response``) cancel the response: its engine
+request is aborted in every stage before ``response.done`` says ``cancelled``;
+``conversation.item.truncate`` then cuts the assistant's item at what was played.
+Every response runs under the server's admission bound and ``--request-timeout``.
 """
 
 from __future__ import annotations
@@ -27,36 +25,40 @@ import asyncio
 import contextlib
 import logging
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 
-from omnistage.audio.vad import EnergyVad
+from omnistage.audio.vad import make_vad
 from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.admission import Admission, Overloaded, Ticket
 from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import APIError
+from omnistage.entrypoints.openai.realtime_beta import to_beta, wants_beta
+from omnistage.entrypoints.openai.realtime_conversation import InputBuffer, PromptSpec, chat_tools, render_prompt_job
+from omnistage.entrypoints.openai.realtime_items import Item, parse_item
 from omnistage.entrypoints.openai.realtime_protocol import (
     EventError,
     ResponseOptions,
-    SessionConfig,
-    decode_pcm16,
+    decode_base64_audio,
     error_event,
+    event_id,
     new_id,
     parse_event,
     response_options,
     server_event,
-    update_session,
-    user_text,
 )
-from omnistage.entrypoints.openai.realtime_conversation import InputBuffer, Turn, render_prompt_job
 from omnistage.entrypoints.openai.realtime_response import ResponseWriter
+from omnistage.entrypoints.openai.realtime_session import SessionState, check_output
+from omnistage.entrypoints.openai.realtime_transcribe import transcribe
 from omnistage.entrypoints.openai.request_budget import turns_over_budget
-from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling
+from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling
 from omnistage.entrypoints.openai.streaming import engine_outputs
+from omnistage.entrypoints.openai.tool_calls import ToolSetup, tool_setup
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
@@ -65,26 +67,42 @@ DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf"
 router = APIRouter()
 
 
+@dataclass
+class RealtimeService:
+    engine: OmniEngine
+    limits: ServerLimits
+    admission: Admission
+    pool: DecodePool
+    served: ServedModel
+
+
 class RealtimeSession:
-    def __init__(self, ws: WebSocket, engine: OmniEngine, limits: ServerLimits, admission: Admission,
-                 pool: DecodePool) -> None:
-        self.ws, self.engine, self.limits, self.admission, self.pool = ws, engine, limits, admission, pool
+    def __init__(self, ws: WebSocket, service: RealtimeService, beta: bool = False) -> None:
+        self.ws, self.service = ws, service
+        self.engine, self.limits = service.engine, service.limits
         self.id = new_id("sess")
-        modalities = ("text", "audio") if engine.supports_audio else ("text",)
-        voice = engine.voices[0] if engine.voices else "Ethan"
-        self.config = SessionConfig(voice=voice, output_modalities=modalities)
-        self.buffer = InputBuffer(self.config.input_rate, limits.max_audio_seconds)
-        self.vad: EnergyVad | None = None
-        self.speech_start = 0
-        self.turns: list[Turn] = []
+        self.state = SessionState(self.engine, service.served.voices, self.limits, beta)
+        self.buffer = InputBuffer(self.state.config.input_format, self.limits.max_audio_seconds)
+        self.vad = make_vad(self._vad_config(), self.buffer.rate)
+        self.speech_start, self.speech_item = 0, ""
         self.response: asyncio.Task[None] | None = None
         self.writer: ResponseWriter | None = None  # the events of the latest response
+        self.side_tasks: set[asyncio.Task[None]] = set()  # input transcriptions
         self._send_lock = asyncio.Lock()
         self.closed = False
         self._reader: asyncio.Task[Any] | None = None  # the read loop's task, while it waits for a message
 
+    @property
+    def config(self):  # noqa: ANN201 - SessionConfig
+        return self.state.config
+
     # -- sending ---------------------------------------------------------------------------------
     async def send(self, event: dict[str, Any]) -> None:
+        if self.state.beta:
+            beta = to_beta(event)
+            if beta is None:
+                return
+            event = beta
         async with self._send_lock:
             if self.closed:
                 return
@@ -107,22 +125,30 @@ class RealtimeSession:
     async def fail(self, exc: EventError) -> None:
         await self.send(error_event(exc))
 
+    def _describe(self) -> dict[str, Any]:
+        return self.config.describe(self.id, self.engine.model_name, self.state.beta)
+
     # -- the read loop ---------------------------------------------------------------------------
     async def run(self) -> None:
-        await self.send(server_event("session.created", session=self.config.describe(self.id, self.engine.model_name)))
+        await self.send(server_event("session.created", session=self._describe()))
         try:
             while not self.closed:
                 message = await self._receive()
                 if message is None or message["type"] == "websocket.disconnect":
                     break
                 raw = message.get("text") if message.get("text") is not None else message.get("bytes")
+                event: dict[str, Any] = {}
                 try:
-                    await self.handle(parse_event(raw or b""))
+                    event = parse_event(raw or b"")
+                    await self.handle(event)
                 except EventError as exc:
+                    exc.event_id = exc.event_id or event_id(event)
                     await self.fail(exc)
         finally:
             self.closed = True
             await self._cancel_response()
+            for task in list(self.side_tasks):
+                task.cancel()
 
     async def _receive(self) -> dict[str, Any] | None:
         """The next client message; None when the session ends first: idle past ``--ws-idle-timeout`` with no
@@ -160,145 +186,152 @@ class RealtimeSession:
         elif kind == "input_audio_buffer.append":
             await self._append(event)
         elif kind == "input_audio_buffer.commit":
-            await self._commit(event)
+            await self._commit(None)
         elif kind == "input_audio_buffer.clear":
             self.buffer.clear()
-            if self.vad is not None:
-                self.vad.reset()
+            self._reset_vad()
             await self.send(server_event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
-            text = user_text(event)
-            if len(text) > self.limits.max_text_chars:
-                raise EventError("input_too_long", f"the item holds {len(text)} characters; the limit is "
-                                 f"{self.limits.max_text_chars} (--max-text-chars)", "item.content",
-                                 event.get("event_id"))
-            await self._add_turn(Turn(new_id("item"), "user", text=text))
+            item, previous = self.state.create_item(event)
+            for out in self.state.item_events(item, previous):
+                await self.send(out)
+        elif kind == "conversation.item.retrieve":
+            await self.send(self.state.retrieve(event))
+        elif kind == "conversation.item.truncate":
+            await self.send(self.state.truncate(event))
+        elif kind == "conversation.item.delete":
+            await self.send(self.state.delete(event))
         elif kind == "response.create":
-            await self._start_response(response_options(self.config, event), event.get("event_id"))
+            await self._start_response(response_options(self.config, event), event_id(event))
         elif kind == "response.cancel":
             if self.response is None or self.response.done():
-                raise EventError("response_cancel_not_active", "there is no active response to cancel",
-                                 event_id=event.get("event_id"))
+                raise EventError("response_cancel_not_active", "there is no active response to cancel")
             await self._cancel_response()
+        elif kind == "output_audio_buffer.clear":
+            writer = self.writer
+            await self._cancel_response()
+            await self.send(server_event("output_audio_buffer.cleared",
+                                         response_id=writer.id if writer is not None else None))
 
     # -- session and audio -----------------------------------------------------------------------
     async def _update(self, event: dict[str, Any]) -> None:
-        config = update_session(self.config, event)
-        if len(config.instructions) > self.limits.max_instructions_chars:
-            raise EventError("input_too_long", f"instructions are {len(config.instructions)} characters; the limit "
-                             f"is {self.limits.max_instructions_chars} (--max-instructions-chars)",
-                             "session.instructions", event.get("event_id"))
-        self._check_output(config.output_modalities, config.voice, "session", event.get("event_id"))
-        if config.input_rate != self.config.input_rate and self.buffer.samples:
-            raise EventError("invalid_value", "the input rate cannot change while the buffer holds audio; "
-                             "commit or clear it first", "session.audio.input.format.rate", event.get("event_id"))
-        voice = {v.lower(): v for v in self.engine.voices}.get(config.voice.lower(), config.voice)
-        self.config = replace(config, voice=voice)
-        self.buffer.rate = config.input_rate
-        self.buffer.max_samples = int(self.limits.max_audio_seconds * config.input_rate)
-        vad = config.turn_detection
-        self.vad = None if vad is None else EnergyVad(vad, config.input_rate)
-        await self.send(server_event("session.updated", session=self.config.describe(self.id, self.engine.model_name)))
+        errors = self.state.update(event, buffered=self.buffer.samples > 0)
+        for error in errors:
+            await self.fail(error)
+        if self.buffer.format != self.config.input_format:
+            self.buffer = InputBuffer(self.config.input_format, self.limits.max_audio_seconds)
+        self._reset_vad(rebuild=True)
+        await self.send(server_event("session.updated", session=self._describe()))
 
-    def _check_output(self, modalities: tuple[str, ...], voice: str, where: str, event_id: object) -> None:
-        eid = event_id if isinstance(event_id, str) else None
-        if "audio" not in modalities:
-            return
-        if not self.engine.supports_audio:
-            raise EventError("audio_not_supported",
-                             "this model is served text-only (its checkpoint has no talker/code2wav); "
-                             "set output_modalities to ['text']", f"{where}.output_modalities", eid)
-        if voice.lower() not in {v.lower() for v in self.engine.voices}:
-            known = ", ".join(self.engine.voices) or "none"
-            raise EventError("invalid_voice", f"unknown voice {voice!r}; this model has: {known}",
-                             f"{where}.audio.output.voice", eid)
+    def _vad_config(self):  # noqa: ANN202 - VadConfig | None
+        detection = self.state.config.turn_detection
+        return None if detection is None else detection.vad
+
+    def _reset_vad(self, rebuild: bool = False) -> None:
+        if rebuild:
+            self.vad = make_vad(self._vad_config(), self.buffer.rate)
+        elif self.vad is not None:
+            self.vad.reset()
+        self.speech_item = ""
 
     async def _append(self, event: dict[str, Any]) -> None:
-        piece = self.buffer.append(decode_pcm16(event))
+        piece = self.buffer.append(decode_base64_audio(event))
         if self.vad is None:
             return
         for vad_event in self.vad.feed(piece):
             ms = vad_event.sample * 1000 // self.buffer.rate
             if vad_event.kind == "speech_started":
-                self.speech_start = vad_event.sample
-                await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms, item_id=None))
-                if self.response is not None and not self.response.done():
+                self.speech_start, self.speech_item = vad_event.sample, new_id("item")
+                await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
+                                             item_id=self.speech_item))
+                detection = self.config.turn_detection
+                if detection is not None and detection.interrupt_response:
                     await self._cancel_response()  # barge-in
-            else:
-                await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=None))
-                vad = self.config.turn_detection
-                pad = (vad.prefix_padding_ms if vad else 0) * self.buffer.rate // 1000
-                await self._commit(event, start=max(0, self.speech_start - pad))
-                if self.config.create_response:
+            elif self.speech_item:
+                await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms,
+                                             item_id=self.speech_item))
+                detection = self.config.turn_detection
+                pad = (detection.vad.prefix_padding_ms if detection else 0) * self.buffer.rate // 1000
+                await self._commit(self.speech_item, start=max(0, self.speech_start - pad))
+                if detection is not None and detection.create_response:
                     await self._start_response(response_options(self.config, {}), None)
 
-    async def _commit(self, event: dict[str, Any], start: int = 0) -> None:
+    async def _commit(self, item_id: str | None, start: int = 0) -> None:
         if self.buffer.samples == 0:
-            raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty",
-                             event_id=event.get("event_id"))
-        audio = self.buffer.take(start)
-        if self.vad is not None:
-            self.vad.reset()
-        turn = Turn(new_id("item"), "user", audio=audio)
-        previous = self.turns[-1].item_id if self.turns else None
-        self.turns.append(turn)
-        await self.send(server_event("input_audio_buffer.committed", item_id=turn.item_id,
-                                     previous_item_id=previous))
-
-    async def _add_turn(self, turn: Turn) -> None:
-        previous = self.turns[-1].item_id if self.turns else None
-        self.turns.append(turn)
-        item = {"id": turn.item_id, "type": "message", "role": turn.role,
-                "content": [{"type": "input_text", "text": turn.text}]}
-        await self.send(server_event("conversation.item.created", previous_item_id=previous, item=item))
+            raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
+        item = Item(item_id or new_id("item"), "message", role="user", audio=self.buffer.take(start))
+        self._reset_vad()
+        previous = self.state.conversation.add(item)
+        await self.send(server_event("input_audio_buffer.committed", item_id=item.id, previous_item_id=previous))
+        for out in self.state.item_events(item, previous):
+            await self.send(out)
+        if self.config.transcription is not None:
+            task = asyncio.create_task(transcribe(self, item))
+            self.side_tasks.add(task)
+            task.add_done_callback(self.side_tasks.discard)
 
     # -- responses -------------------------------------------------------------------------------
-    async def _start_response(self, options: ResponseOptions, event_id: object) -> None:
-        eid = event_id if isinstance(event_id, str) else None
+    async def _start_response(self, options: ResponseOptions, eid: str | None) -> None:
         if self.response is not None and not self.response.done():
             raise EventError("conversation_already_has_active_response",
                              "a response is in progress; cancel it or wait for response.done", event_id=eid)
-        self._check_output(options.output_modalities, self.config.voice, "response", eid)
-        if not any(t.role == "user" for t in self.turns):
-            raise EventError("conversation_empty", "nothing to respond to: commit audio or create a user item first",
-                             event_id=eid)
+        check_output(self.engine, self.state.voices, options.output_modalities, self.config.voice, "response", eid)
         if len(options.instructions) > self.limits.max_instructions_chars:
             raise EventError("input_too_long", f"instructions are {len(options.instructions)} characters; the limit "
                              f"is {self.limits.max_instructions_chars} (--max-instructions-chars)",
                              "response.instructions", eid)
-        self._fit_history()
-        ticket = self._admit(eid)  # before the prompt is built: that work runs in the bounded pool
+        items = self._items(options)
+        if not items and not options.instructions:
+            raise EventError("conversation_empty", "nothing to respond to: commit audio or create an item first",
+                             event_id=eid)
+        tools = self._tools(options)
+        ticket = self.admit(eid)  # before the prompt is built: that work runs in the bounded pool
         try:
-            request = await self._request(options, eid)
+            request = await self._request(options, items, tools, eid)
         except BaseException:
             ticket.release()
             raise
-        self.writer = ResponseWriter(self.send, self.id, self.config.voice, request, options)
+        conversation = self.state.conversation if options.in_conversation else None
+        self.writer = ResponseWriter(self.send, self.id, self.config.voice, request, options,
+                                     self.config.output_format, conversation, tools.parser())
         self.response = asyncio.create_task(self._respond(self.writer, ticket))
         # Released however the task ends, even when cancelled before it ever ran (barge-in right away).
         self.response.add_done_callback(lambda _: ticket.release())
 
-    def _admit(self, event_id: str | None) -> Ticket:
+    def _items(self, options: ResponseOptions) -> tuple[Item, ...]:
+        if options.input is not None:
+            return tuple(parse_item(i, self.config.input_format, self.limits.max_audio_seconds) for i in options.input)
+        items = self.state.conversation.items
+        sizes = [(len(i.text) + len(i.output) + len(i.arguments),
+                  0.0 if i.audio is None else len(i.audio) / AUDIO_SAMPLE_RATE) for i in items]
+        # Past --max-text-chars or --max-audio-seconds the oldest items are dropped, as OpenAI truncates a
+        # conversation past its context: neither a response's work nor the session's memory grows without bound.
+        del items[:turns_over_budget(sizes, self.limits)]
+        return tuple(items)
+
+    @staticmethod
+    def _tools(options: ResponseOptions) -> ToolSetup:
+        choice = options.tool_choice
+        if isinstance(choice, dict):
+            choice = {"type": "function", "function": {"name": choice["name"]}}
+        try:
+            return tool_setup(chat_tools(options.tools) or None, choice, True)
+        except ValueError as exc:
+            raise EventError("invalid_value", str(exc), "tool_choice") from exc
+
+    def admit(self, event_id: str | None) -> Ticket:
         """A place under the server's bound shared with every endpoint; refused as an ``error`` event."""
         try:
-            return self.admission.admit()
+            return self.service.admission.admit()
         except Overloaded as exc:
             raise EventError(exc.detail.code or "overloaded", f"{exc.detail.message} (in {exc.retry_after_s:g} s)",
                              event_id=event_id, error_type="server_error") from exc
 
-    def _fit_history(self) -> None:
-        """The conversation is one request's prompt: past ``--max-text-chars`` or ``--max-audio-seconds`` its
-        oldest turns are dropped (as OpenAI truncates a conversation past its context), so neither a response's
-        work nor the session's memory grows without bound."""
-        sizes = [(len(t.text), 0.0 if t.audio is None else len(t.audio) / AUDIO_SAMPLE_RATE) for t in self.turns]
-        drop = turns_over_budget(sizes, self.limits)
-        if drop:
-            del self.turns[:drop]
-
-    async def _request(self, options: ResponseOptions, event_id: str | None) -> OmniRequest:
-        turns = list(self.turns)
+    async def _request(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
+                       event_id: str | None) -> OmniRequest:
+        spec = PromptSpec(options.instructions, items, tools.tools, tools.prefix)
         try:
-            prompt = await self.pool.run(render_prompt_job, self.engine.processor, options.instructions, turns)
+            prompt = await self.service.pool.run(render_prompt_job, self.engine.processor, spec)
         except ValueError as exc:
             raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
         requested = options.max_output_tokens
@@ -306,23 +339,23 @@ class RealtimeSession:
             budget = completion_budget(requested, len(prompt.token_ids), self.engine.max_model_len,
                                        "max_output_tokens")
             sampling = make_sampling(max_tokens=budget if requested else min(budget, DEFAULT_MAX_OUTPUT_TOKENS),
-                                     temperature=self.config.temperature)
+                                     defaults=self.engine.default_sampling, temperature=self.config.temperature)
         except APIError as exc:
             raise EventError(exc.detail.code or "invalid_request", exc.detail.message, exc.detail.param,
                              event_id) from exc
         wants_audio = "audio" in options.output_modalities
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
+        unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
         return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
-                           voice=self.config.voice)
+                           voice=self.config.voice, unspoken=unspoken)
 
     async def _respond(self, writer: ResponseWriter, ticket: Ticket) -> None:
-        request = writer.request
         final: OmniOutput | None = None
         try:
             await writer.start()
             # Unless read to its final output, the request is aborted in every stage before this returns or
             # raises (cancel, timeout, error); the ticket goes back when it ends.
-            async with aclosing(engine_outputs(self.engine, request, timeout_s=self.limits.request_timeout,
+            async with aclosing(engine_outputs(self.engine, writer.request, timeout_s=self.limits.request_timeout,
                                                ticket=ticket)) as outputs:
                 async for out in outputs:
                     await writer.delta(out)
@@ -330,12 +363,8 @@ class RealtimeSession:
         except asyncio.CancelledError:
             writer.cancel()
         except Exception as exc:  # noqa: BLE001 - the session outlives one failed response
-            logger.exception("realtime response %s failed", request.request_id)
+            logger.exception("realtime response %s failed", writer.request.request_id)
             writer.fail("engine_error", str(exc))
-        await self._end(writer, final)
-
-    async def _end(self, writer: ResponseWriter, final: OmniOutput | None) -> None:
-        self.turns.append(Turn(writer.item_id, "assistant", text="".join(writer.text)))
         await writer.done(final)
 
     async def _cancel_response(self) -> None:
@@ -348,15 +377,7 @@ class RealtimeSession:
         if task.cancelled():  # cancelled before it ever ran: nothing reached the engine, the client hears the end
             await writer.start()
             writer.cancel()
-            await self._end(writer, None)
-
-
-@dataclass
-class RealtimeService:
-    engine: OmniEngine
-    limits: ServerLimits
-    admission: Admission
-    pool: DecodePool
+            await writer.done(None)
 
 
 @router.websocket("/v1/realtime")
@@ -365,17 +386,18 @@ async def realtime(ws: WebSocket) -> None:
     # OpenAI's browser SDKs offer "realtime" beside the key subprotocol and expect it back, as OpenAI answers.
     await ws.accept(subprotocol="realtime" if "realtime" in ws.scope.get("subprotocols", ()) else None)
     model = ws.query_params.get("model")
-    if model is not None and model != service.engine.model_name:
+    if model is not None and model not in service.served.names:
         await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
         await ws.close(code=1008)
         return
-    await RealtimeSession(ws, service.engine, service.limits, service.admission, service.pool).run()
+    await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers))).run()
 
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
-                     admission: Admission | None = None, pool: DecodePool | None = None) -> None:
+                     admission: Admission | None = None, pool: DecodePool | None = None,
+                     served: ServedModel | None = None) -> None:
     """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
     takes a place like a request, its prompt is built in the same pool)."""
     app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
-                                         pool or DecodePool(limits.decode_workers))
+                                         pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine))
     app.include_router(router)

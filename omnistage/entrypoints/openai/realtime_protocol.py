@@ -1,9 +1,11 @@
-"""Event shapes of ``WS /v1/realtime``, after OpenAI's Realtime API (GA names, beta spellings accepted).
+"""Event shapes of ``WS /v1/realtime``, after OpenAI's Realtime API (GA names; the beta spellings too).
 
 Client events are JSON objects with a ``type``; a malformed one raises
 :class:`EventError`, which the session answers with an ``error`` event (its
-``code`` says what was wrong) and then keeps reading. Server events are built by
-the small functions below so every one carries an ``event_id``.
+``code`` says what was wrong, ``param`` where) and then keeps reading. Server
+events are built by :func:`server_event` so every one carries an ``event_id``.
+``session.update`` applies each field on its own: a bad field is reported in an
+``error`` naming it while the others take effect.
 """
 
 from __future__ import annotations
@@ -12,15 +14,25 @@ import base64
 import binascii
 import json
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from omnistage.audio.vad import VadConfig
+import numpy as np
 
-INPUT_RATES = (16000, 24000)  # PCM16 mono rates accepted by input_audio_buffer.append
+from omnistage.audio import float_to_pcm16, resample
+from omnistage.audio.g711 import G711_RATE, decode_g711, encode_g711
+from omnistage.audio.vad import VadConfig
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+
+PCM_RATES = (16000, 24000)  # PCM16 mono rates accepted by input_audio_buffer.append
 DEFAULT_INPUT_RATE = 24000  # OpenAI's pcm16 rate
+OUTPUT_RATE = 24000
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
-                 "input_audio_buffer.clear", "conversation.item.create", "response.create", "response.cancel")
+                 "input_audio_buffer.clear", "conversation.item.create", "conversation.item.retrieve",
+                 "conversation.item.truncate", "conversation.item.delete", "response.create", "response.cancel",
+                 "output_audio_buffer.clear")
+# semantic_vad's eagerness as the silence that ends a turn (its stand-in here is the VAD: low waits longest).
+EAGERNESS_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 300}
 
 
 class EventError(ValueError):
@@ -55,32 +67,100 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
         raise EventError("invalid_event", "an event must be a JSON object")
     kind = event.get("type")
     if not isinstance(kind, str):
-        raise EventError("invalid_event", "the event has no string 'type'", param="type",
-                         event_id=_event_id(event))
+        raise EventError("invalid_event", "the event has no string 'type'", param="type", event_id=event_id(event))
     if kind not in CLIENT_EVENTS:
         raise EventError("unknown_event_type", f"unknown event type {kind!r} (known: {', '.join(CLIENT_EVENTS)})",
-                         param="type", event_id=_event_id(event))
+                         param="type", event_id=event_id(event))
     return event
 
 
-def _event_id(event: dict[str, Any]) -> str | None:
+def event_id(event: dict[str, Any]) -> str | None:
     value = event.get("event_id")
     return value if isinstance(value, str) else None
 
 
-def decode_pcm16(event: dict[str, Any]) -> bytes:
+def decode_base64_audio(event: dict[str, Any]) -> bytes:
     data = event.get("audio")
     if not isinstance(data, str):
-        raise EventError("invalid_event", "input_audio_buffer.append needs 'audio' (base64 PCM16)", "audio",
-                         _event_id(event))
+        raise EventError("invalid_event", "input_audio_buffer.append needs 'audio' (base64)", "audio",
+                         event_id(event))
     try:
-        pcm = base64.b64decode(data, validate=True)
+        return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise EventError("invalid_audio", f"'audio' is not valid base64: {exc}", "audio", _event_id(event)) from exc
-    if len(pcm) % 2:
-        raise EventError("invalid_audio", "'audio' must be 16-bit PCM (an even number of bytes)", "audio",
-                         _event_id(event))
-    return pcm
+        raise EventError("invalid_audio", f"'audio' is not valid base64: {exc}", "audio", event_id(event)) from exc
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    """``pcm16`` at 16 or 24 kHz, or G.711 ``pcmu``/``pcma`` at 8 kHz."""
+
+    kind: str = "pcm16"
+    rate: int = DEFAULT_INPUT_RATE
+
+    def decode(self, raw: bytes) -> np.ndarray:
+        if self.kind == "pcm16":
+            if len(raw) % 2:
+                raise EventError("invalid_audio", "'audio' must be 16-bit PCM (an even number of bytes)", "audio")
+            return np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
+        return decode_g711(raw, "ulaw" if self.kind == "pcmu" else "alaw")
+
+    def to_16k(self, samples: np.ndarray) -> np.ndarray:
+        return resample(samples, self.rate, AUDIO_SAMPLE_RATE)
+
+    def describe(self, beta: bool) -> dict[str, Any] | str:
+        if beta:
+            return {"pcm16": "pcm16", "pcmu": "g711_ulaw", "pcma": "g711_alaw"}[self.kind]
+        return {"type": "audio/pcm", "rate": self.rate} if self.kind == "pcm16" else {"type": f"audio/{self.kind}"}
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """``pcm16`` at 24 kHz, or G.711 at 8 kHz (resampled, then encoded)."""
+
+    kind: str = "pcm16"
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        if self.kind == "pcm16":
+            return float_to_pcm16(samples)
+        return encode_g711(resample(samples, OUTPUT_RATE, G711_RATE), "ulaw" if self.kind == "pcmu" else "alaw")
+
+    @property
+    def bytes_per_ms(self) -> float:
+        return OUTPUT_RATE * 2 / 1000 if self.kind == "pcm16" else G711_RATE / 1000
+
+    def describe(self, beta: bool) -> dict[str, Any] | str:
+        return InputFormat(self.kind, OUTPUT_RATE if self.kind == "pcm16" else G711_RATE).describe(beta)
+
+
+_BETA_FORMATS = {"pcm16": "pcm16", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}
+
+
+def _format_kind(value: Any, param: str) -> tuple[str, int | None]:  # noqa: ANN401 - client JSON
+    if isinstance(value, str) and value in _BETA_FORMATS:
+        return _BETA_FORMATS[value], None
+    if isinstance(value, dict) and value.get("type", "audio/pcm") in ("audio/pcm", "audio/pcmu", "audio/pcma"):
+        kind = {"audio/pcm": "pcm16", "audio/pcmu": "pcmu", "audio/pcma": "pcma"}[value.get("type", "audio/pcm")]
+        return kind, value.get("rate")
+    raise EventError("invalid_value", f"{param} must be audio/pcm, audio/pcmu or audio/pcma", param)
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """``server_vad`` (the VAD's own settings) or ``semantic_vad`` (its eagerness chooses the silence)."""
+
+    kind: str = "server_vad"
+    vad: VadConfig = field(default_factory=VadConfig)
+    create_response: bool = True
+    interrupt_response: bool = True
+    eagerness: str = "auto"
+
+    def describe(self) -> dict[str, Any]:
+        common = {"type": self.kind, "create_response": self.create_response,
+                  "interrupt_response": self.interrupt_response}
+        if self.kind == "semantic_vad":
+            return {**common, "eagerness": self.eagerness}
+        return {**common, "threshold": self.vad.threshold, "silence_duration_ms": self.vad.silence_duration_ms,
+                "prefix_padding_ms": self.vad.prefix_padding_ms}
 
 
 @dataclass(frozen=True)
@@ -90,29 +170,38 @@ class SessionConfig:
     voice: str = "Ethan"
     output_modalities: tuple[str, ...] = ("text", "audio")
     instructions: str = ""
-    turn_detection: VadConfig | None = None  # None: the client commits turns itself
-    input_rate: int = DEFAULT_INPUT_RATE
+    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)  # OpenAI's default: server VAD
+    input_format: InputFormat = field(default_factory=InputFormat)
+    output_format: OutputFormat = field(default_factory=OutputFormat)
     max_output_tokens: int | None = None  # None: what the context leaves ("inf")
     temperature: float | None = None
-    create_response: bool = True  # server_vad starts a response at end of speech
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | dict[str, Any] = "auto"
+    transcription: dict[str, Any] | None = None  # None: no input transcription events
 
-    def describe(self, session_id: str, model: str) -> dict[str, Any]:
-        vad = self.turn_detection
-        detection = None if vad is None else {
-            "type": "server_vad", "threshold": vad.threshold, "silence_duration_ms": vad.silence_duration_ms,
-            "prefix_padding_ms": vad.prefix_padding_ms, "create_response": self.create_response}
-        return {
-            "id": session_id, "object": "realtime.session", "type": "realtime", "model": model,
-            "output_modalities": list(self.output_modalities), "instructions": self.instructions,
-            "max_output_tokens": "inf" if self.max_output_tokens is None else self.max_output_tokens,
-            "audio": {
-                "input": {"format": {"type": "audio/pcm", "rate": self.input_rate}, "turn_detection": detection},
-                "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": self.voice},
-            },
-        }
+    @property
+    def input_rate(self) -> int:
+        return self.input_format.rate
+
+    def describe(self, session_id: str, model: str, beta: bool = False) -> dict[str, Any]:
+        detection = None if self.turn_detection is None else self.turn_detection.describe()
+        common = {"id": session_id, "model": model, "instructions": self.instructions,
+                  "tools": list(self.tools), "tool_choice": self.tool_choice}
+        tokens = "inf" if self.max_output_tokens is None else self.max_output_tokens
+        if beta:
+            return {**common, "object": "realtime.session", "modalities": list(self.output_modalities),
+                    "voice": self.voice, "input_audio_format": self.input_format.describe(True),
+                    "output_audio_format": self.output_format.describe(True), "turn_detection": detection,
+                    "input_audio_transcription": self.transcription, "max_response_output_tokens": tokens,
+                    "temperature": 0.8 if self.temperature is None else self.temperature}
+        return {**common, "object": "realtime.session", "type": "realtime",
+                "output_modalities": list(self.output_modalities), "max_output_tokens": tokens,
+                "audio": {"input": {"format": self.input_format.describe(False), "turn_detection": detection,
+                                    "transcription": self.transcription},
+                          "output": {"format": self.output_format.describe(False), "voice": self.voice}}}
 
 
-def _get(obj: dict[str, Any], *path: str) -> Any:
+def _get(obj: Any, *path: str) -> Any:  # noqa: ANN401 - client JSON
     for key in path:
         if not isinstance(obj, dict) or key not in obj:
             return None
@@ -120,118 +209,188 @@ def _get(obj: dict[str, Any], *path: str) -> Any:
     return obj
 
 
-def _modalities(value: Any, param: str) -> tuple[str, ...]:
+def _modalities(value: Any, param: str) -> tuple[str, ...]:  # noqa: ANN401
     if not isinstance(value, list) or not value or any(m not in ("text", "audio") for m in value):
         raise EventError("invalid_value", f"{param} must be a non-empty list of 'text' and/or 'audio'", param)
     return tuple(dict.fromkeys(value))
 
 
-def _max_tokens(value: Any, param: str) -> int | None:
-    if value == "inf":
+def _max_tokens(value: Any, param: str) -> int | None:  # noqa: ANN401
+    if value == "inf" or value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise EventError("invalid_value", f"{param} must be a positive integer or 'inf'", param)
     return value
 
 
-def _vad(value: Any, current: VadConfig | None, param: str) -> VadConfig | None:
+def _turn_detection(value: Any, current: TurnDetection | None, param: str) -> TurnDetection | None:  # noqa: ANN401
     if value is None:
         return None
-    if not isinstance(value, dict) or value.get("type", "server_vad") != "server_vad":
-        raise EventError("invalid_value", f"{param} must be null or {{'type': 'server_vad', ...}}", param)
-    base = current or VadConfig()
-    known = {k: value[k] for k in ("threshold", "silence_duration_ms", "prefix_padding_ms") if k in value}
+    kind = value.get("type", "server_vad") if isinstance(value, dict) else None
+    if kind not in ("server_vad", "semantic_vad"):
+        raise EventError("invalid_value", f"{param} must be null, server_vad or semantic_vad", param)
+    base = current if current is not None and current.kind == kind else TurnDetection(kind)
+    flags = {k: bool(value[k]) for k in ("create_response", "interrupt_response") if k in value}
     try:
-        return replace(base, **known)
+        if kind == "semantic_vad":
+            eagerness = value.get("eagerness", base.eagerness)
+            if eagerness not in EAGERNESS_SILENCE_MS:
+                raise ValueError(f"eagerness must be one of {', '.join(EAGERNESS_SILENCE_MS)}")
+            vad = replace(base.vad, silence_duration_ms=EAGERNESS_SILENCE_MS[eagerness])
+            return replace(base, vad=vad, eagerness=eagerness, **flags)
+        known = {k: value[k] for k in ("threshold", "silence_duration_ms", "prefix_padding_ms") if k in value}
+        return replace(base, vad=replace(base.vad, **known), **flags)
     except (TypeError, ValueError) as exc:
         raise EventError("invalid_value", f"{param}: {exc}", param) from exc
 
 
-def update_session(config: SessionConfig, event: dict[str, Any]) -> SessionConfig:
-    """``session.update``: GA fields (``audio.input.*``, ``audio.output.voice``) or their beta spellings."""
+def _tools(value: Any, param: str) -> tuple[dict[str, Any], ...]:  # noqa: ANN401
+    if not isinstance(value, list) or not all(isinstance(t, dict) and t.get("type", "function") == "function"
+                                              and isinstance(t.get("name"), str) and t["name"] for t in value):
+        raise EventError("invalid_value", f"{param} must be a list of {{'type': 'function', 'name': ...}}", param)
+    return tuple(value)
+
+
+def _tool_choice(value: Any, param: str) -> str | dict[str, Any]:  # noqa: ANN401
+    if value in ("auto", "none", "required"):
+        return value
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
+        return value
+    raise EventError("invalid_value", f"{param} must be auto, none, required or {{'type': 'function', 'name'}}",
+                     param)
+
+
+def _string(value: Any, param: str) -> str:  # noqa: ANN401
+    if not isinstance(value, str):
+        raise EventError("invalid_value", f"{param} must be a string", param)
+    return value
+
+
+def _temperature(value: Any, param: str) -> float:  # noqa: ANN401
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 2.0:
+        raise EventError("invalid_value", f"{param} must be in [0, 2]", param)
+    return float(value)
+
+
+def _input_format(value: Any, param: str) -> InputFormat:  # noqa: ANN401
+    kind, rate = _format_kind(value, param)
+    if kind != "pcm16":
+        return InputFormat(kind, G711_RATE)
+    rate = DEFAULT_INPUT_RATE if rate is None else rate
+    if rate not in PCM_RATES:
+        raise EventError("invalid_value", f"input rate must be one of {PCM_RATES} Hz, got {rate!r}", f"{param}.rate")
+    return InputFormat("pcm16", int(rate))
+
+
+def _output_format(value: Any, param: str) -> OutputFormat:  # noqa: ANN401
+    kind, rate = _format_kind(value, param)
+    if kind == "pcm16" and rate not in (None, OUTPUT_RATE):
+        raise EventError("invalid_value", f"output audio/pcm is {OUTPUT_RATE} Hz", f"{param}.rate")
+    return OutputFormat(kind)
+
+
+def _transcription(value: Any, param: str) -> dict[str, Any] | None:  # noqa: ANN401
+    if value is not None and not isinstance(value, dict):
+        raise EventError("invalid_value", f"{param} must be null or an object", param)
+    return value
+
+
+def _session_fields(session: dict[str, Any]) -> list[tuple[str, str, Any]]:  # noqa: ANN401
+    """``(config field, param, raw value)`` for each field the update sets, GA or beta spelling."""
+    audio_in, audio_out = _get(session, "audio", "input") or {}, _get(session, "audio", "output") or {}
+    found: list[tuple[str, str, Any]] = []
+
+    def pick(name: str, *where: tuple[dict[str, Any], str, str]) -> None:
+        for holder, key, param in where:
+            if isinstance(holder, dict) and key in holder:
+                found.append((name, param, holder[key]))
+                return
+
+    pick("voice", (audio_out, "voice", "session.audio.output.voice"), (session, "voice", "session.voice"))
+    pick("output_modalities", (session, "output_modalities", "session.output_modalities"),
+         (session, "modalities", "session.modalities"))
+    pick("instructions", (session, "instructions", "session.instructions"))
+    pick("turn_detection", (audio_in, "turn_detection", "session.audio.input.turn_detection"),
+         (session, "turn_detection", "session.turn_detection"))
+    pick("input_format", (audio_in, "format", "session.audio.input.format"),
+         (session, "input_audio_format", "session.input_audio_format"))
+    pick("output_format", (audio_out, "format", "session.audio.output.format"),
+         (session, "output_audio_format", "session.output_audio_format"))
+    pick("transcription", (audio_in, "transcription", "session.audio.input.transcription"),
+         (session, "input_audio_transcription", "session.input_audio_transcription"))
+    pick("max_output_tokens", (session, "max_output_tokens", "session.max_output_tokens"),
+         (session, "max_response_output_tokens", "session.max_response_output_tokens"))
+    pick("temperature", (session, "temperature", "session.temperature"))
+    pick("tools", (session, "tools", "session.tools"))
+    pick("tool_choice", (session, "tool_choice", "session.tool_choice"))
+    return found
+
+
+def update_session(config: SessionConfig, event: dict[str, Any]) -> tuple[SessionConfig, list[EventError]]:
+    """``session.update``: each field applied alone; the errors of those that could not be, each naming its field."""
     session = event.get("session")
     if not isinstance(session, dict):
-        raise EventError("invalid_event", "session.update needs a 'session' object", "session", _event_id(event))
+        raise EventError("invalid_event", "session.update needs a 'session' object", "session", event_id(event))
+    parsers = {"voice": _string, "output_modalities": _modalities, "instructions": _string,
+               "turn_detection": lambda v, p: _turn_detection(v, config.turn_detection, p),
+               "input_format": _input_format, "output_format": _output_format, "transcription": _transcription,
+               "max_output_tokens": _max_tokens, "temperature": _temperature, "tools": _tools,
+               "tool_choice": _tool_choice}
     changes: dict[str, Any] = {}
-    try:
-        voice = _get(session, "audio", "output", "voice") or session.get("voice")
-        if voice is not None:
-            if not isinstance(voice, str):
-                raise EventError("invalid_value", "voice must be a string", "session.audio.output.voice")
-            changes["voice"] = voice
-        modalities = session.get("output_modalities", session.get("modalities"))
-        if modalities is not None:
-            changes["output_modalities"] = _modalities(modalities, "session.output_modalities")
-        if "instructions" in session:
-            if not isinstance(session["instructions"], str):
-                raise EventError("invalid_value", "instructions must be a string", "session.instructions")
-            changes["instructions"] = session["instructions"]
-        audio_input = _get(session, "audio", "input") or {}
-        if "turn_detection" in audio_input or "turn_detection" in session:
-            raw = audio_input["turn_detection"] if "turn_detection" in audio_input else session["turn_detection"]
-            changes["turn_detection"] = _vad(raw, config.turn_detection, "session.audio.input.turn_detection")
-            if isinstance(raw, dict) and "create_response" in raw:
-                changes["create_response"] = bool(raw["create_response"])
-        rate = _get(audio_input, "format", "rate")
-        if rate is not None:
-            if rate not in INPUT_RATES:
-                raise EventError("invalid_value", f"input rate must be one of {INPUT_RATES} Hz, got {rate!r}",
-                                 "session.audio.input.format.rate")
-            changes["input_rate"] = int(rate)
-        for key in ("max_output_tokens", "max_response_output_tokens"):
-            if key in session:
-                changes["max_output_tokens"] = _max_tokens(session[key], f"session.{key}")
-        if "temperature" in session:
-            temperature = session["temperature"]
-            if not isinstance(temperature, (int, float)) or not 0.0 <= temperature <= 2.0:
-                raise EventError("invalid_value", "temperature must be in [0, 2]", "session.temperature")
-            changes["temperature"] = float(temperature)
-    except EventError as exc:
-        exc.event_id = _event_id(event)
-        raise
-    return replace(config, **changes)
+    errors: list[EventError] = []
+    for name, param, raw in _session_fields(session):
+        try:
+            changes[name] = parsers[name](raw, param)
+        except EventError as exc:
+            exc.event_id = event_id(event)
+            errors.append(exc)
+    return replace(config, **changes), errors
 
 
 @dataclass(frozen=True)
 class ResponseOptions:
+    """One response: its output, instructions, tools; ``in_conversation`` False for an out-of-band response
+    (``conversation: "none"``), ``input`` the items it answers instead of the conversation (None: the
+    conversation)."""
+
     output_modalities: tuple[str, ...]
     instructions: str
     max_output_tokens: int | None
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | dict[str, Any] = "auto"
+    in_conversation: bool = True
+    input: list[Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
 def response_options(config: SessionConfig, event: dict[str, Any]) -> ResponseOptions:
     """``response.create``'s per-response overrides of the session."""
     response = event.get("response") or {}
     if not isinstance(response, dict):
-        raise EventError("invalid_event", "'response' must be an object", "response", _event_id(event))
+        raise EventError("invalid_event", "'response' must be an object", "response", event_id(event))
     try:
         modalities = response.get("output_modalities", response.get("modalities"))
         max_tokens = response.get("max_output_tokens", response.get("max_response_output_tokens"))
-        instructions = response.get("instructions", config.instructions)
-        if not isinstance(instructions, str):
-            raise EventError("invalid_value", "instructions must be a string", "response.instructions")
+        instructions = response.get("instructions")
+        conversation = response.get("conversation", "auto")
+        items = response.get("input")
+        if conversation not in ("auto", "none"):
+            raise EventError("invalid_value", "response.conversation must be 'auto' or 'none'", "response.conversation")
+        if items is not None and not isinstance(items, list):
+            raise EventError("invalid_value", "response.input must be a list of items", "response.input")
         return ResponseOptions(
             output_modalities=config.output_modalities if modalities is None
             else _modalities(modalities, "response.output_modalities"),
-            instructions=instructions,
+            instructions=config.instructions if instructions is None
+            else _string(instructions, "response.instructions"),
             max_output_tokens=config.max_output_tokens if max_tokens is None
             else _max_tokens(max_tokens, "response.max_output_tokens"),
+            tools=config.tools if "tools" not in response else _tools(response["tools"], "response.tools"),
+            tool_choice=config.tool_choice if "tool_choice" not in response
+            else _tool_choice(response["tool_choice"], "response.tool_choice"),
+            in_conversation=conversation == "auto", input=items,
+            metadata=response.get("metadata") if isinstance(response.get("metadata"), dict) else None,
         )
     except EventError as exc:
-        exc.event_id = _event_id(event)
+        exc.event_id = event_id(event)
         raise
-
-
-def user_text(event: dict[str, Any]) -> str:
-    """``conversation.item.create`` with a user message of ``input_text`` parts (text turns)."""
-    item = event.get("item")
-    content = _get(item, "content") if isinstance(item, dict) else None
-    if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") != "user" \
-            or not isinstance(content, list):
-        raise EventError("invalid_event", "conversation.item.create takes a user message item with content parts",
-                         "item", _event_id(event))
-    texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "input_text"]
-    if not texts or not all(isinstance(t, str) for t in texts) or len(texts) != len(content):
-        raise EventError("invalid_value", "only 'input_text' content parts are accepted here", "item.content",
-                         _event_id(event))
-    return "".join(texts)

@@ -1,12 +1,20 @@
-"""The server events of one realtime response: ``response.created``, the deltas, ``response.done``.
+"""The server events of one realtime response, in OpenAI's order.
 
-``response.done`` says how the response ended: ``completed``; ``incomplete``
-at ``max_output_tokens``; ``cancelled`` by the client (``response.cancel``,
-barge-in) or the server; ``failed`` when a stage failed or the request ran
-past ``--request-timeout`` (error code ``timeout``; the request is aborted in
-every stage by then). Its usage counts the prompt tokens served from the
-thinker's prefix cache as ``input_token_details.cached_tokens``: the earlier
-turns a new turn did not prefill again.
+``response.created``; then for each output item: ``response.output_item.added``,
+``conversation.item.added``, for a message ``response.content_part.added``, the
+deltas (``response.output_audio.delta`` + ``response.output_audio_transcript.delta``
+when speaking, ``response.output_text.delta`` for text), their ``*.done`` events,
+``response.content_part.done``; for a function call
+``response.function_call_arguments.delta``/``.done``; then
+``response.output_item.done`` and ``conversation.item.done``; last ``response.done``.
+A message item is opened by its first text or audio, so an answer that only calls
+a tool has only function-call items.
+
+``response.done`` says how the response ended: ``completed``; ``incomplete`` at
+``max_output_tokens``; ``cancelled`` by the client (``response.cancel``, barge-in)
+or the server; ``failed`` when a stage failed or the request ran past
+``--request-timeout`` (code ``timeout``). Its usage counts the prompt tokens served
+from the thinker's prefix cache as ``input_token_details.cached_tokens``.
 """
 
 from __future__ import annotations
@@ -15,49 +23,106 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from omnistage.audio import float_to_pcm16
-from omnistage.core import FinishReason, OmniOutput, OmniRequest, Usage
-from omnistage.entrypoints.openai.realtime_protocol import ResponseOptions, new_id, server_event
+from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest, Usage
+from omnistage.entrypoints.openai.realtime_items import Conversation, Item
+from omnistage.entrypoints.openai.realtime_protocol import OutputFormat, ResponseOptions, new_id, server_event
 from omnistage.entrypoints.openai.streaming import TIMED_OUT
+from omnistage.entrypoints.openai.tool_calls import ParsedCall, ToolCallParser
 
 SendFn = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class ResponseWriter:
+    """``conversation``: where the response's items go (None: an out-of-band response)."""
+
     def __init__(self, send: SendFn, conversation_id: str, voice: str, request: OmniRequest,
-                 options: ResponseOptions) -> None:
+                 options: ResponseOptions, output_format: OutputFormat, conversation: Conversation | None,
+                 parser: ToolCallParser | None = None) -> None:
         self.send, self.conversation_id, self.voice = send, conversation_id, voice
-        self.request, self.options = request, options
+        self.request, self.options, self.output_format = request, options, output_format
+        self.conversation, self.parser = conversation, parser
         self.id = request.request_id
-        self.item_id = new_id("item")
-        self.text: list[str] = []
-        self.audio_bytes = 0
+        self.items: list[Item] = []
+        self.message: Item | None = None
+        self.audio_samples = 0
         self.status = "in_progress"
         self.details: dict[str, Any] | None = None
 
+    @property
+    def speaks(self) -> bool:
+        return "audio" in self.options.output_modalities
+
     def _body(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "realtime.response", "status": self.status,
-                "status_details": self.details, "output_modalities": list(self.options.output_modalities),
-                "conversation_id": self.conversation_id, "output": [], "usage": None,
-                "audio": {"output": {"voice": self.voice, "format": {"type": "audio/pcm", "rate": 24000}}}}
+        return {"id": self.id, "object": "realtime.response", "status": self.status, "status_details": self.details,
+                "output_modalities": list(self.options.output_modalities),
+                "conversation_id": self.conversation_id if self.conversation is not None else None,
+                "output": [], "usage": None, "metadata": self.options.metadata,
+                "audio": {"output": {"voice": self.voice, "format": self.output_format.describe(False)}}}
+
+    def _ids(self, item: Item) -> dict[str, Any]:
+        return {"response_id": self.id, "item_id": item.id, "output_index": self.items.index(item)}
 
     async def start(self) -> None:
         await self.send(server_event("response.created", response=self._body()))
 
+    async def _add(self, item: Item) -> None:
+        self.items.append(item)
+        await self.send(server_event("response.output_item.added", response_id=self.id,
+                                     output_index=len(self.items) - 1, item=item.describe()))
+        if self.conversation is not None:
+            previous = self.conversation.add(item)
+            await self.send(server_event("conversation.item.added", previous_item_id=previous, item=item.describe()))
+
+    async def _finish_item(self, item: Item) -> None:
+        if item.status == "in_progress":
+            item.status = "completed" if self.status in ("in_progress", "completed") else "incomplete"
+        await self.send(server_event("response.output_item.done", response_id=self.id,
+                                     output_index=self.items.index(item), item=item.describe()))
+        if self.conversation is not None:
+            await self.send(server_event("conversation.item.done", item=item.describe()))
+
+    def _part(self, item: Item) -> dict[str, Any]:
+        return {"type": "output_audio", "transcript": item.text} if item.spoken else \
+            {"type": "output_text", "text": item.text}
+
+    async def _open_message(self) -> Item:
+        if self.message is None:
+            self.message = Item(new_id("item"), "message", role="assistant", status="in_progress", spoken=self.speaks)
+            await self._add(self.message)
+            await self.send(server_event("response.content_part.added", **self._ids(self.message), content_index=0,
+                                         part={**self._part(self.message), "transcript": ""} if self.speaks
+                                         else {"type": "output_text", "text": ""}))
+        return self.message
+
     async def delta(self, out: OmniOutput) -> None:
-        ids = {"response_id": self.id, "item_id": self.item_id, "output_index": 0, "content_index": 0}
-        modalities = self.options.output_modalities
-        if out.text:
-            self.text.append(out.text)
-            if "text" in modalities:
-                await self.send(server_event("response.output_text.delta", **ids, delta=out.text))
-            if "audio" in modalities:
-                await self.send(server_event("response.output_audio_transcript.delta", **ids, delta=out.text))
-        if out.audio is not None and out.audio.size and "audio" in modalities:
-            pcm = float_to_pcm16(out.audio)
-            self.audio_bytes += len(pcm)
-            await self.send(server_event("response.output_audio.delta", **ids,
-                                         delta=base64.b64encode(pcm).decode("ascii")))
+        text, calls = self.parser.feed(out.text) if self.parser is not None else (out.text, [])
+        await self._text(text, calls)
+        if out.audio is not None and out.audio.size and self.speaks:
+            message = await self._open_message()
+            self.audio_samples += out.audio.size
+            message.audio_ms = self.audio_samples * 1000 // OUTPUT_SAMPLE_RATE
+            data = base64.b64encode(self.output_format.encode(out.audio)).decode("ascii")
+            await self.send(server_event("response.output_audio.delta", **self._ids(message), content_index=0,
+                                         delta=data))
+
+    async def _text(self, text: str, calls: list[ParsedCall]) -> None:
+        if text:
+            message = await self._open_message()
+            message.text += text
+            kind = "response.output_audio_transcript.delta" if self.speaks else "response.output_text.delta"
+            await self.send(server_event(kind, **self._ids(message), content_index=0, delta=text))
+        for call in calls:
+            await self._function_call(call)
+
+    async def _function_call(self, call: ParsedCall) -> None:
+        item = Item(new_id("item"), "function_call", call_id=call.id, name=call.name, status="in_progress")
+        await self._add(item)
+        ids = {**self._ids(item), "call_id": call.id}
+        await self.send(server_event("response.function_call_arguments.delta", **ids, delta=call.arguments))
+        item.arguments = call.arguments
+        await self.send(server_event("response.function_call_arguments.done", **ids, name=call.name,
+                                     arguments=call.arguments))
+        await self._finish_item(item)
 
     def fail(self, code: str, message: str) -> None:
         self.status = "failed"
@@ -81,16 +146,29 @@ class ResponseWriter:
         else:
             self.status = "completed"
 
+    async def _close_message(self) -> None:
+        message = self.message
+        if message is None:
+            return
+        ids = {**self._ids(message), "content_index": 0}
+        if message.spoken:
+            await self.send(server_event("response.output_audio.done", **ids))
+            await self.send(server_event("response.output_audio_transcript.done", **ids, transcript=message.text))
+        else:
+            await self.send(server_event("response.output_text.done", **ids, text=message.text))
+        await self.send(server_event("response.content_part.done", **ids, part=self._part(message)))
+        await self._finish_item(message)
+
     async def done(self, final: OmniOutput | None) -> None:
         if self.status == "in_progress":
             self._settle(final)
         elif self.status == "cancelled":
             self.details = {"type": "cancelled", "reason": "client_cancelled"}
+        if self.parser is not None and self.status != "cancelled":
+            await self._text(*self.parser.finish())
+        await self._close_message()
         body = self._body()
-        text = "".join(self.text)
-        content = [{"type": "output_audio", "transcript": text} if "audio" in self.options.output_modalities
-                   else {"type": "output_text", "text": text}]
-        body["output"] = [{"id": self.item_id, "type": "message", "role": "assistant", "content": content}]
+        body["output"] = [item.describe() for item in self.items]
         usage = final.usage if final is not None else None
         if usage is not None:
             body["usage"] = usage_body(usage)

@@ -109,6 +109,31 @@ class AccessPolicy:
             object.__setattr__(self, "allowed_hosts", frozenset(h.strip().lower() for h in self.allowed_hosts))
 
 
+@dataclass(frozen=True)
+class ServingOptions:
+    """What the API calls the model and how it answers by default (not limits: nothing here bounds work).
+
+    served_model_names: the names requests may use (the first is listed first; empty: the engine's own);
+    voice_aliases: ``(name, speaker)`` pairs over the OpenAI voice table; default_modalities: the output of a
+    chat request that names none (OpenAI's: text)."""
+
+    served_model_names: tuple[str, ...] = ()
+    voice_aliases: tuple[tuple[str, str], ...] = ()
+    default_modalities: tuple[str, ...] = ("text",)
+
+    def __post_init__(self) -> None:
+        if not self.default_modalities or any(m not in ("text", "audio") for m in self.default_modalities):
+            raise ValueError(f"--default-modalities takes text and/or audio, got {self.default_modalities}")
+
+
+def serving_options_from_args(args: argparse.Namespace) -> ServingOptions:
+    from omnistage.entrypoints.openai.voices import parse_alias
+
+    return ServingOptions(served_model_names=tuple(getattr(args, "served_model_name", None) or ()),
+                          voice_aliases=tuple(parse_alias(a) for a in getattr(args, "voice_alias", None) or ()),
+                          default_modalities=tuple(getattr(args, "default_modalities", None) or ("text",)))
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -131,6 +156,16 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     media.add_argument("--allowed-media-domains", type=_csv, default=(),
                        help="comma-separated hosts that remote media may be fetched from even when they resolve to "
                             "loopback, private or link-local addresses (those are refused otherwise)")
+    serving = parser.add_argument_group("names and defaults")
+    serving.add_argument("--served-model-name", nargs="+", default=None,
+                         help="the model names requests may use (several allowed; the first is the main one; "
+                              "default: the --model value)")
+    serving.add_argument("--voice-alias", action="append", default=None, metavar="NAME=SPEAKER",
+                         help="map a voice name to a checkpoint speaker, over the default OpenAI voice table "
+                              "(repeatable)")
+    serving.add_argument("--default-modalities", type=_csv, default=("text",),
+                         help="output of a chat request that names no modalities: text (OpenAI's default) or "
+                              "text,audio (vLLM-Omni's)")
     access = parser.add_argument_group("access (see README: Exposing the server)")
     access.add_argument("--api-key", action="append", default=None,
                         help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; "

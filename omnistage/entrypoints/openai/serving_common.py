@@ -4,26 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import FinishReason, OmniOutput, RequestSampling, Usage
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import SERVER_ERROR, APIError, bad_request, model_not_found
 from omnistage.entrypoints.openai.protocol import FinishReasonName
 from omnistage.entrypoints.openai.streaming import TIMED_OUT
+from omnistage.entrypoints.openai.voices import UnknownVoice, VoiceBook
 
 
-def check_model(engine: OmniEngine, name: str) -> None:
-    if name != engine.model_name:
-        raise model_not_found(name)
-
-
-def resolve_voice(engine: OmniEngine, name: str, param: str) -> str:
-    """The engine's spelling of ``name``, matched case-insensitively (``ethan`` → ``Ethan``)."""
-    by_key = {v.lower(): v for v in engine.voices}
-    voice = by_key.get(name.strip().lower())
-    if voice is None:
-        known = ", ".join(engine.voices) or "none"
-        raise bad_request(f"unknown voice {name!r}; this model has: {known}", param=param, code="invalid_voice")
-    return voice
+def resolve_voice(voices: VoiceBook, name: str | None, param: str) -> str:
+    """The checkpoint's speaker for ``name`` (a speaker, matched case-insensitively, or an OpenAI voice name);
+    None: the default voice."""
+    try:
+        return voices.resolve(name)
+    except UnknownVoice as exc:
+        raise bad_request(str(exc), param=param, code="invalid_voice") from exc
 
 
 def require_audio_support(engine: OmniEngine, param: str) -> None:
@@ -32,8 +28,10 @@ def require_audio_support(engine: OmniEngine, param: str) -> None:
                           "request modalities ['text']", param=param, code="audio_not_supported")
 
 
-def completion_budget(requested: int | None, prompt_len: int, max_model_len: int, param: str) -> int:
-    """Completion tokens for this request: the client's ask, or all the context the prompt leaves."""
+def completion_budget(requested: int | None, prompt_len: int, max_model_len: int, param: str,
+                      default: int | None = None) -> int:
+    """Completion tokens for this request: the client's ask, else ``default`` (the checkpoint's
+    ``max_new_tokens``), else all the context the prompt leaves; a default past the context is cut to it."""
     room = max_model_len - prompt_len
     if room < 1:
         raise bad_request(f"the prompt is {prompt_len} tokens; this model's context is {max_model_len}",
@@ -41,7 +39,9 @@ def completion_budget(requested: int | None, prompt_len: int, max_model_len: int
     if requested is not None and requested > room:
         raise bad_request(f"{param}={requested} plus the prompt's {prompt_len} tokens exceeds the model's "
                           f"context of {max_model_len}", param=param, code="context_length_exceeded")
-    return requested if requested is not None else room
+    if requested is not None:
+        return requested
+    return room if default is None else min(default, room)
 
 
 def top_k_of(engine: OmniEngine, top_k: int | None) -> int | None:
@@ -57,19 +57,21 @@ def top_k_of(engine: OmniEngine, top_k: int | None) -> int | None:
     return top_k
 
 
-def make_sampling(*, max_tokens: int, temperature: float | None = None, top_p: float | None = None,
-                  top_k: int | None = None, repetition_penalty: float | None = None, seed: int | None = None,
-                  stop: Sequence[str] = ()) -> RequestSampling:
-    defaults = RequestSampling()
+def make_sampling(*, max_tokens: int, defaults: SamplingDefaults = SamplingDefaults(),  # noqa: B008 - frozen
+                  temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+                  repetition_penalty: float | None = None, seed: int | None = None, stop: Sequence[str] = (),
+                  **extra: object) -> RequestSampling:
+    """The thinker's sampling: each knob the request sets, else the server's default for it (the stage config
+    under the checkpoint's generation config). ``extra``: further ``RequestSampling`` fields, as given."""
     try:
         return RequestSampling(
             temperature=defaults.temperature if temperature is None else temperature,
             top_p=defaults.top_p if top_p is None else top_p,
             top_k=defaults.top_k if top_k is None else top_k,
             repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
-            max_tokens=max_tokens, seed=seed, stop=tuple(stop),
+            max_tokens=max_tokens, seed=seed, stop=tuple(stop), **extra,
         )
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise bad_request(str(exc)) from exc
 
 
@@ -86,8 +88,10 @@ def engine_failure(out: OmniOutput | None) -> APIError | None:
     return None
 
 
-def finish_reason_name(reason: FinishReason | None) -> FinishReasonName:
-    return "length" if reason is FinishReason.LENGTH else "stop"
+def finish_reason_name(reason: FinishReason | None, called_tools: bool = False) -> FinishReasonName:
+    if reason is FinishReason.LENGTH:
+        return "length"
+    return "tool_calls" if called_tools else "stop"
 
 
 def usage_of(out: OmniOutput, prompt_len: int, completion_tokens: int) -> Usage:

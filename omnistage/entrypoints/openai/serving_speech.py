@@ -38,7 +38,6 @@ from omnistage.entrypoints.openai.protocol import (
     SpeechUsage,
 )
 from omnistage.entrypoints.openai.serving_common import (
-    check_model,
     completion_budget,
     engine_failure,
     make_sampling,
@@ -47,6 +46,7 @@ from omnistage.entrypoints.openai.serving_common import (
     usage_of,
 )
 from omnistage.entrypoints.openai.request_budget import over_budget
+from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.entrypoints.openai.streaming import (
     AbortingStreamingResponse,
@@ -66,8 +66,10 @@ _BUDGET_MARGIN = 16
 
 class SpeechService:
     def __init__(self, engine: OmniEngine, metrics: ServerMetrics, limits: ServerLimits,
-                 admission: Admission | None = None, pool: DecodePool | None = None) -> None:
+                 admission: Admission | None = None, pool: DecodePool | None = None,
+                 served: ServedModel | None = None) -> None:
         self.engine = engine
+        self.served = served or ServedModel.of(engine)
         self.metrics = metrics
         self.limits = limits
         self.admission = admission or Admission(engine, limits.max_queued_requests)
@@ -99,9 +101,9 @@ class SpeechService:
                                          upstream=encoded)
 
     def _check(self, body: SpeechRequest) -> None:
-        check_model(self.engine, body.model)
+        self.served.check(body.model)
         require_audio_support(self.engine, "model")
-        resolve_voice(self.engine, body.voice_name, "voice")
+        resolve_voice(self.served.voices, body.voice_name, "voice")
         if body.speed != 1.0:
             raise bad_request("only speed=1.0 is supported", param="speed", code="unsupported_parameter")
         if len(body.input) > self.limits.max_speech_input_chars:
@@ -112,7 +114,7 @@ class SpeechService:
                               f"the limit is {self.limits.max_instructions_chars}", "instructions", "input_too_long")
 
     async def _request(self, body: SpeechRequest) -> OmniRequest:
-        voice = resolve_voice(self.engine, body.voice_name, "voice")
+        voice = resolve_voice(self.served.voices, body.voice_name, "voice")
         try:
             prompt = await self.pool.run(self._prompt, body)
         except ValueError as exc:
@@ -122,7 +124,8 @@ class SpeechService:
         budget = min(room, _BUDGET_FACTOR * prompt_len + _BUDGET_MARGIN)
         return OmniRequest(request_id=f"speech-{uuid.uuid4().hex}", prompt=prompt,
                            modalities=frozenset({Modality.TEXT, Modality.AUDIO}),
-                           sampling=make_sampling(max_tokens=budget), voice=voice)
+                           sampling=make_sampling(max_tokens=budget, defaults=self.engine.default_sampling),
+                           voice=voice)
 
     def _prompt(self, body: SpeechRequest, token: CancelToken) -> ProcessedPrompt:
         messages: list[dict[str, object]] = [

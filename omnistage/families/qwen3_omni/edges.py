@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from omnistage.families.base import EdgeContext, RequestEdge
+from omnistage.families.qwen3_omni.spoken import SpokenTokens
 from omnistage.families.qwen3_omni.payloads import PromptHidden, TalkerStart, TextFeed
 from omnistage.families.sampling import stage_params
 from omnistage.ipc.payloads import TokenDelta
@@ -22,6 +23,7 @@ class ThinkerToTalker(RequestEdge):
     def __init__(self, context: EdgeContext) -> None:
         self.context = context
         self.hidden: torch.Tensor | None = None
+        self.spoken = SpokenTokens(context.request.unspoken)  # tool calls are never spoken
         self.started = False
         self.done = False
 
@@ -31,7 +33,7 @@ class ThinkerToTalker(RequestEdge):
         if isinstance(payload, PromptHidden):
             self.hidden = payload.mm_hidden
             return []
-        tokens = list(payload.token_ids) if isinstance(payload, TokenDelta) else []
+        tokens = self.spoken.take(payload.token_ids) if isinstance(payload, TokenDelta) else []
         out: list[object] = []
         if not self.started:
             if not tokens:
