@@ -62,7 +62,8 @@ HOSTILE = [
     {"messages": [{"role": "user", "content": [
         {"type": "input_audio", "input_audio": {"data": "////", "format": "wav"}}]}]},
     {"messages": [{"role": "user", "content": [{"type": "audio_url", "audio_url": {"url": "file:///etc/passwd"}}]}]},
-    {"frobnicate": 1},
+    {"n": 1000},  # unknown top-level fields are accepted (as OpenAI does); out-of-range ones are not
+    {"stream_options": {"frobnicate": 1}},
     {"repetition_penalty": 1e300},
     {"seed": -1},
     {"seed": 2**64},
