@@ -174,10 +174,12 @@ class RequestFlows:
             if stopped and not finished:  # a stop string: the stage is still generating
                 self._abort_at(stage, state.request_id)
                 finished = True
-        elif isinstance(payload, AudioChunk) and state.audio is not None:
-            audio = self._audio(state, payload)
+        elif isinstance(payload, AudioChunk):  # paced through the codec edge's player model when it has one
+            audio = self._audio(state, payload) if state.audio is not None else payload.wav.numpy()
         elif isinstance(payload, CodecFrames) and payload.frames.numel():
             state.trace.mark("first_frames")
+            if self.graph.output_stage(Modality.TEXT) not in state.stages:  # no text: frames are the output
+                state.num_output_tokens += payload.frames.shape[0]
         if finished:
             self._close(state, stage, output.finish_reason)
         for edge in self.graph.edges_from(stage):

@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniOutput, OmniRequest
+from omnistage.families.speech import SpeechFrontEnd
 from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.processing.prompt import PromptProcessor
 
@@ -24,11 +25,12 @@ class OmniEngine(Protocol):
     chunk); the last has ``finished=True``. If the consumer stops early the server
     calls ``abort`` (shielded from cancellation) and then closes the iterator, so
     ``abort`` must free the request in every stage and be idempotent; aborting an
-    unknown or finished id is a no-op. ``processor`` is called from worker threads.
+    unknown or finished id is a no-op. ``processor`` and ``speech`` are called from worker threads.
     """
 
     model_name: str  # the id /v1/models lists and requests must name
-    processor: PromptProcessor
+    processor: PromptProcessor | None  # the chat prompt processor; None: the model takes no chat (a TTS model)
+    speech: SpeechFrontEnd | None  # a text-to-speech model's input preparation; None: not a TTS model
     voices: Sequence[str]  # the checkpoint's speaker names, e.g. ("Chelsie", "Ethan", "Aiden")
     supports_audio: bool  # False when the pipeline has no talker/code2wav stages
     max_model_len: int  # the thinker's context: prompt + completion tokens

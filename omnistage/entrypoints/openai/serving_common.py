@@ -22,6 +22,14 @@ def resolve_voice(voices: VoiceBook, name: str | None, param: str) -> str:
         raise bad_request(str(exc), param=param, code="invalid_voice") from exc
 
 
+NO_CHAT = ("this model takes no chat: it is a text-to-speech checkpoint; use POST /v1/audio/speech")
+
+
+def require_chat(engine: OmniEngine) -> None:
+    if engine.processor is None:
+        raise bad_request(NO_CHAT, param="model", code="chat_not_supported")
+
+
 def require_audio_support(engine: OmniEngine, param: str) -> None:
     if not engine.supports_audio:
         raise bad_request("this model is served text-only (its checkpoint has no talker/code2wav); "

@@ -74,3 +74,23 @@ class Qwen3TTSModels:
         codec = {"decoder." + k: v for k, v in self.codec_decoder.state_dict().items()}
         codec.update({"encoder." + k: v for k, v in self.codec_encoder.state_dict().items()})
         return main, codec
+
+
+def load_talker(folder: str | Path, config: Qwen3TTSConfig, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32) -> Qwen3TTSTalker:
+    """The talker (with its code predictor) alone: what a talker stage loads."""
+    with build_on(device, dtype):
+        talker = Qwen3TTSTalker(config.talker)
+    with Checkpoint(folder) as ckpt:
+        load_module(talker, ckpt, CHECKPOINT_PREFIX, dtype=dtype)
+    return talker.eval().requires_grad_(False)
+
+
+def load_codec_decoder(folder: str | Path, config: Qwen3TTSConfig, device: torch.device | str = "cpu",
+                       dtype: torch.dtype = torch.float32) -> CodecDecoder:
+    """The 12 Hz codec's decoder alone: what a codec stage loads."""
+    with build_on(device, dtype):
+        decoder = CodecDecoder(config.speech_tokenizer.decoder)
+    with Checkpoint(Path(folder) / TOKENIZER_FOLDER) as ckpt:
+        load_module(decoder, ckpt, "decoder.", dtype=dtype)
+    return decoder.eval().requires_grad_(False)

@@ -22,10 +22,10 @@ INPUTS = [
 def _run(models, tokenizer, inputs, settings):
     prompts = [build_talker_prompt(models.talker, models.config, prompt_spec(models.config, tokenizer, i))
                for i in inputs]
-    requests = [talker_request(models, f"r{k}", p, settings.talker_params()) for k, p in enumerate(prompts)]
+    requests = [talker_request(models.config, f"r{k}", p, settings.talker_params()) for k, p in enumerate(prompts)]
     longest = max(r.num_prompt_tokens for r in requests) + settings.max_new_tokens
     engine = build_ar_engine(models.talker, engine_config(models, longest, max_num_seqs=len(requests)),
-                             talker_step_hook(models))
+                             talker_step_hook(models.talker, models.config))
     for request in requests:
         engine.add_request(request)
     engine.run_until_done()
