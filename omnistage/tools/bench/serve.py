@@ -320,6 +320,10 @@ def main(args: argparse.Namespace) -> int:
     from omnistage.processing.prompt import PromptProcessor
     from omnistage.tools.make_tiny import resolve_model
 
+    if getattr(args, "backend", "openai-chat") == "openai-audio-speech":
+        from omnistage.tools.bench.speech import speech_main
+
+        return speech_main(args)
     folder = resolve_model(args.model)
     output_tokens = args.random_output_len or args.output_tokens
     frames = args.audio_frames or output_tokens
