@@ -115,6 +115,29 @@ class InProcessDriver:
         await self.omni.shutdown()
 
 
+async def sse_record(client, url: str, body: dict, consume: Callable[[StreamRecord, dict, float], None],  # noqa: ANN001
+                     ) -> StreamRecord:
+    """POSTs ``body`` and feeds each SSE ``data:`` event to ``consume`` until ``[DONE]`` or the stream ends; a failed
+    request is a figure (its error), not a crash."""
+    record = StreamRecord(time.perf_counter())
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code != 200:
+                record.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                return record
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                now = time.perf_counter()
+                if line[6:] == "[DONE]":
+                    record.end = now
+                    break
+                consume(record, json.loads(line[6:]), now)
+    except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
+        record.error = f"{type(exc).__name__}: {exc}"
+    return record
+
+
 class HttpDriver:
     """Streams ``/v1/chat/completions`` of a running server (SSE, PCM16 audio deltas)."""
 
@@ -129,24 +152,7 @@ class HttpDriver:
         body = {"model": self.model_name, "messages": [{"role": "user", "content": prompt.text}],
                 "modalities": ["text", "audio"], "audio": {"voice": "Ethan", "format": "pcm16"},
                 "max_tokens": self.output_tokens, "temperature": 0.0, "seed": seed, "stream": True}
-        record = StreamRecord(time.perf_counter())
-        try:
-            async with self.client.stream("POST", self.url, json=body) as resp:
-                if resp.status_code != 200:
-                    record.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
-                    return record
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    data = line[6:]
-                    now = time.perf_counter()
-                    if data == "[DONE]":
-                        record.end = now
-                        break
-                    self._consume(record, json.loads(data), now)
-        except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
-            record.error = f"{type(exc).__name__}: {exc}"
-        return record
+        return await sse_record(self.client, self.url, body, self._consume)
 
     @staticmethod
     def _consume(record: StreamRecord, chunk: dict, now: float) -> None:

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from omnistage.tools.bench.metrics import SAMPLE_RATE, StreamRecord
-from omnistage.tools.bench.serve import BenchPrompt
+from omnistage.tools.bench.serve import BenchPrompt, sse_record
 
 WORDS = ("hello", "there", "how", "are", "you", "today", "the", "weather", "is", "fine", "speech", "stream",
          "audio", "voice", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "morning", "evening", "music")
@@ -82,18 +82,7 @@ class SpeechHttpDriver:
     async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
         body = {"model": self.model_name, "input": prompt.text, "voice": self.voice, "response_format": "pcm",
                 "stream_format": "sse"}
-        record = StreamRecord(time.perf_counter())
-        try:
-            async with self.client.stream("POST", self.url, json=body) as resp:
-                if resp.status_code != 200:
-                    record.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
-                    return record
-                async for line in resp.aiter_lines():
-                    if line.startswith("data: "):
-                        self._consume(record, json.loads(line[6:]), time.perf_counter())
-        except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
-            record.error = f"{type(exc).__name__}: {exc}"
-        return record
+        return await sse_record(self.client, self.url, body, self._consume)
 
     @staticmethod
     def _consume(record: StreamRecord, event: dict, now: float) -> None:
