@@ -29,7 +29,7 @@ class AsyncOmni:
         self.pipeline = pipeline or OmniPipeline(model, stage_config, options, model_name)
         self.model_name: str = self.pipeline.model_name
         self.processor: PromptProcessor | None = self.pipeline.processor
-        self.speech: SpeechFrontEnd | None = self.pipeline.front_end.speech
+        self.speech: SpeechFrontEnd | None = self.pipeline.speech
         self.voices: Sequence[str] = self.pipeline.voices
         self.supports_audio: bool = self.pipeline.supports_audio
         self.max_model_len: int = self.pipeline.max_model_len

@@ -126,6 +126,7 @@ class OmniPipeline:
         self.model_name = model_name or str(model)
         self.processor = self.front_end.processor
         self.voices = self.front_end.voices
+        self.speech = self.front_end.speech  # a TTS family's input preparation (None otherwise)
         self.supports_audio = self.graph.supports_audio
         self.supports_text = self.graph.supports(Modality.TEXT)
         entry = self.spec.stage(self.graph.entry)

@@ -42,6 +42,7 @@ class _FakeStagePipeline:
     supports_audio: bool = True
     max_model_len: int = 4096
     default_sampling: SamplingDefaults = SamplingDefaults()
+    speech: None = None  # not a text-to-speech model
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)
