@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from omnistage.core import Prompt
 
@@ -23,14 +26,28 @@ class SpeechAsk:
     voice: str | None = None
     instructions: str | None = None
     language: str = "auto"
+    clone: object | None = None  # a registered voice, as the front end's load_voice read it
 
 
 class SpeechFrontEnd(ABC):
     """speakers: the names ``voice`` may take (empty when the checkpoint's voice is not a named speaker).
-    needs_instructions: the voice comes from ``instructions`` (a voice-design model)."""
+    needs_instructions: the voice comes from ``instructions`` (a voice-design model).
+    clones_voices: ``voice`` names a voice registered from reference audio (``clone_voice``, stored by the server
+    with ``save_voice``, read back with ``load_voice``)."""
 
     speakers: tuple[str, ...] = ()
     needs_instructions: bool = False
+    clones_voices: bool = False
+
+    def clone_voice(self, samples: np.ndarray, sample_rate: int, transcript: str | None) -> object:
+        """A voice from mono reference audio (and its transcript, if known); ``ValueError`` for bad input."""
+        raise ValueError("this checkpoint does not clone voices")
+
+    def save_voice(self, voice: object, folder: Path) -> None:
+        raise ValueError("this checkpoint does not clone voices")
+
+    def load_voice(self, folder: Path) -> object:
+        raise ValueError("this checkpoint does not clone voices")
 
     @abstractmethod
     def prompt(self, ask: SpeechAsk) -> Prompt:

@@ -108,6 +108,8 @@ def test_what_a_tts_checkpoint_cannot_do_is_a_clear_400(tts: _Served) -> None:
         {"role": "user", "content": "hi"}]}, timeout=30)
     assert chat.status_code == 400 and chat.json()["error"]["code"] == "chat_not_supported"
     assert httpx.get(f"{tts.url}/v1/models", timeout=30).json()["data"][0]["id"] == "tts"
+    voices = httpx.post(f"{tts.url}/v1/audio/voices", json={"name": "v", "audio": {"data": ""}}, timeout=30)
+    assert voices.status_code == 400 and voices.json()["error"]["code"] == "voice_cloning_not_supported"
 
 
 def test_the_realtime_socket_is_refused(tts: _Served) -> None:

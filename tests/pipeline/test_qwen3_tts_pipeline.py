@@ -115,7 +115,7 @@ def test_the_speech_front_end_takes_what_each_checkpoint_type_takes(served, tmp_
         design.prompt(SpeechAsk("Hello there."))
     described = design.prompt(SpeechAsk("Hello there.", voice="alloy", instructions="A calm low voice."))
     assert described.speaker is None and described.instruct_ids  # the voice is the description
-    with pytest.raises(ValueError, match="clones a voice"):
+    with pytest.raises(ValueError, match="speaks in a cloned voice"):
         served["base"].front_end.speech.prompt(SpeechAsk("Hello there."))
     custom = served["custom_voice"].front_end.speech
     prompt = custom.prompt(SpeechAsk("Hello there.", voice="ryan"))

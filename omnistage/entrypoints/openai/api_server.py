@@ -45,7 +45,14 @@ from omnistage.entrypoints.openai.protocol import (
     SpeechAudioDone,
     SpeechRequest,
     StageHealthInfo,
+    VoiceCreateRequest,
+    VoiceDeleted,
+    VoiceList,
+    VoiceObject,
 )
+from omnistage.entrypoints.openai.serving_voices import VoiceService
+from omnistage.entrypoints.openai.speech_stream import router as speech_stream_router
+from omnistage.entrypoints.openai.voice_store import VoiceStore
 from omnistage.entrypoints.openai.server_config import (
     AccessPolicy,
     MediaPolicy,
@@ -67,6 +74,7 @@ class Services:
     served: ServedModel
     chat: ChatService
     speech: SpeechService
+    voices: VoiceService
     metrics: ServerMetrics
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -104,6 +112,22 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
           responses={**_ERRORS, 200: {"content": {**_AUDIO_DOC, **_SPEECH_SSE_DOC}, "description": "audio bytes"}})
 async def audio_speech(body: SpeechRequest, request: Request, services: Services = Depends(_services)) -> Response:
     return await services.speech.create(body, request)
+
+
+@api.post("/v1/audio/voices", response_model=VoiceObject,
+          responses={**_ERRORS, 409: {"model": ErrorResponse, "description": "a voice of that name exists"}})
+async def create_voice(body: VoiceCreateRequest, services: Services = Depends(_services)) -> VoiceObject:
+    return await services.voices.create(body)
+
+
+@api.get("/v1/audio/voices", response_model=VoiceList, responses=_ERRORS)
+async def list_voices(services: Services = Depends(_services)) -> VoiceList:
+    return services.voices.list()
+
+
+@api.delete("/v1/audio/voices/{name}", response_model=VoiceDeleted, responses=_ERRORS)
+async def delete_voice(name: str, services: Services = Depends(_services)) -> VoiceDeleted:
+    return services.voices.delete(name)
 
 
 @api.get("/v1/models", response_model=ModelList)
@@ -169,12 +193,16 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits, pool)
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
+    serving = serving or ServingOptions()
+    store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits
     app.state.services = Services(engine=engine, served=served,
                                   chat=ChatService(engine, builder, metrics, admission, served),
-                                  speech=SpeechService(engine, metrics, limits, admission, pool, served),
+                                  speech=SpeechService(engine, metrics, limits, admission, pool, served, store),
+                                  voices=VoiceService(engine, limits, store, admission, pool),
                                   metrics=metrics)
     app.include_router(api)
+    app.include_router(speech_stream_router)  # WS /v1/audio/speech/stream
     install_realtime(app, engine, limits, admission, pool, served)  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read

@@ -46,23 +46,24 @@ from omnistage.entrypoints.openai.streaming import (
     sse_event,
 )
 from omnistage.entrypoints.openai.speech_inputs import speech_inputs
+from omnistage.entrypoints.openai.voice_store import VoiceStore
 
 
 class SpeechService:
     def __init__(self, engine: OmniEngine, metrics: ServerMetrics, limits: ServerLimits,
                  admission: Admission | None = None, pool: DecodePool | None = None,
-                 served: ServedModel | None = None) -> None:
+                 served: ServedModel | None = None, voices: VoiceStore | None = None) -> None:
         self.engine = engine
         self.served = served or ServedModel.of(engine)
         self.metrics = metrics
         self.limits = limits
         self.admission = admission or Admission(engine, limits.max_queued_requests)
         self.pool = pool or DecodePool(limits.decode_workers)
-        self.inputs = speech_inputs(engine, self.served, self.pool)
+        self.inputs = speech_inputs(engine, self.served, self.pool, voices)
 
     async def create(self, body: SpeechRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
-        self._check(body)
+        self.check(body)
         ticket = self.admission.admit()  # before the tokenising, which runs in the bounded pool
         try:
             request = await prepare_admitted(raw, ticket, self.inputs.request(body))
@@ -85,7 +86,7 @@ class SpeechService:
         return AbortingStreamingResponse(self._bytes(pieces, request), media_type=body.audio_format.media_type,
                                          upstream=encoded)
 
-    def _check(self, body: SpeechRequest) -> None:
+    def check(self, body: SpeechRequest) -> None:
         self.served.check(body.model)
         require_audio_support(self.engine, "model")
         self.inputs.check_voice(body)

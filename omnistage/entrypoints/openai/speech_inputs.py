@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from dataclasses import replace
+from pathlib import Path
 
 from omnistage.core import Modality, OmniRequest, Prompt, RequestSampling
 from omnistage.entrypoints.openai.decode_pool import CancelToken, DecodePool
@@ -22,6 +24,7 @@ from omnistage.entrypoints.openai.errors import bad_request
 from omnistage.entrypoints.openai.protocol import SpeechRequest
 from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling, resolve_voice
+from omnistage.entrypoints.openai.voice_store import VoiceStore, VoiceStoreError
 from omnistage.families.speech import SpeechAsk, SpeechFrontEnd
 from omnistage.processing.prompt import ProcessedPrompt
 
@@ -49,26 +52,44 @@ class SpeechInputs(ABC):
             raise bad_request(f"could not build the prompt: {exc}", param="input") from exc
 
 
-def speech_inputs(engine: OmniEngine, served: ServedModel, pool: DecodePool) -> SpeechInputs:
+def speech_inputs(engine: OmniEngine, served: ServedModel, pool: DecodePool,
+                  voices: VoiceStore | None = None) -> SpeechInputs:
     speech = getattr(engine, "speech", None)
-    return TextToSpeech(engine, served, pool, speech) if speech is not None else RepeatedByThinker(engine, served, pool)
+    if speech is None:
+        return RepeatedByThinker(engine, served, pool)
+    return TextToSpeech(engine, served, pool, speech, voices)
 
 
 class TextToSpeech(SpeechInputs):
     """A text-to-speech checkpoint speaks the input (audio is its only output)."""
 
-    def __init__(self, engine: OmniEngine, served: ServedModel, pool: DecodePool, speech: SpeechFrontEnd) -> None:
+    def __init__(self, engine: OmniEngine, served: ServedModel, pool: DecodePool, speech: SpeechFrontEnd,
+                 voices: VoiceStore | None = None) -> None:
         super().__init__(engine, served, pool)
-        self.speech = speech
+        self.speech, self.voices = speech, voices
 
     def check_voice(self, body: SpeechRequest) -> str | None:
+        if self.speech.clones_voices:  # a registered voice
+            return self._cloned(body.voice_name).name
         # A checkpoint without named speakers (voice design) takes its voice from the instructions.
         return resolve_voice(self.served.voices, body.voice_name, "voice") if self.speech.speakers else None
 
+    def _cloned(self, name: str) -> Path:
+        if self.voices is None:
+            raise bad_request("this checkpoint speaks in voices cloned from reference audio: start the server with "
+                              "--voices-dir and register one with POST /v1/audio/voices", param="voice",
+                              code="invalid_voice")
+        try:
+            return self.voices.folder(name)
+        except VoiceStoreError as exc:
+            registered = ", ".join(self.voices.names()) or "none"
+            raise bad_request(f"{exc} (registered: {registered})", param="voice", code="invalid_voice") from exc
+
     async def request(self, body: SpeechRequest) -> OmniRequest:
         voice = self.check_voice(body)
+        clone = self._cloned(body.voice_name) if self.speech.clones_voices else None
         ask = SpeechAsk(body.input, voice, body.instructions)
-        prompt = await self._prompt(self._make, ask)
+        prompt = await self._prompt(self._make, ask, clone)
         try:
             frames = self.speech.max_frames(prompt, self.engine.max_model_len)
         except ValueError as exc:
@@ -80,7 +101,12 @@ class TextToSpeech(SpeechInputs):
                            modalities=frozenset({Modality.AUDIO}),
                            sampling=make_sampling(max_tokens=frames, defaults=defaults), voice=voice or "")
 
-    def _make(self, ask: SpeechAsk, token: CancelToken) -> Prompt:
+    def _make(self, ask: SpeechAsk, clone: Path | None, token: CancelToken) -> Prompt:
+        if clone is not None:
+            try:
+                ask = replace(ask, clone=self.speech.load_voice(clone))
+            except OSError as exc:  # deleted since it was checked
+                raise ValueError(f"the voice {clone.name!r} is no longer registered") from exc
         return self.speech.prompt(ask)
 
 
