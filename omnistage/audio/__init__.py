@@ -11,6 +11,7 @@ from omnistage.audio.decode import (
 )
 from omnistage.audio.encode import StreamingAudioEncoder, encode_audio, float_to_pcm16, streaming_wav_header
 from omnistage.audio.formats import INPUT_FORMATS, AudioFormat
+from omnistage.audio.time_stretch import TimeStretcher, stretch
 
 __all__ = [
     "INPUT_FORMATS",
@@ -19,11 +20,13 @@ __all__ = [
     "AudioTooLongError",
     "DecodedAudio",
     "StreamingAudioEncoder",
+    "TimeStretcher",
     "decode_audio",
     "encode_audio",
     "float_to_pcm16",
     "load_audio",
     "resample",
     "streaming_wav_header",
+    "stretch",
     "to_mono",
 ]

@@ -41,7 +41,8 @@ class DecodedAudio:
 
 def decode_audio(data: bytes, fmt: str | None = None, max_seconds: float | None = None,
                  checkpoint: Callable[[], None] | None = None) -> DecodedAudio:
-    """Decodes ``data`` to mono float32 at its own rate; ``fmt`` (wav/mp3/flac) picks the decoder first.
+    """Decodes ``data`` to mono float32 at its own rate; ``fmt`` picks the decoder: wav/flac libsndfile, any other
+    name (mp3, ``"video"`` for a video's sound track) FFmpeg's first audio stream, None libsndfile then FFmpeg.
     ``checkpoint`` is called between decoded packets (it may raise to stop the work)."""
     if not data:
         raise AudioDecodeError("the audio is empty")

@@ -4,6 +4,12 @@ Whole files: soundfile (libsndfile) writes WAV and FLAC, PyAV (FFmpeg) writes
 MP3, Ogg/Opus and AAC, and PCM16 is the raw samples. ``StreamingAudioEncoder``
 produces the same formats piece by piece so a response can be sent while the
 model still speaks: the pieces concatenated form one valid file.
+
+FLAC is the exception: it is held until the audio ends and sent as one piece.
+Its STREAMINFO must carry the exact sample count for libsndfile (python-soundfile)
+to read it: a streamed header says 0 ("unknown"), which libsndfile turns into
+2**63-1 frames ("array is too big"), and any other guess fails its seek to the
+end of the data. The bytes are then exactly the non-streamed file's.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ _AV_CODECS: dict[AudioFormat, tuple[str, str]] = {
     AudioFormat.MP3: ("mp3", "libmp3lame"),
     AudioFormat.OPUS: ("ogg", "libopus"),
     AudioFormat.AAC: ("adts", "aac"),
-    AudioFormat.FLAC: ("flac", "flac"),
 }
 # Ogg buffers a page per second by default; 20 ms pages let each piece carry the audio fed so far.
 _MUXER_OPTIONS: dict[AudioFormat, dict[str, str]] = {AudioFormat.OPUS: {"page_duration": "20000"}}
 _SOUNDFILE_FORMATS: dict[AudioFormat, str] = {AudioFormat.WAV: "WAV", AudioFormat.FLAC: "FLAC"}
+# Formats a reader can only take whole (see the module docstring): held until ``finish``.
+HELD_FORMATS: frozenset[AudioFormat] = frozenset({AudioFormat.FLAC})
 
 
 def float_to_pcm16(samples: np.ndarray) -> bytes:
@@ -41,8 +48,9 @@ def encode_audio(samples: np.ndarray, sample_rate: int, fmt: AudioFormat) -> byt
         return float_to_pcm16(samples)
     if fmt in _SOUNDFILE_FORMATS:
         buf = io.BytesIO()
-        mono = np.asarray(samples, dtype=np.float32).reshape(-1)
-        sf.write(buf, mono, sample_rate, format=_SOUNDFILE_FORMATS[fmt], subtype="PCM_16")
+        # The PCM16 path's own integers, so every PCM16-based format (streamed or not) holds the same samples.
+        ints = np.frombuffer(float_to_pcm16(samples), dtype="<i2")
+        sf.write(buf, ints, sample_rate, format=_SOUNDFILE_FORMATS[fmt], subtype="PCM_16")
         return buf.getvalue()
     encoder = StreamingAudioEncoder(fmt, sample_rate)
     return encoder.feed(samples) + encoder.finish()
@@ -76,9 +84,10 @@ class StreamingAudioEncoder:
     """Encodes audio fed in chunks; ``feed`` and ``finish`` return the bytes ready so far.
 
     WAV streams a header with unknown sizes followed by PCM16; PCM16 streams the
-    raw samples; the others go through an FFmpeg muxer writing to a sink that is
-    drained after every chunk. Compressed encoders need whole codec frames, so an
-    ``AudioFifo`` holds the remainder until the next chunk or ``finish``.
+    raw samples; FLAC (``HELD_FORMATS``) is held and encoded whole by ``finish``;
+    the others go through an FFmpeg muxer writing to a sink that is drained after
+    every chunk. Compressed encoders need whole codec frames, so an ``AudioFifo``
+    holds the remainder until the next chunk or ``finish``.
     """
 
     def __init__(self, fmt: AudioFormat, sample_rate: int) -> None:
@@ -88,6 +97,7 @@ class StreamingAudioEncoder:
         self._finished = False
         self._sink = _Sink()
         self._container: av.container.OutputContainer | None = None
+        self._held: list[np.ndarray] = []
         if fmt in _AV_CODECS:
             muxer, codec = _AV_CODECS[fmt]
             self._container = av.open(self._sink, mode="w", format=muxer, options=_MUXER_OPTIONS.get(fmt, {}))
@@ -97,6 +107,9 @@ class StreamingAudioEncoder:
     def feed(self, samples: np.ndarray) -> bytes:
         if self._finished:
             raise RuntimeError("feed() after finish()")
+        if self.format in HELD_FORMATS:
+            self._held.append(np.asarray(samples, dtype=np.float32).reshape(-1))
+            return b""
         if self._container is None:
             return self._header() + float_to_pcm16(samples)
         mono = np.ascontiguousarray(np.asarray(samples, dtype=np.float32).reshape(1, -1))
@@ -114,6 +127,10 @@ class StreamingAudioEncoder:
         if self._finished:
             return b""
         self._finished = True
+        if self.format in HELD_FORMATS:
+            held, self._held = self._held, []
+            return encode_audio(np.concatenate(held) if held else np.zeros(0, np.float32), self.sample_rate,
+                                self.format)
         if self._container is None:
             return self._header()
         rest = self._fifo.read()

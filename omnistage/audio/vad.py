@@ -1,18 +1,29 @@
-"""Energy-based voice activity detection for the realtime endpoint's ``server_vad`` turn detection.
+"""Voice activity detection for the realtime endpoint's ``server_vad`` turn detection: the shared parts and
+the energy detector.
 
-Audio is cut into 20 ms frames; a frame is *voiced* when its RMS level is above
-``threshold_dbfs`` (dB relative to full scale: a full-scale sine is -3 dBFS,
-normal speech at a headset mic sits around -30..-15 dBFS, a quiet room -60 dBFS
-or lower). OpenAI's ``threshold`` (0..1, default 0.5) maps linearly onto
--60..-20 dBFS, so the default is **-40 dBFS**. Speech *starts* after
-``min_speech_ms`` of consecutive voiced frames and *stops* after
-``silence_duration_ms`` of consecutive unvoiced ones. No model, no state beyond
-a few counters: cheap enough to run on every appended chunk in the event loop.
+A detector scores fixed frames of the stream; ``TurnTracker`` turns the scores
+into turns the same way for every detector: speech *starts* after
+``min_speech_ms`` of consecutive frames scoring at or above the start level and
+*stops* after ``silence_duration_ms`` of consecutive frames below the stop level
+(a lower stop level than start level is hysteresis: a turn is not cut by one
+soft syllable). Two detectors (``vad_backend.py`` chooses, ``--vad``):
+
+* Silero VAD (``silero.py``, the default): a speech probability per 32 ms;
+  OpenAI's ``threshold`` (0..1, default 0.5) is that probability, as in
+  Silero's own iterator, and a turn ends below ``threshold - 0.15``.
+* ``EnergyVad`` here, the fallback: 20 ms frames, *voiced* when their RMS level
+  is above ``threshold_dbfs`` (dB relative to full scale: a full-scale sine is
+  -3 dBFS, normal speech at a headset mic sits around -30..-15 dBFS, a quiet room
+  -60 dBFS or lower). ``threshold`` maps linearly onto -60..-20 dBFS, so the
+  default is **-40 dBFS**. Loud noise is speech to it. No model, a few
+  counters: cheap enough to run on every appended chunk in the event loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from math import ceil
 
 import numpy as np
 
@@ -29,7 +40,7 @@ def threshold_to_dbfs(threshold: float) -> float:
 
 @dataclass(frozen=True)
 class VadConfig:
-    threshold: float = 0.5  # OpenAI's scale; see threshold_to_dbfs
+    threshold: float = 0.5  # OpenAI's 0..1: Silero's speech probability, or a level (threshold_to_dbfs)
     silence_duration_ms: int = 500  # unvoiced time that ends a turn (OpenAI's default)
     prefix_padding_ms: int = 300  # audio kept before the detected start (OpenAI's default)
     min_speech_ms: int = 60  # voiced time that starts a turn (ignores clicks)
@@ -51,6 +62,33 @@ class VadEvent:
     sample: int  # position in the stream (samples at the detector's rate) where it happened
 
 
+class TurnTracker:
+    """Frame scores in, speech start/stop out (as frame indices counted from the last reset)."""
+
+    def __init__(self, config: VadConfig, frame_ms: float) -> None:
+        self._need_on = max(1, ceil(config.min_speech_ms / frame_ms))
+        self._need_off = max(1, ceil(config.silence_duration_ms / frame_ms))
+        self.reset()
+
+    def reset(self) -> None:
+        self.in_speech = False
+        self._run = 0  # consecutive frames of the state that would flip ``in_speech``
+        self._frames = 0
+
+    def update(self, scores: Iterable[float], start_at: float, stop_below: float) -> list[tuple[str, int]]:
+        """``(kind, frame)`` for each turn edge: ``frame`` is the first frame of the run that flipped it."""
+        edges: list[tuple[str, int]] = []
+        for score in scores:
+            voiced = score >= (stop_below if self.in_speech else start_at)
+            self._run = self._run + 1 if voiced != self.in_speech else 0
+            need = self._need_off if self.in_speech else self._need_on
+            self._frames += 1
+            if self._run >= need:
+                self.in_speech, self._run = not self.in_speech, 0
+                edges.append(("speech_started" if self.in_speech else "speech_stopped", self._frames - need))
+        return edges
+
+
 def frame_dbfs(frames: np.ndarray) -> np.ndarray:
     """RMS level of each row of ``frames`` (float samples in [-1, 1]) in dBFS; silence is -inf-safe."""
     rms = np.sqrt(np.mean(np.square(frames, dtype=np.float64), axis=-1))
@@ -60,22 +98,21 @@ def frame_dbfs(frames: np.ndarray) -> np.ndarray:
 class EnergyVad:
     """Streams samples in any piece sizes; yields start/stop events at frame resolution."""
 
+    inline = True  # cheap enough for the event loop
+
     def __init__(self, config: VadConfig, sample_rate: int) -> None:
         self.config = config
-        self.rate = sample_rate
         self.frame = sample_rate * FRAME_MS // 1000
+        self._turns = TurnTracker(config, FRAME_MS)
         self._pending = np.zeros(0, dtype=np.float32)
-        self._consumed = 0  # samples already framed
-        self.in_speech = False
-        self._run = 0  # consecutive frames of the state that would flip ``in_speech``
-        self._need_on = max(1, -(-config.min_speech_ms // FRAME_MS))
-        self._need_off = max(1, -(-config.silence_duration_ms // FRAME_MS))
+
+    @property
+    def in_speech(self) -> bool:
+        return self._turns.in_speech
 
     def reset(self) -> None:
         self._pending = np.zeros(0, dtype=np.float32)
-        self._consumed = 0
-        self.in_speech = False
-        self._run = 0
+        self._turns.reset()
 
     def feed(self, samples: np.ndarray) -> list[VadEvent]:
         data = np.concatenate([self._pending, np.asarray(samples, dtype=np.float32)])
@@ -83,22 +120,6 @@ class EnergyVad:
         self._pending = data[n * self.frame:]
         if n == 0:
             return []
-        voiced = frame_dbfs(data[: n * self.frame].reshape(n, self.frame)) > self.config.threshold_dbfs
-        events: list[VadEvent] = []
-        for i, v in enumerate(voiced):
-            self._run = self._run + 1 if bool(v) != self.in_speech else 0
-            if self._run >= (self._need_off if self.in_speech else self._need_on):
-                end = self._consumed + (i + 1) * self.frame
-                self.in_speech = not self.in_speech
-                self._run = 0
-                if self.in_speech:
-                    events.append(VadEvent("speech_started", end - self._need_on * self.frame))
-                else:
-                    events.append(VadEvent("speech_stopped", end - self._need_off * self.frame))
-        self._consumed += n * self.frame
-        return events
-
-
-def make_vad(config: VadConfig | None, sample_rate: int) -> EnergyVad | None:
-    """The detector for a session's turn detection (None: turns are committed by the client)."""
-    return None if config is None else EnergyVad(config, sample_rate)
+        levels = frame_dbfs(data[: n * self.frame].reshape(n, self.frame)).tolist()
+        level = self.config.threshold_dbfs
+        return [VadEvent(kind, frame * self.frame) for kind, frame in self._turns.update(levels, level, level)]

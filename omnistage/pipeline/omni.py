@@ -48,9 +48,10 @@ class Omni:
         self.pipeline.close()
 
     def prompt(self, messages: Messages, audios: Sequence[np.ndarray] = (), images: Sequence[object] = (),
-               videos: Sequence[Video] = ()) -> ProcessedPrompt:
+               videos: Sequence[Video] = (), use_audio_in_video: bool = False) -> ProcessedPrompt:
         """Chat messages (or a user string, or prompt token ids) plus 16 kHz audios / images / videos (frames
-        and their fps) → thinker input."""
+        and their fps) → thinker input. ``use_audio_in_video``: each video's ``audio`` (its 16 kHz sound
+        track) is interleaved with its frames, as transformers' processor does."""
         proc = self.pipeline.processor
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
@@ -58,11 +59,12 @@ class Omni:
             token_ids = [int(t) for t in messages]
         else:
             token_ids = proc.apply_chat_template(list(messages))
-        return proc.process(token_ids, audios=list(audios), images=list(images), videos=list(videos))
+        return proc.process(token_ids, audios=list(audios), images=list(images), videos=list(videos),
+                            use_audio_in_video=use_audio_in_video)
 
     def request(self, messages: Messages, modalities: Iterable[str] = ("text",), *,
                 audios: Sequence[np.ndarray] = (), images: Sequence[object] = (), videos: Sequence[Video] = (),
-                voice: str = "ethan", initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
+                use_audio_in_video: bool = False, voice: str = "ethan", initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
                 stream: bool = True, **sampling: object) -> OmniRequest:
         """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields.
         ``stream``: the audio is played as it arrives (chunks follow the player), else consumed whole."""
@@ -76,7 +78,7 @@ class Omni:
             knobs["stop"] = tuple(knobs["stop"])
         return OmniRequest(
             request_id=request_id or f"omni-{uuid.uuid4().hex[:8]}-{next(self._ids)}",
-            prompt=self.prompt(messages, audios, images, videos),
+            prompt=self.prompt(messages, audios, images, videos, use_audio_in_video),
             modalities=frozenset(Modality(m) for m in modalities),
             sampling=RequestSampling(**knobs), voice=voice, initial_codec_chunk_frames=initial_codec_chunk_frames,
             stream=stream)

@@ -8,6 +8,8 @@ processor (which ``processing/video.py`` also uses for video frames). Each
 the number of encoder outputs its item produces, exactly as the processor does.
 When the folder has no tokenizer or processor configs (a bare checkpoint), the
 feature extractor, image and video processors are built from the model config.
+With ``use_audio_in_video`` each video's sound track joins the prompt's audios
+and its placeholder interleaves both (``processing/audio_in_video.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 
 from omnistage.models.qwen3_omni.config import ProcessorSettings, Qwen3OmniConfig
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs
+from omnistage.processing.audio_in_video import AudioInVideoTokens, audio_order, interleaved_placeholder
 from omnistage.processing.video import Video, VideoProcessor
 
 AUDIO_SAMPLE_RATE = 16000
@@ -56,7 +59,9 @@ class PromptProcessor:
         self.video_token_id = settings.video_token_id
         self.n_window = settings.n_window
         self.merge_size = settings.merge_size
+        self.position_id_per_seconds = settings.position_id_per_seconds
         self.tokenizer = self._load_tokenizer()
+        self.audio_in_video_tokens = self._audio_in_video_tokens(settings)
         self.features = self._load_feature_extractor(settings.num_mel_bins)
         self.images = self._load_image_processor(settings)
         self.videos = VideoProcessor.from_folder(self.folder, settings)
@@ -71,6 +76,17 @@ class PromptProcessor:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(self.folder)
+
+    def _audio_in_video_tokens(self, settings: ProcessorSettings) -> AudioInVideoTokens | None:
+        """The markers of an interleaved video, from the config or else the tokenizer (None: neither has them)."""
+        start = settings.audio_start_token_id
+        end = settings.audio_end_token_id
+        if end is None and self.tokenizer is not None:
+            found = self.tokenizer.convert_tokens_to_ids("<|audio_end|>")
+            end = found if found != self.tokenizer.unk_token_id else None
+        if start is None or end is None:
+            return None
+        return AudioInVideoTokens(self.video_token_id, self.audio_token_id, int(start), int(end))
 
     def _load_feature_extractor(self, mel_bins: int):  # noqa: ANN202
         from transformers import WhisperFeatureExtractor
@@ -106,16 +122,47 @@ class PromptProcessor:
         return list(self.tokenizer(text + assistant_prefix, add_special_tokens=False).input_ids)
 
     def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = (),
-                videos: list[Video] = ()) -> ProcessedPrompt:
+                videos: list[Video] = (), use_audio_in_video: bool = False) -> ProcessedPrompt:
         """Expands each placeholder of ``token_ids`` to its item's encoder length; audio is 16 kHz mono float.
 
-        A video's placeholder is one ``<|video_pad|>`` (as the chat template renders a video part), not the
-        audio-interleaved layout of ``use_audio_in_video``: a video's sound track is not used."""
-        audio_in, counts_a = self._audio(list(audios))
+        A video's placeholder is one ``<|video_pad|>``, as the chat template renders a video part. With
+        ``use_audio_in_video`` every video must carry its sound track (``Video.audio``): the tracks join the
+        audios in token order and each video's placeholder becomes the interleaved layout."""
+        audios, videos = list(audios), list(videos)
+        if use_audio_in_video and videos:
+            return self._process_audio_in_video(token_ids, audios, images, videos)
+        audio_in, counts_a = self._audio(audios)
         image_in, counts_i = self._images(list(images))
-        video_in, counts_v = self._videos(list(videos))
+        video_in, counts_v = self._videos(videos)
         expanded = self._expand(token_ids, {self.audio_token_id: counts_a, self.image_token_id: counts_i,
                                             self.video_token_id: counts_v})
+        return self._prompt(expanded, audio_in, image_in, video_in)
+
+    def _process_audio_in_video(self, token_ids: list[int], audios: list[np.ndarray], images: list,
+                                videos: list[Video]) -> ProcessedPrompt:
+        tokens = self.audio_in_video_tokens
+        if tokens is None:
+            raise ValueError("use_audio_in_video needs the <|audio_start|>/<|audio_end|> ids (config or tokenizer)")
+        missing = [j for j, v in enumerate(videos) if v.audio is None]
+        if missing:
+            raise ValueError(f"use_audio_in_video: video {missing[0]} has no audio track")
+        order = audio_order(token_ids, self.audio_token_id, self.video_token_id, len(audios), len(videos))
+        audio_in, counts = self._audio([audios[i] if kind == "audio" else videos[i].audio for kind, i in order])
+        image_in, counts_i = self._images(list(images))
+        video_in, _ = self._videos(videos)
+        standalone = [n for (kind, _), n in zip(order, counts) if kind == "audio"]
+        tracks = [n for (kind, _), n in zip(order, counts) if kind == "video"]
+        layouts = [interleaved_placeholder(video_in[1][j].tolist(), self.videos.temporal_patch_size / v.fps,
+                                           tracks[j], self.merge_size, self.position_id_per_seconds, tokens)
+                   for j, v in enumerate(videos)]
+        expanded = self._expand(token_ids, {self.audio_token_id: standalone, self.image_token_id: counts_i})
+        out: list[int] = []
+        for tok in expanded:  # each video's one placeholder becomes its interleaved layout, in order
+            out.extend(layouts.pop(0) if tok == self.video_token_id else [tok])
+        return self._prompt(out, audio_in, image_in, video_in)
+
+    @staticmethod
+    def _prompt(expanded: list[int], audio_in: tuple, image_in: tuple, video_in: tuple) -> ProcessedPrompt:
         mm = MultimodalInputs(
             input_features=audio_in[0], feature_attention_mask=audio_in[1],
             pixel_values=image_in[0], image_grid_thw=image_in[1],

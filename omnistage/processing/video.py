@@ -8,8 +8,9 @@ in the video processor's layout (channel, then frame, then the pixels of the
 patch). The frame count is padded to a multiple of ``temporal_patch_size`` by
 repeating the last frame, and ``second_per_grid = temporal_patch_size / fps``.
 
-A video's own audio track is not used (transformers' ``use_audio_in_video``):
-callers pass frames only.
+A video may carry its sound track (``Video.audio``, 16 kHz mono float32 from the
+first frame's time on); ``PromptProcessor.process(use_audio_in_video=True)``
+interleaves it with the frames, as transformers' ``use_audio_in_video`` does.
 
 Known difference: the video processor resizes with torchvision, this with PIL
 (as the image path does), so a resized pixel can differ by a few 1/255.
@@ -37,10 +38,12 @@ Frame = Image.Image | np.ndarray  # an RGB PIL image or a uint8 ``[H, W, 3]`` ar
 
 @dataclass(frozen=True)
 class Video:
-    """A clip as RGB frames sampled ``fps`` times per second of the clip's time."""
+    """A clip as RGB frames sampled ``fps`` times per second of the clip's time, and optionally its sound
+    track (16 kHz mono float32; used only with ``use_audio_in_video``)."""
 
     frames: Sequence[Frame]
     fps: float
+    audio: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not self.frames:

@@ -86,7 +86,7 @@ def test_encode_each_format_round_trips(fmt: AudioFormat) -> None:
     assert abs(peak_hz(decoded, rate) - 440) < 5
 
 
-@pytest.mark.parametrize("fmt", list(AudioFormat))
+@pytest.mark.parametrize("fmt", [f for f in AudioFormat if f is not AudioFormat.FLAC])
 def test_streamed_pieces_concatenate_to_one_valid_file(fmt: AudioFormat) -> None:
     encoder = StreamingAudioEncoder(fmt, 24000)
     samples = tone(440, 1.0, 24000)
@@ -99,6 +99,18 @@ def test_streamed_pieces_concatenate_to_one_valid_file(fmt: AudioFormat) -> None
     decoded, rate = sf.read(io.BytesIO(data), dtype="float32") if fmt is AudioFormat.WAV else av_decode(data)
     assert len(decoded) >= 0.95 * len(samples) * rate / 24000
     assert abs(peak_hz(decoded, rate) - 440) < 5
+
+
+def test_streamed_flac_is_the_whole_file_soundfile_reads() -> None:
+    """FLAC is held to the end: its header then has the exact length libsndfile needs ("array is too big" else)."""
+    encoder = StreamingAudioEncoder(AudioFormat.FLAC, 24000)
+    samples = tone(440, 1.0, 24000)
+    pieces = [encoder.feed(chunk) for chunk in np.array_split(samples, 7)] + [encoder.finish()]
+    assert not any(pieces[:-1])
+    decoded, rate = sf.read(io.BytesIO(b"".join(pieces)), dtype="int16")
+    assert rate == 24000 and sf.info(io.BytesIO(pieces[-1])).frames == len(samples)
+    # FLAC is lossless on PCM16: the samples are exactly the PCM16 encoding's.
+    np.testing.assert_array_equal(decoded, np.frombuffer(encode_audio(samples, 24000, AudioFormat.PCM16), "<i2"))
 
 
 def test_streaming_encoder_refuses_feed_after_finish() -> None:

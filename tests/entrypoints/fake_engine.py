@@ -43,11 +43,12 @@ class RecordingProcessor(PromptProcessor):
         self.seen_videos: list[Video] = []
 
     def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = (),
-                videos: list[Video] = ()) -> ProcessedPrompt:
+                videos: list[Video] = (), use_audio_in_video: bool = False) -> ProcessedPrompt:
         self.seen_audios.extend(audios)
         self.seen_images.extend(images)
         self.seen_videos.extend(videos)
-        return super().process(token_ids, audios=audios, images=images, videos=videos)
+        return super().process(token_ids, audios=audios, images=images, videos=videos,
+                               use_audio_in_video=use_audio_in_video)
 
 
 def sine_chunk(index: int, seconds: float) -> np.ndarray:

@@ -122,6 +122,19 @@ def test_streaming_compressed_chunks_concatenate_to_a_file(server: LiveServer, f
     assert abs(peak_hz(samples, rate) - 440) < 5
 
 
+def test_streamed_flac_equals_the_whole_response(server: LiveServer) -> None:
+    """Concatenated streamed FLAC deltas are one file python-soundfile reads whole, sample for sample."""
+    streamed, _, _ = _stream_audio(server, "flac")
+    reply = server.client().chat.completions.create(
+        model="fake-omni", messages=USER, modalities=["text", "audio"], audio={"voice": "ethan", "format": "flac"})
+    whole, rate = sf.read(io.BytesIO(base64.b64decode(reply.choices[0].message.audio.data)), dtype="int16")
+    samples, streamed_rate = sf.read(io.BytesIO(streamed), dtype="int16")
+    assert rate == streamed_rate == 24000 and len(samples) == len(WORDS) * 2400
+    np.testing.assert_array_equal(samples, whole)
+    pcm, _, _ = _stream_audio(server, "pcm16")
+    np.testing.assert_array_equal(samples, np.frombuffer(pcm, "<i2"))
+
+
 def test_sampling_fields_reach_the_engine(server: LiveServer) -> None:
     server.client().chat.completions.create(
         model="fake-omni", messages=USER, temperature=0.3, top_p=0.9, max_completion_tokens=3, seed=7,

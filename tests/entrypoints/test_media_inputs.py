@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from omnistage.models.qwen3_omni.mrope import audio_output_length
 from tests.audio.signals import mp3_bytes, peak_hz, soundfile_bytes, tone
 from tests.entrypoints.conftest import LiveServer
 from tests.entrypoints.fake_engine import RecordingProcessor
@@ -66,6 +67,49 @@ def test_video_url_becomes_one_video(server: LiveServer, processor: RecordingPro
     assert request.mm.video_grid_thw.tolist() == [[2, 24, 24]]
     assert request.mm.video_second_per_grid.tolist() == pytest.approx([2 / video.fps])
     assert request.token_ids.count(processor.video_token_id) == 2 * 24 * 24 // 4
+
+
+def _ask_audio_in_video(server: LiveServer, *parts: dict[str, object]) -> None:
+    content = [{"type": "text", "text": "What is this?"}, *parts]
+    server.client().chat.completions.create(model="fake-omni", messages=[{"role": "user", "content": content}],
+                                            extra_body={"mm_processor_kwargs": {"use_audio_in_video": True}})
+
+
+def test_video_sound_track_is_interleaved_with_its_frames(server: LiveServer, processor: RecordingProcessor) -> None:
+    """use_audio_in_video: the track (AAC at 44.1 kHz) is decoded to 16 kHz and joins the audios where the video
+    stands, after an earlier audio part; the video's placeholder holds both kinds of tokens."""
+    spoken = soundfile_bytes(tone(300, 0.5, 16000), 16000)
+    video = mp4_bytes(seconds=2.0, tone_hz=440)
+    _ask_audio_in_video(server, _input_audio(spoken, "wav"),
+                        {"type": "video_url", "video_url": {"url": data_url("video/mp4", video)}})
+    (clip,) = processor.seen_videos
+    assert clip.audio is not None and abs(len(clip.audio) - 32000) < 1200  # AAC adds its encoder delay
+    assert abs(peak_hz(clip.audio, 16000) - 440) < 3
+    prompt = server.engine.requests[-1].prompt
+    frames = prompt.mm.feature_attention_mask.sum(-1).tolist()
+    assert frames[0] == 50 and abs(frames[1] - 200) <= 8  # the spoken part first, then the track
+    ids, tokens = prompt.token_ids, processor.audio_in_video_tokens
+    vision_start = ids.index(processor.tokenizer.convert_tokens_to_ids("<|vision_start|>"))
+    assert ids[vision_start + 1] == tokens.audio_start_token_id
+    body = ids[vision_start + 2:ids.index(tokens.audio_end_token_id, vision_start)]
+    assert body.count(processor.video_token_id) == 2 * 24 * 24 // 4
+    assert set(body) == {processor.video_token_id, processor.audio_token_id}
+    assert body.count(processor.audio_token_id) == audio_output_length(frames[1], processor.n_window)
+    # Frames at t = 0 and 1.4 s (fps 1/0.7): temporal steps at 0 and 2 * 0.7 * 13 = 18.2 position ids; each
+    # step's 144 tokens come before the audio tokens at or after its time.
+    assert body[:144] == [processor.video_token_id] * 144
+    assert body[144:144 + 19] == [processor.audio_token_id] * 19
+    assert body[144 + 19:2 * 144 + 19] == [processor.video_token_id] * 144
+
+
+def test_video_sound_track_counts_against_the_audio_budget(server: LiveServer) -> None:
+    import openai
+
+    video = mp4_bytes(seconds=6.0, fps=2, tone_hz=440)  # the test server allows 5 s of audio
+    with pytest.raises(openai.BadRequestError) as info:
+        _ask_audio_in_video(server, {"type": "video_url", "video_url": {"url": data_url("video/mp4", video)}})
+    assert info.value.body["code"] == "audio_too_long"
+    assert not server.engine.requests
 
 
 def test_media_order_is_kept(server: LiveServer, processor: RecordingProcessor) -> None:

@@ -14,6 +14,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from omnistage.audio.vad import EnergyVad, VadConfig
 from omnistage.entrypoints.openai.realtime_conversation import InputBuffer
 from omnistage.entrypoints.openai.realtime_protocol import InputFormat
+from tests.audio.signals import speech_like
 from tests.entrypoints.conftest import LiveServer
 
 TIMEOUT_S = 20.0
@@ -219,7 +220,7 @@ def test_wrong_model_is_refused(server: LiveServer) -> None:
 
 def test_server_vad_commits_at_end_of_speech_and_responds(server: LiveServer, processor) -> None:  # noqa: ANN001
     rate = 16000
-    audio = np.concatenate([np.zeros(rate // 2, np.float32), spoken_like(0.8, rate),
+    audio = np.concatenate([np.zeros(rate // 2, np.float32), speech_like(0.8, rate),
                             np.zeros(rate // 2, np.float32)])
 
     async def scenario() -> None:
@@ -269,9 +270,35 @@ def test_speech_during_a_response_barges_in(server: LiveServer) -> None:
                             "item": {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
             await send(ws, {"type": "response.create"})
             await until(ws, "response.created")
-            await stream_audio(ws, spoken_like(0.5, rate), rate)
+            await stream_audio(ws, speech_like(0.5, rate), rate)
             await until(ws, "input_audio_buffer.speech_started")
             done, _ = await until(ws, "response.done")
             assert done["response"]["status"] == "cancelled"
     asyncio.run(scenario())
     assert server.engine.requests[-1].request_id in server.engine.aborted
+
+
+@pytest.mark.parametrize("detection", [{"type": "server_vad", "silence_duration_ms": 300},
+                                       {"type": "semantic_vad", "eagerness": "high"}])
+def test_turn_detection_runs_silero_noise_is_not_a_turn(server: LiveServer, processor,  # noqa: ANN001
+                                                        detection: dict) -> None:
+    """A second of loud white noise (-20 dBFS: the energy detector would call it speech), then vowels: the turn
+    starts at the vowels (after such noise Silero may miss the first vowel: within two syllables), never in the
+    noise. semantic_vad runs the same detector with its eagerness's silence."""
+    rate = 24000
+    noise = (0.1 * np.random.default_rng(0).standard_normal(rate)).astype(np.float32)
+    audio = np.concatenate([noise, speech_like(0.8, rate), np.zeros(rate, np.float32)])
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], audio={"input": {
+                "turn_detection": detection}}) as ws:
+            await stream_audio(ws, audio, rate)
+            started, _ = await until(ws, "input_audio_buffer.speech_started")
+            stopped, _ = await until(ws, "input_audio_buffer.speech_stopped")
+            done, _ = await until(ws, "response.done")
+            assert done["response"]["status"] == "completed"
+            assert 950 <= started["audio_start_ms"] <= 1300 and 1700 <= stopped["audio_end_ms"] <= 1900
+            assert started["item_id"] == stopped["item_id"]
+    asyncio.run(scenario())
+    # The committed turn: from 300 ms (prefix padding) before the start to where the silence was heard out.
+    assert 0.8 * 16000 < len(processor.seen_audios[-1]) < 1.5 * 16000

@@ -14,8 +14,10 @@ from omnistage.entrypoints.openai.errors import param_path
 from omnistage.entrypoints.openai.server_config import (
     MediaPolicy,
     ServerLimits,
+    ServingOptions,
     limits_from_args,
     media_policy_from_args,
+    serving_options_from_args,
 )
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 
@@ -42,6 +44,20 @@ def test_serve_flags_set_limits_and_media_policy(tmp_path: Path) -> None:
     assert limits.max_text_chars == ServerLimits().max_text_chars
     media = media_policy_from_args(args)
     assert media.allowed_local_media_path == tmp_path.resolve() and media.allow_remote_media
+
+
+def test_vad_flag_chooses_the_realtime_detector(processor: RecordingProcessor) -> None:
+    from omnistage.entrypoints.openai.api_server import build_app
+
+    assert serving_options_from_args(build_parser().parse_args(["serve"])).vad == "auto"
+    options = serving_options_from_args(build_parser().parse_args(["serve", "--vad", "energy"]))
+    assert options.vad == "energy"
+    assert build_app(FakeEngine(processor=processor), serving=options).state.realtime.vad.name == "energy"
+    assert build_app(FakeEngine(processor=processor)).state.realtime.vad.name == "silero"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--vad", "webrtc"])
+    with pytest.raises(ValueError, match="--vad"):
+        ServingOptions(vad="webrtc")
 
 
 def test_media_policy_needs_an_existing_folder(tmp_path: Path) -> None:

@@ -38,6 +38,42 @@ def test_speech_formats(server: LiveServer, fmt: str) -> None:
     assert request.modalities == frozenset({Modality.TEXT, Modality.AUDIO})
 
 
+def test_streamed_flac_reads_whole_with_soundfile(server: LiveServer) -> None:
+    """The streamed FLAC's header has the exact length libsndfile needs; FLAC is lossless on the PCM16 samples."""
+    with server.client().audio.speech.with_streaming_response.create(**SPEECH, response_format="flac") as response:
+        assert response.headers["content-type"] == "audio/flac"
+        flac = b"".join(response.iter_bytes(chunk_size=1000))
+    pcm = server.client().audio.speech.create(**SPEECH, response_format="pcm").content
+    samples, rate = sf.read(io.BytesIO(flac), dtype="int16")
+    assert rate == 24000
+    np.testing.assert_array_equal(samples, np.frombuffer(pcm, "<i2"))
+
+
+@pytest.mark.parametrize("speed", [0.5, 2.0, 4.0])
+def test_speech_speed_stretches_time_not_pitch(server: LiveServer, speed: float) -> None:
+    plain = np.frombuffer(server.client().audio.speech.create(**SPEECH, response_format="pcm").content, "<i2")
+    fast = np.frombuffer(server.client().audio.speech.create(**SPEECH, response_format="pcm", speed=speed).content,
+                         "<i2")
+    assert len(plain) == len(WORDS) * 2400
+    assert abs(len(fast) - len(plain) / speed) <= 1  # exact up to rounding
+    assert abs(peak_hz(fast.astype(np.float32), 24000) - 440) < 5
+
+
+def test_speech_speed_streams_as_sse(server: LiveServer) -> None:
+    """Streamed chunk by chunk, the stretched audio is the whole response's (WSOLA state is carried)."""
+    whole = server.client().audio.speech.create(**SPEECH, response_format="pcm", speed=1.5).content
+    with server.client().audio.speech.with_streaming_response.create(
+            **SPEECH, response_format="pcm", stream_format="sse", speed=1.5) as response:
+        events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: ")]
+    deltas = [base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 3 and b"".join(deltas) == whole  # same samples through the same pcm16 conversion
+
+
+def test_speech_speed_one_is_the_default(server: LiveServer) -> None:
+    plain = server.client().audio.speech.create(**SPEECH, response_format="pcm").content
+    assert server.client().audio.speech.create(**SPEECH, response_format="pcm", speed=1.0).content == plain
+
+
 def test_speech_media_type_and_default_format(server: LiveServer) -> None:
     with server.client().audio.speech.with_streaming_response.create(**SPEECH) as response:
         assert response.headers["content-type"] == "audio/mpeg"

@@ -63,6 +63,23 @@ def test_audio_streams_early_and_equals_non_streamed(omni: Omni) -> None:
     np.testing.assert_allclose(whole.audio, audio, atol=1e-5, rtol=1e-4)
 
 
+def test_video_with_its_sound_track_speaks(omni: Omni) -> None:
+    """use_audio_in_video from Python: the interleaved prompt runs through thinker, talker and code2wav."""
+    from omnistage.processing.video import Video
+
+    rng = np.random.default_rng(5)
+    frames = [(rng.random((32, 32, 3)) * 255).astype(np.uint8) for _ in range(4)]
+    track = (0.3 * np.sin(2 * np.pi * 440 * np.arange(32000) / 16000)).astype(np.float32)
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
+    request = omni.request(messages, ["text", "audio"], videos=[Video(frames, 2.0, audio=track)],
+                           use_audio_in_video=True, max_tokens=8)
+    assert int(request.prompt.mm.feature_attention_mask.sum()) == 200  # the track is the prompt's one audio
+    outputs = list(omni.stream(request))
+    text, audio = _run(outputs)
+    assert outputs[-1].finished and outputs[-1].error is None and audio is not None and audio.size > 0
+    assert outputs[-1].usage.prompt_tokens == len(request.prompt.token_ids)
+
+
 def test_abort_frees_kv_blocks_in_every_stage(omni: Omni) -> None:
     stats = omni.pipeline.stats
     seen_used: dict[str, int] = {}

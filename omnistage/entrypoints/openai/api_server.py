@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from omnistage.audio.vad_backend import vad_backend
 from omnistage.entrypoints.openai.admission import Admission
 from omnistage.entrypoints.openai.auth import AccessMiddleware
 from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
@@ -187,13 +188,13 @@ def _openapi_schema(app: FastAPI) -> dict[str, object]:
 def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None,
               access: AccessPolicy | None = None, serving: ServingOptions | None = None) -> FastAPI:
     limits = limits or ServerLimits()
+    serving = serving or ServingOptions()
     served = ServedModel.of(engine, serving)
     metrics = ServerMetrics(engine)
     pool = DecodePool(limits.decode_workers)  # decoding and preprocessing of every endpoint, bounded
     builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits, pool)
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
-    serving = serving or ServingOptions()
     store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits
     app.state.services = Services(engine=engine, served=served,
@@ -203,7 +204,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
                                   metrics=metrics)
     app.include_router(api)
     app.include_router(speech_stream_router)  # WS /v1/audio/speech/stream
-    install_realtime(app, engine, limits, admission, pool, served)  # WS /v1/realtime
+    install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad))  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read
     install_error_handlers(app)

@@ -9,7 +9,9 @@ client leaving cancels it.
 The processor's chat template places one placeholder per audio/image/video part,
 and ``PromptProcessor.process`` expands them in order, so each kind is collected
 in the order its parts appear. A video part reaches the processor as its sampled
-frames and their rate; its audio track is not used.
+frames and their rate; with ``use_audio_in_video`` also its sound track, which
+counts against the request's audio budget like any audio part (checked from the
+header before admission, and again while decoding).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from omnistage.entrypoints.openai.media import (
     decode_image,
     decode_video,
 )
-from omnistage.entrypoints.openai.media_probe import probe_audio, probe_image, probe_video
+from omnistage.entrypoints.openai.media_probe import probe_audio, probe_image, probe_video, probe_video_audio
 from omnistage.entrypoints.openai.request_budget import MIN_FRAME_COST, MediaBudget, over_budget
 from omnistage.entrypoints.openai.protocol import (
     AudioURLPart,
@@ -67,12 +69,14 @@ class MediaItem:
 
 @dataclass(frozen=True)
 class TemplateOptions:
-    """How the chat template runs for one request: the tools it shows, extra template variables
-    (``chat_template_kwargs``), and text the answer is made to start with (a forced tool call)."""
+    """How the prompt is built for one request: the tools the chat template shows, extra template variables
+    (``chat_template_kwargs``), text the answer is made to start with (a forced tool call), and whether each
+    video's sound track joins the prompt (``mm_processor_kwargs.use_audio_in_video``)."""
 
     tools: list[dict[str, object]] | None = None
     kwargs: dict[str, object] | None = None
     assistant_prefix: str = ""
+    use_audio_in_video: bool = False
 
 
 @dataclass
@@ -120,7 +124,7 @@ class ChatPromptBuilder:
         for i, msg in enumerate(messages):
             plan.messages.append(await self._message(msg, f"messages[{i}]", plan.items))
         if plan.items:
-            await self.pool.run(self._check_headers, plan.items)
+            await self.pool.run(self._check_headers, plan.items, plan.options.use_audio_in_video)
         return plan
 
     async def build(self, plan: PromptPlan) -> ProcessedPrompt:
@@ -171,7 +175,7 @@ class ChatPromptBuilder:
         except MediaError as exc:
             raise _media_error(exc, param) from exc
 
-    def _check_headers(self, items: list[MediaItem], token: CancelToken) -> None:
+    def _check_headers(self, items: list[MediaItem], audio_in_video: bool, token: CancelToken) -> None:
         budget = MediaBudget(self.limits)
         for item in items:
             token.check()
@@ -184,6 +188,9 @@ class ChatPromptBuilder:
                 else:
                     video = probe_video(item.data)
                     budget.add_video(video.width, video.height, video.frames, item.param)
+                    if audio_in_video:
+                        track = probe_video_audio(item.data)
+                        budget.add_audio(track.sample_rate, track.seconds, item.param)
             except MediaError as exc:
                 raise _media_error(exc, item.param) from exc
 
@@ -193,7 +200,7 @@ class ChatPromptBuilder:
         for item in plan.items:
             token.check()
             try:
-                self._decode(item, decoded, token)
+                self._decode(item, decoded, plan.options.use_audio_in_video, token)
             except MediaError as exc:
                 raise _media_error(exc, item.param) from exc
         token.check()
@@ -201,11 +208,12 @@ class ChatPromptBuilder:
             options = plan.options
             ids = self.processor.apply_chat_template(plan.messages, options.tools, options.kwargs,
                                                      options.assistant_prefix)
-            return self.processor.process(ids, audios=decoded.audios, images=decoded.images, videos=decoded.videos)
+            return self.processor.process(ids, audios=decoded.audios, images=decoded.images, videos=decoded.videos,
+                                          use_audio_in_video=options.use_audio_in_video)
         except (ValueError, TemplateError) as exc:
             raise bad_request(f"could not build the prompt: {exc}", param="messages") from exc
 
-    def _decode(self, item: MediaItem, out: _Decoded, token: CancelToken) -> None:
+    def _decode(self, item: MediaItem, out: _Decoded, audio_in_video: bool, token: CancelToken) -> None:
         """One item, with the budget enforced again while decoding: a header may understate what follows."""
         limits = self.limits
         if item.kind == "audio":
@@ -224,4 +232,8 @@ class ChatPromptBuilder:
                                       f"than the limit of {limits.max_video_decode_pixels}", item.param,
                                       "video_too_large")
 
-            out.videos.append(decode_video(item.data, limits, on_frame))
+            left = limits.max_audio_seconds - out.audio_seconds if audio_in_video else None
+            video = decode_video(item.data, limits, on_frame, left, token.check)
+            if video.audio is not None:
+                out.audio_seconds += len(video.audio) / AUDIO_SAMPLE_RATE
+            out.videos.append(video)

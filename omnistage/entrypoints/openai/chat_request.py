@@ -92,14 +92,13 @@ def chat_plan(body: ChatCompletionRequest, engine: OmniEngine, served: ServedMod
                            else body.tool_choice, body.parallel_tool_calls)
     except ValueError as exc:
         raise bad_request(str(exc), param="tool_choice") from exc
-    if body.mm_processor_kwargs is not None and body.mm_processor_kwargs.use_audio_in_video:
-        raise bad_request("use_audio_in_video is not supported yet: a video's audio track is not used",
-                          param="mm_processor_kwargs.use_audio_in_video", code="unsupported_parameter")
     kwargs = dict(body.chat_template_kwargs or {})
     reserved = sorted(RESERVED_TEMPLATE_KWARGS & kwargs.keys())
     if reserved:
         raise bad_request(f"chat_template_kwargs may not set {', '.join(reserved)}", param="chat_template_kwargs")
-    template = TemplateOptions(tools=tools.tools, kwargs=kwargs or None, assistant_prefix=tools.prefix)
+    audio_in_video = body.mm_processor_kwargs is not None and body.mm_processor_kwargs.use_audio_in_video
+    template = TemplateOptions(tools=tools.tools, kwargs=kwargs or None, assistant_prefix=tools.prefix,
+                               use_audio_in_video=audio_in_video)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     return ChatPlan(audio, "text" in modalities or audio is None, tools, body.choices, template, logprobs)
 

@@ -41,9 +41,9 @@ class CancelToken:
 
 
 class DecodePool:
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, name: str = "decode") -> None:
         self.workers = workers
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="omnistage-decode")
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"omnistage-{name}")
         self._lock = threading.Lock()
         self.queued = 0  # jobs submitted and not finished (running ones included)
 

@@ -115,6 +115,7 @@ class MediaFetcher:
 
 
 MIN_AUDIO_SAMPLES = 400  # 25 ms at 16 kHz: one window of the audio encoder's feature extractor
+VIDEO_AUDIO_HINT = "video"  # decode_audio's hint for a container's first audio stream, through FFmpeg
 
 
 def decode_audio_item(data: bytes, fmt: str | None, max_seconds: float,
@@ -156,18 +157,24 @@ def decode_image(data: bytes, limits: ServerLimits) -> Image.Image:
 FrameCheck = Callable[[int, int], None]
 
 
-def decode_video(data: bytes, limits: ServerLimits, on_frame: FrameCheck | None = None) -> Video:
+def decode_video(data: bytes, limits: ServerLimits, on_frame: FrameCheck | None = None,
+                 audio_seconds: float | None = None, checkpoint: Callable[[], None] | None = None) -> Video:
     """RGB frames sampled at ``video_sample_fps`` (at most ``max_video_frames``), with the rate they were
-    sampled at; the video's audio track is not read."""
+    sampled at. With ``audio_seconds`` (``use_audio_in_video``: what is left of the request's audio budget)
+    the sound track is decoded too, as 16 kHz mono; otherwise it is not read."""
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.video:
                 raise MediaError("the file has no video stream", code="invalid_video")
-            return _sample_frames(container, limits, on_frame)
+            video = _sample_frames(container, limits, on_frame)
     except MediaError:
         raise
     except (av.FFmpegError, ValueError, IndexError) as exc:
         raise MediaError(f"could not decode the video: {exc}", code="invalid_video") from exc
+    if audio_seconds is None:
+        return video
+    audio = decode_audio_item(data, VIDEO_AUDIO_HINT, audio_seconds, checkpoint)
+    return Video(frames=video.frames, fps=video.fps, audio=audio)
 
 
 def _frame_interval(container: av.container.InputContainer, limits: ServerLimits) -> float:

@@ -51,11 +51,23 @@ def probe_audio(data: bytes, fmt: str | None) -> AudioInfo:
 
 
 def _probe_av_audio(data: bytes) -> AudioInfo:
-    def read(container: av.container.InputContainer) -> AudioInfo:
-        stream = container.streams.audio[0]
-        return AudioInfo(int(stream.sample_rate or 0), _seconds(container, stream))
+    return _probe_av(data, "audio", _audio_info)
 
-    return _probe_av(data, "audio", read)
+
+def _audio_info(container: av.container.InputContainer) -> AudioInfo:
+    stream = container.streams.audio[0]
+    return AudioInfo(int(stream.sample_rate or 0), _seconds(container, stream))
+
+
+def probe_video_audio(data: bytes) -> AudioInfo:
+    """A video's sound track, which ``use_audio_in_video`` needs: its absence is the client's mistake."""
+    def read(container: av.container.InputContainer) -> AudioInfo:
+        if not container.streams.audio:
+            raise MediaError("the video has no audio track, which mm_processor_kwargs.use_audio_in_video=true "
+                             "needs", code="video_without_audio")
+        return _audio_info(container)
+
+    return _probe_av(data, "video", read)
 
 
 def probe_image(data: bytes) -> tuple[int, int]:

@@ -392,7 +392,7 @@ class SpeechRequest(_Strict):
     voice: str | VoiceRef
     instructions: str | None = None
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "pcm16"] = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0, description="only 1.0 is supported")
+    speed: float = Field(1.0, ge=0.25, le=4.0, description="playback speed; the pitch is kept (WSOLA)")
     stream_format: Literal["sse", "audio"] = "audio"
 
     @property

@@ -2,7 +2,8 @@
 
 A session holds its settings (``realtime_session.py``), an input audio buffer
 (PCM16 at 16/24 kHz or G.711 at 8 kHz), and the conversation's items. Server VAD
-(OpenAI's default) watches the buffer: speech start and stop are reported with
+(OpenAI's default; Silero VAD in a small thread pool, or the energy detector)
+watches the buffer: speech start and stop are reported with
 the id the committed user item will have, and the end of a turn commits it and
 starts a response. ``response.create`` renders the items with the chat template
 (tools included) and streams the answer (``realtime_response.py``); a tool call
@@ -28,12 +29,14 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 
-from omnistage.audio.vad import make_vad
+from omnistage.audio.vad import VadEvent
+from omnistage.audio.vad_backend import Vad, VadBackend, vad_backend
 from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.admission import Admission, Overloaded, Ticket
-from omnistage.entrypoints.openai.decode_pool import DecodePool
+from omnistage.entrypoints.openai.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import APIError
 from omnistage.entrypoints.openai.realtime_beta import to_beta, wants_beta
@@ -62,6 +65,7 @@ from omnistage.entrypoints.openai.tool_calls import ToolSetup, tool_setup
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
+VAD_WORKERS = 2  # threads running model-based VAD for every session: its CPU is bounded by them
 DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf" (the context may allow more)
 
 router = APIRouter()
@@ -74,6 +78,8 @@ class RealtimeService:
     admission: Admission
     pool: DecodePool
     served: ServedModel
+    vad: VadBackend  # the server_vad detector (--vad)
+    vad_pool: DecodePool  # where a model-based detector runs, off the event loop
 
 
 class RealtimeSession:
@@ -83,7 +89,7 @@ class RealtimeSession:
         self.id = new_id("sess")
         self.state = SessionState(self.engine, service.served.voices, self.limits, beta)
         self.buffer = InputBuffer(self.state.config.input_format, self.limits.max_audio_seconds)
-        self.vad = make_vad(self._vad_config(), self.buffer.rate)
+        self.vad = service.vad.make(self._vad_config(), self.buffer.rate)
         self.speech_start, self.speech_item = 0, ""
         self.response: asyncio.Task[None] | None = None
         self.writer: ResponseWriter | None = None  # the events of the latest response
@@ -229,7 +235,7 @@ class RealtimeSession:
 
     def _reset_vad(self, rebuild: bool = False) -> None:
         if rebuild:
-            self.vad = make_vad(self._vad_config(), self.buffer.rate)
+            self.vad = self.service.vad.make(self._vad_config(), self.buffer.rate)
         elif self.vad is not None:
             self.vad.reset()
         self.speech_item = ""
@@ -238,7 +244,10 @@ class RealtimeSession:
         piece = self.buffer.append(decode_base64_audio(event))
         if self.vad is None:
             return
-        for vad_event in self.vad.feed(piece):
+        # The read loop waits for the detector, so one session's pieces are fed in order, one at a time.
+        pool = self.service.vad_pool
+        events = self.vad.feed(piece) if self.vad.inline else await pool.run(_feed_job, self.vad, piece)
+        for vad_event in events:
             ms = vad_event.sample * 1000 // self.buffer.rate
             if vad_event.kind == "speech_started":
                 self.speech_start, self.speech_item = vad_event.sample, new_id("item")
@@ -380,6 +389,11 @@ class RealtimeSession:
             await writer.done(None)
 
 
+def _feed_job(vad: Vad, piece: np.ndarray, token: CancelToken) -> list[VadEvent]:
+    token.check()
+    return vad.feed(piece)
+
+
 @router.websocket("/v1/realtime")
 async def realtime(ws: WebSocket) -> None:
     service: RealtimeService = ws.app.state.realtime
@@ -399,9 +413,11 @@ async def realtime(ws: WebSocket) -> None:
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
                      admission: Admission | None = None, pool: DecodePool | None = None,
-                     served: ServedModel | None = None) -> None:
+                     served: ServedModel | None = None, vad: VadBackend | None = None) -> None:
     """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
-    takes a place like a request, its prompt is built in the same pool)."""
+    takes a place like a request, its prompt is built in the same pool). ``vad``: the server_vad detector
+    (default: Silero, or the energy detector when its model cannot load)."""
     app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
-                                         pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine))
+                                         pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine),
+                                         vad or vad_backend(), DecodePool(VAD_WORKERS, "vad"))
     app.include_router(router)

@@ -118,14 +118,18 @@ class ServingOptions:
 
     served_model_names: the names requests may use (the first is listed first; empty: the engine's own);
     voice_aliases: ``(name, speaker)`` pairs over the OpenAI voice table; default_modalities: the output of a
-    chat request that names none (OpenAI's: text)."""
+    chat request that names none (OpenAI's: text); vad: the realtime ``server_vad`` detector (auto, silero,
+    energy: ``omnistage/audio/vad_backend.py``)."""
 
     served_model_names: tuple[str, ...] = ()
     voice_aliases: tuple[tuple[str, str], ...] = ()
     default_modalities: tuple[str, ...] = ("text",)
     voices_dir: Path | None = None  # where cloned voices are kept (None: registration off)
+    vad: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.vad not in ("auto", "silero", "energy"):
+            raise ValueError(f"--vad takes auto, silero or energy, got {self.vad!r}")
         if not self.default_modalities or any(m not in ("text", "audio") for m in self.default_modalities):
             raise ValueError(f"--default-modalities takes text and/or audio, got {self.default_modalities}")
 
@@ -136,7 +140,7 @@ def serving_options_from_args(args: argparse.Namespace) -> ServingOptions:
     return ServingOptions(served_model_names=tuple(getattr(args, "served_model_name", None) or ()),
                           voice_aliases=tuple(parse_alias(a) for a in getattr(args, "voice_alias", None) or ()),
                           default_modalities=tuple(getattr(args, "default_modalities", None) or ("text",)),
-                          voices_dir=getattr(args, "voices_dir", None))
+                          voices_dir=getattr(args, "voices_dir", None), vad=getattr(args, "vad", None) or "auto")
 
 
 def _flag(name: str) -> str:
@@ -174,6 +178,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     serving.add_argument("--voices-dir", type=Path, default=None,
                          help="keep voices cloned through POST /v1/audio/voices in this folder (a Qwen3-TTS Base "
                               "checkpoint; default: registration off)")
+    serving.add_argument("--vad", choices=("auto", "silero", "energy"), default="auto",
+                         help="realtime server_vad detector: Silero VAD's model on CPU (silero), an RMS level "
+                              "(energy), or Silero with the energy detector as fallback when its model cannot load "
+                              "(auto, the default)")
     access = parser.add_argument_group("access (see README: Exposing the server)")
     access.add_argument("--api-key", action="append", default=None,
                         help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; "

@@ -3,6 +3,10 @@
 What the input becomes depends on the served family (:mod:`omnistage.entrypoints.openai.speech_inputs`): a
 text-to-speech checkpoint speaks it, Qwen3-Omni's thinker repeats it for its talker.
 
+``speed`` time-stretches the generated audio without changing its pitch
+(``omnistage.audio.time_stretch``), chunk by chunk with carried state, so a
+streamed response is stretched exactly as a whole one would be.
+
 ``stream_format="audio"`` sends the bytes of one file in ``response_format`` as
 they are encoded (WAV with 'unknown' sizes in its header); ``"sse"`` sends the
 same bytes base64-encoded in ``speech.audio.delta`` events, then a
@@ -19,12 +23,12 @@ from contextlib import aclosing
 from fastapi import Request
 from fastapi.responses import Response
 
-from omnistage.audio import AudioFormat, StreamingAudioEncoder
+from omnistage.audio import StreamingAudioEncoder, TimeStretcher
 from omnistage.core import OUTPUT_SAMPLE_RATE, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.admission import Admission, Ticket
 from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
-from omnistage.entrypoints.openai.errors import APIError, bad_request
+from omnistage.entrypoints.openai.errors import APIError
 from omnistage.entrypoints.openai.metrics import RequestTimer, ServerMetrics
 from omnistage.entrypoints.openai.protocol import (
     ErrorResponse,
@@ -70,7 +74,7 @@ class SpeechService:
         except ClientDisconnected:
             return Response(status_code=499)
         timer = self.metrics.track("/v1/audio/speech", arrived, streamed=True)
-        encoded = self._encoded(request, body.audio_format, timer, ticket)
+        encoded = self._encoded(request, body, timer, ticket)
         try:
             first, pieces = await peek(raw, encoded)
         except ClientDisconnected:
@@ -90,8 +94,6 @@ class SpeechService:
         self.served.check(body.model)
         require_audio_support(self.engine, "model")
         self.inputs.check_voice(body)
-        if body.speed != 1.0:
-            raise bad_request("only speed=1.0 is supported", param="speed", code="unsupported_parameter")
         if len(body.input) > self.limits.max_speech_input_chars:
             raise over_budget("max_speech_input_chars", f"input is {len(body.input)} characters; the limit is "
                               f"{self.limits.max_speech_input_chars}", "input", "input_too_long")
@@ -99,25 +101,27 @@ class SpeechService:
             raise over_budget("max_instructions_chars", f"instructions are {len(body.instructions)} characters; "
                               f"the limit is {self.limits.max_instructions_chars}", "instructions", "input_too_long")
 
-    async def _encoded(self, request: OmniRequest, fmt: AudioFormat, timer: RequestTimer, ticket: Ticket,
+    async def _encoded(self, request: OmniRequest, body: SpeechRequest, timer: RequestTimer, ticket: Ticket,
                        ) -> AsyncGenerator[bytes | OmniOutput, None]:
         """Encoded audio pieces as they come, then the final output (checked for failure by the caller).
 
         This generator owns the request's timer: however the stream ends, its ``finally`` records how.
         """
         outcome = "client_disconnected"  # unless the engine's stream ends
-        encoder = StreamingAudioEncoder(fmt, OUTPUT_SAMPLE_RATE)
+        encoder = StreamingAudioEncoder(body.audio_format, OUTPUT_SAMPLE_RATE)
+        # Stretching and encoding a chunk take milliseconds: done inline, as the chat stream encodes.
+        stretcher = TimeStretcher(body.speed)
         try:
             async with aclosing(engine_outputs(self.engine, request, timeout_s=self.limits.request_timeout,
                                                ticket=ticket)) as outputs:
                 async for out in outputs:
                     timer.observe(out)
-                    if out.audio is not None and out.audio.size and (piece := encoder.feed(out.audio)):
+                    if out.audio is not None and out.audio.size and (piece := encoder.feed(stretcher.feed(out.audio))):
                         yield piece
                     if out.finished:
                         outcome = "ok" if engine_failure(out) is None else "engine_error"
                         if outcome == "ok":
-                            yield encoder.finish()
+                            yield encoder.feed(stretcher.finish()) + encoder.finish()
                         yield out
                         return
             outcome = "engine_error"  # the engine stopped without a final output

@@ -70,14 +70,20 @@ class ProcessorSettings:
     patch_size: int
     temporal_patch_size: int
     merge_size: int
+    # The model's own rate: M-RoPE places video steps with it, so an interleaved audio-in-video layout uses it too.
+    position_id_per_seconds: float = 25.0
+    audio_start_token_id: int | None = None  # an interleaved video's markers (None: from the tokenizer, or none)
+    audio_end_token_id: int | None = None
 
     @classmethod
     def from_dict(cls, thinker: Mapping[str, Any]) -> ProcessorSettings:
         audio, vision = thinker["audio_config"], thinker["vision_config"]
+        start, end = thinker.get("audio_start_token_id"), thinker.get("audio_end_token_id")
         return cls(int(thinker["audio_token_id"]), int(thinker["image_token_id"]), int(thinker["video_token_id"]),
                    int(audio.get("n_window", 50)), int(audio.get("num_mel_bins", 128)),
                    int(vision.get("patch_size", 16)), int(vision.get("temporal_patch_size", 2)),
-                   int(vision.get("spatial_merge_size", 2)))
+                   int(vision.get("spatial_merge_size", 2)), float(thinker.get("position_id_per_seconds", 25)),
+                   None if start is None else int(start), None if end is None else int(end))
 
 
 @dataclass(frozen=True)
