@@ -18,7 +18,7 @@ import torch
 
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
-from omnistage.models.qwen3_tts.generate import TTSSettings, generate_offline
+from omnistage.families.qwen3_tts.offline import TTSSettings, generate_offline
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions

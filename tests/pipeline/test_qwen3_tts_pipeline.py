@@ -15,7 +15,7 @@ from omnistage.config.pipeline import parse_pipeline
 from omnistage.core import Modality, OmniRequest, RequestSampling
 from omnistage.families.speech import SpeechAsk
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
-from omnistage.models.qwen3_tts.generate import TTSSettings, generate_offline
+from omnistage.families.qwen3_tts.offline import TTSSettings, generate_offline
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, make_voice_clone, prompt_spec
 from omnistage.pipeline.engine import OmniPipeline, preset_for
 from omnistage.pipeline.runtime import PipelineOptions

@@ -16,7 +16,7 @@ from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
 from omnistage.models.qwen3_tts.checkpoint import load_codec_decoder, load_talker
 from omnistage.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
-from omnistage.models.qwen3_tts.generate import talker_request, talker_step_hook
+from omnistage.families.qwen3_tts.offline import talker_request, talker_step_hook
 from omnistage.models.qwen3_tts.prompt import build_talker_prompt
 from omnistage.runner import GenerationRunner, build_ar_engine
 from omnistage.workers.base import WorkerSpec, engine_config, resolve_device

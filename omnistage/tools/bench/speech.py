@@ -9,7 +9,7 @@ vLLM-Omni's name for the backend. Each request is one utterance of random words;
   sse`` and PCM, lengths as the server bounds them.
 
 ``--baseline sequential`` also generates the same utterances one at a time the reference's way (all codes, then
-one whole decode: ``models/qwen3_tts/generate.py``, which ``omnistage verify`` holds equal to ``qwen-tts``), for
+one whole decode: ``families/qwen3_tts/offline.py``, which ``omnistage verify`` holds equal to ``qwen-tts``), for
 the throughput and first-audio ratios.
 """
 
@@ -100,7 +100,7 @@ class SpeechHttpDriver:
 def run_sequential(folder: Path, prompts: list[BenchPrompt], audio_frames: int) -> dict[str, float]:
     """The reference's way, one utterance at a time: every code first, then one decode of them all."""
     from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
-    from omnistage.models.qwen3_tts.generate import TTSSettings, generate_offline
+    from omnistage.families.qwen3_tts.offline import TTSSettings, generate_offline
     from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer
 
     models, tokenizer = Qwen3TTSModels.load(folder), TextTokenizer(folder)

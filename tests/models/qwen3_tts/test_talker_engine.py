@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.models.qwen3_tts.generate import (TTSSettings, engine_config, generate_offline, request_frames,
+from omnistage.families.qwen3_tts.offline import (TTSSettings, engine_config, generate_offline, request_frames,
                                                  talker_request, talker_step_hook)
 from omnistage.models.qwen3_tts.prompt import build_talker_prompt
 from omnistage.models.qwen3_tts.request import SpeechInput, prompt_spec
