@@ -1,19 +1,21 @@
 """Shared types at the boundary between the front end (API, Python API) and the pipeline.
 
-The front end turns a user's request into an ``OmniRequest``; the pipeline
-streams back ``OmniOutput`` deltas. Nothing here depends on torch models.
+The front end turns a user's request into an ``OmniRequest`` (its prompt made by
+the served model family's request preparation); the pipeline streams back
+``OmniOutput`` deltas. Nothing here depends on torch models.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from omnistage.engine.logprobs import TokenLogprob
+from omnistage.engine.request import FinishReason
 from omnistage.engine.sampling_params import MAX_LOGPROBS, check_openai_penalties, check_sampling_ranges
-from omnistage.processing.prompt import ProcessedPrompt
 
 OUTPUT_SAMPLE_RATE = 24000
 
@@ -21,13 +23,6 @@ OUTPUT_SAMPLE_RATE = 24000
 class Modality(str, enum.Enum):
     TEXT = "text"
     AUDIO = "audio"
-
-
-class FinishReason(str, enum.Enum):
-    STOP = "stop"  # EOS or a stop string/token
-    LENGTH = "length"  # max_tokens reached
-    ABORT = "abort"  # cancelled by the client or a deadline
-    ERROR = "error"  # a stage failed while holding the request
 
 
 @dataclass(frozen=True)
@@ -72,10 +67,18 @@ class UnspokenSpan:
     open_at_start: bool = False
 
 
+class Prompt(Protocol):
+    """A request's input as its model family's request preparation made it (Qwen3-Omni: a processed chat
+    prompt; Qwen3-TTS: a tokenised speech input); the family turns it into its entry stage's input."""
+
+    @property
+    def num_tokens(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class OmniRequest:
     request_id: str
-    prompt: ProcessedPrompt
+    prompt: Prompt
     modalities: frozenset[Modality] = frozenset({Modality.TEXT})
     sampling: RequestSampling = field(default_factory=RequestSampling)
     voice: str = "ethan"

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from omnistage.engine import EngineConfig, EngineCore, Request, SamplingParams
-from omnistage.models.qwen3_omni.decoder import DecoderConfig, MoeConfig
+from omnistage.models.decoder import DecoderConfig, MoeConfig
 from omnistage.models.qwen3_omni.thinker import ThinkerTextModel
 from omnistage.runner.ar_runner import ARModelRunner
 

@@ -16,12 +16,14 @@ and ``"fifo"`` keep the round-robin order.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+import msgspec
 import torch
 
 from omnistage.engine.config import auto_device
-from omnistage.runner.generation_runner import ChunkRef, GenerationRunner
 
 
 # On a CPU the vocoder's upsampled activations (rows x channels x 1920 samples a frame) leave the caches past
@@ -34,9 +36,10 @@ def vocoder_batch_cap(max_num_seqs: int, device: str) -> int:
     return min(max_num_seqs, CPU_MAX_BATCH) if torch.device(auto_device(device)).type == "cpu" else max_num_seqs
 
 
-@dataclass
-class ChunkJob:
-    """codes ``[G, T]``: ``left_context`` frames already decoded, then the new ones."""
+class ChunkJob(msgspec.Struct, tag="codec.ChunkJob"):
+    """codes ``[G, T]``: ``left_context`` frames already decoded, then the new ones. The first
+    ``discard_frames`` new frames are decoded (they prime the stream, e.g. a cloned voice's reference frames)
+    but their samples are dropped. The struct is also the codec stage's input on the wire."""
 
     request_id: str
     chunk_index: int
@@ -44,15 +47,39 @@ class ChunkJob:
     left_context: int
     is_last: bool = False
     deadline: float = 0.0  # when the stream's buffered audio runs out (any clock; only compared)
+    discard_frames: int = 0
 
     def __post_init__(self) -> None:
         if self.codes.dim() != 2 or not 0 <= self.left_context < self.codes.shape[1]:
             raise ValueError(f"chunk codes must be [G, T] with 0 <= left_context < T, got "
                              f"{tuple(self.codes.shape)} and {self.left_context}")
+        if not 0 <= self.discard_frames < self.codes.shape[1] - self.left_context:
+            raise ValueError(f"discard_frames must leave a new frame to decode, got {self.discard_frames}")
 
     @property
     def shape_key(self) -> tuple[int, int, int]:
         return self.codes.shape[0], self.codes.shape[1], self.left_context
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    """Which stream a chunk continues, and whether it ends that stream."""
+
+    stream_id: str
+    index: int
+    last: bool
+
+
+class ChunkDecoder(Protocol):
+    """What the engine drives (``omnistage.runner.GenerationRunner``)."""
+
+    pads_rows: bool  # chunks of different lengths may share a call
+    samples_per_frame: int
+
+    def run(self, chunks: Sequence[torch.Tensor], left_contexts: Sequence[int],
+            refs: Sequence[ChunkRef] | None = None) -> list[torch.Tensor]: ...
+
+    def drop(self, stream_id: str) -> None: ...
 
 
 @dataclass
@@ -64,7 +91,7 @@ class ChunkOutput:
 
 
 class GenerationEngineCore:
-    def __init__(self, runner: GenerationRunner, max_batch: int = 32, policy: str = "fifo") -> None:
+    def __init__(self, runner: ChunkDecoder, max_batch: int = 32, policy: str = "fifo") -> None:
         if policy not in ("fifo", "deadline"):
             raise ValueError(f"scheduling policy must be 'fifo' or 'deadline', got {policy!r}")
         self.runner = runner
@@ -109,7 +136,11 @@ class GenerationEngineCore:
             return []
         refs = [ChunkRef(job.request_id, job.chunk_index, job.is_last) for job in batch]
         wavs = self.runner.run([job.codes for job in batch], [job.left_context for job in batch], refs)
-        return [ChunkOutput(job.request_id, job.chunk_index, wav, job.is_last) for job, wav in zip(batch, wavs)]
+        spf = self.runner.samples_per_frame
+        if any(job.discard_frames for job in batch) and not spf:
+            raise ValueError("this vocoder does not say its samples per frame: a chunk cannot discard frames")
+        return [ChunkOutput(job.request_id, job.chunk_index, wav[job.discard_frames * spf:], job.is_last)
+                for job, wav in zip(batch, wavs)]
 
     def run_until_done(self) -> list[ChunkOutput]:
         outputs: list[ChunkOutput] = []

@@ -17,10 +17,12 @@ from omnistage.engine.sampling_params import SamplingParams
 
 
 class FinishReason(str, enum.Enum):
-    STOP = "stop"  # EOS or a stop token
+    """Why a request ended, in one stage's engine and for the caller alike (the one enum of both)."""
+
+    STOP = "stop"  # EOS or a stop token/string
     LENGTH = "length"  # max_tokens reached
-    ABORT = "abort"  # cancelled by the caller
-    ERROR = "error"  # this request alone could not go on (e.g. its logits were not finite)
+    ABORT = "abort"  # cancelled by the caller or a deadline
+    ERROR = "error"  # a stage failed while holding the request (e.g. its logits were not finite)
 
 
 class RequestStatus(enum.Enum):

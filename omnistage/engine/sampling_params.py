@@ -1,13 +1,15 @@
-"""Per-request sampling settings: frozen, validated once at construction.
+"""Per-request sampling settings: frozen, validated once at construction (also when decoded off the wire).
 
 The sampler reads these into batched tensors, so an invalid value must fail
-here (at the API edge) rather than as a NaN deep inside a batched step.
+here (at the API edge) rather than as a NaN deep inside a batched step. The
+struct itself crosses the process boundary (msgspec), so there is no wire copy.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+
+import msgspec
 
 # Ranges no request can leave without breaking its batch's tensors: seeds as OpenAI/vLLM take them (a
 # torch generator takes < 2**64), top-k within int32, repetition penalties far from overflowing a float32
@@ -45,8 +47,7 @@ def check_openai_penalties(presence_penalty: float, frequency_penalty: float) ->
             raise ValueError(f"{name} must be in [-{OPENAI_PENALTY_MAX:g}, {OPENAI_PENALTY_MAX:g}], got {value}")
 
 
-@dataclass(frozen=True)
-class SamplingParams:
+class SamplingParams(msgspec.Struct, frozen=True):
     """How one request picks its next token.
 
     temperature: 0 means greedy (argmax); otherwise logits are divided by it.
@@ -73,7 +74,7 @@ class SamplingParams:
     seed: int | None = None
     max_tokens: int = 16
     min_tokens: int = 0
-    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -81,7 +82,7 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience but stored as tuples so the object stays hashable.
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        msgspec.structs.force_setattr(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         check_sampling_ranges(self.temperature, self.top_p, self.top_k, self.repetition_penalty, self.seed)
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")

@@ -10,36 +10,11 @@ from omnistage.entrypoints.openai.server_config import add_server_args
 
 
 def _make_tiny(args: argparse.Namespace) -> int:
-    if args.model_type == "qwen3_tts":
-        return _make_tiny_tts(args)
-    from omnistage.tools.checkpoint_sizes import SIZES
-    from omnistage.tools.make_tiny import make_tiny, tiny_model_dir
+    """Dispatched through the family registry to the family's make-tiny hook."""
+    from omnistage.families.base import call_hook
+    from omnistage.families.registry import DEFAULT_REGISTRY
 
-    size = SIZES[args.size]
-    if args.cached:
-        print(tiny_model_dir(seed=args.seed, size=size))
-        return 0
-    if args.out_dir is None:
-        print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
-        return 2
-    if args.fp8:
-        from omnistage.tools.make_fp8 import write_fp8_variant
-
-        print(write_fp8_variant(tiny_model_dir(seed=args.seed, size=size), args.out_dir))
-        return 0
-    print(make_tiny(args.out_dir, seed=args.seed, size=size))
-    return 0
-
-
-def _make_tiny_tts(args: argparse.Namespace) -> int:
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
-    from omnistage.tools.tts_checkpoint_config import TTS_SIZES
-
-    if args.cached or args.out_dir is None or args.size not in TTS_SIZES:
-        print(f"make-tiny --model-type qwen3_tts: give OUT_DIR and a --size of {sorted(TTS_SIZES)}", file=sys.stderr)
-        return 2
-    print(make_tiny_tts(args.out_dir, seed=args.seed, size=TTS_SIZES[args.size], tts_model_type=args.tts_model_type))
-    return 0
+    return int(call_hook(DEFAULT_REGISTRY.family(args.model_type).hooks.make_tiny, args))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -66,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--tts-model-type", choices=("custom_voice", "voice_design", "base"), default="custom_voice",
                       help="qwen3_tts only: named speakers, voice design, or voice cloning (Base)")
     tiny.add_argument("--cached", action="store_true",
-                      help="make (if absent) the embedded model of --size under $OMNISTAGE_CACHE and print its path")
+                      help="make (if absent) the embedded model of --size (and type) under $OMNISTAGE_CACHE and print "
+                           "its path")
     tiny.add_argument("--fp8", action="store_true",
                       help="write the checkpoint of --size with its thinker decoder in FP8, as NVIDIA ModelOpt "
                            "exports it (quantization_config quant_method modelopt, per-tensor scales)")
@@ -74,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve a model with an OpenAI-compatible API")
     serve.add_argument("--model", default="tiny",
-                       help="checkpoint folder, or tiny/medium/slice for an embedded random checkpoint")
+                       help="checkpoint folder (its family is recognised from config.json), or an embedded random "
+                            "checkpoint: tiny/medium/slice (Qwen3-Omni), tts-tiny/tts-medium[-design|-base] (Qwen3-TTS)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     add_server_args(serve)

@@ -1,95 +1,34 @@
 """The messages between the orchestrator and a stage replica (the one process boundary of the pipeline).
 
-Inputs go orchestrator → replica on the replica's input socket; a replica
-answers with ``ReplicaMessage``s on its output socket. Every struct is tagged,
-so each direction decodes as one union. Tensor fields travel out of band
-(``omnistage.ipc.serialization``).
+Family-neutral envelopes around typed payloads: the orchestrator sends a
+replica ``StageInput``s (a request's start or more input, as its payload says),
+and a replica answers with ``ReplicaMessage``s whose ``StageOutput``s carry the
+payloads its worker made. Payloads are msgspec structs with unique tags: the
+generic ones of :mod:`omnistage.ipc.payloads` and those a model family
+registers. msgspec decodes a union only of types it knows when the decoder is
+built, so each pipeline builds its sockets' types from its payload set
+(:class:`PayloadTypes`: ``StageInput[A | B | ...]``); a replica gets the same set
+in its launch. Tensor fields travel out of band (``omnistage.ipc.serialization``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Generic, TypeVar, Union
+
 import msgspec
-import torch
 
-from omnistage.engine.logprobs import TokenLogprob
+from omnistage.engine.request import FinishReason
 
-
-class WireSampling(msgspec.Struct, frozen=True):
-    """``omnistage.engine.SamplingParams`` on the wire."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-    seed: int | None = None
-    max_tokens: int = 16
-    min_tokens: int = 0
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logprobs: int | None = None
-
-
-class WireMultimodal(msgspec.Struct, frozen=True):
-    """``omnistage.processing.prompt.MultimodalInputs`` on the wire."""
-
-    input_features: torch.Tensor | None = None
-    feature_attention_mask: torch.Tensor | None = None
-    pixel_values: torch.Tensor | None = None
-    image_grid_thw: torch.Tensor | None = None
-    pixel_values_videos: torch.Tensor | None = None
-    video_grid_thw: torch.Tensor | None = None
-    video_second_per_grid: torch.Tensor | None = None
+P = TypeVar("P")
 
 
 # ---- orchestrator → replica -------------------------------------------------------------------
-class StartThinker(msgspec.Struct, tag=True):
-    request_id: str
-    prompt_token_ids: list[int]
-    sampling: WireSampling
-    mm: WireMultimodal | None = None
-    capture_hidden: bool = False  # the talker will need accept-layer hidden states
-
-
-class WirePromptLayout(msgspec.Struct, frozen=True):
-    """The thinker prompt as the talker lays out its positions (``qwen3_omni_stages.PromptLayout``)."""
-
-    token_ids: list[int]
-    image_grid_thw: torch.Tensor | None = None
-    video_grid_thw: torch.Tensor | None = None
-    audio_lengths: torch.Tensor | None = None
-    video_second_per_grid: torch.Tensor | None = None
-
-
-class StartTalker(msgspec.Struct, tag=True):
-    """The talker's start: the thinker's prompt, its hidden states at multimodal rows, its first token."""
+class StageInput(msgspec.Struct, Generic[P], tag=True):
+    """A request's input at one stage: what starts it there, or more for it (the payload's type says which)."""
 
     request_id: str
-    layout: WirePromptLayout
-    first_token: int
-    voice: str
-    sampling: WireSampling
-    mm_hidden: torch.Tensor | None = None  # [M, H_thinker] at the prompt's M multimodal rows; None when M = 0
-
-
-class FeedText(msgspec.Struct, tag=True):
-    """More thinker tokens for a running talker request; ``finished`` once the thinker is done."""
-
-    request_id: str
-    token_ids: list[int]
-    finished: bool = False
-
-
-class DecodeChunk(msgspec.Struct, tag=True):
-    """Code2wav: codes ``[G, T]`` whose first ``left_context`` frames were already decoded."""
-
-    request_id: str
-    chunk_index: int
-    codes: torch.Tensor
-    left_context: int
-    is_last: bool = False
-    deadline: float = 0.0  # orchestrator's monotonic time when the stream's buffered audio runs out
+    payload: P
 
 
 class AbortRequests(msgspec.Struct, tag=True):
@@ -100,7 +39,7 @@ class Shutdown(msgspec.Struct, tag=True):
     pass
 
 
-ReplicaInput = StartThinker | StartTalker | FeedText | DecodeChunk | AbortRequests | Shutdown
+ReplicaInput = StageInput | AbortRequests | Shutdown
 
 
 # ---- replica → orchestrator -------------------------------------------------------------------
@@ -112,34 +51,13 @@ class ReplicaLoad(msgspec.Struct, frozen=True):
     kv_block_bytes: int = 0  # one block over all layers; the pool's bytes = (total + null block) * this
 
 
-class ThinkerTokens(msgspec.Struct, tag=True):
-    """New thinker tokens; the first message of a capturing request carries ``mm_hidden``."""
+class StageOutput(msgspec.Struct, Generic[P], tag=True):
+    """What a stage made for one request; ``finished`` on its last output there (the stage let it go)."""
 
     request_id: str
-    token_ids: list[int]
+    payload: P | None = None
     finished: bool = False
-    finish_reason: str | None = None
-    num_prompt_tokens: int = 0
-    mm_hidden: torch.Tensor | None = None
-    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (their prefill skipped)
-    logprobs: list[TokenLogprob] | None = None  # one per token, when the request asked
-
-
-class TalkerFrames(msgspec.Struct, tag=True):
-    """Codec frames ``[n, G]`` (codec EOS frames excluded); ``finished`` after the request's last one."""
-
-    request_id: str
-    frames: torch.Tensor
-    finished: bool = False
-    finish_reason: str | None = None
-
-
-class AudioChunk(msgspec.Struct, tag=True):
-    request_id: str
-    chunk_index: int
-    wav: torch.Tensor  # float32 mono samples at 24 kHz
-    is_last: bool = False
-    busy_s: float = 0.0  # this chunk's share of the vocoder step that made it (admission measures load)
+    finish_reason: FinishReason | None = None
 
 
 class RequestFailed(msgspec.Struct, tag=True):
@@ -147,13 +65,10 @@ class RequestFailed(msgspec.Struct, tag=True):
     error: str
 
 
-StageOutput = ThinkerTokens | TalkerFrames | AudioChunk | RequestFailed
-
-
-class StepBatch(msgspec.Struct, tag=True):
+class StepBatch(msgspec.Struct, Generic[P], tag=True):
     """Everything one pass of a replica's loop produced, with its load after the pass."""
 
-    outputs: list[StageOutput]
+    outputs: list[StageOutput[P] | RequestFailed]
     load: ReplicaLoad
 
 
@@ -178,3 +93,28 @@ class ReplicaFailed(msgspec.Struct, tag=True):
 
 
 ReplicaMessage = StepBatch | ReplicaReady | ReplicaFailed | Heartbeat
+
+
+@dataclass(frozen=True)
+class PayloadTypes:
+    """The payload structs one pipeline's stages exchange; what its sockets decode. Picklable (classes travel
+    by reference), so a replica in another process builds the same decoders."""
+
+    members: tuple[type, ...]
+
+    def __post_init__(self) -> None:
+        tags = [m.__struct_config__.tag for m in self.members]
+        if None in tags or len(set(tags)) != len(tags):
+            raise ValueError(f"payloads need unique msgspec tags: {dict(zip(tags, self.members))}")
+
+    def union(self) -> object:
+        return Union[self.members]  # noqa: UP007 - built at run time from a tuple
+
+    def replica_input(self) -> object:
+        return Union[StageInput[self.union()], AbortRequests, Shutdown]  # noqa: UP007
+
+    def replica_message(self) -> object:
+        return Union[StepBatch[self.union()], ReplicaReady, ReplicaFailed, Heartbeat]  # noqa: UP007
+
+    def __add__(self, other: PayloadTypes) -> PayloadTypes:
+        return PayloadTypes(self.members + tuple(m for m in other.members if m not in self.members))

@@ -30,7 +30,7 @@ from torch import nn
 from omnistage.layers.moe import FusedExperts
 from omnistage.layers.quant.apply import fp8_storage_
 from omnistage.layers.quant.fp8 import dequantize_fp8, row_scales, scale_layout
-from omnistage.models.qwen3_omni.weights import checkpoint_name
+from omnistage.models.weights import checkpoint_name
 
 MODELOPT_ALGOS = {"FP8": None, "FP8_PER_CHANNEL_PER_TOKEN": None, "FP8_PB_WO": (128, 128)}
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from omnistage.layers.parallel import ShardSpec
 from omnistage.models.fp8_checkpoint import TensorSource
-from omnistage.models.qwen3_omni.weights import checkpoint_name
+from omnistage.models.weights import checkpoint_name
 
 
 def shard_plan(model: nn.Module, prefix: str, rename: Mapping[str, str] | None) -> dict[str, ShardSpec]:

@@ -15,9 +15,10 @@ from pathlib import Path
 from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.config.pipeline import PipelineSpec
 from omnistage.core import OmniOutput, OmniRequest
-from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
+from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.pipeline.engine import OmniPipeline
 from omnistage.pipeline.runtime import PipelineOptions
+from omnistage.families.speech import SpeechFrontEnd
 from omnistage.processing.prompt import PromptProcessor
 
 
@@ -27,7 +28,8 @@ class AsyncOmni:
                  *, pipeline: OmniPipeline | None = None) -> None:
         self.pipeline = pipeline or OmniPipeline(model, stage_config, options, model_name)
         self.model_name: str = self.pipeline.model_name
-        self.processor: PromptProcessor = self.pipeline.processor
+        self.processor: PromptProcessor | None = self.pipeline.processor
+        self.speech: SpeechFrontEnd | None = self.pipeline.speech
         self.voices: Sequence[str] = self.pipeline.voices
         self.supports_audio: bool = self.pipeline.supports_audio
         self.max_model_len: int = self.pipeline.max_model_len

@@ -1,17 +1,15 @@
-"""One loaded pipeline as both Python APIs see it: checkpoint facts, the prompt processor, the runtime."""
+"""One loaded pipeline as both Python APIs see it: the checkpoint's family and front end, the runtime."""
 
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from omnistage.config.memory import parse_bytes
 from omnistage.config.pipeline import (
     DTYPES,
     QUANTIZATIONS,
-    ConfigError,
     PipelineSpec,
     StageOverrides,
     apply_overrides,
@@ -20,53 +18,31 @@ from omnistage.config.pipeline import (
     per_stage,
 )
 from omnistage.config.generation_defaults import sampling_defaults
-from omnistage.core import OmniRequest
-from omnistage.entrypoints.openai.engine_protocol import EngineStats, HealthReport
+from omnistage.core import Modality, OmniRequest
+from omnistage.families.base import FrontEnd
+from omnistage.families.registry import DEFAULT_REGISTRY, FamilyRegistry
 from omnistage.pipeline.connectors import CONNECTORS
+from omnistage.pipeline.graph import resolve_graph
 from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S
+from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.pipeline.request_state import OutputSink
 from omnistage.pipeline.runtime import BACKENDS, PipelineOptions, PipelineRuntime, model_factories
-from omnistage.pipeline.topology import topology_of
-from omnistage.processing.prompt import PromptProcessor
-
-PRESET = "qwen3_omni"  # Instruct: thinker → talker → code2wav
-TEXT_ONLY_PRESET = "qwen3_omni_thinking"  # Thinking (no talker): the thinker alone
 
 
-def has_talker(config: dict) -> bool:
-    """Whether a checkpoint speaks: transformers builds talker + code2wav only when ``enable_audio_output``
-    is true, and the Thinking checkpoints ship neither the weights nor (some) the ``talker_config``."""
-    return bool(config.get("enable_audio_output", True)) and "talker_config" in config
-
-
-def preset_for(folder: Path) -> str:
-    """The stage preset a checkpoint is served with when no ``--stage-config`` is given."""
-    return PRESET if has_talker(json.loads((folder / "config.json").read_text())) else TEXT_ONLY_PRESET
-
-
-@dataclass(frozen=True)
-class CheckpointFacts:
-    """What the front end needs from ``config.json`` without loading any weights."""
-
-    voices: tuple[str, ...]
-    num_code_groups: int
-    max_positions: int
-
-    @classmethod
-    def read(cls, folder: Path) -> CheckpointFacts:
-        config = json.loads((folder / "config.json").read_text())
-        talker = config.get("talker_config") or {}
-        # Names as the checkpoint spells them (lookups are case-insensitive).
-        voices = tuple(name[:1].upper() + name[1:] for name in (talker.get("speaker_id") or {}))
-        positions = int(config["thinker_config"]["text_config"].get("max_position_embeddings", 32768))
-        return cls(voices, int(talker.get("num_code_groups", 16)), positions)
+def preset_for(folder: Path, registry: FamilyRegistry = DEFAULT_REGISTRY) -> str:
+    """The stage preset a checkpoint is served with when no ``--stage-config`` is given (its family decides,
+    from its typed config: e.g. a Qwen3-Omni Thinking checkpoint gets the thinker alone)."""
+    family = registry.for_folder(folder)
+    return family.preset(family.load_config(folder))
 
 
 def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     """The pipeline's flags for ``omnistage serve`` (what ``AsyncOmni.from_args`` reads)."""
     group = parser.add_argument_group("pipeline")
-    group.add_argument("--stage-config", default=None, help=f"stage config YAML (default: the {PRESET} preset, or "
-                       f"{TEXT_ONLY_PRESET} for a checkpoint without a talker)")
+    group.add_argument("--stage-config", default=None,
+                       help="stage config YAML (default: the preset the checkpoint's family picks from its "
+                            "config.json: qwen3_omni, qwen3_omni_thinking for a checkpoint without a talker, "
+                            "qwen3_tts for a Qwen3-TTS checkpoint)")
     group.add_argument("--in-process", action="store_true",
                        help="run every stage replica as a thread of the server process (debugging)")
     group.add_argument("--connector", choices=CONNECTORS, default=None,
@@ -145,31 +121,37 @@ def options_from_args(args: argparse.Namespace) -> PipelineOptions:
 
 
 class OmniPipeline:
-    """A started pipeline: the thinker → talker → code2wav replicas behind one orchestrator."""
+    """A started pipeline: a checkpoint's stage replicas behind one orchestrator, and its front end.
+
+    The checkpoint's family is recognised from its config.json (through ``registry``), which parses its typed
+    config once, picks the preset (unless a stage config is given) and resolves the stage config's names.
+    """
 
     def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
                  options: PipelineOptions | None = None, model_name: str | None = None,
-                 overrides: StageOverrides | None = None, generation_config: str = "auto") -> None:
-        from omnistage.tools.make_tiny import resolve_model
-
-        folder = resolve_model(str(model))
-        self.spec = apply_overrides(_spec(stage_config, folder), overrides or StageOverrides())
-        topology = topology_of(self.spec)  # a bad config fails here, before any process starts
-        if topology.supports_audio and preset_for(folder) == TEXT_ONLY_PRESET:
-            raise ConfigError(f"{folder} has no talker (a Thinking/text-only checkpoint) but the stage config has "
-                              f"talker/code2wav stages; use the {TEXT_ONLY_PRESET} preset")
-        facts = CheckpointFacts.read(folder)
+                 overrides: StageOverrides | None = None, generation_config: str = "auto",
+                 registry: FamilyRegistry = DEFAULT_REGISTRY) -> None:
+        folder = registry.resolve_model(model)
+        self.family = registry.for_folder(folder)
+        config = self.family.load_config(folder)
+        spec = _spec(stage_config) if stage_config is not None else load_preset(self.family.preset(config))
+        self.spec = apply_overrides(spec, overrides or StageOverrides())
+        self.graph = resolve_graph(self.spec, self.family)  # a bad config fails here, before any process starts
+        self.family.check_spec(self.spec, config)
+        self.front_end: FrontEnd = self.family.front_end(folder, config)
         self.model_name = model_name or str(model)
-        self.processor = PromptProcessor.from_folder(folder)
-        self.voices = facts.voices
-        self.supports_audio = topology.supports_audio
-        thinker = self.spec.stage(topology.thinker).engine
-        self.max_model_len = thinker.model_len(facts.max_positions)
-        self.default_sampling = sampling_defaults(self.spec.stage(topology.thinker).sampling, folder,
-                                                  generation_config)
+        self.processor = self.front_end.processor
+        self.voices = self.front_end.voices
+        self.speech = self.front_end.speech  # a TTS family's input preparation (None otherwise)
+        self.supports_audio = self.graph.supports_audio
+        self.supports_text = self.graph.supports(Modality.TEXT)
+        entry = self.spec.stage(self.graph.entry)
+        self.max_model_len = entry.engine.model_len(self.front_end.max_positions)
+        # The entry stage config's sampling, under the checkpoint's generation_config.json (vLLM's --generation-config).
+        self.default_sampling = sampling_defaults(entry.sampling, folder, generation_config)
         options = options or PipelineOptions()
-        self.runtime = PipelineRuntime(self.spec, model_factories(str(folder), self.spec, options),
-                                       self.processor.tokenizer, facts.num_code_groups, options)
+        self.runtime = PipelineRuntime(self.graph, model_factories(str(folder), self.graph, options),
+                                       self.front_end.tokenizer, self.front_end.num_code_groups, options)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> OmniPipeline:
@@ -196,10 +178,5 @@ class OmniPipeline:
         self.runtime.close()
 
 
-def _spec(stage_config: str | Path | PipelineSpec | None, folder: Path | None = None) -> PipelineSpec:
-    """The given stage config, else the preset for ``folder``'s checkpoint (the Instruct one without a folder)."""
-    if isinstance(stage_config, PipelineSpec):
-        return stage_config
-    if stage_config is not None:
-        return load_pipeline(stage_config)
-    return load_preset(PRESET if folder is None else preset_for(folder))
+def _spec(stage_config: str | Path | PipelineSpec) -> PipelineSpec:
+    return stage_config if isinstance(stage_config, PipelineSpec) else load_pipeline(stage_config)

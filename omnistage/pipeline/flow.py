@@ -1,11 +1,15 @@
 """How one request's messages move between stages, and what its caller sees.
 
 All methods run on the orchestrator's thread, one message at a time, so the
-per-request state needs no locks. Edges are applied here: the thinker's
-tokens start and then feed the talker (async chunk: the talker starts on the
-first token, not on the whole answer), talker frames are cut into code2wav
-chunks (a smaller first one), and text deltas and audio chunks go to the
-caller as soon as they exist.
+per-request state needs no locks. Routing follows the stage graph, never
+stage roles: a request starts at the graph's entry stage with the input its
+family prepares, and each output of a stage goes through every edge leaving it
+(the edge's per-request :class:`RequestEdge` turns it into the next stage's
+inputs: async chunk streaming, so a talker starts on its source's first token).
+Outputs the caller gets are generic: tokens of the stage whose output is text
+(detokenised, stop strings), audio chunks of the stage whose output is audio
+(the player model, the audio gate). A request is done once every stage it
+entered has let it go.
 """
 
 from __future__ import annotations
@@ -18,32 +22,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from omnistage.config.pipeline import PipelineSpec
-from omnistage.core import FinishReason, OmniOutput, OmniRequest, Usage
-from omnistage.engine.generation_engine import vocoder_batch_cap
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, Usage
 from omnistage.engine.logprobs import TokenLogprob
-from omnistage.ipc.messages import (
-    AbortRequests,
-    AudioChunk,
-    DecodeChunk,
-    FeedText,
-    ReplicaInput,
-    StartTalker,
-    StartThinker,
-    TalkerFrames,
-    ThinkerTokens,
-    WireMultimodal,
-    WirePromptLayout,
-)
+from omnistage.families.base import EdgeContext, RequestEdge
+from omnistage.ipc.messages import AbortRequests, ReplicaInput, StageInput, StageOutput
+from omnistage.ipc.payloads import AudioChunk, CodecFrames, TokenDelta
 from omnistage.pipeline.audio_gate import AudioGate, StreamLoad
-from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
+from omnistage.pipeline.chunk_planner import StagePaces
+from omnistage.pipeline.codec_edge import CodecEdge, audio_progress
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer, Tokenizer
-from omnistage.pipeline.playback import Playback
-from omnistage.pipeline.request_state import (SAMPLE_RATE, AudioProgress, OutputSink, RequestState, RequestTrace,
-                                              finish_reason)
+from omnistage.pipeline.graph import Edge, StageGraph
+from omnistage.pipeline.request_state import SAMPLE_RATE, OutputSink, RequestState, RequestTrace
 from omnistage.pipeline.router import StageRouter
-from omnistage.pipeline.sampling import initial_chunk_frames, talker_sampling, thinker_sampling
-from omnistage.pipeline.topology import Topology
 
 logger = logging.getLogger(__name__)
 KEEP_TRACES = 256
@@ -54,49 +44,37 @@ SendFn = Callable[[str, int, ReplicaInput], None]
 
 @dataclass(frozen=True)
 class FlowSettings:
-    spec: PipelineSpec
-    topology: Topology
-    num_code_groups: int
-    talker_min_new_tokens: int = 0
-
-
-def _mm(request: OmniRequest) -> WireMultimodal | None:
-    mm = request.prompt.mm
-    fields = {name: getattr(mm, name) for name in WireMultimodal.__struct_fields__}
-    return WireMultimodal(**fields) if any(v is not None for v in fields.values()) else None
-
-
-def _layout(request: OmniRequest) -> WirePromptLayout:
-    mm = request.prompt.mm
-    return WirePromptLayout(list(request.prompt.token_ids), mm.image_grid_thw, mm.video_grid_thw,
-                            mm.audio_lengths(), mm.video_second_per_grid)
+    graph: StageGraph
+    num_code_groups: int  # codebooks per codec frame (the codec edge's chunks)
+    min_new_tokens: int = 0  # --talker-min-new-tokens, for stages sampled with their configured defaults
 
 
 class RequestFlows:
     def __init__(self, settings: FlowSettings, routers: dict[str, StageRouter], send: SendFn,
                  tokenizer: Tokenizer | None) -> None:
         self.settings = settings
-        self.topo = settings.topology
+        self.graph = settings.graph
         self.routers = routers
         self.send = send
         self.tokenizer = tokenizer
         self.states: dict[str, RequestState] = {}
-        self.paces = StagePaces()  # every stream's measured talker and code2wav paces
-        self.gate = AudioGate(settings.spec.streaming.admission_rtf_limit)
+        self.paces = StagePaces()  # every stream's measured talker and codec paces
+        self.gate = AudioGate(settings.graph.spec.streaming.admission_rtf_limit)
         # Audio requests held back while the running streams are near real time, in arrival order.
         self.waiting: OrderedDict[str, tuple[OmniRequest, OutputSink]] = OrderedDict()
         self.traces: OrderedDict[str, RequestTrace] = OrderedDict()  # finished requests, newest last
 
     # Entry and exits -----------------------------------------------------------------------------
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
-        """Starts a request at the thinker, or holds an audio request while the running streams have no room
-        (:class:`AudioGate`); a request that cannot start gets its error as its only output."""
+        """Starts a request at the entry stage, or holds an audio request while the running streams have no
+        room (:class:`AudioGate`); a request that cannot start gets its error as its only output."""
         rid = request.request_id
         if rid in self.states or rid in self.waiting:
             return self.reject(request, sink, "duplicate request id")
-        if request.wants_audio and not self.topo.supports_audio:
-            return self.reject(request, sink, "this pipeline has no talker/code2wav stages: "
-                                               "audio output is not available")
+        missing = sorted(m.value for m in request.modalities if not self.graph.supports(m))
+        if missing:
+            return self.reject(request, sink, f"this pipeline has no stage that makes {' or '.join(missing)}: "
+                                              f"{' and '.join(missing)} output is not available")
         if request.wants_audio and (self.waiting or not self.gate.admits(self._stream_loads())):
             self.waiting[rid] = (request, sink)
             return None
@@ -119,15 +97,16 @@ class RequestFlows:
     def _start(self, request: OmniRequest, sink: OutputSink) -> None:
         rid = request.request_id
         state = RequestState(request, sink, IncrementalDetokenizer(self.tokenizer, request.sampling.stop),
-                             num_prompt_tokens=len(request.prompt.token_ids))
+                             self.graph.stages_for(request.modalities), num_prompt_tokens=request.prompt.num_tokens)
         try:
-            if request.wants_audio:
-                state.audio = self._audio_progress(request)
+            for edge in self.graph.edges:
+                if edge.source in state.stages and edge.target in state.stages:
+                    state.edges[(edge.source, edge.target)] = self._crossing(state, edge)
             self.states[rid] = state
-            self._to(self.topo.thinker, rid, StartThinker(
-                rid, list(request.prompt.token_ids), thinker_sampling(request.sampling), _mm(request),
-                capture_hidden=request.wants_audio))
-        except Exception as exc:  # noqa: BLE001 - e.g. no healthy thinker: this request fails, the loop goes on
+            entry = self.graph.entry
+            payload = self.graph.family.entry_input(self._context(request, entry))
+            self._to(entry, rid, payload)
+        except Exception as exc:  # noqa: BLE001 - e.g. no healthy entry replica: this request fails, the loop goes on
             logger.exception("starting %s failed", rid)
             if self.states.get(rid) is state:
                 self.fail(rid, f"{type(exc).__name__}: {exc}")
@@ -135,29 +114,23 @@ class RequestFlows:
                 self.reject(request, sink, f"{type(exc).__name__}: {exc}")
         return None
 
+    def _context(self, request: OmniRequest, stage: str) -> EdgeContext:
+        return EdgeContext(request, self.graph.stage(stage), self.settings.min_new_tokens)
+
+    def _crossing(self, state: RequestState, edge: Edge) -> RequestEdge:
+        if edge.model.make is not None:
+            return edge.model.make(self._context(state.request, edge.target))
+        request = state.request
+        busy = sum(1 for s in self.states.values() if s.audio is not None and not s.audio.done)
+        state.audio = audio_progress(request.request_id, self.graph.spec.streaming, self.graph.stage(edge.target),
+                                     request.initial_codec_chunk_frames, request.stream, busy, self.paces,
+                                     self.settings.num_code_groups, self.graph.family.codec_prime(request))
+        return CodecEdge(state.audio)
+
     def reject(self, request: OmniRequest, sink: OutputSink, error: str) -> None:
         state = RequestState(request, sink, IncrementalDetokenizer(None))
         self._emit(state, OmniOutput(request.request_id, finished=True, finish_reason=FinishReason.ERROR,
                                      error=error))
-
-    def _audio_progress(self, request: OmniRequest) -> AudioProgress:
-        """A streamed request's chunks follow its player (a small first chunk, then as large as its buffer
-        allows); a request consumed whole gets full-size chunks after the first."""
-        from omnistage.pipeline.qwen3_omni_stages import ChunkPlan, FrameChunker
-
-        streaming = self.settings.spec.streaming
-        c2w = self.settings.spec.stage(self.topo.code2wav)
-        busy = sum(1 for s in self.states.values() if s.audio is not None and not s.audio.done)
-        first = initial_chunk_frames(streaming, request.initial_codec_chunk_frames, busy,
-                                     vocoder_batch_cap(c2w.engine.max_num_seqs, c2w.device) * c2w.replicas)
-        plan = ChunkPlan(chunk_frames=streaming.codec_chunk_frames,
-                         left_context=streaming.codec_left_context_frames, first_chunk_frames=first)
-        playback = Playback()
-        bounds = ChunkBounds(first, streaming.codec_chunk_frames, streaming.codec_left_context_frames)
-        planner = PlaybackPlanner(bounds, playback, self.paces)  # measures every stream; sizes played ones
-        sizer = planner if request.stream else None
-        chunker = FrameChunker(request.request_id, plan, self.settings.num_code_groups, sizer)
-        return AudioProgress(chunker, first, playback, planner)
 
     def fail(self, request_id: str, error: str | None, reason: FinishReason = FinishReason.ERROR) -> None:
         """Ends a request now (abort or failure): every stage holding it frees it."""
@@ -189,96 +162,88 @@ class RequestFlows:
             self.fail(rid, f"stage {stage!r} replica {index}: {error}")
 
     # Stage outputs -------------------------------------------------------------------------------
-    def on_thinker(self, msg: ThinkerTokens) -> None:
-        state = self.states.get(msg.request_id)
-        if state is None or state.thinker_done:
-            return  # aborted, or tokens still in flight after a stop string ended the text
-        state.trace.mark("first_text")
-        state.num_cached_tokens = max(state.num_cached_tokens, msg.num_cached_tokens)
-        state.num_output_tokens += len(msg.token_ids)
-        delta = state.detok.add(msg.token_ids, final=msg.finished)
-        finished = msg.finished or delta.stopped
-        if state.audio is not None:
-            self._feed_talker(state, msg, finished)
-        if finished:
-            state.thinker_done = True
-            state.reason = FinishReason.STOP if delta.stopped else finish_reason(msg.finish_reason)
-            state.trace.mark("thinker_done")
-            if not msg.finished:  # a stop string: the thinker is still generating
-                self._to(self.topo.thinker, msg.request_id, AbortRequests([msg.request_id]), place=False)
-            self.routers[self.topo.thinker].release(msg.request_id)
-        self._deliver(state, text=delta.text, token_ids=tuple(msg.token_ids), logprobs=tuple(msg.logprobs or ()))
-
-    def _feed_talker(self, state: RequestState, msg: ThinkerTokens, finished: bool) -> None:
-        rid, tokens = state.request_id, state.spoken.take(msg.token_ids)
-        if not state.talker_started:
-            if msg.mm_hidden is not None:
-                state.talker_hidden = msg.mm_hidden
-            if not tokens:
-                if finished and state.audio is not None:  # nothing was spoken: no audio to wait for
-                    state.audio.talker_done = True
-                return
-            state.talker_started = True
-            state.trace.mark("talker_start")
-            stage = self.settings.spec.stage(self.topo.talker)
-            sampling = talker_sampling(stage.sampling, state.request.sampling.seed,
-                                       self.settings.talker_min_new_tokens)
-            self._to(self.topo.talker, rid, StartTalker(rid, _layout(state.request), tokens[0],
-                                                         state.request.voice, sampling, state.talker_hidden))
-            tokens = tokens[1:]
-        if tokens or finished:
-            self._to(self.topo.talker, rid, FeedText(rid, tokens, finished), place=False)
-
-    def on_talker(self, msg: TalkerFrames) -> None:
-        state = self.states.get(msg.request_id)
-        if state is None or state.audio is None:
-            return
-        audio = state.audio
-        now = time.monotonic()
-        audio.planner.frames_arrived(now, msg.frames.shape[0])
-        jobs = audio.chunker.push(msg.frames) if msg.frames.numel() else []
-        if msg.frames.numel():
+    def on_output(self, stage: str, output: StageOutput) -> None:
+        state = self.states.get(output.request_id)
+        if state is None or stage in state.closed:
+            return  # aborted, or outputs still in flight after a stop string let the stage go
+        payload, finished = output.payload, output.finished
+        text, token_ids, audio, logprobs = "", (), None, ()
+        if isinstance(payload, TokenDelta):
+            text, token_ids, stopped = self._tokens(state, stage, payload, finished)
+            logprobs = tuple(payload.logprobs or ()) if token_ids else ()
+            if stopped and not finished:  # a stop string: the stage is still generating
+                self._abort_at(stage, state.request_id)
+                finished = True
+        elif isinstance(payload, AudioChunk):  # paced through the codec edge's player model when it has one
+            audio = self._audio(state, payload) if state.audio is not None else payload.wav.numpy()
+        elif isinstance(payload, CodecFrames) and payload.frames.numel():
             state.trace.mark("first_frames")
-        if msg.finished:
-            jobs += audio.chunker.finish()
-            audio.talker_done = True
-            self.routers[self.topo.talker].release(msg.request_id)
-        for job in jobs:
-            self._to(self.topo.code2wav, msg.request_id,
-                     DecodeChunk(msg.request_id, job.chunk_index, job.codes, job.left_context, job.is_last,
-                                 deadline=audio.playback.deadline(now)))
-            audio.chunks_sent += 1
-            new_frames = job.codes.shape[1] - job.left_context
-            audio.playback.sent(new_frames)
-            audio.planner.chunk_sent(job.chunk_index, now, new_frames, job.codes.shape[1])
-        if audio.done:  # no chunk in flight: code2wav is done with it even if the thinker is not
-            self.routers[self.topo.code2wav].release(msg.request_id)
-        self._deliver(state)
+            if self.graph.output_stage(Modality.TEXT) not in state.stages:  # no text: frames are the output
+                state.num_output_tokens += payload.frames.shape[0]
+        if finished:
+            self._close(state, stage, output.finish_reason)
+        for edge in self.graph.edges_from(stage):
+            crossing = state.edges.get((edge.source, edge.target))
+            if crossing is not None:
+                for item in crossing.on_output(payload, finished):
+                    self._to(edge.target, state.request_id, item)
+        self._deliver(state, text=text, token_ids=token_ids, audio=audio, logprobs=logprobs)
 
-    def on_audio(self, msg: AudioChunk) -> None:
-        state = self.states.get(msg.request_id)
-        if state is None or state.audio is None:
-            return
+    def _tokens(self, state: RequestState, stage: str, delta: TokenDelta,
+                finished: bool) -> tuple[str, tuple[int, ...], bool]:
+        """Counts a stage's tokens; the text stage's become the caller's text (its stop strings end it)."""
+        state.num_prompt_tokens = max(state.num_prompt_tokens, delta.num_prompt_tokens)
+        state.num_cached_tokens = max(state.num_cached_tokens, delta.num_cached_tokens)
+        if self.graph.models[stage].output is not Modality.TEXT:
+            return "", (), False
+        state.trace.mark("first_text")
+        state.num_output_tokens += len(delta.token_ids)
+        detok = state.detok.add(delta.token_ids, final=finished)
+        if detok.stopped:
+            state.reason = FinishReason.STOP
+        return detok.text, tuple(delta.token_ids), detok.stopped
+
+    def _audio(self, state: RequestState, chunk: AudioChunk) -> np.ndarray:
         audio, now = state.audio, time.monotonic()
+        assert audio is not None
         audio.chunks_received += 1
-        seconds = msg.wav.shape[0] / SAMPLE_RATE
+        seconds = chunk.wav.shape[0] / SAMPLE_RATE
         audio.playback.delivered(now, seconds)
-        self.gate.vocoded(msg.busy_s, seconds)
-        audio.planner.chunk_returned(msg.chunk_index, now)
+        self.gate.vocoded(chunk.busy_s, seconds)
+        audio.planner.chunk_returned(chunk.chunk_index, now)
         state.trace.mark("first_audio")
-        if state.audio.done:
-            self.routers[self.topo.code2wav].release(msg.request_id)
-        self._deliver(state, audio=msg.wav.numpy())
+        return chunk.wav.numpy()
+
+    def _close(self, state: RequestState, stage: str, reason: FinishReason | None) -> None:
+        """The stage is done with the request. Why the request ended is its text stage's reason when it has
+        one (a stop string already said STOP), else the first a stage gives."""
+        state.open.discard(stage)
+        state.closed.add(stage)
+        state.trace.left.setdefault(stage, time.monotonic())
+        self.routers[stage].release(state.request_id)
+        text_stage = self.graph.output_stage(Modality.TEXT)
+        if stage == text_stage:
+            state.reason = state.reason or reason
+        elif text_stage not in state.stages and state.reason is None:
+            state.reason = reason
 
     # Helpers ---------------------------------------------------------------------------------------
-    def _to(self, stage: str, request_id: str, message: ReplicaInput, place: bool = True) -> None:
-        router = self.routers[stage]
-        index = router.place(request_id) if place else router.replica_of(request_id)
-        if index is None:
+    def _to(self, stage: str, request_id: str, payload: object) -> None:
+        """Sends a payload to the request's replica of ``stage``, placing it there the first time."""
+        state = self.states[request_id]
+        if stage in state.closed:
             return  # that stage already let the request go (e.g. the talker hit EOS before the text ended)
-        if place:
-            self.states[request_id].trace.replicas.setdefault(stage, index)
-        self.send(stage, index, message)
+        index = self.routers[stage].place(request_id)
+        if stage not in state.open:
+            state.open.add(stage)
+            state.trace.replicas.setdefault(stage, index)
+            state.trace.entered.setdefault(stage, time.monotonic())
+        self.send(stage, index, StageInput(request_id, payload))
+
+    def _abort_at(self, stage: str, request_id: str) -> None:
+        index = self.routers[stage].replica_of(request_id)
+        if index is not None:
+            self.send(stage, index, AbortRequests([request_id]))
 
     def _deliver(self, state: RequestState, text: str = "", token_ids: tuple[int, ...] = (),
                  audio: np.ndarray | None = None, logprobs: tuple[TokenLogprob, ...] = ()) -> None:
@@ -290,9 +255,10 @@ class RequestFlows:
             for router in self.routers.values():
                 router.release(state.request_id)
             self._record(state)
+        reason = (state.reason or FinishReason.STOP) if done else None
         self._emit(state, OmniOutput(state.request_id, text=text, token_ids=token_ids, audio=audio, finished=done,
-                                     finish_reason=state.reason if done else None,
-                                     usage=self._usage(state) if done else None, logprobs=logprobs))
+                                     finish_reason=reason, usage=self._usage(state) if done else None,
+                                     logprobs=logprobs))
 
     def _emit(self, state: RequestState, output: OmniOutput) -> None:
         try:

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import zmq
 
+from omnistage.ipc.messages import PayloadTypes
 from omnistage.pipeline.connectors import make_connector
 from omnistage.pipeline.replica import ReplicaAddresses, ReplicaLoop
-from omnistage.pipeline.stage import WorkerFactory
+from omnistage.workers.base import WorkerFactory
 
 PARENT_POLL_S = 0.5
 SIGTERM_SETTLE_S = 1.0
@@ -45,6 +46,7 @@ class ReplicaLaunch:
     connector: str  # "inproc", "shm" or "frames" (Ray: used only on the orchestrator's node)
     pipeline_id: str
     num_threads: int = 1
+    payloads: PayloadTypes = PayloadTypes(())  # what the replica's sockets decode (the pipeline's payload set)
 
 
 class ReplicaHandle(ABC):
@@ -89,7 +91,7 @@ class ThreadReplica(ReplicaHandle):
     def __init__(self, launch: ReplicaLaunch, ctx: zmq.Context) -> None:
         super().__init__(launch)
         store = make_connector(launch.connector, launch.pipeline_id)
-        self.loop = ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid())
+        self.loop = ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads)
         self.thread = threading.Thread(target=self.loop.run, name=f"{launch.stage}-{launch.index}", daemon=True)
         self.ctx = ctx
 
@@ -216,6 +218,6 @@ def replica_main(launch: ReplicaLaunch, parent_pid: int) -> None:
     ctx = zmq.Context()
     store = make_connector(launch.connector, launch.pipeline_id)
     try:
-        ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid()).run()
+        ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads).run()
     finally:
         ctx.destroy(linger=0)

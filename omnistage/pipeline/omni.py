@@ -68,7 +68,7 @@ class Omni:
                 stream: bool = True, **sampling: object) -> OmniRequest:
         """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields.
         ``stream``: the audio is played as it arrives (chunks follow the player), else consumed whole."""
-        stage = self.pipeline.spec.stage(self.pipeline.runtime.topology.thinker).sampling
+        stage = self.pipeline.spec.stage(self.pipeline.graph.entry).sampling
         defaults = self.pipeline.default_sampling  # the stage config's, under the checkpoint's generation config
         knobs = {"temperature": defaults.temperature, "top_p": defaults.top_p, "top_k": defaults.top_k,
                  "repetition_penalty": defaults.repetition_penalty,

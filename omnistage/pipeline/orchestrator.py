@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import zmq
 
 from omnistage.core import FinishReason, OmniRequest
-from omnistage.entrypoints.openai.engine_protocol import (
+from omnistage.pipeline.reports import (
     EngineStats,
     HealthReport,
     ReplicaHealth,
@@ -28,7 +28,7 @@ from omnistage.entrypoints.openai.engine_protocol import (
     StageHealth,
 )
 from omnistage.ipc.messages import (
-    AudioChunk,
+    PayloadTypes,
     ReplicaFailed,
     ReplicaInput,
     ReplicaLoad,
@@ -37,8 +37,6 @@ from omnistage.ipc.messages import (
     RequestFailed,
     StageOutput,
     StepBatch,
-    TalkerFrames,
-    ThinkerTokens,
 )
 from omnistage.ipc.queues import Receiver, Sender, next_address
 from omnistage.ipc.serialization import TensorStore
@@ -81,15 +79,17 @@ class ReplicaLink:
     liveness: Liveness = field(default_factory=Liveness)
     # The pipeline's tensor connector; the sender drops it for a replica on another machine (``use_store``).
     store: TensorStore | None = None
+    payloads: PayloadTypes = field(default_factory=lambda: PayloadTypes(()))  # what its sockets decode
 
     def respawn(self, ctx: zmq.Context) -> None:
         """A new, unstarted handle on fresh sockets at new addresses (``next_address``)."""
         old = self.handle.launch.addresses
         self.sender.close()
         self.receiver.close()
-        self.sender = Sender(ctx, next_address(old.inputs, self.restarts), ReplicaInput, self.store, bind=True)
-        self.receiver = Receiver(ctx, next_address(old.outputs, self.restarts), ReplicaMessage, self.store,
-                                 bind=True)
+        self.sender = Sender(ctx, next_address(old.inputs, self.restarts), self.payloads.replica_input(), self.store,
+                             bind=True)
+        self.receiver = Receiver(ctx, next_address(old.outputs, self.restarts), self.payloads.replica_message(),
+                                 self.store, bind=True)
         addresses = ReplicaAddresses(self.sender.address, self.receiver.address)
         self.handle = self.handle.respawn(replace(self.handle.launch, addresses=addresses))
 
@@ -243,7 +243,7 @@ class Orchestrator:
         if isinstance(message, StepBatch):
             link.load = message.load
             for output in message.outputs:
-                self._on_output(output)
+                self._on_output(link.stage, output)
         elif isinstance(message, ReplicaReady):
             link.ready, link.load = True, message.load
             link.liveness.became_healthy(time.monotonic())
@@ -255,18 +255,14 @@ class Orchestrator:
         elif isinstance(message, ReplicaFailed):
             self._replica_down(link, message.error)
 
-    def _on_output(self, output: StageOutput) -> None:
+    def _on_output(self, stage: str, output: StageOutput | RequestFailed) -> None:
         try:
-            if isinstance(output, ThinkerTokens):
-                self.flows.on_thinker(output)
-            elif isinstance(output, TalkerFrames):
-                self.flows.on_talker(output)
-            elif isinstance(output, AudioChunk):
-                self.flows.on_audio(output)
-            elif isinstance(output, RequestFailed):
+            if isinstance(output, RequestFailed):
                 self.flows.fail(output.request_id, output.error)
+            else:
+                self.flows.on_output(stage, output)
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stall the others
-            logger.exception("handling %s failed", type(output).__name__)
+            logger.exception("handling an output of stage %s failed", stage)
             self.flows.fail(output.request_id, f"{type(exc).__name__}: {exc}")
 
     def _send(self, stage: str, index: int, message: ReplicaInput) -> None:
@@ -278,7 +274,7 @@ class Orchestrator:
                 # No peer: it died and zmq dropped its pipe before the liveness check noticed. Blocking
                 # here would stall every request; the next pass's check fails this replica's requests.
                 logger.warning("stage %s replica %d is not connected; dropped a %s", link.stage, link.index,
-                               type(message).__name__)
+                               type(getattr(message, "payload", message)).__name__)
                 self._last_liveness = 0.0
 
     # Replica health -------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ class ReplicaActor:
         store = make_connector(launch.connector if same_host else "frames", launch.pipeline_id)
         ctx = zmq.Context()
         try:
-            ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), same_host).run()
+            ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads, same_host).run()
         finally:
             ctx.destroy(linger=0)
 

@@ -23,6 +23,7 @@ import zmq
 from omnistage.ipc.messages import (
     AbortRequests,
     Heartbeat,
+    PayloadTypes,
     ReplicaFailed,
     ReplicaInput,
     ReplicaLoad,
@@ -36,7 +37,7 @@ from omnistage.ipc.messages import (
 from omnistage.ipc.queues import Receiver, Sender
 from omnistage.ipc.serialization import TensorStore
 from omnistage.pipeline.liveness import HEARTBEAT_S
-from omnistage.pipeline.stage import StageWorker, WorkerFactory
+from omnistage.workers.base import StageWorker, WorkerFactory
 
 logger = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5  # an idle loop wakes this often to notice a stop request
@@ -52,8 +53,9 @@ class ReplicaAddresses:
 
 class ReplicaLoop:
     def __init__(self, factory: WorkerFactory, ctx: zmq.Context, addresses: ReplicaAddresses,
-                 store: TensorStore | None, pid: int, same_host: bool = True) -> None:
+                 store: TensorStore | None, pid: int, payloads: PayloadTypes, same_host: bool = True) -> None:
         self.factory = factory
+        self.payloads = payloads
         self.ctx = ctx
         self.addresses = addresses
         self.store = store
@@ -149,7 +151,7 @@ class ReplicaLoop:
 
     # I/O threads --------------------------------------------------------------------------------
     def _input_thread(self) -> None:
-        receiver = Receiver(self.ctx, self.addresses.inputs, ReplicaInput, self.store, bind=False)
+        receiver = Receiver(self.ctx, self.addresses.inputs, self.payloads.replica_input(), self.store, bind=False)
         try:
             while not self.stop.is_set():
                 message = receiver.recv(timeout_ms=int(IDLE_WAIT_S * 1000))
@@ -161,7 +163,7 @@ class ReplicaLoop:
             receiver.close()
 
     def _output_thread(self) -> None:
-        sender = Sender(self.ctx, self.addresses.outputs, ReplicaMessage, self.store, bind=False)
+        sender = Sender(self.ctx, self.addresses.outputs, self.payloads.replica_message(), self.store, bind=False)
         try:
             while True:
                 message = self.outbox.get()

@@ -7,38 +7,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
-from omnistage.core import FinishReason, OmniOutput, OmniRequest
+from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer
 from omnistage.pipeline.playback import Playback
-from omnistage.pipeline.spoken import SpokenTokens
 
-SAMPLE_RATE = 24000
+SAMPLE_RATE = OUTPUT_SAMPLE_RATE
 
 if TYPE_CHECKING:
+    from omnistage.engine.frame_chunker import FrameChunker
+    from omnistage.families.base import RequestEdge
     from omnistage.pipeline.chunk_planner import PlaybackPlanner
-    from omnistage.pipeline.qwen3_omni_stages import FrameChunker
 
 # Receives each delta of a request; called from the orchestrator's thread, so it must not block.
 OutputSink = Callable[[OmniOutput], None]
 
-_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
-
-
-def finish_reason(name: str | None) -> FinishReason:
-    return _REASONS.get(name or "stop", FinishReason.STOP)
-
 
 @dataclass
 class RequestTrace:
-    """``time.monotonic()`` of each milestone (None until reached) and the replica each stage used."""
+    """``time.monotonic()`` of each milestone (None until reached), when each stage took the request and let it
+    go, and the replica each stage used."""
 
     replicas: dict[str, int] = field(default_factory=dict)
+    entered: dict[str, float] = field(default_factory=dict)
+    left: dict[str, float] = field(default_factory=dict)
     arrival: float = field(default_factory=time.monotonic)
     first_text: float | None = None
-    thinker_done: float | None = None
-    talker_start: float | None = None
     first_frames: float | None = None
     first_audio: float | None = None
     finished: float | None = None
@@ -58,7 +51,7 @@ class RequestTrace:
 
 @dataclass
 class AudioProgress:
-    """The talker → code2wav leg of one request: its chunker, its caller's player, and the planner that
+    """The frames → codec leg of one request: its chunker, its caller's player, and the planner that
     measures its paces (and, when the caller plays the audio as it arrives, sizes its chunks)."""
 
     chunker: FrameChunker
@@ -76,22 +69,23 @@ class AudioProgress:
 
 @dataclass
 class RequestState:
+    """``stages``: the stages this request runs through; ``open``/``closed``: those holding it now and those
+    done with it. It is complete once every stage it entered is done (a stage opens only while the one before
+    it runs, so nothing can open after that)."""
+
     request: OmniRequest
     sink: OutputSink
     detok: IncrementalDetokenizer
+    stages: frozenset[str] = frozenset()
     trace: RequestTrace = field(default_factory=RequestTrace)
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     num_output_tokens: int = 0
-    thinker_done: bool = False
     reason: FinishReason | None = None
-    talker_started: bool = False
+    open: set[str] = field(default_factory=set)
+    closed: set[str] = field(default_factory=set)
+    edges: dict[tuple[str, str], RequestEdge] = field(default_factory=dict)  # (source, target) → its crossing
     audio: AudioProgress | None = None  # None for text-only requests
-    spoken: SpokenTokens = field(init=False)  # the thinker tokens its talker is fed
-    talker_hidden: torch.Tensor | None = None  # the thinker's first message's states, until the talker starts
-
-    def __post_init__(self) -> None:
-        self.spoken = SpokenTokens(self.request.unspoken)
 
     @property
     def request_id(self) -> str:
@@ -99,4 +93,4 @@ class RequestState:
 
     @property
     def complete(self) -> bool:
-        return self.thinker_done and (self.audio is None or self.audio.done)
+        return not self.open

@@ -21,18 +21,19 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from omnistage.config.pipeline import PipelineSpec, StageSpec
-from omnistage.ipc.messages import ReplicaInput, ReplicaMessage, Shutdown
+from omnistage.config.pipeline import StageSpec
+from omnistage.ipc.messages import PayloadTypes, Shutdown
+from omnistage.ipc.payloads import GENERIC_PAYLOADS
 from omnistage.ipc.queues import AddressBook, Receiver, Sender
 from omnistage.pipeline.connectors import TensorConnector, make_connector
 from omnistage.pipeline.detokenizer import Tokenizer
 from omnistage.pipeline.flow import FlowSettings
+from omnistage.pipeline.graph import StageGraph
 from omnistage.pipeline.launcher import ProcessReplica, ReplicaHandle, ReplicaLaunch, ThreadReplica
 from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, HEARTBEAT_S
 from omnistage.pipeline.orchestrator import Orchestrator, ReplicaLink
 from omnistage.pipeline.replica import ReplicaAddresses
-from omnistage.pipeline.stage import WorkerFactory
-from omnistage.pipeline.topology import topology_of
+from omnistage.workers.base import WorkerFactory, WorkerSpec, build_worker
 
 if TYPE_CHECKING:
     from omnistage.pipeline.ray_cluster import RayCluster
@@ -93,13 +94,15 @@ class PipelineOptions:
 
 
 class PipelineRuntime:
-    """Owns the zmq context, every replica and the orchestrator of one pipeline."""
+    """Owns the zmq context, every replica and the orchestrator of one pipeline (a stage graph resolved
+    through its family; ``factories`` build each stage's worker inside its replica)."""
 
-    def __init__(self, spec: PipelineSpec, factories: dict[str, WorkerFactory], tokenizer: Tokenizer | None,
+    def __init__(self, graph: StageGraph, factories: dict[str, WorkerFactory], tokenizer: Tokenizer | None,
                  num_code_groups: int, options: PipelineOptions | None = None) -> None:
-        self.spec = spec
+        self.graph = graph
+        self.spec = graph.spec
         self.options = options = options or PipelineOptions()
-        self.topology = topology_of(spec)
+        self.payloads: PayloadTypes = GENERIC_PAYLOADS + graph.family.payloads
         self.pipeline_id = uuid.uuid4().hex[:12]
         self._closed = False
         self.cluster: RayCluster | None = None
@@ -113,7 +116,7 @@ class PipelineRuntime:
         atexit.register(self.close)
         try:
             links = self._make_links(factories)
-            settings = FlowSettings(spec, self.topology, num_code_groups, options.talker_min_new_tokens)
+            settings = FlowSettings(graph, num_code_groups, options.talker_min_new_tokens)
             self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx, options.stage_stall_timeout_s)
             for link in links:
                 link.handle.start()
@@ -139,14 +142,16 @@ class PipelineRuntime:
             new_handle = self._handle_maker(stage, f"stages[{position}].placement")
             for index in range(stage.replicas):
                 # Bound before the replica starts, so its connects always find them.
-                sender = Sender(self.ctx, self.addresses.new(f"{stage.name}-{index}-in"), ReplicaInput,
-                                self.store, bind=True)
-                receiver = Receiver(self.ctx, self.addresses.new(f"{stage.name}-{index}-out"), ReplicaMessage,
-                                    self.store, bind=True)
+                sender = Sender(self.ctx, self.addresses.new(f"{stage.name}-{index}-in"),
+                                self.payloads.replica_input(), self.store, bind=True)
+                receiver = Receiver(self.ctx, self.addresses.new(f"{stage.name}-{index}-out"),
+                                    self.payloads.replica_message(), self.store, bind=True)
                 launch = ReplicaLaunch(stage.name, index, factories[stage.name],
                                        ReplicaAddresses(sender.address, receiver.address),
-                                       self.options.connector_kind, self.pipeline_id, self._threads(stage))
-                links.append(ReplicaLink(stage.name, index, new_handle(launch), sender, receiver, store=self.store))
+                                       self.options.connector_kind, self.pipeline_id, self._threads(stage),
+                                       self.payloads)
+                links.append(ReplicaLink(stage.name, index, new_handle(launch), sender, receiver, store=self.store,
+                                         payloads=self.payloads))
         return links
 
     def _handle_maker(self, stage: StageSpec, path: str) -> Callable[[ReplicaLaunch], ReplicaHandle]:
@@ -194,9 +199,9 @@ class PipelineRuntime:
             self.cluster.close()
 
 
-def model_factories(model_dir: str, spec: PipelineSpec, options: PipelineOptions) -> dict[str, WorkerFactory]:
-    """The real stage workers of a Qwen3-Omni checkpoint, one factory per stage."""
-    from omnistage.pipeline.workers import WorkerSpec, build_worker
-
-    return {stage.name: partial(build_worker, WorkerSpec(str(model_dir), stage, options.seamless_audio))
-            for stage in spec.stages}
+def model_factories(model_dir: str, graph: StageGraph, options: PipelineOptions) -> dict[str, WorkerFactory]:
+    """The real stage workers of a checkpoint, one factory per stage: each stage's ``model:`` resolved
+    through the family to the worker class its replica imports and builds."""
+    return {stage.name: partial(build_worker, WorkerSpec(str(model_dir), stage, graph.models[stage.name].worker,
+                                                         options.seamless_audio))
+            for stage in graph.spec.stages}

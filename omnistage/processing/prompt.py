@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from omnistage.models.qwen3_omni.config import ProcessorSettings, Qwen3OmniConfig
+from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 from omnistage.processing.audio_in_video import AudioInVideoTokens, audio_order, interleaved_placeholder
 from omnistage.processing.video import Video, VideoProcessor
 
@@ -28,31 +30,15 @@ AUDIO_SAMPLE_RATE = 16000
 
 
 @dataclass(frozen=True)
-class MultimodalInputs:
-    """One prompt's encoder inputs, in placeholder order, as the Qwen3-Omni processor returns them.
-
-    input_features ``[A, mel, frames]`` with feature_attention_mask ``[A, frames]``;
-    pixel_values ``[patches, C*T*P*P]`` with image_grid_thw ``[I, 3]``; the same
-    for videos, plus video_second_per_grid ``[V]`` (positions only).
-    """
-
-    input_features: torch.Tensor | None = None
-    feature_attention_mask: torch.Tensor | None = None
-    pixel_values: torch.Tensor | None = None
-    image_grid_thw: torch.Tensor | None = None
-    pixel_values_videos: torch.Tensor | None = None
-    video_grid_thw: torch.Tensor | None = None
-    video_second_per_grid: torch.Tensor | None = None
-
-    def audio_lengths(self) -> torch.Tensor | None:
-        """Mel frames per audio."""
-        return None if self.feature_attention_mask is None else self.feature_attention_mask.sum(-1)
-
-
-@dataclass(frozen=True)
 class ProcessedPrompt:
+    """A Qwen3-Omni request's prompt: chat template applied, placeholders expanded, encoder inputs made."""
+
     token_ids: list[int]
     mm: MultimodalInputs = field(default_factory=MultimodalInputs)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
 
 
 def audio_token_count(feature_lengths: torch.Tensor, n_window: int) -> torch.Tensor:
@@ -66,27 +52,23 @@ def audio_token_count(feature_lengths: torch.Tensor, n_window: int) -> torch.Ten
 class PromptProcessor:
     """Prompt preprocessing for one checkpoint folder."""
 
-    def __init__(self, folder: str | Path, config: dict[str, object]) -> None:
+    def __init__(self, folder: str | Path, settings: ProcessorSettings) -> None:
         self.folder = Path(folder)
-        thinker = config["thinker_config"]
-        self.audio_token_id = int(thinker["audio_token_id"])
-        self.image_token_id = int(thinker["image_token_id"])
-        self.video_token_id = int(thinker["video_token_id"])
-        self.n_window = int(thinker["audio_config"].get("n_window", 50))
-        vision = thinker["vision_config"]
-        self.merge_size = int(vision.get("spatial_merge_size", 2))
-        # The model's own rate: M-RoPE places video steps with it, so the interleaved layout must use it too.
-        self.position_id_per_seconds = float(thinker.get("position_id_per_seconds", 25))
+        self.audio_token_id = settings.audio_token_id
+        self.image_token_id = settings.image_token_id
+        self.video_token_id = settings.video_token_id
+        self.n_window = settings.n_window
+        self.merge_size = settings.merge_size
+        self.position_id_per_seconds = settings.position_id_per_seconds
         self.tokenizer = self._load_tokenizer()
-        self.audio_in_video_tokens = self._audio_in_video_tokens(thinker)
-        self.features = self._load_feature_extractor(int(thinker["audio_config"].get("num_mel_bins", 128)))
-        self.images = self._load_image_processor(vision)
-        self.videos = VideoProcessor.from_folder(self.folder, vision)
+        self.audio_in_video_tokens = self._audio_in_video_tokens(settings)
+        self.features = self._load_feature_extractor(settings.num_mel_bins)
+        self.images = self._load_image_processor(settings)
+        self.videos = VideoProcessor.from_folder(self.folder, settings)
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> PromptProcessor:
-        config = json.loads((Path(folder) / "config.json").read_text())
-        return cls(folder, config)
+        return cls(folder, Qwen3OmniConfig.from_folder(folder).processor)
 
     def _load_tokenizer(self):  # noqa: ANN202 - transformers tokenizer type
         if not (self.folder / "tokenizer_config.json").exists():
@@ -95,10 +77,10 @@ class PromptProcessor:
 
         return AutoTokenizer.from_pretrained(self.folder)
 
-    def _audio_in_video_tokens(self, thinker: dict[str, object]) -> AudioInVideoTokens | None:
+    def _audio_in_video_tokens(self, settings: ProcessorSettings) -> AudioInVideoTokens | None:
         """The markers of an interleaved video, from the config or else the tokenizer (None: neither has them)."""
-        start = thinker.get("audio_start_token_id")
-        end = thinker.get("audio_end_token_id")
+        start = settings.audio_start_token_id
+        end = settings.audio_end_token_id
         if end is None and self.tokenizer is not None:
             found = self.tokenizer.convert_tokens_to_ids("<|audio_end|>")
             end = found if found != self.tokenizer.unk_token_id else None
@@ -114,7 +96,7 @@ class PromptProcessor:
         return WhisperFeatureExtractor(feature_size=mel_bins, sampling_rate=AUDIO_SAMPLE_RATE, hop_length=160,
                                        chunk_length=300, n_fft=400, return_attention_mask=True)
 
-    def _load_image_processor(self, vision: dict[str, object]):  # noqa: ANN202
+    def _load_image_processor(self, settings: ProcessorSettings):  # noqa: ANN202
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
         if (self.folder / "preprocessor_config.json").exists():
@@ -123,7 +105,7 @@ class PromptProcessor:
                 keys = ("patch_size", "temporal_patch_size", "merge_size", "size", "image_mean", "image_std")
                 return Qwen2VLImageProcessorPil(**{k: cfg[k] for k in keys if k in cfg})
         return Qwen2VLImageProcessorPil(
-            patch_size=int(vision.get("patch_size", 16)), temporal_patch_size=int(vision.get("temporal_patch_size", 2)),
+            patch_size=settings.patch_size, temporal_patch_size=settings.temporal_patch_size,
             merge_size=self.merge_size, image_mean=[0.5] * 3, image_std=[0.5] * 3,
         )
 

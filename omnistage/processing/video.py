@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from omnistage.models.qwen3_omni.config import ProcessorSettings
+
 # transformers' Qwen3OmniMoeProcessor passes this size to its video processor on every call (its
 # ``videos_kwargs`` class default), so it wins over the size in video_preprocessor_config.json.
 QWEN3_OMNI_VIDEO_SIZE = {"shortest_edge": 128 * 32 * 32, "longest_edge": 768 * 32 * 32}
@@ -69,13 +71,13 @@ class VideoProcessor:
         self.merge_size = int(frames.merge_size)
 
     @classmethod
-    def from_folder(cls, folder: Path, vision: dict[str, object]) -> VideoProcessor:
+    def from_folder(cls, folder: Path, settings: ProcessorSettings) -> VideoProcessor:
         """Patch sizes and normalisation from video_preprocessor_config.json, else preprocessor_config.json
         (where transformers' AutoVideoProcessor looks), else the model's vision config."""
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        cfg = {"patch_size": vision.get("patch_size", 16), "temporal_patch_size": vision.get("temporal_patch_size", 2),
-               "merge_size": vision.get("spatial_merge_size", 2), "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
+        cfg = {"patch_size": settings.patch_size, "temporal_patch_size": settings.temporal_patch_size,
+               "merge_size": settings.merge_size, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
         for name in ("video_preprocessor_config.json", "preprocessor_config.json"):
             path = folder / name
             if path.exists() and "patch_size" in (found := json.loads(path.read_text())):

@@ -11,11 +11,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-
-class CodeSampler(Protocol):
-    """Samples residual codebook ``step + 1`` of ``logits [N, V]`` with each row's settings (tensors only)."""
-
-    def sample(self, logits: torch.Tensor, step: int) -> torch.Tensor: ...
+from omnistage.models.predictor_workspace import CodeSampler
 
 
 @runtime_checkable

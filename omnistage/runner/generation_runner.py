@@ -8,20 +8,10 @@ right-padding cannot change a row's samples) takes chunks of different lengths a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from omnistage.engine.generation_engine import ChunkRef
 from omnistage.runner.base import Code2WavModel
-
-
-@dataclass(frozen=True)
-class ChunkRef:
-    """Which stream a chunk continues, and whether it ends that stream."""
-
-    stream_id: str
-    index: int
-    last: bool
 
 
 class GenerationRunner:
@@ -30,6 +20,8 @@ class GenerationRunner:
         self.device = torch.device(device)
         self.streams = callable(getattr(model, "decode_streams", None))
         self.pads_rows = self.streams or callable(getattr(model, "decode_rows", None))
+        # 0 when the vocoder does not say: its chunks cannot ask for frames to be discarded.
+        self.samples_per_frame = int(getattr(model, "samples_per_frame", 0))
 
     def drop(self, stream_id: str) -> None:
         """Frees what a streaming vocoder keeps for a stream that will send no more chunks (an abort)."""

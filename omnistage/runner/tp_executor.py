@@ -28,7 +28,7 @@ import torch
 from omnistage.layers.attention.context import get_forward_context
 from omnistage.layers.parallel import TensorParallel
 from omnistage.layers.rotary import Rotation
-from omnistage.models.qwen3_omni.decoder import Deepstack
+from omnistage.models.decoder import Deepstack
 from omnistage.runner.tp_group import GroupAddress, TPGroup, host_store
 from omnistage.runner.tp_step import DecoderCall, Op, send_call, send_op
 

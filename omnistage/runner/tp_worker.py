@@ -20,7 +20,7 @@ import torch
 
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.layers.parallel import TensorParallel
-from omnistage.models.qwen3_omni.decoder import Decoder, Deepstack
+from omnistage.models.decoder import Decoder, Deepstack
 from omnistage.runner.ar_runner import default_backend
 from omnistage.runner.tp_executor import RankSpec
 from omnistage.runner.tp_group import TPGroup

@@ -10,9 +10,11 @@ names, so one seed always gives byte-identical files. The sizes are
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -155,12 +157,33 @@ def tiny_model_dir(seed: int = 0, size: CheckpointSize = TINY) -> Path:
     return target
 
 
+def cached_checkpoint(name: str) -> Path:
+    """Qwen3-Omni's ``cached`` hook: the embedded random checkpoint of size ``name`` (made on first use)."""
+    return tiny_model_dir(size=SIZES[name])
+
+
+def make_tiny_command(args: argparse.Namespace) -> int:
+    """Qwen3-Omni's ``make_tiny`` hook: ``omnistage make-tiny [--size S] [--cached] OUT``."""
+    size = SIZES[args.size]
+    if args.cached:
+        print(tiny_model_dir(seed=args.seed, size=size))
+        return 0
+    if args.out_dir is None:
+        print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
+        return 2
+    if args.fp8:
+        from omnistage.tools.make_fp8 import write_fp8_variant
+
+        print(write_fp8_variant(tiny_model_dir(seed=args.seed, size=size), args.out_dir))
+        return 0
+    print(make_tiny(args.out_dir, seed=args.seed, size=size))
+    return 0
+
+
 def resolve_model(model: str) -> Path:
-    """Maps a ``--model`` value to a checkpoint folder: a size name (``tiny``, ``medium``, ``slice``) → the
-    embedded random checkpoint of that size, made on first use; anything else is a folder."""
-    if model in SIZES:
-        return tiny_model_dir(size=SIZES[model])
-    path = Path(model).expanduser()
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"model folder {path} has no config.json (use --model tiny for the embedded model)")
-    return path
+    """Maps a ``--model`` value to a checkpoint folder: a name of any family's embedded random checkpoints
+    (``tiny``, ``medium``, ``slice``, ``tts-tiny``...) → that checkpoint, made on first use; anything else is a
+    folder."""
+    from omnistage.families.registry import DEFAULT_REGISTRY
+
+    return DEFAULT_REGISTRY.resolve_model(model)

@@ -13,7 +13,11 @@ order 0.01-0.1 and a 1e-4 bound on it is not trivially met.
 
 from __future__ import annotations
 
+import argparse
 import json
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -23,9 +27,10 @@ from torch import nn
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.config import TOKENIZER_FOLDER, Qwen3TTSConfig
 from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+from omnistage.tools.make_tiny import cache_root
 from omnistage.tools.tiny_tokenizer import save_tokenizer
-from omnistage.tools.tts_checkpoint_config import (FEATURE_EXTRACTOR, GENERATION_CONFIG, TINY, TTSSize, model_config,
-                                                   speech_tokenizer_config)
+from omnistage.tools.tts_checkpoint_config import (FEATURE_EXTRACTOR, GENERATION_CONFIG, TINY, TTS_SIZES, TTSSize,
+                                                   model_config, speech_tokenizer_config)
 
 BPE_SIZE = 960
 HEAD_STD = 0.5  # codec_head and the code predictor's heads: logit gaps of order 1
@@ -48,6 +53,48 @@ def make_tiny_tts(out_dir: str | Path, seed: int = 0, size: TTSSize = TINY,
     _save(main, out / "model.safetensors")
     _save(codec, out / TOKENIZER_FOLDER / "model.safetensors")
     return out
+
+
+# --model names of the embedded checkpoints: tts-{size}[-{type}] (CustomVoice when no type is named).
+TYPE_SUFFIXES = {"": "custom_voice", "-design": "voice_design", "-base": "base"}
+CACHED_NAMES = tuple(f"tts-{size}{suffix}" for size in TTS_SIZES for suffix in TYPE_SUFFIXES)
+CACHE_VERSION = 1
+
+
+def cached_checkpoint(name: str) -> Path:
+    """Qwen3-TTS's ``cached`` hook: ``tts-tiny``, ``tts-medium-base``... made on first use under the cache folder
+    (built aside and renamed into place, so a crash or a concurrent builder never leaves half a checkpoint)."""
+    size, _, kind = name.removeprefix("tts-").partition("-")
+    tts_model_type = TYPE_SUFFIXES[f"-{kind}" if kind else ""]
+    target = cache_root() / f"{name}-v{CACHE_VERSION}-seed0"
+    if (target / TOKENIZER_FOLDER / "model.safetensors").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        make_tiny_tts(tmp, size=TTS_SIZES[size], tts_model_type=tts_model_type)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / TOKENIZER_FOLDER / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def make_tiny_command(args: argparse.Namespace) -> int:
+    """Qwen3-TTS's ``make_tiny`` hook: ``omnistage make-tiny --model-type qwen3_tts [--tts-model-type T] OUT``."""
+    if args.cached and args.size in TTS_SIZES:
+        suffix = {v: k for k, v in TYPE_SUFFIXES.items()}[args.tts_model_type]
+        print(cached_checkpoint(f"tts-{args.size}{suffix}"))
+        return 0
+    if args.out_dir is None or args.size not in TTS_SIZES:
+        print(f"make-tiny --model-type qwen3_tts: give OUT_DIR (or --cached) and a --size of {sorted(TTS_SIZES)}",
+              file=sys.stderr)
+        return 2
+    print(make_tiny_tts(args.out_dir, seed=args.seed, size=TTS_SIZES[args.size], tts_model_type=args.tts_model_type))
+    return 0
 
 
 def _write_json(path: Path, value: object) -> None:

@@ -10,7 +10,7 @@ from omnistage.config.pipeline import ConfigError, StageOverrides, apply_overrid
 from omnistage.engine.kv_sizing import KVBudgetError, blocks_for_budget, gpu_kv_budget, kv_block_bytes
 from omnistage.ipc.messages import ReplicaLoad
 from omnistage.pipeline.orchestrator import kv_cache_bytes
-from omnistage.pipeline.workers import engine_config
+from omnistage.workers.base import engine_config
 from tests.runner.helpers import config, generate, make_engine, prompts, requests
 from tests.runner.toy_model import ToyLM
 
@@ -103,7 +103,8 @@ def test_reported_pool_bytes() -> None:
 
 
 def test_worker_reports_blocks_and_bytes(tiny_dir) -> None:  # noqa: ANN001
-    from omnistage.pipeline.workers import ThinkerWorker, WorkerSpec
+    from omnistage.families.qwen3_omni.workers import ThinkerWorker
+    from omnistage.workers.base import WorkerSpec
 
     stage = parse_pipeline({"stages": [{"name": "thinker", "kind": "ar", "model": "thinker", "device": "cpu",
                                         "engine": {"kv_cache_memory": "4MiB", "max_model_len": 512}}]}).stages[0]

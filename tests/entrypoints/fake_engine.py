@@ -17,8 +17,9 @@ from PIL import Image
 
 from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.engine.logprobs import TokenLogprob
+from omnistage.families.speech import SpeechFrontEnd
 from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest, Usage
-from omnistage.entrypoints.openai.engine_protocol import (
+from omnistage.pipeline.reports import (
     EngineStats,
     HealthReport,
     ReplicaHealth,
@@ -63,6 +64,7 @@ class FakeEngine:
     model_name: str = "fake-omni"
     voices: tuple[str, ...] = ("Chelsie", "Ethan", "Aiden")
     supports_audio: bool = True
+    speech: SpeechFrontEnd | None = None
     max_model_len: int = 2048
     default_sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     # Knobs a test may turn (reset() restores them).

@@ -117,8 +117,12 @@ def test_spoken_turns_report_the_prefix_cache_hits(live: _Server) -> None:
 def test_second_turn_reuses_the_cached_prefix(tiny_dir: Path) -> None:
     """The thinker engine itself (no server): turn 2's prompt, as the session renders it, hits turn 1's blocks."""
     from omnistage.config.pipeline import parse_pipeline
-    from omnistage.ipc.messages import StartThinker, ThinkerTokens, WireSampling
-    from omnistage.pipeline.workers import ThinkerWorker, WorkerSpec
+    from omnistage.engine import SamplingParams
+    from omnistage.families.qwen3_omni.payloads import ThinkerPrompt
+    from omnistage.families.qwen3_omni.workers import ThinkerWorker
+    from omnistage.ipc.messages import StageInput
+    from omnistage.ipc.payloads import TokenDelta
+    from omnistage.workers.base import WorkerSpec
     from omnistage.processing.prompt import PromptProcessor
 
     spec = parse_pipeline(small_dict()).stage("thinker")
@@ -129,13 +133,13 @@ def test_second_turn_reuses_the_cached_prefix(tiny_dir: Path) -> None:
     turns = [Turn("item_1", "user", text="What is the weather like on the coast today?")]
 
     def run(request_id: str, token_ids: list[int]) -> list[int]:
-        worker.handle(StartThinker(request_id, token_ids, WireSampling(temperature=0.0, max_tokens=12)))
+        worker.handle(StageInput(request_id, ThinkerPrompt(token_ids, SamplingParams(temperature=0.0, max_tokens=12))))
         request = worker.requests[request_id]
         out: list[int] = []
         while True:
             for msg in worker.step().outputs:
-                if isinstance(msg, ThinkerTokens) and msg.request_id == request_id:
-                    out.extend(msg.token_ids)
+                if isinstance(msg.payload, TokenDelta) and msg.request_id == request_id:
+                    out.extend(msg.payload.token_ids)
                     if msg.finished:
                         run.cached = request.num_cached_tokens  # type: ignore[attr-defined]
                         return out

@@ -42,6 +42,7 @@ class _FakeStagePipeline:
     supports_audio: bool = True
     max_model_len: int = 4096
     default_sampling: SamplingDefaults = SamplingDefaults()
+    speech: None = None  # not a text-to-speech model
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)
@@ -61,7 +62,7 @@ class _FakeStagePipeline:
 
 @pytest.fixture()
 def served(processor: PromptProcessor) -> Iterator[tuple[str, PipelineRuntime]]:
-    runtime = PipelineRuntime(small_spec(talker_frames=100_000), fakes.fake_factories(thinker_step_s=0.02), None,
+    runtime = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=100_000)), fakes.fake_factories(thinker_step_s=0.02), None,
                               fakes.GROUPS, PipelineOptions(talker_min_new_tokens=100_000))
     engine = AsyncOmni(pipeline=_FakeStagePipeline(runtime, processor))
     thread = ServerThread(build_app(engine, ServerLimits(), MediaPolicy()))

@@ -7,56 +7,81 @@ import pytest
 import torch
 import zmq
 
+from omnistage.engine.generation_engine import ChunkJob
+from omnistage.engine.request import FinishReason
+from omnistage.engine.sampling_params import SamplingParams
+from omnistage.families.qwen3_omni.payloads import PAYLOADS, PromptHidden, TalkerStart, TextFeed, ThinkerPrompt
 from omnistage.ipc.messages import (
     AbortRequests,
-    AudioChunk,
-    DecodeChunk,
-    FeedText,
     Heartbeat,
+    PayloadTypes,
     ReplicaFailed,
-    ReplicaInput,
     ReplicaLoad,
-    ReplicaMessage,
     ReplicaReady,
     RequestFailed,
     Shutdown,
-    StartTalker,
-    StartThinker,
+    StageInput,
+    StageOutput,
     StepBatch,
-    TalkerFrames,
-    ThinkerTokens,
-    WireMultimodal,
-    WirePromptLayout,
-    WireSampling,
 )
+from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, CodecFrames, TokenDelta
 from omnistage.ipc.queues import AddressBook, Receiver, Sender, next_address
 from omnistage.ipc.serialization import MessageCodec
+from omnistage.models.qwen3_omni.inputs import MultimodalInputs, PromptLayout
 from omnistage.pipeline.connectors import InprocConnector, ShmConnector, shm_available
 
 # Tensors wrapped on received (read-only) frames are only read; torch warns about that once.
 pytestmark = pytest.mark.filterwarnings("ignore:The given buffer is not writable")
-SAMPLING = WireSampling(temperature=0.7, top_k=5, seed=3, max_tokens=9, stop_token_ids=(1, 2))
+TYPES = GENERIC_PAYLOADS + PAYLOADS  # a Qwen3-Omni pipeline's payload set
+ReplicaInput, ReplicaMessage = TYPES.replica_input(), TYPES.replica_message()
+SAMPLING = SamplingParams(temperature=0.7, top_k=5, seed=3, max_tokens=9, stop_token_ids=(1, 2))
 INPUTS = [
-    StartThinker("a", [1, 2, 3], SAMPLING, WireMultimodal(input_features=torch.randn(1, 8, 100),
-                                                          feature_attention_mask=torch.ones(1, 100, dtype=torch.int32)),
-                 capture_hidden=True),
-    StartThinker("b", [4], WireSampling()),
-    StartTalker("a", WirePromptLayout([1, 2], audio_lengths=torch.tensor([100])), 7, "ethan", SAMPLING,
-                mm_hidden=torch.randn(30, 64, dtype=torch.bfloat16)),
-    FeedText("a", [5, 6], finished=True),
-    DecodeChunk("a", 2, torch.randint(0, 64, (4, 35)), left_context=25, is_last=True),
+    StageInput("a", ThinkerPrompt([1, 2, 3], SAMPLING, MultimodalInputs(
+        input_features=torch.randn(1, 8, 100), feature_attention_mask=torch.ones(1, 100, dtype=torch.int32)),
+        capture_hidden=True)),
+    StageInput("b", ThinkerPrompt([4], SamplingParams())),
+    StageInput("a", TalkerStart(PromptLayout([1, 2], audio_lengths=torch.tensor([100])), 7, "ethan", SAMPLING,
+                                mm_hidden=torch.randn(30, 64, dtype=torch.bfloat16))),
+    StageInput("a", TextFeed([5, 6], finished=True)),
+    StageInput("a", ChunkJob("a", 2, torch.randint(0, 64, (4, 35)), left_context=25, is_last=True)),
     AbortRequests(["a", "b"]),
     Shutdown(),
 ]
 OUTPUTS = [
-    StepBatch([ThinkerTokens("a", [5], num_prompt_tokens=3, mm_hidden=torch.randn(2, 16)),
-               TalkerFrames("a", torch.randint(0, 64, (1, 4)), finished=True, finish_reason="stop"),
-               AudioChunk("a", 0, torch.randn(48000)), RequestFailed("b", "boom")],
+    StepBatch([StageOutput("a", PromptHidden(torch.randn(2, 16))),
+               StageOutput("a", TokenDelta([5], num_prompt_tokens=3)),
+               StageOutput("a", CodecFrames(torch.randint(0, 64, (1, 4))), finished=True,
+                           finish_reason=FinishReason.STOP),
+               StageOutput("a", AudioChunk(0, torch.randn(48000))), RequestFailed("b", "boom")],
               ReplicaLoad(1, 2, 3, 4)),
     ReplicaReady(ReplicaLoad(kv_blocks_total=10), pid=42),
     ReplicaFailed("out of memory"),
     Heartbeat(passes=12),
 ]
+
+
+def test_payload_sets_need_unique_tags() -> None:
+    class Twin(msgspec.Struct, tag="tokens"):  # the generic TokenDelta's tag
+        x: int
+
+    with pytest.raises(ValueError, match="unique msgspec tags"):
+        GENERIC_PAYLOADS + PayloadTypes((Twin,))
+
+
+def test_a_payload_outside_the_set_is_refused_on_decode() -> None:
+    class Stranger(msgspec.Struct, tag="stranger"):
+        x: int
+
+    frames = MessageCodec(ReplicaInput).encode(StageInput("a", Stranger(1)))
+    with pytest.raises(msgspec.ValidationError):
+        MessageCodec(ReplicaInput).decode(frames)
+
+
+def test_sampling_params_are_checked_when_decoded() -> None:
+    body = msgspec.msgpack.encode({"type": "StageInput", "request_id": "a", "payload": {
+        "type": "qwen3_omni.ThinkerPrompt", "token_ids": [1], "sampling": {"top_p": 3.0}}})
+    with pytest.raises(msgspec.ValidationError, match="top_p"):
+        MessageCodec(ReplicaInput).decode([body])
 
 
 def _equal(a: object, b: object) -> bool:
@@ -89,8 +114,8 @@ def test_round_trip(message: msgspec.Struct, store: object) -> None:
 
 def test_large_tensors_leave_the_body() -> None:
     wav = torch.randn(48000)
-    frames = MessageCodec(ReplicaMessage).encode(StepBatch([AudioChunk("a", 0, wav)], ReplicaLoad()))
-    assert len(frames) == 2 and len(frames[0]) < 200  # the samples travel as their own frame
+    frames = MessageCodec(ReplicaMessage).encode(StepBatch([StageOutput("a", AudioChunk(0, wav))], ReplicaLoad()))
+    assert len(frames) == 2 and len(frames[0]) < 400  # the samples travel as their own frame
     assert len(frames[1]) == wav.numel() * 4
 
 

@@ -49,7 +49,7 @@ def test_gated_mlp_keeps_the_checkpoint_names() -> None:
 
 def test_head_norms_follow_their_weights() -> None:
     from omnistage.layers.norm import RMSNorm
-    from omnistage.models.qwen3_omni.decoder import HeadNorms
+    from omnistage.models.decoder import HeadNorms
 
     q_norm, k_norm = RMSNorm(8), RMSNorm(8)
     norms = HeadNorms((q_norm, 3), (k_norm, 1))

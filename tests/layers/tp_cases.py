@@ -16,7 +16,7 @@ from omnistage.layers.linear import GatedMLP
 from omnistage.layers.moe import SparseMoeBlock
 from omnistage.layers.parallel import UNSHARDED, TensorParallel
 from omnistage.layers.rotary import Rotation
-from omnistage.models.qwen3_omni.decoder import DecoderConfig, DecoderLayer, MoeConfig
+from omnistage.models.decoder import DecoderConfig, DecoderLayer, MoeConfig
 
 HIDDEN = 32
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from omnistage.models.qwen3_omni.code2wav import Code2Wav, Code2WavConfig, chunk_spans, load_code2wav
+from omnistage.models.codec_transformer import Code2WavConfig
+from omnistage.models.qwen3_omni.code2wav import Code2Wav, chunk_spans, load_code2wav
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 
 TOL = 1e-5  # fp32 parity bound with transformers
 ROW_TOL = 1e-6  # batch size changes CPU kernel blocking, so rows agree to rounding, not bit for bit
@@ -16,7 +18,7 @@ ROW_TOL = 1e-6  # batch size changes CPU kernel blocking, so rows agree to round
 
 @pytest.fixture(scope="module")
 def ours(tiny_dir: Path) -> Code2Wav:
-    return load_code2wav(tiny_dir)
+    return load_code2wav(tiny_dir, Qwen3OmniConfig.from_folder(tiny_dir).code2wav)
 
 
 @pytest.fixture(scope="module")

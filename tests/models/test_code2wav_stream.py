@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from omnistage.models.qwen3_omni.code2wav import Code2Wav, load_code2wav
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.code2wav_stream import StreamingCode2Wav, conv_context_frames
 
 # fp32 samples of order 0.1: whole vs chunked run other shapes (rounding only); a chunk decoded without the
@@ -19,7 +20,7 @@ TOL = {"atol": 1e-5, "rtol": 1e-4}
 
 @pytest.fixture(scope="module")
 def model(tiny_dir: Path) -> Code2Wav:
-    return load_code2wav(tiny_dir)
+    return load_code2wav(tiny_dir, Qwen3OmniConfig.from_folder(tiny_dir).code2wav)
 
 
 def _codes(frames: int, seed: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
 from omnistage.layers.quant.fp8 import FP8, dequantize_fp8, quantize_fp8
 from omnistage.models.fp8_checkpoint import Fp8Format, Fp8View, UnsupportedQuantization
 from omnistage.models.qwen3_omni.thinker import Thinker
-from omnistage.models.qwen3_omni.weights import Checkpoint
+from omnistage.models.weights import Checkpoint
 from omnistage.tools.make_fp8 import write_fp8_variant
 
 LAYER = "thinker.model.language_model.layers.0."
@@ -102,11 +102,12 @@ def test_other_quantizations_are_refused_clearly() -> None:
 def _thinker_kept_in_fp8(folder: Path) -> Thinker:
     """What ``load_checkpoint`` builds on a GPU with FP8 GEMMs (there ``raw`` follows the device; forced here)."""
     from omnistage.models.fp8_checkpoint import keep_fp8_
-    from omnistage.models.qwen3_omni.decoder import StackedExpertsView, build_on, hf_config
+    from omnistage.models.decoder import StackedExpertsView, build_on
+    from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
     from omnistage.models.qwen3_omni.thinker import CHECKPOINT_PREFIX
-    from omnistage.models.qwen3_omni.weights import load_module
+    from omnistage.models.weights import load_module
 
-    full = hf_config(folder)
+    full = Qwen3OmniConfig.from_folder(folder).hf
     with build_on("cpu", torch.float32):
         model = Thinker(full.thinker_config, full.talker_config.accept_hidden_layer)
     with Checkpoint(folder) as ckpt:

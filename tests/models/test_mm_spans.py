@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.models.qwen3_omni.mm_spans import multimodal_spans
+from omnistage.families.qwen3_omni.mm_spans import multimodal_spans
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length
-from omnistage.processing.prompt import MultimodalInputs
+from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 
 TOKENS = MRopeTokens(image_token_id=50, video_token_id=51, audio_token_id=52, vision_start_token_id=53,
                      audio_start_token_id=54, spatial_merge_size=2, position_id_per_seconds=25.0, audio_n_window=50)

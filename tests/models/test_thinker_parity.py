@@ -13,7 +13,7 @@ import torch
 
 from omnistage.layers.attention import AttentionMetadata, ForwardContext, forward_context
 from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
-from omnistage.models.qwen3_omni.decoder import Deepstack, KVCacheSpec
+from omnistage.models.decoder import Deepstack, KVCacheSpec
 from omnistage.models.qwen3_omni.mrope import audio_output_length
 from omnistage.models.qwen3_omni.thinker import MultimodalInputs, Thinker, ThinkerEmbeds
 

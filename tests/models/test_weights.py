@@ -10,8 +10,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from omnistage.models.qwen3_omni.code2wav import Code2Wav, Code2WavConfig
-from omnistage.models.qwen3_omni.weights import Checkpoint, WeightLoadError, load_module
+from omnistage.models.codec_transformer import Code2WavConfig
+from omnistage.models.qwen3_omni.code2wav import Code2Wav
+from omnistage.models.weights import Checkpoint, WeightLoadError, load_module
 
 CONV = "code2wav.decoder.0.conv.weight"
 

@@ -15,19 +15,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from omnistage.ipc.messages import (
-    AudioChunk,
-    DecodeChunk,
-    FeedText,
-    ReplicaInput,
-    ReplicaLoad,
-    StageOutput,
-    StartTalker,
-    StartThinker,
-    TalkerFrames,
-    ThinkerTokens,
-)
-from omnistage.pipeline.stage import StageWorker, StepResult
+from omnistage.engine import FinishReason
+from omnistage.engine.generation_engine import ChunkJob
+from omnistage.families.qwen3_omni.payloads import TalkerStart, TextFeed, ThinkerPrompt
+from omnistage.ipc.messages import ReplicaLoad, StageInput, StageOutput
+from omnistage.ipc.payloads import AudioChunk, CodecFrames, TokenDelta
+from omnistage.workers.base import StageWorker, StepResult
 
 GROUPS = 2
 SAMPLES_PER_FRAME = 4
@@ -72,14 +65,14 @@ class FakeThinker(FakeBase):
     crash_on: str = ""  # a request id whose first step raises (a broken step)
     exit_on: str = ""  # a request id whose start ends the replica's process
 
-    def handle(self, message: ReplicaInput) -> list[StageOutput]:
-        assert isinstance(message, StartThinker)
+    def handle(self, message: StageInput) -> list[StageOutput]:
+        assert isinstance(message.payload, ThinkerPrompt)
         if message.request_id == self.fail_on:
             raise ValueError("boom")
         if message.request_id == self.exit_on:
             os._exit(3)
         self.seen.append(("start", message.request_id))
-        self.seqs[message.request_id] = _Seq(message.sampling.max_tokens)
+        self.seqs[message.request_id] = _Seq(message.payload.sampling.max_tokens)
         return []
 
     def step(self) -> StepResult:
@@ -90,7 +83,8 @@ class FakeThinker(FakeBase):
         for rid, seq in list(self.seqs.items()):
             seq.made += 1
             done = seq.made >= seq.limit
-            outs.append(ThinkerTokens(rid, [100 + seq.made], done, "length" if done else None, num_prompt_tokens=3))
+            outs.append(StageOutput(rid, TokenDelta([100 + seq.made], num_prompt_tokens=3), done,
+                                    FinishReason.LENGTH if done else None))
             if done:
                 del self.seqs[rid]
         return StepResult(outs)
@@ -101,16 +95,17 @@ class FakeTalker(FakeBase):
     step_s_per_seq: float = 0.0  # a talker whose step slows with its batch (one that does not batch)
     spoken: dict[str, list[int]] = field(default_factory=dict)  # the thinker tokens each request was fed
 
-    def handle(self, message: ReplicaInput) -> list[StageOutput]:
-        self.seen.append((type(message).__name__, message.request_id))
-        if isinstance(message, StartTalker):
-            self.seqs[message.request_id] = _Seq(message.sampling.max_tokens, text=1)
-            self.spoken[message.request_id] = [message.first_token]
-        elif isinstance(message, FeedText) and message.request_id in self.seqs:
-            self.spoken[message.request_id].extend(message.token_ids)
+    def handle(self, message: StageInput) -> list[StageOutput]:
+        payload = message.payload
+        self.seen.append((type(payload).__name__, message.request_id))
+        if isinstance(payload, TalkerStart):
+            self.seqs[message.request_id] = _Seq(payload.sampling.max_tokens, text=1)
+            self.spoken[message.request_id] = [payload.first_token]
+        elif isinstance(payload, TextFeed) and message.request_id in self.seqs:
+            self.spoken[message.request_id].extend(payload.token_ids)
             seq = self.seqs[message.request_id]
-            seq.text += len(message.token_ids)
-            seq.text_done = seq.text_done or message.finished
+            seq.text += len(payload.token_ids)
+            seq.text_done = seq.text_done or payload.finished
         return []
 
     def step(self) -> StepResult:
@@ -122,19 +117,20 @@ class FakeTalker(FakeBase):
             seq.made += 1
             done = seq.made >= seq.limit
             frame = torch.full((1, GROUPS), seq.made, dtype=torch.long)
-            outs.append(TalkerFrames(rid, frame, done, "length" if done else None))
+            outs.append(StageOutput(rid, CodecFrames(frame), done, FinishReason.LENGTH if done else None))
             if done:
                 del self.seqs[rid]
         return StepResult(outs, progressed=bool(outs))
 
 
 class FakeCode2Wav(FakeBase):
-    def handle(self, message: ReplicaInput) -> list[StageOutput]:
-        assert isinstance(message, DecodeChunk)
+    def handle(self, message: StageInput) -> list[StageOutput]:
+        job = message.payload
+        assert isinstance(job, ChunkJob)
         self.seen.append(("chunk", message.request_id))
-        new = message.codes[0, message.left_context:].float()
+        new = job.codes[0, job.left_context + job.discard_frames:].float()
         wav = new.repeat_interleave(SAMPLES_PER_FRAME)
-        return [AudioChunk(message.request_id, message.chunk_index, wav, message.is_last)]
+        return [StageOutput(message.request_id, AudioChunk(job.chunk_index, wav, job.is_last), finished=job.is_last)]
 
     def step(self) -> StepResult:
         return StepResult([], progressed=False)
@@ -151,3 +147,11 @@ def fake_factories(thinker_step_s: float = 0.0, talker_step_s: float = 0.0, talk
     return {"thinker": partial(FakeThinker, step_s=thinker_step_s, **thinker),
             "talker": partial(FakeTalker, step_s=talker_step_s, step_s_per_seq=talker_step_s_per_seq),
             "code2wav": FakeCode2Wav}
+
+
+def omni_graph(spec):  # noqa: ANN001, ANN201 - PipelineSpec -> StageGraph
+    """A stage config resolved through the real Qwen3-Omni family (its edges; the workers are the fakes)."""
+    from omnistage.families.registry import DEFAULT_REGISTRY
+    from omnistage.pipeline.graph import resolve_graph
+
+    return resolve_graph(spec, DEFAULT_REGISTRY.family("qwen3_omni"))

@@ -33,3 +33,13 @@ def write_spec(folder: Path, data: dict, name: str = "stages.yaml") -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def tts_small_dict(first_chunk: int = 2, chunk: int = 3) -> dict:
+    """The Qwen3-TTS preset with room for a few short requests and small codec chunks (several per request)."""
+    data = yaml.safe_load((PRESETS / "qwen3_tts.yaml").read_text())
+    talker, _ = data["stages"]
+    talker["engine"].update(num_kv_blocks=64, max_num_batched_tokens=512)
+    data["streaming"] = {"codec_chunk_frames": chunk, "initial_codec_chunk_frames": first_chunk,
+                         "codec_left_context_frames": 0}
+    return data

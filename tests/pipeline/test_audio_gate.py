@@ -74,12 +74,13 @@ def _runtime(limit: float) -> PipelineRuntime:
     data = small_dict(talker_frames=30)
     data["streaming"]["admission_rtf_limit"] = limit
     fakes.INSTANCES.clear()
-    return PipelineRuntime(parse_pipeline(data), fakes.fake_factories(0.001, talker_step_s_per_seq=0.064), None,
+    return PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, talker_step_s_per_seq=0.064), None,
                            fakes.GROUPS, PipelineOptions(in_process=True))
 
 
 def _run_two(runtime: PipelineRuntime) -> tuple[float, float]:
-    """Starts a, then b once a is streaming; returns (a's finish, b's talker start)."""
+    """Starts a, then b once a is streaming; returns (a's talker done, b's talker start). The gate holds b while
+    a's talker runs; a's last codec chunk may still be on its way when b's talker starts."""
     outs: dict[str, queue.Queue[OmniOutput]] = {rid: queue.Queue() for rid in "abt"}
     runtime.orchestrator.submit(_request("a"), outs["a"].put)
     while outs["a"].get(timeout=10).audio is None:
@@ -91,7 +92,7 @@ def _run_two(runtime: PipelineRuntime) -> tuple[float, float]:
             pass
     traces = {rid: runtime.orchestrator.trace(rid) for rid in "abt"}
     assert traces["t"].finished < traces["a"].finished
-    return traces["a"].finished, traces["b"].talker_start
+    return traces["a"].left["talker"], traces["b"].entered["talker"]
 
 
 def test_a_new_stream_waits_while_it_would_push_the_running_one_past_real_time() -> None:
@@ -100,7 +101,7 @@ def test_a_new_stream_waits_while_it_would_push_the_running_one_past_real_time()
         a_done, b_started = _run_two(runtime)
     finally:
         runtime.close()
-    assert b_started >= a_done  # held until a finished
+    assert b_started >= a_done  # held until a's talker finished
 
 
 def test_without_the_gate_both_run_at_once() -> None:

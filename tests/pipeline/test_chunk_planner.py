@@ -15,7 +15,7 @@ import torch
 
 from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
 from omnistage.pipeline.playback import FRAME_S, Playback
-from omnistage.pipeline.qwen3_omni_stages import ChunkPlan, FrameChunker
+from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker
 
 FIRST, MAX, CONTEXT = 10, 25, 25
 

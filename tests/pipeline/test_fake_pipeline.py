@@ -32,7 +32,7 @@ def _collect(outputs: queue.Queue, timeout: float = 10.0) -> list[OmniOutput]:
 @pytest.fixture
 def runtime():
     fakes.INSTANCES.clear()
-    rt = PipelineRuntime(small_spec(talker_replicas=2, talker_frames=10), fakes.fake_factories(0.001, 0.001), None,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_replicas=2, talker_frames=10)), fakes.fake_factories(0.001, 0.001), None,
                          fakes.GROUPS, PipelineOptions(in_process=True))
     yield rt
     rt.close()
@@ -48,7 +48,7 @@ def test_text_and_audio_stream_in_order(runtime: PipelineRuntime) -> None:
     assert audio.tolist() == np.repeat(np.arange(1, 11), fakes.SAMPLES_PER_FRAME).astype(np.float32).tolist()
     assert got[-1].finish_reason is FinishReason.LENGTH and got[-1].usage.completion_tokens == 6
     trace = runtime.orchestrator.trace("a")
-    assert trace.talker_start <= trace.thinker_done  # the talker started on the first token
+    assert trace.entered["talker"] <= trace.left["thinker"]  # the talker started on the first token
 
 
 def test_least_loaded_talker_and_sticky_placement(runtime: PipelineRuntime) -> None:
@@ -112,20 +112,20 @@ def test_text_only_pipeline_rejects_audio_requests() -> None:
 
     data = small_dict()
     data["stages"], data["edges"] = data["stages"][:1], []
-    rt = PipelineRuntime(parse_pipeline(data), fakes.fake_factories(), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(), None, fakes.GROUPS,
                          PipelineOptions(in_process=True))
     try:
         outputs: queue.Queue = queue.Queue()
         rt.orchestrator.submit(_request("t", audio=False, max_tokens=2), outputs.put)
         assert _collect(outputs)[-1].finish_reason is FinishReason.LENGTH
         rt.orchestrator.submit(_request("a"), outputs.put)
-        assert "no talker" in _collect(outputs)[-1].error
+        assert "no stage that makes audio" in _collect(outputs)[-1].error
     finally:
         rt.close()
 
 
 def test_a_broken_step_fails_its_requests_and_the_replica_serves_on() -> None:
-    rt = PipelineRuntime(small_spec(), fakes.fake_factories(crash_on="crash"), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(crash_on="crash"), None, fakes.GROUPS,
                          PipelineOptions(in_process=True))
     try:
         outputs: queue.Queue = queue.Queue()
@@ -142,12 +142,12 @@ def test_a_replica_that_cannot_load_stops_the_start() -> None:
 
     factories = {**fakes.fake_factories(), "talker": fakes.broken_factory}
     with pytest.raises(PipelineStartError, match=r"'talker' replica 0 failed to start: OSError: weights not found"):
-        PipelineRuntime(small_spec(), factories, None, fakes.GROUPS, PipelineOptions(in_process=True))
+        PipelineRuntime(fakes.omni_graph(small_spec()), factories, None, fakes.GROUPS, PipelineOptions(in_process=True))
 
 
 def test_initial_chunk_grows_with_load() -> None:
     from omnistage.config.pipeline import StreamingSpec
-    from omnistage.pipeline.sampling import initial_chunk_frames
+    from omnistage.pipeline.codec_edge import initial_chunk_frames
 
     streaming = StreamingSpec(codec_chunk_frames=25, initial_codec_chunk_frames=5)
     assert initial_chunk_frames(streaming, None, busy=0, capacity=10) == 5
@@ -172,7 +172,7 @@ def test_router_places_least_loaded_healthy_and_sticks() -> None:
 
 
 def test_close_ends_requests_in_flight() -> None:
-    rt = PipelineRuntime(small_spec(), fakes.fake_factories(thinker_step_s=0.01), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(thinker_step_s=0.01), None, fakes.GROUPS,
                          PipelineOptions(in_process=True))
     outputs: queue.Queue = queue.Queue()
     rt.orchestrator.submit(_request("busy", max_tokens=10_000), outputs.put)
@@ -190,7 +190,7 @@ def test_every_stage_replicated_serves_concurrent_requests() -> None:
 
     data = small_dict(talker_replicas=2, talker_frames=10)
     data["stages"][0]["replicas"] = data["stages"][2]["replicas"] = 2
-    rt = PipelineRuntime(parse_pipeline(data), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
                          PipelineOptions(in_process=True))
     try:
         outputs = {f"r{i}": queue.Queue() for i in range(6)}

@@ -15,25 +15,21 @@ import torch
 import zmq
 
 from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling
-from omnistage.ipc.messages import (
-    AudioChunk,
-    ReplicaInput,
-    ReplicaLoad,
-    ReplicaMessage,
-    StepBatch,
-    TalkerFrames,
-    ThinkerTokens,
-)
+from omnistage.families.qwen3_omni.payloads import PAYLOADS
+from omnistage.ipc.messages import ReplicaLoad, StageOutput, StepBatch
+from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, CodecFrames, TokenDelta
 from omnistage.ipc.queues import AddressBook, Receiver, Sender
 from omnistage.pipeline.flow import FlowSettings
 from omnistage.pipeline.launcher import ReplicaHandle
 from omnistage.pipeline.orchestrator import Orchestrator, ReplicaLink
-from omnistage.pipeline.topology import topology_of
 from omnistage.processing.prompt import ProcessedPrompt
+from tests.pipeline.fakes import omni_graph
 from tests.pipeline.specs import small_spec
 
 BACKLOG = 1000
 GROUPS = 2
+TYPES = GENERIC_PAYLOADS + PAYLOADS
+ReplicaInput, ReplicaMessage = TYPES.replica_input(), TYPES.replica_message()
 
 
 class _Manual(ReplicaHandle):
@@ -66,7 +62,7 @@ def rig():
         links.append(ReplicaLink(stage, 0, _Manual(None), Sender(ctx, ins, ReplicaInput, None, bind=True),
                                  Receiver(ctx, outs, ReplicaMessage, None, bind=True), ready=True))
         peers[stage] = _Peer(ctx, outs, ins)
-    orch = Orchestrator(FlowSettings(spec, topology_of(spec), GROUPS), links, None, ctx)
+    orch = Orchestrator(FlowSettings(omni_graph(spec), GROUPS), links, None, ctx)
     yield orch, peers
     orch.close_sockets()
     for peer in peers.values():
@@ -86,14 +82,14 @@ def test_ready_audio_reaches_caller_in_one_pass_behind_a_backlog(rig) -> None:
                           RequestSampling(max_tokens=4))
     orch.submit(request, delivered.append)
     orch.poll_once(timeout_ms=1000)
-    peers["thinker"].out.send(_batch(ThinkerTokens("r", [7], num_prompt_tokens=3)))
+    peers["thinker"].out.send(_batch(StageOutput("r", TokenDelta([7], num_prompt_tokens=3))))
     orch.poll_once(timeout_ms=1000)  # the talker is started with the first token
-    assert [type(m).__name__ for m in peers["talker"].inbox.drain()] == ["StartTalker"]
+    assert [type(m.payload).__name__ for m in peers["talker"].inbox.drain()] == ["TalkerStart"]
     delivered.clear()
 
     for k in range(BACKLOG):
-        peers["talker"].out.send(_batch(TalkerFrames("r", torch.full((1, GROUPS), k))))
-    peers["code2wav"].out.send(_batch(AudioChunk("r", 0, torch.ones(480))))
+        peers["talker"].out.send(_batch(StageOutput("r", CodecFrames(torch.full((1, GROUPS), k)))))
+    peers["code2wav"].out.send(_batch(StageOutput("r", AudioChunk(0, torch.ones(480)))))
     time.sleep(0.2)  # every message is queued at the orchestrator before the pass starts
 
     handled = orch.poll_once(timeout_ms=0)

@@ -23,12 +23,15 @@ from omnistage.engine import SamplingParams
 from omnistage.entrypoints.openai.realtime_conversation import PromptSpec
 from omnistage.entrypoints.openai.realtime_conversation import render_prompt as render_spec
 from omnistage.entrypoints.openai.realtime_items import Item
-from omnistage.ipc.messages import StartThinker, WireMultimodal, WireSampling
-from omnistage.models.qwen3_omni.mm_spans import multimodal_spans
-from omnistage.pipeline.qwen3_omni_stages import build_thinker_request
-from omnistage.pipeline.workers import ThinkerWorker, WorkerSpec
+from omnistage.families.qwen3_omni.mm_spans import multimodal_spans
+from omnistage.families.qwen3_omni.payloads import PromptHidden, ThinkerPrompt
+from omnistage.families.qwen3_omni.stages import build_thinker_request
+from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData, ThinkerStepHook
+from omnistage.families.qwen3_omni.workers import ThinkerWorker
+from omnistage.ipc.messages import StageInput
+from omnistage.ipc.payloads import TokenDelta
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
-from omnistage.runner.thinker_hook import ThinkerRequestData, ThinkerStepHook
+from omnistage.workers.base import WorkerSpec
 from tests.entrypoints.test_realtime import spoken_like
 from tests.runner.helpers import collect, config, make_engine
 from tests.pipeline.specs import small_dict
@@ -66,18 +69,20 @@ class Thinkers:
 
     def _run(self, worker: ThinkerWorker, prompt: ProcessedPrompt, for_talker: bool) -> Run:
         rid = f"r{self.count}"
-        mm = WireMultimodal(**{k: getattr(prompt.mm, k) for k in WireMultimodal.__struct_fields__})
-        sampling = WireSampling(temperature=0.0, max_tokens=8, min_tokens=8)
-        worker.handle(StartThinker(rid, list(prompt.token_ids), sampling, mm, capture_hidden=for_talker))
+        sampling = SamplingParams(temperature=0.0, max_tokens=8, min_tokens=8)
+        worker.handle(StageInput(rid, ThinkerPrompt(list(prompt.token_ids), sampling, prompt.mm,
+                                                    capture_hidden=for_talker)))
         data = worker.requests[rid].stage_data
         assert isinstance(data, ThinkerRequestData) and data.media is not None
         run = Run([], None, -1, data.media.encoded)
         while True:
             for msg in worker.step().outputs:
-                run.tokens += msg.token_ids
-                run.num_cached = msg.num_cached_tokens
-                if msg.mm_hidden is not None:
-                    run.mm_hidden = msg.mm_hidden
+                if isinstance(msg.payload, PromptHidden):
+                    run.mm_hidden = msg.payload.mm_hidden
+                    continue
+                assert isinstance(msg.payload, TokenDelta)
+                run.tokens += msg.payload.token_ids
+                run.num_cached = msg.payload.num_cached_tokens
                 if msg.finished:
                     return run
 
@@ -188,7 +193,7 @@ def test_an_item_skipped_by_a_hit_is_encoded_when_a_preemption_needs_it(thinkers
     short, long = (SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (8, 40))
 
     def requests() -> list:
-        return [build_thinker_request(thinker, rid, prompt, params, None)
+        return [build_thinker_request(thinker, rid, prompt.token_ids, prompt.mm, params, None)
                 for rid, prompt, params in (("c", others[0], long), ("d", others[1], long), ("b", second, short))]
 
     alone = {}
@@ -199,7 +204,7 @@ def test_an_item_skipped_by_a_hit_is_encoded_when_a_preemption_needs_it(thinkers
 
     engine = make_engine(thinker, config(num_blocks=44, max_num_batched_tokens=16, max_num_seqs=4),
                          ThinkerStepHook())
-    engine.add_request(build_thinker_request(thinker, "a", first, short, None))
+    engine.add_request(build_thinker_request(thinker, "a", first.token_ids, first.mm, short, None))
     engine.run_until_done()
     c, d, b = requests()
     engine.add_request(c)

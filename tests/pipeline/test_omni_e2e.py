@@ -50,7 +50,7 @@ def test_audio_streams_early_and_equals_non_streamed(omni: Omni) -> None:
     assert streamed[-1].finish_reason is FinishReason.LENGTH and audio is not None and audio.dtype == np.float32
     trace = omni.pipeline.runtime.orchestrator.trace(streamed[-1].request_id)
     # Async chunk: the talker started on the first token and audio left before the thinker was done.
-    assert trace.talker_start < trace.first_frames < trace.first_audio < trace.thinker_done
+    assert trace.entered["talker"] < trace.first_frames < trace.first_audio < trace.left["thinker"]
     first_audio = next(i for i, o in enumerate(streamed) if o.audio is not None)
     assert first_audio < max(i for i, o in enumerate(streamed) if o.text)
     print(f"in-process: time to first audio {trace.time_to_first_audio * 1000:.0f} ms, total {total * 1000:.0f} ms")
@@ -136,7 +136,8 @@ def test_streaming_pipeline_equals_the_sequential_offline_run(tiny_dir: Path, tm
     equal the glue's one-stage-after-another reference run."""
     import torch
 
-    from omnistage.pipeline.qwen3_omni_stages import ChunkPlan, GenerationSettings, StageModels, generate_offline
+    from omnistage.engine.frame_chunker import ChunkPlan
+    from omnistage.families.qwen3_omni.offline import GenerationSettings, StageModels, generate_offline
 
     data = small_dict(talker_frames=24)
     data["stages"][1]["sampling"]["temperature"] = 0.0
@@ -150,7 +151,7 @@ def test_streaming_pipeline_equals_the_sequential_offline_run(tiny_dir: Path, tm
     settings = GenerationSettings(max_new_tokens=20, talker_max_new_tokens=24, talker_min_new_tokens=10,
                                   chunks=ChunkPlan(chunk_frames=8, left_context=4, first_chunk_frames=4,
                                                    seamless=True))
-    reference = generate_offline(StageModels.load(tiny_dir), request.prompt, settings)
+    reference = generate_offline(StageModels.load(tiny_dir), request.prompt.token_ids, request.prompt.mm, settings)
     assert [t for o in outputs for t in o.token_ids] == reference.tokens
     audio = np.concatenate([o.audio for o in outputs if o.audio is not None])
     assert torch.equal(torch.from_numpy(audio), reference.wav.float())

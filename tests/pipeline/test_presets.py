@@ -14,9 +14,11 @@ from safetensors.torch import load_file, save_file
 
 from omnistage.config.pipeline import ConfigError, load_preset
 from omnistage.pipeline.async_omni import AsyncOmni
-from omnistage.pipeline.engine import PRESET, TEXT_ONLY_PRESET, OmniPipeline, has_talker, preset_for
+from omnistage.families.qwen3_omni.family import FAMILY, PRESET, TEXT_ONLY_PRESET
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
+from omnistage.pipeline.engine import OmniPipeline, preset_for
+from omnistage.pipeline.graph import resolve_graph
 from omnistage.pipeline.runtime import PipelineOptions
-from omnistage.pipeline.topology import topology_of
 from tests.entrypoints.server_thread import ServerThread
 from tests.pipeline.specs import small_spec
 
@@ -47,9 +49,11 @@ def thinking_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 def test_presets_are_recognised_from_config_json(tiny_dir: Path, thinking_dir: Path) -> None:
     assert preset_for(tiny_dir) == PRESET and preset_for(thinking_dir) == TEXT_ONLY_PRESET
-    assert not has_talker({"thinker_config": {}})  # no talker_config at all
-    assert topology_of(load_preset(PRESET)).supports_audio
-    assert not topology_of(load_preset(TEXT_ONLY_PRESET)).supports_audio
+    raw = json.loads((tiny_dir / "config.json").read_text())
+    raw.pop("talker_config")
+    assert not Qwen3OmniConfig.from_dict(raw).has_talker  # no talker_config at all
+    assert resolve_graph(load_preset(PRESET), FAMILY).supports_audio
+    assert not resolve_graph(load_preset(TEXT_ONLY_PRESET), FAMILY).supports_audio
 
 
 def test_thinking_checkpoint_with_a_talker_stage_config_is_refused(thinking_dir: Path) -> None:

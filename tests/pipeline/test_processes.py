@@ -52,7 +52,7 @@ def test_text_and_audio_through_stage_processes(tiny_dir: Path, tmp_path: Path) 
         audio = np.concatenate([o.audio for o in outputs if o.audio is not None])
         assert outputs[-1].finished and outputs[-1].usage.completion_tokens == 200 and audio.size > 0
         trace = omni.pipeline.runtime.orchestrator.trace(outputs[-1].request_id)
-        assert trace.talker_start < trace.first_audio < trace.thinker_done
+        assert trace.entered["talker"] < trace.first_audio < trace.left["thinker"]
         print(f"processes: time to first audio {trace.time_to_first_audio * 1000:.0f} ms, "
               f"total {total * 1000:.0f} ms")
     finally:
@@ -67,7 +67,7 @@ SCRIPT = textwrap.dedent("""
     from tests.pipeline.specs import small_spec
 
     if __name__ == "__main__":
-        rt = PipelineRuntime(small_spec(), fakes.fake_factories(), None, fakes.GROUPS, PipelineOptions())
+        rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(), None, fakes.GROUPS, PipelineOptions())
         print(" ".join(str(l.handle.pid) for l in rt.orchestrator.links.values()), flush=True)
         print(rt.addresses.folder, flush=True)
         time.sleep(120)
@@ -102,7 +102,7 @@ def test_a_dead_replica_fails_its_requests_and_reports_unhealthy() -> None:
     from tests.pipeline import fakes
     from tests.pipeline.specs import small_spec
 
-    rt = PipelineRuntime(small_spec(), fakes.fake_factories(exit_on="die"), None, fakes.GROUPS, PipelineOptions())
+    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(exit_on="die"), None, fakes.GROUPS, PipelineOptions())
     try:
         outputs: queue.Queue = queue.Queue()
         request = OmniRequest("die", ProcessedPrompt([1]), frozenset({Modality.TEXT}), RequestSampling())
@@ -122,7 +122,7 @@ def test_a_replica_process_that_cannot_load_reports_why() -> None:
 
     factories = {**fakes.fake_factories(), "code2wav": fakes.broken_factory}
     with pytest.raises(PipelineStartError, match="'code2wav' replica 0 failed to start: OSError: weights not found"):
-        PipelineRuntime(small_spec(), factories, None, fakes.GROUPS, PipelineOptions())
+        PipelineRuntime(fakes.omni_graph(small_spec()), factories, None, fakes.GROUPS, PipelineOptions())
 
 
 UNGUARDED = textwrap.dedent("""
@@ -131,7 +131,7 @@ UNGUARDED = textwrap.dedent("""
     from tests.pipeline import fakes
     from tests.pipeline.specs import small_spec
 
-    runtime = PipelineRuntime(small_spec(), fakes.fake_factories(), None, fakes.GROUPS,
+    runtime = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(), None, fakes.GROUPS,
                               PipelineOptions(ready_timeout_s=30))
     print("started")
     runtime.close()

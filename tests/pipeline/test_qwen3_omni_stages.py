@@ -11,25 +11,21 @@ import torch
 from omnistage.engine import FinishReason, RequestOutput
 from omnistage.engine.generation_engine import GenerationEngineCore
 from omnistage.models.qwen3_omni.code2wav import chunk_spans
-from omnistage.pipeline.qwen3_omni_stages import (
-    ChunkPlan,
-    FrameChunker,
-    GenerationSettings,
-    PromptLayout,
-    StageModels,
-    TalkerCodecStream,
+from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker
+from omnistage.families.qwen3_omni.offline import GenerationSettings, StageModels, generate_offline, join_chunks
+from omnistage.families.qwen3_omni.stages import (
     TalkerTextFeed,
     build_talker_request,
     build_thinker_request,
     code2wav_runner,
-    generate_offline,
-    join_chunks,
     load_thinker_embedding,
     multimodal_hidden,
 )
-from omnistage.pipeline.transforms.qwen3_omni import TalkerProjections, TalkerPrompt, TrailingText
+from omnistage.families.qwen3_omni.thinker_hook import ThinkerStepHook
+from omnistage.models.qwen3_omni.inputs import PromptLayout
+from omnistage.models.qwen3_omni.talker_prompt import TalkerProjections, TalkerPrompt, TrailingText
 from omnistage.runner import TalkerRequestData, build_ar_engine
-from omnistage.runner.thinker_hook import ThinkerStepHook
+from omnistage.workers.talker import talker_frames
 
 GROUPS = 4
 
@@ -71,10 +67,17 @@ def _output(frames: torch.Tensor, finished: bool, reason: FinishReason | None = 
     return RequestOutput("r", frames[:, 0].tolist(), finished, reason, new_frames=frames)
 
 
-def test_codec_stream_drops_the_final_step_and_always_marks_the_last_chunk() -> None:
+def _add(chunker: FrameChunker, output: RequestOutput) -> list:
+    """A talker output's frames into the chunker, as the codec edge takes a talker worker's frames."""
+    frames = talker_frames(output)
+    jobs = chunker.push(frames) if frames is not None and len(frames) else []
+    return jobs + chunker.finish() if output.finished else jobs
+
+
+def test_talker_frames_drop_the_final_step_and_the_last_chunk_is_marked() -> None:
     frames = _frames(9, seed=2)  # 8 real frames (a whole number of chunks) + the final step's frame
-    stream = TalkerCodecStream(FrameChunker("r", ChunkPlan(chunk_frames=4, left_context=2), GROUPS))
-    jobs = [job for i in range(9) for job in stream.add(_output(frames[i:i + 1], i == 8, FinishReason.STOP))]
+    chunker = FrameChunker("r", ChunkPlan(chunk_frames=4, left_context=2), GROUPS)
+    jobs = [job for i in range(9) for job in _add(chunker, _output(frames[i:i + 1], i == 8, FinishReason.STOP))]
     assert [j.is_last for j in jobs] == [False, True]
     assert torch.equal(torch.cat([j.codes[:, j.left_context:] for j in jobs], dim=1), frames[:8].T)
 
@@ -143,28 +146,28 @@ def test_streamed_request_equals_offline(models: StageModels, tiny_dir: Path) ->
     """Thinker and talker stepped in lockstep, text fed token by token, frames chunked as they come."""
     prompt = _image_prompt(models, tiny_dir)
     settings = GenerationSettings(max_new_tokens=6, talker_max_new_tokens=12, talker_min_new_tokens=8)
-    offline = generate_offline(models, prompt, settings)
+    offline = generate_offline(models, prompt.token_ids, prompt.mm, settings)
     ctx = models.talker_context()
-    thinker_req = build_thinker_request(models.thinker, "s", prompt, settings.thinker_params(), models.eos_token_id,
-                                        for_talker=True)
+    thinker_req = build_thinker_request(models.thinker, "s", prompt.token_ids, prompt.mm, settings.thinker_params(),
+                                        models.eos_token_id, for_talker=True)
     thinker = build_ar_engine(models.thinker, models.engine_config(200), ThinkerStepHook())
     talker = build_ar_engine(models.talker, models.engine_config(200), ctx.step_hook())
     thinker.add_request(thinker_req)
-    stream = TalkerCodecStream(FrameChunker("s", ChunkPlan(4, 2, first_chunk_frames=2), models.talker.num_code_groups))
+    chunker = FrameChunker("s", ChunkPlan(4, 2, first_chunk_frames=2), models.talker.num_code_groups)
     jobs, feed, request = [], None, None
     while thinker.has_unfinished_requests() or talker.has_unfinished_requests():
         for out in thinker.step():
             new = out.new_token_ids
             if feed is None:  # the first token: the talker can start
                 mm_hidden = multimodal_hidden(thinker_req, ctx.token_ids.multimodal)
-                request, feed = build_talker_request(ctx, "s", PromptLayout.from_prompt(prompt), mm_hidden, new[0],
+                request, feed = build_talker_request(ctx, "s", PromptLayout.of(prompt.token_ids, prompt.mm), mm_hidden, new[0],
                                                      settings.talker_params(), settings.speaker)
                 talker.add_request(request)
                 new = new[1:]
             feed.extend(new)
             if out.finished:
                 feed.finish()
-        jobs += [job for out in talker.step() for job in stream.add(out)]
+        jobs += [job for out in talker.step() for job in _add(chunker, out)]
     assert request.prompt_positions[:, -1].tolist() != [request.num_prompt_tokens - 1] * 3  # image grid layout
     assert thinker_req.output_token_ids == offline.tokens
     assert torch.equal(torch.cat([j.codes[:, j.left_context:] for j in jobs], dim=1), offline.codes)

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from omnistage.pipeline.transforms.qwen3_omni import (
-    TalkerProjections,
-    TalkerTokenIds,
-    TrailingText,
-    build_talker_prompt,
-)
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig, TalkerTokenIds
+from omnistage.models.qwen3_omni.talker_prompt import TalkerProjections, TrailingText, build_talker_prompt
 from omnistage.processing.prompt import PromptProcessor
 
 
@@ -43,8 +38,7 @@ def _capture_talker_inputs(model, **generate_kwargs) -> tuple[torch.Tensor, torc
 
 @pytest.mark.parametrize("with_audio", [False, True])
 def test_prompt_and_trailing_text_match_transformers(tiny_dir: Path, hf_model, with_audio: bool) -> None:
-    config = json.loads((tiny_dir / "config.json").read_text())
-    ids = TalkerTokenIds.from_config(config)
+    ids = Qwen3OmniConfig.from_folder(tiny_dir).talker_ids
     proc = PromptProcessor.from_folder(tiny_dir)
     content = [{"type": "text", "text": "Tell me a story."}]
     audios = []
@@ -92,6 +86,6 @@ def _accept_hidden_at_mm_rows(model, kwargs: dict, prompt_ids: list[int], ids: T
 
 
 def test_unknown_voice_names_known_ones(tiny_dir: Path) -> None:
-    ids = TalkerTokenIds.from_config(json.loads((tiny_dir / "config.json").read_text()))
+    ids = Qwen3OmniConfig.from_folder(tiny_dir).talker_ids
     with pytest.raises(ValueError, match="aiden, chelsie, ethan"):
         ids.speaker_id("nobody")

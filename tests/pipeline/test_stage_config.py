@@ -11,8 +11,12 @@ from omnistage.config.pipeline import ConfigError, parse_pipeline
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.engine import add_pipeline_args
 from omnistage.pipeline.omni import Omni
-from omnistage.pipeline.topology import topology_of
+from omnistage.families.registry import DEFAULT_REGISTRY
+from omnistage.pipeline.graph import resolve_graph
 from tests.pipeline.specs import preset_dict, small_dict, write_spec
+
+
+QWEN3_OMNI = DEFAULT_REGISTRY.family("qwen3_omni")
 
 
 def _mutated(mutate) -> dict:
@@ -28,19 +32,19 @@ def _mutated(mutate) -> dict:
     (lambda d: d["edges"][0].update(transform="qwen3_omni.nope"), "edges[0].transform"),
     (lambda d: d["edges"][1].update(transform="qwen3_omni.thinker_to_talker"), "edges[1].from"),
     (lambda d: d["edges"].pop(0), "stages[1]"),
-    (lambda d: d.update(stages=d["stages"][:2], edges=d["edges"][:1]), "stages"),
-    (lambda d: d.update(stages=d["stages"][1:], edges=d["edges"][1:]), "stages"),
+    (lambda d: d.update(stages=d["stages"][:2], edges=d["edges"][:1]), "stages[1]"),  # a talker leading nowhere
+    (lambda d: d.update(stages=d["stages"][1:], edges=d["edges"][1:]), "stages[0].model"),  # no thinker to start at
 ])
-def test_topology_errors_name_the_field(mutate, field: str) -> None:
+def test_graph_errors_name_the_field(mutate, field: str) -> None:
     data = _mutated(mutate)
     with pytest.raises(ConfigError) as err:
-        topology_of(parse_pipeline(data))
+        resolve_graph(parse_pipeline(data), QWEN3_OMNI)
     assert str(err.value).startswith(field + ":"), str(err.value)
 
 
 def test_text_only_pipeline_is_valid() -> None:
     data = _mutated(lambda d: d.update(stages=d["stages"][:1], edges=[]))
-    assert not topology_of(parse_pipeline(data)).supports_audio
+    assert not resolve_graph(parse_pipeline(data), QWEN3_OMNI).supports_audio
 
 
 def test_omni_rejects_a_bad_file_before_starting(tiny_dir: Path, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def _stage(rt: PipelineRuntime, name: str):  # noqa: ANN202 - the health report'
 
 def test_a_stopped_replica_is_detected_killed_and_replaced_while_other_stages_serve() -> None:
     factories = fakes.fake_factories(thinker_step_s=0.01, talker_step_s=0.01)
-    rt = PipelineRuntime(small_spec(talker_frames=100_000), factories, None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=100_000)), factories, None, fakes.GROUPS,
                          PipelineOptions(talker_min_new_tokens=100_000, stage_stall_timeout_s=STALL_S))
     link = rt.orchestrator.links[("code2wav", 0)]
     old_pid = link.handle.pid

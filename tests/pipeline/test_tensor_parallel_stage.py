@@ -13,10 +13,11 @@ import torch
 
 from omnistage.engine import SamplingParams
 from omnistage.pipeline.omni import Omni
-from omnistage.pipeline.qwen3_omni_stages import StageModels, build_thinker_request
+from omnistage.families.qwen3_omni.offline import StageModels
+from omnistage.families.qwen3_omni.stages import build_thinker_request
+from omnistage.families.qwen3_omni.thinker_hook import ThinkerStepHook
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.runner import build_ar_engine
-from omnistage.runner.thinker_hook import ThinkerStepHook
 from tests.pipeline.specs import small_dict, write_spec
 from tests.pipeline.test_processes import _wait_gone
 
@@ -32,7 +33,7 @@ def _children(pid: int) -> list[int]:
 def _unsharded_tokens(tiny_dir: Path, omni: Omni) -> list[int]:
     models = StageModels.load(tiny_dir, "cpu", torch.float32)
     prompt = omni.prompt("Hello!")
-    request = build_thinker_request(models.thinker, "ref", prompt,
+    request = build_thinker_request(models.thinker, "ref", prompt.token_ids, prompt.mm,
                                     SamplingParams(temperature=0.0, max_tokens=TOKENS, ignore_eos=True),
                                     models.eos_token_id)
     engine = build_ar_engine(models.thinker, models.engine_config(len(prompt.token_ids) + TOKENS), ThinkerStepHook())
@@ -49,7 +50,7 @@ def test_tensor_parallel_thinker_through_stage_processes(tiny_dir: Path, tmp_pat
         links = omni.pipeline.runtime.orchestrator.links
         pids = [link.handle.pid for link in links.values()]
         assert len(links) == 3  # one replica per stage: the ranks are the thinker replica's business
-        thinker_pid = links[(omni.pipeline.runtime.topology.thinker, 0)].handle.pid
+        thinker_pid = links[("thinker", 0)].handle.pid
         ranks = [pid for pid in _children(thinker_pid) if "tp_worker" in Path(f"/proc/{pid}/cmdline").read_text()]
         assert len(ranks) == 1
         out = next(omni.generate("Hello!", modalities=["text", "audio"], max_tokens=TOKENS, ignore_eos=True,

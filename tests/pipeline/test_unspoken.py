@@ -9,7 +9,7 @@ import pytest
 
 from omnistage.core import FinishReason, Modality, OmniRequest, RequestSampling, UnspokenSpan
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
-from omnistage.pipeline.spoken import SpokenTokens
+from omnistage.families.qwen3_omni.spoken import SpokenTokens
 from omnistage.processing.prompt import ProcessedPrompt
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec
@@ -29,7 +29,7 @@ def test_spoken_tokens_across_pieces() -> None:
 @pytest.fixture
 def runtime():
     fakes.INSTANCES.clear()
-    rt = PipelineRuntime(small_spec(talker_frames=10), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=10)), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
                          PipelineOptions(in_process=True))
     yield rt
     rt.close()

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from omnistage.processing.prompt import PromptProcessor
+from omnistage.models.qwen3_omni.config import ProcessorSettings
 from omnistage.processing.video import QWEN3_OMNI_VIDEO_SIZE, Video, VideoProcessor
 
 PATCH, MERGE, TEMPORAL = 16, 2, 2
@@ -19,8 +20,9 @@ PATCH, MERGE, TEMPORAL = 16, 2, 2
 
 @pytest.fixture(scope="module")
 def videos() -> VideoProcessor:
-    vision = {"patch_size": PATCH, "spatial_merge_size": MERGE, "temporal_patch_size": TEMPORAL}
-    return VideoProcessor.from_folder(Path("/nonexistent"), vision)
+    settings = ProcessorSettings(audio_token_id=0, image_token_id=1, video_token_id=2, n_window=50, num_mel_bins=128,
+                                 patch_size=PATCH, temporal_patch_size=TEMPORAL, merge_size=MERGE)
+    return VideoProcessor.from_folder(Path("/nonexistent"), settings)
 
 
 def _frame(seed: int, height: int = 70, width: int = 100) -> Image.Image:

@@ -3,6 +3,7 @@ and a row whose logits go non-finite anyway fails that request alone while its b
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 import torch
 
@@ -57,7 +58,7 @@ def test_a_poisoned_request_fails_alone_and_its_batch_completes(field: str, valu
     model = ToyLM()
     token_lists = prompts(97, [5, 9, 3, 12])
     params = SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, repetition_penalty=1.5)
-    object.__setattr__(params, field, value)
+    msgspec.structs.force_setattr(params, field, value)
     engine = make_engine(model)
     batch = [Request(f"r{i}", ids, params if i == 1 else GREEDY) for i, ids in enumerate(token_lists)]
     for request in batch:

@@ -60,8 +60,9 @@ def test_talker_frames_batched_equal_alone(talker, params: SamplingParams) -> No
 
 def test_code2wav_engine_batches_mixed_chunks(tiny_dir: Path) -> None:
     from omnistage.models.qwen3_omni.code2wav import load_code2wav
+    from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 
-    vocoder = load_code2wav(tiny_dir, "cpu", torch.float32)
+    vocoder = load_code2wav(tiny_dir, Qwen3OmniConfig.from_folder(tiny_dir).code2wav, "cpu", torch.float32)
     groups, codebook = vocoder.config.num_quantizers, vocoder.config.codebook_size
     gen = torch.Generator().manual_seed(0)
     jobs = [ChunkJob("a", 0, torch.randint(0, codebook, (groups, 6), generator=gen), 0),

@@ -65,8 +65,8 @@ def _reference_greedy(thinker, ids: list[int], embeds, deepstack, n: int) -> tup
 
 
 def test_deepstack_chunks_and_hidden_capture_match_uncached_reference(thinker) -> None:
-    from omnistage.models.qwen3_omni.decoder import Deepstack
-    from omnistage.runner.thinker_hook import ThinkerRequestData, ThinkerStepHook
+    from omnistage.models.decoder import Deepstack
+    from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData, ThinkerStepHook
 
     ids = prompts(600, [21], seed=7)[0]
     embeds = thinker.embed(torch.tensor(ids)).inputs_embeds

@@ -173,3 +173,57 @@ def test_hotpath_splits_a_step_into_model_and_engine_time(tiny_dir: Path) -> Non
     row = measure(load_stage(str(tiny_dir), "talker", "cpu", torch.float32), batch=2, steps=3)
     assert row["model_ms"] > 0 and row["non_model_ms"] >= 0
     assert row["step_ms"] >= row["model_ms"]
+
+
+def test_speech_http_driver_reads_sse_audio_events() -> None:
+    import base64
+
+    import httpx
+
+    from omnistage.tools.bench.speech import SpeechHttpDriver
+
+    pcm = base64.b64encode(b"\x00\x00" * 2400).decode()
+    events = [{"type": "speech.audio.delta", "audio": pcm}, {"type": "speech.audio.delta", "audio": pcm},
+              {"type": "speech.audio.done", "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}}]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+    seen = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.update(json.loads(request.content))
+        return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+
+    async def go() -> StreamRecord:
+        driver = SpeechHttpDriver("http://x", "tts", transport=httpx.MockTransport(handler))
+        try:
+            return await driver.stream(BenchPrompt([], "Hello there."), seed=0)
+        finally:
+            await driver.close()
+
+    record = asyncio.run(go())
+    assert record.ok and record.audio_seconds == pytest.approx(0.2) and record.end is not None
+    assert seen == {"model": "tts", "input": "Hello there.", "voice": "alloy", "response_format": "pcm",
+                    "stream_format": "sse"}
+
+
+def test_bench_serve_speech_backend_on_a_tiny_tts_checkpoint(tmp_path: Path) -> None:
+    """In-process pipeline vs the sequential reference way, fixed lengths: every stream makes its frames."""
+    import argparse
+
+    from omnistage.tools.bench.cli import add_serve_parser
+    from omnistage.tools.make_tiny_tts import make_tiny_tts
+
+    folder = make_tiny_tts(tmp_path / "tts", seed=0)
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers())
+    out = tmp_path / "bench.json"
+    args = parser.parse_args(["serve", "--backend", "openai-audio-speech", "--model", str(folder), "--concurrency",
+                              "2", "--num-prompts", "2", "--random-input-len", "4", "--audio-frames", "6",
+                              "--warmup", "0", "--baseline", "sequential", "--hf-num-prompts", "1",
+                              "--no-progress", "--json", str(out)])
+    assert args.func(args) == 0
+    report = json.loads(out.read_text())
+    level = report["concurrency"]["2"]
+    assert report["backend"] == "openai-audio-speech" and level["completed"] == 2 and level["failed"] == 0
+    assert level["audio_throughput"] > 0 and level["audio_streams"] == 2
+    assert report["sequential_baseline"]["mean_audio_s"] == pytest.approx(6 * 1920 / 24000)
+    assert "audio_throughput_ratio_vs_hf" in level

@@ -26,8 +26,9 @@ from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
 from omnistage.entrypoints.openai.decode_pool import DecodePool
-from omnistage.entrypoints.openai.engine_protocol import HealthReport, OmniEngine
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import install_error_handlers
+from omnistage.pipeline.reports import HealthReport
 from omnistage.entrypoints.openai.media import MediaFetcher
 from omnistage.entrypoints.openai.metrics import ServerMetrics
 from omnistage.entrypoints.openai.realtime import install_realtime
@@ -45,7 +46,14 @@ from omnistage.entrypoints.openai.protocol import (
     SpeechAudioDone,
     SpeechRequest,
     StageHealthInfo,
+    VoiceCreateRequest,
+    VoiceDeleted,
+    VoiceList,
+    VoiceObject,
 )
+from omnistage.entrypoints.openai.serving_voices import VoiceService
+from omnistage.entrypoints.openai.speech_stream import router as speech_stream_router
+from omnistage.entrypoints.openai.voice_store import VoiceStore
 from omnistage.entrypoints.openai.server_config import (
     AccessPolicy,
     MediaPolicy,
@@ -67,6 +75,7 @@ class Services:
     served: ServedModel
     chat: ChatService
     speech: SpeechService
+    voices: VoiceService
     metrics: ServerMetrics
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -104,6 +113,22 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
           responses={**_ERRORS, 200: {"content": {**_AUDIO_DOC, **_SPEECH_SSE_DOC}, "description": "audio bytes"}})
 async def audio_speech(body: SpeechRequest, request: Request, services: Services = Depends(_services)) -> Response:
     return await services.speech.create(body, request)
+
+
+@api.post("/v1/audio/voices", response_model=VoiceObject,
+          responses={**_ERRORS, 409: {"model": ErrorResponse, "description": "a voice of that name exists"}})
+async def create_voice(body: VoiceCreateRequest, services: Services = Depends(_services)) -> VoiceObject:
+    return await services.voices.create(body)
+
+
+@api.get("/v1/audio/voices", response_model=VoiceList, responses=_ERRORS)
+async def list_voices(services: Services = Depends(_services)) -> VoiceList:
+    return services.voices.list()
+
+
+@api.delete("/v1/audio/voices/{name}", response_model=VoiceDeleted, responses=_ERRORS)
+async def delete_voice(name: str, services: Services = Depends(_services)) -> VoiceDeleted:
+    return services.voices.delete(name)
 
 
 @api.get("/v1/models", response_model=ModelList)
@@ -170,12 +195,15 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits, pool)
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
+    store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits
     app.state.services = Services(engine=engine, served=served,
                                   chat=ChatService(engine, builder, metrics, admission, served),
-                                  speech=SpeechService(engine, metrics, limits, admission, pool, served),
+                                  speech=SpeechService(engine, metrics, limits, admission, pool, served, store),
+                                  voices=VoiceService(engine, limits, store, admission, pool),
                                   metrics=metrics)
     app.include_router(api)
+    app.include_router(speech_stream_router)  # WS /v1/audio/speech/stream
     install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad))  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read

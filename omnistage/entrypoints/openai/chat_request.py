@@ -20,6 +20,7 @@ from omnistage.entrypoints.openai.errors import bad_request
 from omnistage.entrypoints.openai.protocol import ChatCompletionRequest
 from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.serving_common import (
+    require_chat,
     completion_budget,
     make_sampling,
     require_audio_support,
@@ -80,6 +81,7 @@ def _audio_output(body: ChatCompletionRequest, engine: OmniEngine, served: Serve
 def chat_plan(body: ChatCompletionRequest, engine: OmniEngine, served: ServedModel) -> ChatPlan:
     _log_ignored(body)
     served.check(body.model)
+    require_chat(engine)
     modalities = list(body.modalities or served.default_modalities)
     audio = _audio_output(body, engine, served, modalities)
     if audio is not None and body.choices > 1:

@@ -8,62 +8,13 @@ are frozen dataclasses rather than dicts so both sides agree on every field.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniOutput, OmniRequest
+from omnistage.families.speech import SpeechFrontEnd
+from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.processing.prompt import PromptProcessor
-
-
-@dataclass(frozen=True)
-class ReplicaHealth:
-    """One replica of one stage; ``detail`` says why it is unhealthy (empty when healthy)."""
-
-    replica: int
-    healthy: bool
-    detail: str = ""
-    kv_blocks_total: int = 0  # the replica's KV pool (0 without a KV cache, or before it reported)
-    kv_cache_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class StageHealth:
-    stage: str  # "thinker", "talker", "code2wav"
-    replicas: tuple[ReplicaHealth, ...]
-
-    @property
-    def healthy(self) -> bool:
-        # A stage serves while any replica does; the orchestrator routes around the others.
-        return any(r.healthy for r in self.replicas)
-
-
-@dataclass(frozen=True)
-class HealthReport:
-    stages: tuple[StageHealth, ...]
-
-    @property
-    def healthy(self) -> bool:
-        return bool(self.stages) and all(s.healthy for s in self.stages)
-
-
-@dataclass(frozen=True)
-class ReplicaStats:
-    """A snapshot of one stage replica's load, read at each /metrics scrape."""
-
-    stage: str
-    replica: int
-    kv_blocks_used: int  # 0/0 for stages without a KV cache (code2wav)
-    kv_blocks_total: int
-    queue_depth: int  # requests waiting to be scheduled
-    running: int  # requests scheduled
-    kv_cache_bytes: int = 0  # memory the KV pool holds (null block included)
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    replicas: tuple[ReplicaStats, ...]
-    shm_segments: int = 0  # shared-memory tensors written by one stage and not yet taken by the next
 
 
 @runtime_checkable
@@ -74,11 +25,12 @@ class OmniEngine(Protocol):
     chunk); the last has ``finished=True``. If the consumer stops early the server
     calls ``abort`` (shielded from cancellation) and then closes the iterator, so
     ``abort`` must free the request in every stage and be idempotent; aborting an
-    unknown or finished id is a no-op. ``processor`` is called from worker threads.
+    unknown or finished id is a no-op. ``processor`` and ``speech`` are called from worker threads.
     """
 
     model_name: str  # the id /v1/models lists and requests must name
-    processor: PromptProcessor
+    processor: PromptProcessor | None  # the chat prompt processor; None: the model takes no chat (a TTS model)
+    speech: SpeechFrontEnd | None  # a text-to-speech model's input preparation; None: not a TTS model
     voices: Sequence[str]  # the checkpoint's speaker names, e.g. ("Chelsie", "Ethan", "Aiden")
     supports_audio: bool  # False when the pipeline has no talker/code2wav stages
     max_model_len: int  # the thinker's context: prompt + completion tokens

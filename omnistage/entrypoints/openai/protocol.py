@@ -452,3 +452,35 @@ class StageHealthInfo(BaseModel):
 class HealthResponse(BaseModel):
     status: Literal["ok", "unhealthy"]
     stages: list[StageHealthInfo]
+
+
+class VoiceAudio(_Strict):
+    data: str = Field(description="base64 of the reference recording (mono or not; any common container)")
+    format: str | None = Field(None, description="wav, mp3, flac, ogg...; None: detected")
+
+
+class VoiceCreateRequest(_Strict):
+    """A voice cloned from a reference recording (a Qwen3-TTS Base checkpoint): ``transcript`` (what the
+    recording says) clones in context, without it from the speaker embedding alone."""
+
+    name: str
+    audio: VoiceAudio
+    transcript: str | None = None
+
+
+class VoiceObject(BaseModel):
+    id: str
+    object: Literal["audio.voice"] = "audio.voice"
+    created_at: int
+    mode: Literal["in_context", "x_vector"]
+
+
+class VoiceList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[VoiceObject]
+
+
+class VoiceDeleted(BaseModel):
+    id: str
+    object: Literal["audio.voice.deleted"] = "audio.voice.deleted"
+    deleted: bool = True

@@ -59,7 +59,7 @@ from omnistage.entrypoints.openai.realtime_transcribe import transcribe
 from omnistage.entrypoints.openai.request_budget import turns_over_budget
 from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling
+from omnistage.entrypoints.openai.serving_common import NO_CHAT, completion_budget, make_sampling
 from omnistage.entrypoints.openai.streaming import engine_outputs
 from omnistage.entrypoints.openai.tool_calls import ToolSetup, tool_setup
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
@@ -402,6 +402,10 @@ async def realtime(ws: WebSocket) -> None:
     model = ws.query_params.get("model")
     if model is not None and model not in service.served.names:
         await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
+        await ws.close(code=1008)
+        return
+    if service.engine.processor is None:
+        await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
         await ws.close(code=1008)
         return
     await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers))).run()

@@ -53,6 +53,9 @@ class ServerLimits:
     send_timeout: float = _limit(30.0, "seconds a streaming client may go without reading before its stream "
                                        "is aborted and its place freed")
     header_timeout: float = _limit(15.0, "seconds a connection may take to send a request's headers")
+    max_voice_audio_bytes: int = _limit(10 * MIB, "size of one reference recording a voice is cloned from")
+    max_voice_seconds: float = _limit(30.0, "seconds of one reference recording (read from its header)")
+    max_voices: int = _limit(256, "voices kept under --voices-dir")
     ws_idle_timeout: float = _limit(300.0, "seconds a realtime WebSocket may stay silent with no response "
                                            "running before it is closed")
 
@@ -121,6 +124,7 @@ class ServingOptions:
     served_model_names: tuple[str, ...] = ()
     voice_aliases: tuple[tuple[str, str], ...] = ()
     default_modalities: tuple[str, ...] = ("text",)
+    voices_dir: Path | None = None  # where cloned voices are kept (None: registration off)
     vad: str = "auto"
 
     def __post_init__(self) -> None:
@@ -136,7 +140,7 @@ def serving_options_from_args(args: argparse.Namespace) -> ServingOptions:
     return ServingOptions(served_model_names=tuple(getattr(args, "served_model_name", None) or ()),
                           voice_aliases=tuple(parse_alias(a) for a in getattr(args, "voice_alias", None) or ()),
                           default_modalities=tuple(getattr(args, "default_modalities", None) or ("text",)),
-                          vad=getattr(args, "vad", None) or "auto")
+                          voices_dir=getattr(args, "voices_dir", None), vad=getattr(args, "vad", None) or "auto")
 
 
 def _flag(name: str) -> str:
@@ -171,6 +175,9 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     serving.add_argument("--default-modalities", type=_csv, default=("text",),
                          help="output of a chat request that names no modalities: text (OpenAI's default) or "
                               "text,audio (vLLM-Omni's)")
+    serving.add_argument("--voices-dir", type=Path, default=None,
+                         help="keep voices cloned through POST /v1/audio/voices in this folder (a Qwen3-TTS Base "
+                              "checkpoint; default: registration off)")
     serving.add_argument("--vad", choices=("auto", "silero", "energy"), default="auto",
                          help="realtime server_vad detector: Silero VAD's model on CPU (silero), an RMS level "
                               "(energy), or Silero with the energy detector as fallback when its model cannot load "

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import FinishReason, OmniOutput, RequestSampling, Usage
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
-from omnistage.entrypoints.openai.errors import SERVER_ERROR, APIError, bad_request, model_not_found
+from omnistage.entrypoints.openai.errors import SERVER_ERROR, APIError, bad_request
 from omnistage.entrypoints.openai.protocol import FinishReasonName
 from omnistage.entrypoints.openai.streaming import TIMED_OUT
 from omnistage.entrypoints.openai.voices import UnknownVoice, VoiceBook
@@ -20,6 +20,14 @@ def resolve_voice(voices: VoiceBook, name: str | None, param: str) -> str:
         return voices.resolve(name)
     except UnknownVoice as exc:
         raise bad_request(str(exc), param=param, code="invalid_voice") from exc
+
+
+NO_CHAT = ("this model takes no chat: it is a text-to-speech checkpoint; use POST /v1/audio/speech")
+
+
+def require_chat(engine: OmniEngine) -> None:
+    if engine.processor is None:
+        raise bad_request(NO_CHAT, param="model", code="chat_not_supported")
 
 
 def require_audio_support(engine: OmniEngine, param: str) -> None:

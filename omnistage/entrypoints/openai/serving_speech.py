@@ -1,10 +1,7 @@
 """``POST /v1/audio/speech``: text in, speech out, streamed as it is generated.
 
-Qwen3-Omni has no text-to-speech entry point of its own: the talker speaks what
-the thinker writes. So the input goes to the thinker with a system turn asking
-it to repeat the text verbatim (``instructions`` replaces that turn), and the
-completion budget is sized from the input so a model that will not stop cannot
-run far past it.
+What the input becomes depends on the served family (:mod:`omnistage.entrypoints.openai.speech_inputs`): a
+text-to-speech checkpoint speaks it, Qwen3-Omni's thinker repeats it for its talker.
 
 ``speed`` time-stretches the generated audio without changing its pitch
 (``omnistage.audio.time_stretch``), chunk by chunk with carried state, so a
@@ -20,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
@@ -28,11 +24,11 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from omnistage.audio import StreamingAudioEncoder, TimeStretcher
-from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest
+from omnistage.core import OUTPUT_SAMPLE_RATE, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.admission import Admission, Ticket
-from omnistage.entrypoints.openai.decode_pool import CancelToken, DecodePool
+from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
-from omnistage.entrypoints.openai.errors import APIError, bad_request
+from omnistage.entrypoints.openai.errors import APIError
 from omnistage.entrypoints.openai.metrics import RequestTimer, ServerMetrics
 from omnistage.entrypoints.openai.protocol import (
     ErrorResponse,
@@ -41,14 +37,7 @@ from omnistage.entrypoints.openai.protocol import (
     SpeechRequest,
     SpeechUsage,
 )
-from omnistage.entrypoints.openai.serving_common import (
-    completion_budget,
-    engine_failure,
-    make_sampling,
-    require_audio_support,
-    resolve_voice,
-    usage_of,
-)
+from omnistage.entrypoints.openai.serving_common import engine_failure, require_audio_support, usage_of
 from omnistage.entrypoints.openai.request_budget import over_budget
 from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.server_config import ServerLimits
@@ -60,31 +49,28 @@ from omnistage.entrypoints.openai.streaming import (
     prepare_admitted,
     sse_event,
 )
-from omnistage.processing.prompt import ProcessedPrompt
-
-DEFAULT_INSTRUCTIONS = "Read the user's text aloud exactly as written. Do not add, drop or change any words."
-# Room for the thinker's answer: the input re-tokenised plus a margin for its closing tokens.
-_BUDGET_FACTOR = 2
-_BUDGET_MARGIN = 16
+from omnistage.entrypoints.openai.speech_inputs import speech_inputs
+from omnistage.entrypoints.openai.voice_store import VoiceStore
 
 
 class SpeechService:
     def __init__(self, engine: OmniEngine, metrics: ServerMetrics, limits: ServerLimits,
                  admission: Admission | None = None, pool: DecodePool | None = None,
-                 served: ServedModel | None = None) -> None:
+                 served: ServedModel | None = None, voices: VoiceStore | None = None) -> None:
         self.engine = engine
         self.served = served or ServedModel.of(engine)
         self.metrics = metrics
         self.limits = limits
         self.admission = admission or Admission(engine, limits.max_queued_requests)
         self.pool = pool or DecodePool(limits.decode_workers)
+        self.inputs = speech_inputs(engine, self.served, self.pool, voices)
 
     async def create(self, body: SpeechRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
-        self._check(body)
+        self.check(body)
         ticket = self.admission.admit()  # before the tokenising, which runs in the bounded pool
         try:
-            request = await prepare_admitted(raw, ticket, self._request(body))
+            request = await prepare_admitted(raw, ticket, self.inputs.request(body))
         except ClientDisconnected:
             return Response(status_code=499)
         timer = self.metrics.track("/v1/audio/speech", arrived, streamed=True)
@@ -104,38 +90,16 @@ class SpeechService:
         return AbortingStreamingResponse(self._bytes(pieces, request), media_type=body.audio_format.media_type,
                                          upstream=encoded)
 
-    def _check(self, body: SpeechRequest) -> None:
+    def check(self, body: SpeechRequest) -> None:
         self.served.check(body.model)
         require_audio_support(self.engine, "model")
-        resolve_voice(self.served.voices, body.voice_name, "voice")
+        self.inputs.check_voice(body)
         if len(body.input) > self.limits.max_speech_input_chars:
             raise over_budget("max_speech_input_chars", f"input is {len(body.input)} characters; the limit is "
                               f"{self.limits.max_speech_input_chars}", "input", "input_too_long")
         if body.instructions is not None and len(body.instructions) > self.limits.max_instructions_chars:
             raise over_budget("max_instructions_chars", f"instructions are {len(body.instructions)} characters; "
                               f"the limit is {self.limits.max_instructions_chars}", "instructions", "input_too_long")
-
-    async def _request(self, body: SpeechRequest) -> OmniRequest:
-        voice = resolve_voice(self.served.voices, body.voice_name, "voice")
-        try:
-            prompt = await self.pool.run(self._prompt, body)
-        except ValueError as exc:
-            raise bad_request(f"could not build the prompt: {exc}", param="input") from exc
-        prompt_len = len(prompt.token_ids)
-        room = completion_budget(None, prompt_len, self.engine.max_model_len, "input")
-        budget = min(room, _BUDGET_FACTOR * prompt_len + _BUDGET_MARGIN)
-        return OmniRequest(request_id=f"speech-{uuid.uuid4().hex}", prompt=prompt,
-                           modalities=frozenset({Modality.TEXT, Modality.AUDIO}),
-                           sampling=make_sampling(max_tokens=budget, defaults=self.engine.default_sampling),
-                           voice=voice)
-
-    def _prompt(self, body: SpeechRequest, token: CancelToken) -> ProcessedPrompt:
-        messages: list[dict[str, object]] = [
-            {"role": "system", "content": body.instructions or DEFAULT_INSTRUCTIONS},
-            {"role": "user", "content": body.input},
-        ]
-        ids = self.engine.processor.apply_chat_template(messages)
-        return self.engine.processor.process(ids)
 
     async def _encoded(self, request: OmniRequest, body: SpeechRequest, timer: RequestTimer, ticket: Ticket,
                        ) -> AsyncGenerator[bytes | OmniOutput, None]:
@@ -195,7 +159,7 @@ class SpeechService:
         if failure is not None:
             return sse_event(ErrorResponse(error=failure.detail))
         assert final is not None  # engine_failure(None) is never None
-        usage = usage_of(final, len(request.prompt.token_ids), 0)
+        usage = usage_of(final, request.prompt.num_tokens, 0)
         return sse_event(SpeechAudioDone(usage=SpeechUsage(input_tokens=usage.prompt_tokens,
                                                            output_tokens=usage.completion_tokens,
                                                            total_tokens=usage.total_tokens)))

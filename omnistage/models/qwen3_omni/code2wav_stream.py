@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from omnistage.models.qwen3_omni.code2wav import Code2Wav, KVWindow
-from omnistage.models.qwen3_omni.code2wav_convs import (CausalConv1d, DecoderBlock, ResidualUnit,
+from omnistage.models.codec_transformer import KVWindow
+from omnistage.models.qwen3_omni.code2wav import Code2Wav
+from omnistage.models.codec_convs import (CausalConv1d, DecoderBlock, ResidualUnit,
                                                        TrimmedConvTranspose1d)
 
 
@@ -60,6 +61,10 @@ class StreamingCode2Wav:
         self.model = model
         self.context = conv_context_frames(model)
         self.streams: dict[str, StreamState] = {}
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.model.samples_per_frame
 
     def drop(self, stream_id: str) -> None:
         self.streams.pop(stream_id, None)

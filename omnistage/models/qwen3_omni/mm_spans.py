@@ -1,4 +1,4 @@
-"""Where each multimodal item of a thinker prompt sits, and a digest of its content (prefix-cache keys).
+"""Where each multimodal item of a thinker prompt sits, and a digest of its content (what prefix-cache keys hash).
 
 The placeholder ids of two different audios are equal, so a prompt with media
 is identified by its ids plus what fills the placeholders. Each item (an audio,
@@ -19,22 +19,11 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from omnistage.engine.request import MultimodalSpan
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length
-from omnistage.processing.prompt import MultimodalInputs
+from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 
 # One item: (modality tag, placeholder tokens it fills, the tensors and numbers its content is).
 _Item = tuple[str, int, Sequence[torch.Tensor | float]]
-
-
-def multimodal_spans(token_ids: Sequence[int], mm: MultimodalInputs,
-                     tokens: MRopeTokens) -> tuple[MultimodalSpan, ...] | None:
-    """The prompt's items in position order, or None when they do not exactly fill its placeholders."""
-    placed = placed_items(token_ids, mm, tokens)
-    if placed is None:
-        return None
-    spans = [MultimodalSpan(rows[0], rows[-1] + 1, _digest(tag, content)) for tag, rows, content in placed]
-    return tuple(sorted(spans, key=lambda s: s.start))
 
 
 def placed_items(token_ids: Sequence[int], mm: MultimodalInputs,
@@ -80,7 +69,7 @@ def _visual_items(tag: str, pixels: torch.Tensor | None, grid: torch.Tensor | No
         start += patches
 
 
-def _digest(tag: str, content: Sequence[torch.Tensor | float]) -> bytes:
+def item_digest(tag: str, content: Sequence[torch.Tensor | float]) -> bytes:
     h = hashlib.sha256(tag.encode())
     for part in content:
         if isinstance(part, torch.Tensor):

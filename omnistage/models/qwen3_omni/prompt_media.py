@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from omnistage.models.qwen3_omni.decoder import Deepstack
+from omnistage.models.decoder import Deepstack
 from omnistage.models.qwen3_omni.mm_spans import placed_items
-from omnistage.processing.prompt import MultimodalInputs
+from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 
 if TYPE_CHECKING:
     from omnistage.models.qwen3_omni.thinker import Thinker

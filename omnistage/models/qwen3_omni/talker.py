@@ -31,14 +31,15 @@ from torch import nn
 
 from omnistage.layers.linear import activation
 from omnistage.layers.quant.apply import apply_quantization
-from omnistage.models.qwen3_omni.code_predictor import CodePredictor, CodeSampler
-from omnistage.models.qwen3_omni.decoder import (
+from omnistage.models.predictor_workspace import CodeSampler
+from omnistage.models.qwen3_omni.code_predictor import CodePredictor
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
+from omnistage.models.decoder import (
     Decoder,
     DecoderConfig,
     KVCacheSpec,
     build_on,
     decoder_config,
-    hf_config,
     load_checkpoint,
 )
 
@@ -93,11 +94,12 @@ class Talker(nn.Module):
     @classmethod
     def from_checkpoint(
         cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16,
-        quantization: str = "none",
+        quantization: str = "none", *, config: Qwen3OmniConfig | None = None,
     ) -> Talker:
         """``quantization``: ``int8`` quantizes the talker's and code predictor's decoder linears and experts
-        (projections, heads and embeddings keep the model's precision)."""
-        full = hf_config(folder)
+        (projections, heads and embeddings keep the model's precision). ``config``: the folder's parsed config
+        (parsed here when not given)."""
+        full = (config or Qwen3OmniConfig.from_folder(folder)).hf
         with build_on(device, dtype):
             model = cls(full.talker_config)
         # Only the experts differ between the hub and runtime layouts of the talker.

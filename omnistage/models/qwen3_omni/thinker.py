@@ -25,18 +25,18 @@ from torch import nn
 
 from omnistage.layers.parallel import UNSHARDED, TensorParallel
 from omnistage.layers.quant.apply import apply_quantization
-from omnistage.models.qwen3_omni.decoder import (
+from omnistage.models.decoder import (
     Decoder,
     DecoderConfig,
     Deepstack,
     KVCacheSpec,
     build_on,
     decoder_config,
-    hf_config,
     load_checkpoint,
 )
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length, mrope_positions
-from omnistage.processing.prompt import MultimodalInputs
+from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -98,7 +98,7 @@ class ThinkerDecoderShard(nn.Module):
 def load_decoder_shard(folder: str | Path, device: torch.device, dtype: torch.dtype, tp: TensorParallel,
                        quantization: str = "none") -> Decoder:
     """A rank's decoder shards (the ``loader`` of :class:`omnistage.runner.tp_executor.RankSpec`)."""
-    full = hf_config(folder)
+    full = Qwen3OmniConfig.from_folder(folder).hf
     with build_on(device, dtype):
         shard = ThinkerDecoderShard(full.thinker_config, tp)
     load_checkpoint(shard, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES)
@@ -125,11 +125,12 @@ class Thinker(nn.Module):
     @classmethod
     def from_checkpoint(
         cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16,
-        tp: TensorParallel = UNSHARDED, quantization: str = "none",
+        tp: TensorParallel = UNSHARDED, quantization: str = "none", *, config: Qwen3OmniConfig | None = None,
     ) -> Thinker:
         """``quantization``: ``int8`` quantizes the decoder's linears and experts after loading (an FP8
-        checkpoint is recognised from its config either way)."""
-        full = hf_config(folder)
+        checkpoint is recognised from its config either way). ``config``: the folder's parsed config (parsed here
+        when not given)."""
+        full = (config or Qwen3OmniConfig.from_folder(folder)).hf
         with build_on(device, dtype):
             model = cls(full.thinker_config, full.talker_config.accept_hidden_layer, tp)
         load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES)

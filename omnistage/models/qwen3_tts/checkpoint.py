@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from omnistage.models.qwen3_omni.decoder import build_on
-from omnistage.models.qwen3_omni.weights import Checkpoint, load_module
+from omnistage.models.decoder import build_on
+from omnistage.models.weights import Checkpoint, load_module
 from omnistage.models.qwen3_tts.codec_decoder import CodecDecoder
 from omnistage.models.qwen3_tts.codec_encoder import CodecEncoder
 from omnistage.models.qwen3_tts.config import TOKENIZER_FOLDER, Qwen3TTSConfig
@@ -74,3 +74,47 @@ class Qwen3TTSModels:
         codec = {"decoder." + k: v for k, v in self.codec_decoder.state_dict().items()}
         codec.update({"encoder." + k: v for k, v in self.codec_encoder.state_dict().items()})
         return main, codec
+
+
+@dataclass
+class VoiceEncoders:
+    """What cloning a voice needs (a Base checkpoint's speaker encoder and the codec's encoder), without the talker
+    or the decoder: the server process registers voices with these."""
+
+    config: Qwen3TTSConfig
+    speaker_encoder: SpeakerEncoder
+    codec_encoder: CodecEncoder
+
+    @classmethod
+    def load(cls, folder: str | Path, config: Qwen3TTSConfig) -> VoiceEncoders:
+        if config.speaker_encoder is None:
+            raise ValueError(f"a {config.tts_model_type} model cannot clone a voice (only Base models can)")
+        codec = config.speech_tokenizer
+        with build_on("cpu", torch.float32):
+            speaker = SpeakerEncoder(config.speaker_encoder)
+            encoder = CodecEncoder(codec.encoder, codec.encoder_valid_num_quantizers, codec.encode_downsample_rate)
+        with Checkpoint(folder) as ckpt:
+            load_module(speaker, ckpt, "speaker_encoder.", dtype=torch.float32)
+        with Checkpoint(Path(folder) / TOKENIZER_FOLDER) as ckpt:
+            load_module(encoder, ckpt, "encoder.", dtype=torch.float32)
+        return cls(config, speaker.eval().requires_grad_(False), encoder.eval().requires_grad_(False))
+
+
+def load_talker(folder: str | Path, config: Qwen3TTSConfig, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32) -> Qwen3TTSTalker:
+    """The talker (with its code predictor) alone: what a talker stage loads."""
+    with build_on(device, dtype):
+        talker = Qwen3TTSTalker(config.talker)
+    with Checkpoint(folder) as ckpt:
+        load_module(talker, ckpt, CHECKPOINT_PREFIX, dtype=dtype)
+    return talker.eval().requires_grad_(False)
+
+
+def load_codec_decoder(folder: str | Path, config: Qwen3TTSConfig, device: torch.device | str = "cpu",
+                       dtype: torch.dtype = torch.float32) -> CodecDecoder:
+    """The 12 Hz codec's decoder alone: what a codec stage loads."""
+    with build_on(device, dtype):
+        decoder = CodecDecoder(config.speech_tokenizer.decoder)
+    with Checkpoint(Path(folder) / TOKENIZER_FOLDER) as ckpt:
+        load_module(decoder, ckpt, "decoder.", dtype=dtype)
+    return decoder.eval().requires_grad_(False)

@@ -19,8 +19,8 @@ from torch import nn
 
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.layers.attention.dense import LockstepBackend
-from omnistage.models.qwen3_omni.code_predictor import CodeSampler, GreedyCodes, PredictorWorkspace
-from omnistage.models.qwen3_omni.decoder import Decoder
+from omnistage.models.predictor_workspace import CodeSampler, GreedyCodes, PredictorWorkspace
+from omnistage.models.decoder import Decoder
 from omnistage.models.qwen3_tts.config import CodePredictorConfig
 
 

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omnistage.models.qwen3_omni.code2wav import Code2WavConfig, KVWindow, PreTransformer
-from omnistage.models.qwen3_omni.code2wav_convs import CausalConv1d, ConvNeXtBlock, ResidualUnit, SnakeBeta
+from omnistage.models.codec_transformer import Code2WavConfig, KVWindow, PreTransformer
+from omnistage.models.codec_convs import CausalConv1d, ConvNeXtBlock, ResidualUnit, SnakeBeta
 from omnistage.models.qwen3_tts.codec_config import CodecDecoderConfig
 
 _EPSILON = 1e-5  # the codebooks' cluster-usage floor

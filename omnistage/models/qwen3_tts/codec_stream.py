@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from omnistage.models.qwen3_omni.code2wav import KVWindow
-from omnistage.models.qwen3_omni.code2wav_convs import CausalConv1d, ResidualUnit
+from omnistage.models.codec_transformer import KVWindow
+from omnistage.models.codec_convs import CausalConv1d, ResidualUnit
 from omnistage.models.qwen3_tts.codec_decoder import CausalConvTranspose1d, CodecDecoder, DecoderBlock
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omnistage.models.qwen3_omni.decoder import DecoderConfig
+from omnistage.models.decoder import DecoderConfig
 from omnistage.models.qwen3_tts.codec_config import SpeechTokenizerConfig
 
 MODEL_TYPE = "qwen3_tts"
@@ -94,6 +94,7 @@ class TalkerConfig:
     dialect_pairs: tuple[tuple[str, str | bool], ...]  # name -> the dialect's language name, or False
     language_ids: tuple[tuple[str, int], ...]  # lower-case language -> codec id
     code_predictor: CodePredictorConfig
+    max_positions: int = 32768  # the talker's rotary positions (prompt + frames)
 
     @property
     def speakers(self) -> dict[str, int]:
@@ -119,7 +120,7 @@ class TalkerConfig:
             num_code_groups=int(raw.get("num_code_groups", 32)), codec=CodecIds.from_talker(raw),
             speaker_ids=_pairs(raw.get("spk_id")), dialect_pairs=_pairs(raw.get("spk_is_dialect"), value=None),
             language_ids=_pairs(raw.get("codec_language_id")),
-            code_predictor=predictor,
+            code_predictor=predictor, max_positions=int(raw.get("max_position_embeddings", 32768)),
         )
 
 

@@ -60,6 +60,11 @@ class PromptSpec:
     voice_clone: VoiceClone | None = None
     non_streaming: bool = True  # the whole text in the prompt (True) or fed one token per step
 
+    @property
+    def num_tokens(self) -> int:
+        """Text tokens the caller gave (the request's prompt tokens in its usage)."""
+        return len(self.text_ids) + len(self.instruct_ids or ())
+
 
 @dataclass(frozen=True)
 class TalkerPrompt:

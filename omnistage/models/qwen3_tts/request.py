@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
+from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels, VoiceEncoders
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec, VoiceClone
 
@@ -83,7 +83,7 @@ def prompt_spec(config: Qwen3TTSConfig, tokenizer: TextTokenizer, request: Speec
 
 
 @torch.no_grad()
-def make_voice_clone(models: Qwen3TTSModels, tokenizer: TextTokenizer, audio: np.ndarray | torch.Tensor,
+def make_voice_clone(models: Qwen3TTSModels | VoiceEncoders, tokenizer: TextTokenizer, audio: np.ndarray | torch.Tensor,
                      sample_rate: int, transcript: str | None = None) -> VoiceClone:
     """A Base model's voice from a mono reference recording: its x-vector, and with a ``transcript`` its codes for
     in-context cloning (the reference's ``x_vector_only_mode`` is a clone without a transcript)."""

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from omnistage.layers.linear import activation
-from omnistage.models.qwen3_omni.code_predictor import CodeSampler
-from omnistage.models.qwen3_omni.decoder import Decoder, KVCacheSpec
+from omnistage.models.predictor_workspace import CodeSampler
+from omnistage.models.decoder import Decoder, KVCacheSpec
 from omnistage.models.qwen3_tts.code_predictor import CodePredictor
 from omnistage.models.qwen3_tts.config import TalkerConfig
 

@@ -87,6 +87,9 @@ def _policies(text: str) -> list[str]:
 def add_serve_parser(targets: argparse._SubParsersAction) -> None:
     serve = targets.add_parser("serve", help="streaming text+audio latency/throughput under bounded concurrency")
     serve.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
+    serve.add_argument("--backend", default="openai-chat", choices=["openai-chat", "openai-audio-speech"],
+                       help="openai-chat: chat completions with text+audio (Qwen3-Omni); openai-audio-speech: "
+                            "text-to-speech utterances (a TTS checkpoint; --random-input-len counts words)")
     serve.add_argument("--url", default=None,
                        help="drive a running server (http://HOST:PORT); default: start the pipeline in-process")
     serve.add_argument("--served-model", default=None, help="model id the server answers to (with --url)")
@@ -107,8 +110,9 @@ def add_serve_parser(targets: argparse._SubParsersAction) -> None:
                        help="fifo,deadline: run each policy on a fresh pipeline at the same load and compare")
     serve.add_argument("--code2wav-max-batch", type=int, default=None,
                        help="cap code2wav's batch (to make streams contend at small concurrency)")
-    serve.add_argument("--baseline", choices=["none", "hf"], default="none",
-                       help="hf: also run transformers' generate one request at a time and print ratios")
+    serve.add_argument("--baseline", choices=["none", "hf", "sequential"], default="none",
+                       help="hf: also run transformers' generate one request at a time and print ratios; "
+                            "sequential (openai-audio-speech): the reference's one-at-a-time TTS generation")
     serve.add_argument("--hf-num-prompts", type=int, default=None, help="baseline requests (default min(N, 4))")
     serve.add_argument("--warmup", type=int, default=1, help="requests run before measuring")
     serve.add_argument("--seed", type=int, default=0)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from omnistage.engine import EngineConfig, EngineCore, Request, SamplingParams
+from omnistage.engine import EngineConfig, EngineCore, SamplingParams
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.layers.quant.apply import apply_quantization

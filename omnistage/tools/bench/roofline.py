@@ -126,9 +126,11 @@ def measure_code2wav(model_dir: str, batches: list[int], steps: int, frames: int
                      dtype: torch.dtype) -> list[tuple[int, Timing, ByteTally]]:
     """One chunk of ``frames`` codec frames per request (streaming chunk plus left context) per step."""
     from omnistage.models.qwen3_omni.code2wav import load_code2wav
+    from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
     from omnistage.tools.make_tiny import resolve_model
 
-    model = load_code2wav(resolve_model(model_dir), device, dtype)
+    folder = resolve_model(model_dir)
+    model = load_code2wav(folder, Qwen3OmniConfig.from_folder(folder).code2wav, device, dtype)
     cfg = model.config
     rows = []
     for batch in batches:

@@ -76,11 +76,14 @@ class InProcessDriver:
     def __init__(self, model: str, output_tokens: int, audio_frames: int, ignore_eos: bool,
                  stage_config: str | None = None, initial_chunk_frames: int | None = None,
                  scheduling: str | None = None, code2wav_max_batch: int | None = None) -> None:
+        from omnistage.config.pipeline import load_pipeline, load_preset
         from omnistage.pipeline.async_omni import AsyncOmni
-        from omnistage.pipeline.engine import _spec
+        from omnistage.pipeline.engine import preset_for
         from omnistage.pipeline.runtime import PipelineOptions
+        from omnistage.tools.make_tiny import resolve_model
 
-        spec = pinned_spec(_spec(stage_config), audio_frames, scheduling, code2wav_max_batch)
+        base = load_pipeline(stage_config) if stage_config else load_preset(preset_for(resolve_model(model)))
+        spec = pinned_spec(base, audio_frames, scheduling, code2wav_max_batch)
         self.omni = AsyncOmni(model, spec, PipelineOptions(talker_min_new_tokens=audio_frames))
         self.processor = self.omni.processor
         self.output_tokens, self.ignore_eos = output_tokens, ignore_eos
@@ -112,6 +115,29 @@ class InProcessDriver:
         await self.omni.shutdown()
 
 
+async def sse_record(client, url: str, body: dict, consume: Callable[[StreamRecord, dict, float], None],  # noqa: ANN001
+                     ) -> StreamRecord:
+    """POSTs ``body`` and feeds each SSE ``data:`` event to ``consume`` until ``[DONE]`` or the stream ends; a failed
+    request is a figure (its error), not a crash."""
+    record = StreamRecord(time.perf_counter())
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code != 200:
+                record.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                return record
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                now = time.perf_counter()
+                if line[6:] == "[DONE]":
+                    record.end = now
+                    break
+                consume(record, json.loads(line[6:]), now)
+    except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
+        record.error = f"{type(exc).__name__}: {exc}"
+    return record
+
+
 class HttpDriver:
     """Streams ``/v1/chat/completions`` of a running server (SSE, PCM16 audio deltas)."""
 
@@ -126,24 +152,7 @@ class HttpDriver:
         body = {"model": self.model_name, "messages": [{"role": "user", "content": prompt.text}],
                 "modalities": ["text", "audio"], "audio": {"voice": "Ethan", "format": "pcm16"},
                 "max_tokens": self.output_tokens, "temperature": 0.0, "seed": seed, "stream": True}
-        record = StreamRecord(time.perf_counter())
-        try:
-            async with self.client.stream("POST", self.url, json=body) as resp:
-                if resp.status_code != 200:
-                    record.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
-                    return record
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    data = line[6:]
-                    now = time.perf_counter()
-                    if data == "[DONE]":
-                        record.end = now
-                        break
-                    self._consume(record, json.loads(data), now)
-        except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
-            record.error = f"{type(exc).__name__}: {exc}"
-        return record
+        return await sse_record(self.client, self.url, body, self._consume)
 
     @staticmethod
     def _consume(record: StreamRecord, chunk: dict, now: float) -> None:
@@ -317,6 +326,10 @@ def main(args: argparse.Namespace) -> int:
     from omnistage.processing.prompt import PromptProcessor
     from omnistage.tools.make_tiny import resolve_model
 
+    if getattr(args, "backend", "openai-chat") == "openai-audio-speech":
+        from omnistage.tools.bench.speech import speech_main
+
+        return speech_main(args)
     folder = resolve_model(args.model)
     output_tokens = args.random_output_len or args.output_tokens
     frames = args.audio_frames or output_tokens

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from omnistage.pipeline.qwen3_omni_stages import GenerationSettings
+from omnistage.families.qwen3_omni.offline import GenerationSettings
 from omnistage.tools.verify.compare import CASE_NAMES, TOLERANCE, format_table, run_verify
-from omnistage.tools.verify.tts_cli import TTS_CASE_NAMES, run_tts_verify_command
+from omnistage.tools.verify.output import write_json
+from omnistage.tools.verify.tts_compare import TTS_CASE_NAMES
 
 
 def add_verify_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -59,16 +60,27 @@ def _at_least_two(text: str) -> int:
 
 
 def run_verify_command(args: argparse.Namespace) -> int:
-    from omnistage.models.qwen3_tts.config import is_qwen3_tts
-    from omnistage.tools.make_tiny import resolve_model
+    """Dispatched through the family registry to the checkpoint's family's verify hook."""
+    from omnistage.families.base import call_hook
+    from omnistage.families.registry import DEFAULT_REGISTRY, UnknownFamily
 
     try:
-        folder = resolve_model(args.model)
-    except FileNotFoundError as exc:
+        folder = DEFAULT_REGISTRY.resolve_model(args.model)
+        family = DEFAULT_REGISTRY.for_folder(folder)
+    except (FileNotFoundError, UnknownFamily) as exc:
         print(f"omnistage verify: {exc}", file=sys.stderr)
         return 2
-    if is_qwen3_tts(folder):  # Qwen3-TTS checkpoints: the qwen-tts reference (docs/qwen3_tts.md)
-        return run_tts_verify_command(args, folder, _write_json)
+    if not family.hooks.verify:
+        print(f"omnistage verify: the {family.name} family has no parity check", file=sys.stderr)
+        return 2
+    return int(call_hook(family.hooks.verify, args, folder))
+
+
+def run_omni_verify(args: argparse.Namespace, folder: Path) -> int:
+    """Qwen3-Omni's ``verify`` hook: transformers' Qwen3OmniMoeForConditionalGeneration vs omnistage."""
+    if args.case and not set(args.case) <= set(CASE_NAMES):
+        print(f"omnistage verify: a Qwen3-Omni checkpoint has the cases {', '.join(CASE_NAMES)}", file=sys.stderr)
+        return 2
     defaults = GenerationSettings()
     settings = replace(defaults, max_new_tokens=args.max_new_tokens,
                        talker_max_new_tokens=args.talker_max_new_tokens,
@@ -79,19 +91,11 @@ def run_verify_command(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - a checkpoint either side cannot run is a failed verification
         message = f"{type(exc).__name__}: {exc}"
         print(f"omnistage verify: {message}", file=sys.stderr)
-        _write_json(args.json, json.dumps({"model": str(folder), "ok": False, "error": message, "cases": []}))
+        write_json(args.json, json.dumps({"model": str(folder), "ok": False, "error": message, "cases": []}))
         return 1
     print(format_table(report), file=sys.stderr if args.json == "-" else sys.stdout)
-    _write_json(args.json, report.dumps())
+    write_json(args.json, report.dumps())
     return 0 if report.ok else 1
-
-
-def _write_json(target: str | None, text: str) -> None:
-    """``-`` is stdout (the table then went to stderr, so stdout parses as JSON)."""
-    if target == "-":
-        print(text)
-    elif target:
-        Path(target).write_text(text + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,16 +17,12 @@ import torch
 from omnistage.layers.attention import AttentionMetadata, ForwardContext, forward_context
 from omnistage.models.qwen3_omni.prompt_media import encode_needed
 from omnistage.models.qwen3_omni.thinker import Thinker
-from omnistage.pipeline.qwen3_omni_stages import (
-    GenerationSettings,
-    OfflineOutput,
-    StageModels,
-    build_thinker_request,
-    generate_offline,
-)
+from omnistage.families.qwen3_omni.offline import GenerationSettings, OfflineOutput, StageModels, generate_offline
+from omnistage.families.qwen3_omni.stages import build_thinker_request
+from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.processing.prompt import PromptProcessor
 from omnistage.runner.ar_runner import default_backend
-from omnistage.runner.thinker_hook import ThinkerRequestData
 from omnistage.tools.verify.prompts import VerifyCase, build_cases
 from omnistage.tools.verify.reference import Reference, StageResult, quiet_transformers
 
@@ -96,19 +92,20 @@ def run_verify(
 
 def _run(folder: Path, ours_folder: Path, settings: GenerationSettings, cases: Sequence[str] | None,
          tolerance: float, tensor_parallel_size: int) -> VerifyReport:
-    config = json.loads((folder / "config.json").read_text())
-    selected = [c for c in build_cases(PromptProcessor.from_folder(folder), config) if not cases or c.name in cases]
+    config = Qwen3OmniConfig.from_folder(folder)
+    selected = [c for c in build_cases(PromptProcessor(folder, config.processor), config)
+                if not cases or c.name in cases]
     if cases and len(selected) != len(set(cases)):
         raise ValueError(f"unknown case in {list(cases)}; known: {', '.join(CASE_NAMES)}")
     settings = _known_speaker(settings, config)
     reference = Reference(folder)
     models = StageModels.load(ours_folder, "cpu", torch.float32, tensor_parallel_size)
-    eos = int(config["im_end_token_id"])
+    eos = config.im_end_token_id
     reports = []
     try:
         for case in selected:
             theirs = reference.run(case, settings, eos)
-            ours = generate_offline(models, case.prompt, settings)
+            ours = generate_offline(models, case.prompt.token_ids, case.prompt.mm, settings)
             logits = prompt_logits(models.thinker, case, eos)
             reports.append(_compare(case, ours, logits, theirs, tolerance))
     finally:
@@ -116,10 +113,10 @@ def _run(folder: Path, ours_folder: Path, settings: GenerationSettings, cases: S
     return VerifyReport(str(folder), reports, tolerance, tensor_parallel_size)
 
 
-def _known_speaker(settings: GenerationSettings, config: dict[str, object]) -> GenerationSettings:
+def _known_speaker(settings: GenerationSettings, config: Qwen3OmniConfig) -> GenerationSettings:
     """The settings' voice if the checkpoint has it, else its first voice (a user's checkpoint may name others).
     transformers looks voices up lower-cased, so only lower-case names are usable."""
-    speakers = sorted(k for k in config["talker_config"].get("speaker_id") or {} if k == k.lower())
+    speakers = sorted(k for k in config.speakers if k == k.lower())
     if not speakers:
         raise ValueError("the checkpoint's talker_config has no (lower-case) speaker_id: no voice to speak with")
     return settings if settings.speaker.lower() in speakers else replace(settings, speaker=speakers[0])
@@ -128,7 +125,8 @@ def _known_speaker(settings: GenerationSettings, config: dict[str, object]) -> G
 @torch.no_grad()
 def prompt_logits(thinker: Thinker, case: VerifyCase, eos: int) -> torch.Tensor:
     """``[L, vocab]`` over the prompt, from the very request the thinker engine is given (one uncached pass)."""
-    request = build_thinker_request(thinker, "logits", case.prompt, GenerationSettings().thinker_params(), eos)
+    request = build_thinker_request(thinker, "logits", case.prompt.token_ids, case.prompt.mm,
+                                    GenerationSettings().thinker_params(), eos)
     device = next(thinker.parameters()).device
     ids = torch.tensor(request.prompt_token_ids, device=device)
     media = request.stage_data.media if isinstance(request.stage_data, ThinkerRequestData) else None

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
 from omnistage.processing.video import Video
 
@@ -37,23 +38,24 @@ def _synthetic_video(frames: int = 3) -> Video:
     return Video([_synthetic_image(seed) for seed in range(1, frames + 1)], fps=2.0)
 
 
-def _ids_without_tokenizer(config: dict[str, object], part: str) -> list[int]:
+def _ids_without_tokenizer(config: Qwen3OmniConfig, part: str) -> list[int]:
     """ChatML by id: the config names every special id the model needs; filler ids stand in for words."""
-    thinker, talker = config["thinker_config"], config["talker_config"]
-    vocab = int(thinker["text_config"]["vocab_size"])
+    thinker, talker, ids = config.hf.thinker_config, config.hf.talker_config, config.talker_ids
+    if ids is None:
+        raise ValueError("verify needs a checkpoint with a talker")
+    vocab = int(thinker.text_config.vocab_size)
     newline, words = 198 % vocab, [(100 + 7 * i) % vocab for i in range(5)]
     placeholder = {
         "text": [],
-        "audio": [thinker["audio_start_token_id"], thinker["audio_token_id"], thinker["audio_start_token_id"] + 1],
-        "image": [talker["vision_start_token_id"], thinker["image_token_id"], talker["vision_start_token_id"] + 1],
-        "video": [talker["vision_start_token_id"], thinker["video_token_id"], talker["vision_start_token_id"] + 1],
+        "audio": [thinker.audio_start_token_id, thinker.audio_token_id, thinker.audio_start_token_id + 1],
+        "image": [talker.vision_start_token_id, thinker.image_token_id, talker.vision_start_token_id + 1],
+        "video": [talker.vision_start_token_id, thinker.video_token_id, talker.vision_start_token_id + 1],
     }[part]
-    im_start, im_end = config["im_start_token_id"], config["im_end_token_id"]
-    return ([im_start, config["user_token_id"], newline, *placeholder, *words, im_end, newline,
-             im_start, config["assistant_token_id"], newline])
+    return ([ids.im_start, ids.user, newline, *placeholder, *words, config.im_end_token_id, newline,
+             ids.im_start, ids.assistant, newline])
 
 
-def build_cases(proc: PromptProcessor, config: dict[str, object]) -> list[VerifyCase]:
+def build_cases(proc: PromptProcessor, config: Qwen3OmniConfig) -> list[VerifyCase]:
     audio, image = _synthetic_audio(), _synthetic_image()
     parts = {
         "text": ([{"type": "text", "text": "Tell me a short story."}], {}),

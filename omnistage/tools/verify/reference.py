@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from omnistage.pipeline.qwen3_omni_stages import GenerationSettings
+from omnistage.families.qwen3_omni.offline import GenerationSettings
 from omnistage.tools.verify.prompts import VerifyCase
 
 

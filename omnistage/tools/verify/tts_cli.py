@@ -9,15 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
+from omnistage.tools.verify.output import write_json
 from omnistage.tools.verify.tts_compare import TTS_CASE_NAMES, format_tts_table, run_tts_verify
 
 __all__ = ["TTS_CASE_NAMES", "run_tts_verify_command"]
 
 
-def run_tts_verify_command(args: argparse.Namespace, folder: Path, write_json: Callable[[str | None, str], None]) -> int:
+def run_tts_verify_command(args: argparse.Namespace, folder: Path) -> int:
+    """Qwen3-TTS's ``verify`` hook."""
     cases = [c for c in args.case or [] if c in TTS_CASE_NAMES] or None
     if args.case and cases is None:
         print(f"omnistage verify: a Qwen3-TTS checkpoint has the cases {', '.join(TTS_CASE_NAMES)}", file=sys.stderr)

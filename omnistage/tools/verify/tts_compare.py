@@ -19,7 +19,7 @@ import torch
 
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
-from omnistage.models.qwen3_tts.generate import SpeechOutput, TTSSettings, generate_offline
+from omnistage.families.qwen3_tts.offline import SpeechOutput, TTSSettings, generate_offline
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, make_voice_clone
 from omnistage.tools.verify.tts_reference_env import run_reference
 

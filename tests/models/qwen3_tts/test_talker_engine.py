@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.models.qwen3_tts.generate import (TTSSettings, engine_config, generate_offline, request_frames,
+from omnistage.families.qwen3_tts.offline import (TTSSettings, engine_config, generate_offline, request_frames,
                                                  talker_request, talker_step_hook)
 from omnistage.models.qwen3_tts.prompt import build_talker_prompt
 from omnistage.models.qwen3_tts.request import SpeechInput, prompt_spec
@@ -22,10 +22,10 @@ INPUTS = [
 def _run(models, tokenizer, inputs, settings):
     prompts = [build_talker_prompt(models.talker, models.config, prompt_spec(models.config, tokenizer, i))
                for i in inputs]
-    requests = [talker_request(models, f"r{k}", p, settings.talker_params()) for k, p in enumerate(prompts)]
+    requests = [talker_request(models.config, f"r{k}", p, settings.talker_params()) for k, p in enumerate(prompts)]
     longest = max(r.num_prompt_tokens for r in requests) + settings.max_new_tokens
     engine = build_ar_engine(models.talker, engine_config(models, longest, max_num_seqs=len(requests)),
-                             talker_step_hook(models))
+                             talker_step_hook(models.talker, models.config))
     for request in requests:
         engine.add_request(request)
     engine.run_until_done()

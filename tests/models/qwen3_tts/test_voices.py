@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from omnistage.models.qwen3_tts.generate import TTSSettings, generate_offline
+from omnistage.families.qwen3_tts.offline import TTSSettings, generate_offline
 from omnistage.models.qwen3_tts.prompt import PromptSpec, language_id
 from omnistage.models.qwen3_tts.request import SpeechInput, make_voice_clone, prompt_spec
 from omnistage.tools.verify.tts_compare import REF_TEXT, synthetic_voice

@@ -21,48 +21,13 @@ its accept-layer hidden states at multimodal rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from omnistage.models.qwen3_omni.config import TalkerTokenIds
+
 Projection = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class TalkerTokenIds:
-    """The ids that link thinker and talker, read from the checkpoint's config.json."""
-
-    im_start: int
-    assistant: int
-    user: int
-    tts_bos: int
-    tts_eos: int
-    tts_pad: int
-    multimodal: frozenset[int]
-    codec_prefix: tuple[int, int, int]  # nothink, think_bos, think_eos
-    codec_pad: int
-    codec_bos: int
-    speakers: dict[str, int] = field(hash=False)
-
-    @classmethod
-    def from_config(cls, config: dict[str, object]) -> TalkerTokenIds:
-        thinker, talker = config["thinker_config"], config["talker_config"]
-        return cls(
-            im_start=config["im_start_token_id"], assistant=config["assistant_token_id"],
-            user=config["user_token_id"], tts_bos=config["tts_bos_token_id"], tts_eos=config["tts_eos_token_id"],
-            tts_pad=config["tts_pad_token_id"],
-            multimodal=frozenset(thinker[k] for k in ("audio_token_id", "image_token_id", "video_token_id")),
-            codec_prefix=(talker["codec_nothink_id"], talker["codec_think_bos_id"], talker["codec_think_eos_id"]),
-            codec_pad=talker["codec_pad_id"], codec_bos=talker["codec_bos_id"],
-            speakers={k.lower(): v for k, v in (talker.get("speaker_id") or {}).items()},
-        )
-
-    def speaker_id(self, name: str) -> int:
-        try:
-            return self.speakers[name.lower()]
-        except KeyError:
-            known = ", ".join(sorted(self.speakers)) or "none"
-            raise ValueError(f"unknown voice {name!r} (this checkpoint has: {known})") from None
 
 
 @dataclass(frozen=True)

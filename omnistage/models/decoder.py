@@ -33,11 +33,11 @@ from omnistage.layers.parallel import UNSHARDED, ShardSpec, TensorParallel
 from omnistage.layers.rotary import RotaryEmbedding, Rotation
 from omnistage.layers.quant.fp8 import fp8_gemm_supported
 from omnistage.models.fp8_checkpoint import Fp8Format, Fp8View, keep_fp8_
-from omnistage.models.qwen3_omni.weights import Checkpoint, load_module, module_tensors
 from omnistage.models.shard_view import ShardedView, shard_plan
+from omnistage.models.weights import Checkpoint, load_module, module_tensors
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig, Qwen3OmniMoeConfig
+    from transformers import PretrainedConfig
 
 
 class KVCacheSpec(NamedTuple):
@@ -320,13 +320,6 @@ class Decoder(nn.Module):
 
 
 # Building ---------------------------------------------------------------------------------------
-
-
-def hf_config(folder: str | Path) -> Qwen3OmniMoeConfig:
-    """The checkpoint's transformers ``Qwen3OmniMoeConfig`` (it fills the class defaults of absent keys)."""
-    from transformers import Qwen3OmniMoeConfig
-
-    return Qwen3OmniMoeConfig.from_pretrained(folder)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.runner.tp_executor import TPExecutor
 
@@ -18,14 +19,15 @@ THINKER_SHARD_LOADER = "omnistage.models.qwen3_omni.thinker:load_decoder_shard"
 
 
 def load_thinker(folder: str | Path, device: str | torch.device, dtype: torch.dtype, tensor_parallel_size: int = 1,
-                 quantization: str = "none") -> tuple[Thinker, TPExecutor | None]:
+                 quantization: str = "none", config: Qwen3OmniConfig | None = None,
+                 ) -> tuple[Thinker, TPExecutor | None]:
     """The thinker, and its tensor-parallel group when ``tensor_parallel_size > 1`` (close it when done)."""
     if tensor_parallel_size == 1:
-        return Thinker.from_checkpoint(folder, device, dtype, quantization=quantization), None
+        return Thinker.from_checkpoint(folder, device, dtype, quantization=quantization, config=config), None
     executor = TPExecutor(tensor_parallel_size, THINKER_SHARD_LOADER, str(folder), torch.device(device), dtype,
                           quantization)
     try:
-        model = Thinker.from_checkpoint(folder, device, dtype, executor.tp, quantization)
+        model = Thinker.from_checkpoint(folder, device, dtype, executor.tp, quantization, config=config)
     except BaseException:
         executor.close()
         raise

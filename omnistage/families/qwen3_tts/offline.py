@@ -20,8 +20,10 @@ import torch
 from omnistage.engine import EngineConfig, Request, SamplingParams
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.codec_stream import StreamingCodecDecoder
+from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import TalkerPrompt, build_talker_prompt
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, prompt_spec
+from omnistage.models.qwen3_tts.talker import Qwen3TTSTalker
 from omnistage.runner import TalkerRequestData, TalkerStepHook, build_ar_engine
 from omnistage.runner.talker_hook import talker_suppress_mask
 
@@ -45,17 +47,16 @@ class TTSSettings:
                               max_tokens=self.max_new_tokens, min_tokens=min(self.min_new_tokens, self.max_new_tokens))
 
 
-def talker_request(models: Qwen3TTSModels, request_id: str, prompt: TalkerPrompt, params: SamplingParams) -> Request:
+def talker_request(config: Qwen3TTSConfig, request_id: str, prompt: TalkerPrompt, params: SamplingParams) -> Request:
     """The talker engine's request: the prompt as embeddings, the whole trailing text already known."""
     data = TalkerRequestData(tts_pad_embed=prompt.tts_pad, trailing_text=list(prompt.trailing_text.unbind(0)),
                              text_finished=True)
-    return Request(request_id, None, params, prompt_embeds=prompt.embeds, eos_token_id=models.config.talker.codec.eos,
+    return Request(request_id, None, params, prompt_embeds=prompt.embeds, eos_token_id=config.talker.codec.eos,
                    stage_data=data)
 
 
-def talker_step_hook(models: Qwen3TTSModels) -> TalkerStepHook:
-    talker = models.config.talker
-    return TalkerStepHook(models.talker, talker_suppress_mask(talker.vocab_size, talker.codec.eos))
+def talker_step_hook(talker: Qwen3TTSTalker, config: Qwen3TTSConfig) -> TalkerStepHook:
+    return TalkerStepHook(talker, talker_suppress_mask(config.talker.vocab_size, config.talker.codec.eos))
 
 
 def request_frames(request: Request) -> torch.Tensor:
@@ -97,9 +98,9 @@ def generate_offline(models: Qwen3TTSModels, tokenizer: TextTokenizer, speech: S
     """One request through the talker engine to completion, then the codec decoder."""
     settings = settings or TTSSettings()
     prompt = build_talker_prompt(models.talker, models.config, prompt_spec(models.config, tokenizer, speech))
-    request = talker_request(models, "offline", prompt, settings.talker_params())
+    request = talker_request(models.config, "offline", prompt, settings.talker_params())
     engine = build_ar_engine(models.talker, engine_config(models, request.num_prompt_tokens + settings.max_new_tokens),
-                             talker_step_hook(models))
+                             talker_step_hook(models.talker, models.config))
     engine.add_request(request)
     engine.run_until_done()
     frames = request_frames(request)

@@ -24,10 +24,10 @@ import torch
 
 from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
-from omnistage.models.qwen3_omni.decoder import Deepstack
+from omnistage.models.decoder import Deepstack
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia, encode_needed
 from omnistage.runner.base import ARModel
-from omnistage.runner.hidden_cache import HiddenStateCache
+from omnistage.families.qwen3_omni.hidden_cache import HiddenStateCache
 from omnistage.runner.step_hook import StepHook
 
 if TYPE_CHECKING:

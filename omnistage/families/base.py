@@ -1,0 +1,153 @@
+"""What a model family contributes to serving: the seams the generic pipeline resolves names through.
+
+A :class:`Family` says how its ``config.json`` is recognised and parsed (once,
+into its typed config), which stage workers its stage YAML ``model:`` names
+run, which edge transforms its ``transform:`` names apply, which payload structs
+its stages exchange, how a caller's request becomes the entry stage's typed
+input, which preset a checkpoint gets, and its make-tiny/verify hooks. The
+pipeline never names a family's roles: it routes each request along the graph's
+edges, handing each edge's :class:`RequestEdge` the source's outputs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from omnistage.config.pipeline import PipelineSpec, StageSpec
+from omnistage.core import Modality, OmniRequest
+from omnistage.ipc.messages import PayloadTypes
+
+if TYPE_CHECKING:
+    from omnistage.families.speech import SpeechFrontEnd
+
+
+@dataclass(frozen=True)
+class StageModel:
+    """A stage YAML ``model:`` name resolved.
+
+    kind: the engine kind it runs on (``ar`` or ``generation``).
+    worker: ``"package.module:Class"``, the :class:`omnistage.workers.base.StageWorker` a replica builds.
+    output: what the caller gets from this stage: its :class:`TokenDelta`\\ s are the caller's text (TEXT), its
+        :class:`AudioChunk`\\ s the caller's audio (AUDIO); None for a stage whose outputs only feed others.
+    entry: whether a request can start here (the family's :meth:`Family.entry_input` makes its input).
+    """
+
+    kind: str
+    worker: str
+    output: Modality | None = None
+    entry: bool = False
+
+
+@dataclass(frozen=True)
+class EdgeContext:
+    """What an edge's per-request state is built from: the request and the target stage's settings."""
+
+    request: OmniRequest
+    target: StageSpec
+    min_new_tokens: int = 0  # --talker-min-new-tokens: random test checkpoints stop at once otherwise
+
+
+class RequestEdge(ABC):
+    """One request crossing one edge: the source stage's output payloads in, the target's input payloads out."""
+
+    @abstractmethod
+    def on_output(self, payload: object, finished: bool) -> list[object]:
+        """``finished``: the source is done with the request (after this payload, which may be None)."""
+
+
+@dataclass(frozen=True)
+class EdgeModel:
+    """A stage YAML ``transform:`` name resolved: which stage models it joins, and what crosses.
+
+    make: builds one request's :class:`RequestEdge`. None means the generic codec edge: the source's
+    :class:`CodecFrames` cut into playback-aware :class:`ChunkJob`\\ s for a codec stage
+    (``omnistage.pipeline.codec_edge``), whose per-request voice prompt the family may give
+    (:meth:`Family.codec_prime`).
+    """
+
+    source: str
+    target: str
+    make: Callable[[EdgeContext], RequestEdge] | None = None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Tool hooks as ``"package.module:function"``, imported only when used.
+
+    make_tiny(args) -> int: ``omnistage make-tiny --model-type <family>`` (writes a random checkpoint).
+    verify(args, folder) -> int: ``omnistage verify`` on one of the family's folders (parity vs the reference).
+    cached(name) -> Path: the embedded random checkpoint ``--model <name>`` means (made on first use), for the
+        names in ``tiny_names``.
+    """
+
+    make_tiny: str = ""
+    verify: str = ""
+    cached: str = ""
+    tiny_names: tuple[str, ...] = ()
+
+
+def call_hook(hook: str, *args: object) -> object:
+    module, _, name = hook.partition(":")
+    return getattr(importlib.import_module(module), name)(*args)
+
+
+class Family(ABC):
+    """A model family as the pipeline and the front end see it (subclass once per family)."""
+
+    name: str
+    stage_models: Mapping[str, StageModel]
+    edges: Mapping[str, EdgeModel]
+    payloads: PayloadTypes  # the family's own payload structs (the generic ones are always there)
+    hooks: Hooks = Hooks()
+
+    @abstractmethod
+    def recognises(self, raw: Mapping[str, Any]) -> bool:
+        """Whether a parsed ``config.json`` is one of this family's checkpoints."""
+
+    @abstractmethod
+    def load_config(self, folder: Path) -> object:
+        """The family's typed config of a checkpoint folder (parsed once, passed down)."""
+
+    @abstractmethod
+    def preset(self, config: object) -> str:
+        """The preset (``omnistage/config/presets/<name>.yaml``) a checkpoint is served with by default."""
+
+    def check_spec(self, spec: PipelineSpec, config: object) -> None:
+        """Rejects a stage config this checkpoint cannot serve (``ConfigError``); default: anything goes."""
+
+    @abstractmethod
+    def front_end(self, folder: Path, config: object) -> FrontEnd:
+        """What the server needs without loading weights: tokenizer/processor, voices, request preparation."""
+
+    @abstractmethod
+    def entry_input(self, context: EdgeContext) -> object:
+        """The entry stage's input payload for a caller's request (``context.target`` is the entry stage)."""
+
+    def codec_prime(self, request: OmniRequest) -> object | None:
+        """Frames ``[G, R]`` a request's codec stream decodes first without returning their audio (a cloned
+        voice's reference), or None."""
+        return None
+
+
+@dataclass
+class FrontEnd:
+    """A served checkpoint as the front end sees it (built in the server process, no weights).
+
+    tokenizer: detokenises a text stage's tokens (None: the family has no text output).
+    processor: the chat prompt processor (None: the family takes no chat).
+    voices: the names ``voice`` may take (speakers of the checkpoint).
+    max_positions: the entry stage model's positions (its engine may cap them).
+    speech: text-to-speech preparation when the family is a TTS model (None otherwise).
+    """
+
+    tokenizer: object | None
+    processor: object | None
+    voices: tuple[str, ...]
+    max_positions: int
+    num_code_groups: int = 0  # codebooks per codec frame (0: the family makes no audio)
+    speech: SpeechFrontEnd | None = None

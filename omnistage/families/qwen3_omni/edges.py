@@ -1,0 +1,56 @@
+"""Qwen3-Omni's thinker → talker edge, per request: the talker starts on the thinker's first token.
+
+Async chunk streaming: the thinker's prompt hidden states (sent before its first tokens) and its first token
+start the talker (:class:`TalkerStart`) while the thinker keeps generating; each later token reaches the talker
+as a :class:`TextFeed`, and the thinker's end (its last token, or a stop string the orchestrator matched) ends
+the feed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from omnistage.families.base import EdgeContext, RequestEdge
+from omnistage.families.qwen3_omni.spoken import SpokenTokens
+from omnistage.families.qwen3_omni.payloads import PromptHidden, TalkerStart, TextFeed
+from omnistage.families.sampling import stage_params
+from omnistage.ipc.payloads import TokenDelta
+from omnistage.models.qwen3_omni.inputs import PromptLayout
+from omnistage.processing.prompt import ProcessedPrompt
+
+
+class ThinkerToTalker(RequestEdge):
+    def __init__(self, context: EdgeContext) -> None:
+        self.context = context
+        self.hidden: torch.Tensor | None = None
+        self.spoken = SpokenTokens(context.request.unspoken)  # tool calls are never spoken
+        self.started = False
+        self.done = False
+
+    def on_output(self, payload: object, finished: bool) -> list[object]:
+        if self.done:
+            return []
+        if isinstance(payload, PromptHidden):
+            self.hidden = payload.mm_hidden
+            return []
+        tokens = self.spoken.take(payload.token_ids) if isinstance(payload, TokenDelta) else []
+        out: list[object] = []
+        if not self.started:
+            if not tokens:
+                return []  # nothing to start the talker with yet (and if the thinker ended, no audio)
+            out.append(self._start(tokens[0]))
+            tokens = tokens[1:]
+        if tokens or finished:
+            out.append(TextFeed(tokens, finished))
+        self.done = finished
+        return out
+
+    def _start(self, first_token: int) -> TalkerStart:
+        self.started = True
+        request, target = self.context.request, self.context.target
+        prompt = request.prompt
+        if not isinstance(prompt, ProcessedPrompt):
+            raise TypeError(f"a Qwen3-Omni request carries a ProcessedPrompt, not {type(prompt).__name__}")
+        sampling = stage_params(target.sampling, request.sampling.seed, self.context.min_new_tokens)
+        layout = PromptLayout.of(prompt.token_ids, prompt.mm)
+        return TalkerStart(layout, first_token, request.voice, sampling, self.hidden)

@@ -1,0 +1,77 @@
+"""Qwen3-Omni as a registered family: its stage models, edges, payloads, presets and tool hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from omnistage.config.pipeline import ConfigError, PipelineSpec
+from omnistage.core import Modality
+from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
+from omnistage.families.qwen3_omni.edges import ThinkerToTalker
+from omnistage.families.qwen3_omni.payloads import PAYLOADS, ThinkerPrompt
+from omnistage.families.sampling import request_params
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig, is_qwen3_omni
+from omnistage.processing.prompt import ProcessedPrompt
+
+PRESET = "qwen3_omni"  # Instruct: thinker → talker → code2wav
+TEXT_ONLY_PRESET = "qwen3_omni_thinking"  # Thinking (no talker): the thinker alone
+_WORKERS = "omnistage.families.qwen3_omni.workers"
+
+
+class Qwen3OmniFamily(Family):
+    name = "qwen3_omni"
+    stage_models = MappingProxyType({
+        "thinker": StageModel("ar", f"{_WORKERS}:ThinkerWorker", output=Modality.TEXT, entry=True),
+        "talker": StageModel("ar", f"{_WORKERS}:TalkerWorker"),
+        "code2wav": StageModel("generation", f"{_WORKERS}:Code2WavWorker", output=Modality.AUDIO),
+    })
+    edges = MappingProxyType({
+        "qwen3_omni.thinker_to_talker": EdgeModel("thinker", "talker", ThinkerToTalker),
+        "qwen3_omni.talker_to_code2wav": EdgeModel("talker", "code2wav"),  # the generic codec edge
+    })
+    payloads = PAYLOADS
+    hooks = Hooks(make_tiny="omnistage.tools.make_tiny:make_tiny_command",
+                  verify="omnistage.tools.verify.cli:run_omni_verify",
+                  cached="omnistage.tools.make_tiny:cached_checkpoint", tiny_names=("tiny", "medium", "slice"))
+
+    def recognises(self, raw: Mapping[str, Any]) -> bool:
+        return is_qwen3_omni(raw)
+
+    def load_config(self, folder: Path) -> Qwen3OmniConfig:
+        return Qwen3OmniConfig.from_folder(folder)
+
+    def preset(self, config: object) -> str:
+        """Thinking checkpoints (``enable_audio_output: false`` or no ``talker_config``) serve text only."""
+        return PRESET if _config(config).has_talker else TEXT_ONLY_PRESET
+
+    def check_spec(self, spec: PipelineSpec, config: object) -> None:
+        if not _config(config).has_talker and any(s.model != "thinker" for s in spec.stages):
+            raise ConfigError(f"stages: this checkpoint has no talker (a Thinking/text-only checkpoint) but the "
+                              f"stage config has talker/code2wav stages; use the {TEXT_ONLY_PRESET} preset")
+
+    def front_end(self, folder: Path, config: object) -> FrontEnd:
+        from omnistage.processing.prompt import PromptProcessor
+
+        cfg = _config(config)
+        processor = PromptProcessor(folder, cfg.processor)
+        return FrontEnd(processor.tokenizer, processor, cfg.voices, cfg.max_positions, cfg.num_code_groups)
+
+    def entry_input(self, context: EdgeContext) -> ThinkerPrompt:
+        request = context.request
+        prompt = request.prompt
+        if not isinstance(prompt, ProcessedPrompt):
+            raise TypeError(f"a Qwen3-Omni request carries a ProcessedPrompt, not {type(prompt).__name__}")
+        return ThinkerPrompt(list(prompt.token_ids), request_params(request.sampling), prompt.mm,
+                             capture_hidden=request.wants_audio)
+
+
+def _config(config: object) -> Qwen3OmniConfig:
+    if not isinstance(config, Qwen3OmniConfig):
+        raise TypeError(f"expected a Qwen3OmniConfig, got {type(config).__name__}")
+    return config
+
+
+FAMILY = Qwen3OmniFamily()

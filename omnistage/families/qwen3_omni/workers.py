@@ -1,0 +1,140 @@
+"""Qwen3-Omni's stage workers: thinker, talker and code2wav engines behind stage messages.
+
+Each worker parses the checkpoint's config once and loads only its own stage's
+weights (the talker also the thinker's embedding table, which it projects text
+rows from); :mod:`omnistage.families.qwen3_omni.stages` does the per-request work.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from omnistage.engine import FinishReason, Request
+from omnistage.engine.frame_chunker import ChunkPlan
+from omnistage.engine.generation_engine import ChunkDecoder
+from omnistage.families.qwen3_omni.sharded_thinker import load_thinker
+from omnistage.families.qwen3_omni.payloads import PromptHidden, TalkerStart, TextFeed, ThinkerPrompt
+from omnistage.families.qwen3_omni.stages import (TalkerContext, TalkerTextFeed, build_talker_request,
+                                                  build_thinker_request, code2wav_runner, load_thinker_embedding,
+                                                  multimodal_hidden, talker_mrope_tokens)
+from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData, ThinkerStepHook
+from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
+from omnistage.ipc.payloads import TokenDelta
+from omnistage.models.qwen3_omni.code2wav import load_code2wav
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
+from omnistage.models.qwen3_omni.mrope import MRopeTokens
+from omnistage.models.qwen3_omni.talker import Talker
+from omnistage.runner import build_ar_engine
+from omnistage.workers.base import ARWorker, StepResult, WorkerSpec, engine_config, resolve_device
+from omnistage.workers.codec import CodecWorker
+from omnistage.workers.talker import TalkerWorker as FramesWorker
+
+
+def _tensor(x: torch.Tensor | None) -> torch.Tensor | None:
+    return None if x is None or x.numel() == 0 else x
+
+
+class ThinkerWorker(ARWorker[Request]):
+    def __init__(self, spec: WorkerSpec) -> None:
+        device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
+        config = Qwen3OmniConfig.from_folder(spec.model_dir)
+        stage = spec.stage
+        self.model, self.tp = load_thinker(spec.model_dir, device, dtype, stage.tensor_parallel_size,
+                                           stage.quantization, config)
+        self.eos_token_id = config.im_end_token_id
+        cfg = self.model.config
+        self.multimodal = frozenset((cfg.audio_token_id, cfg.image_token_id, cfg.video_token_id))
+        super().__init__(build_ar_engine(self.model, engine_config(stage, device, dtype, config.max_positions),
+                                         ThinkerStepHook(), tp=self.tp))
+        self.awaiting_hidden: set[str] = set()
+
+    def close(self) -> None:
+        if self.tp is not None:
+            self.tp.close()
+
+    @torch.inference_mode()
+    def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
+        prompt = message.payload
+        if not isinstance(prompt, ThinkerPrompt):
+            raise TypeError(f"the thinker does not take {type(prompt).__name__}")
+        rid = message.request_id
+        request = build_thinker_request(self.model, rid, prompt.token_ids, prompt.mm,
+                                        prompt.sampling, self.eos_token_id, for_talker=prompt.capture_hidden)
+        self.engine.add_request(request)
+        self.requests[rid] = request
+        if prompt.capture_hidden:
+            self.awaiting_hidden.add(rid)
+        return []
+
+    def step(self) -> StepResult:
+        outputs: list[StageOutput | RequestFailed] = []
+        for out in self.engine.step():
+            request = self.requests.get(out.request_id)
+            if request is None:
+                continue
+            if out.finish_reason is FinishReason.ERROR:
+                self.awaiting_hidden.discard(out.request_id)
+                outputs.append(self.failed(out))
+                continue
+            if out.request_id in self.awaiting_hidden:
+                outputs.append(StageOutput(out.request_id, PromptHidden(self._take_hidden(request))))
+            delta = TokenDelta(out.new_token_ids, request.num_prompt_tokens, max(request.num_cached_tokens, 0),
+                               out.logprobs)
+            outputs.append(StageOutput(out.request_id, delta, out.finished, out.finish_reason))
+            if out.finished:
+                self.requests.pop(out.request_id, None)
+        return StepResult(outputs, progressed=self.progressed())
+
+    def _take_hidden(self, request: Request) -> torch.Tensor | None:
+        self.awaiting_hidden.discard(request.request_id)
+        hidden = multimodal_hidden(request, self.multimodal)
+        data = request.stage_data
+        if isinstance(data, ThinkerRequestData):
+            # The talker needs prompt rows only: stop keeping a hidden row per decoded token.
+            data.capture_hidden = False
+            data.accept_hidden = []
+        return hidden
+
+
+class TalkerWorker(FramesWorker):
+    def __init__(self, spec: WorkerSpec) -> None:
+        device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
+        folder = spec.model_dir
+        config = Qwen3OmniConfig.from_folder(folder)
+        if config.talker_ids is None:
+            raise ValueError(f"{folder} has no talker (a Thinking/text-only checkpoint)")
+        talker = Talker.from_checkpoint(folder, device, dtype, spec.stage.quantization, config=config)
+        mrope = talker_mrope_tokens(talker.config, MRopeTokens.from_thinker_config(config.hf.thinker_config))
+        self.ctx = TalkerContext(talker, load_thinker_embedding(folder, device, dtype), config.talker_ids, mrope)
+        self.num_groups = talker.num_code_groups
+        positions = int(talker.config.text_config.max_position_embeddings)
+        super().__init__(build_ar_engine(talker, engine_config(spec.stage, device, dtype, positions),
+                                         self.ctx.step_hook()))
+        self.requests: dict[str, TalkerTextFeed]
+
+    @torch.inference_mode()
+    def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
+        payload, rid = message.payload, message.request_id
+        if isinstance(payload, TalkerStart):
+            request, feed = build_talker_request(self.ctx, rid, payload.layout, _tensor(payload.mm_hidden),
+                                                 payload.first_token, payload.sampling, payload.voice)
+            self.engine.add_request(request)
+            self.requests[rid] = feed
+        elif isinstance(payload, TextFeed):
+            feed = self.requests.get(rid)
+            if feed is not None:  # None: the talker already finished (EOS before the text ran out)
+                feed.extend(payload.token_ids)
+                if payload.finished:
+                    feed.finish()
+        else:
+            raise TypeError(f"the talker does not take {type(payload).__name__}")
+        return []
+
+
+class Code2WavWorker(CodecWorker):
+    def load_vocoder(self, spec: WorkerSpec, device: str, dtype: torch.dtype) -> ChunkDecoder:
+        config = Qwen3OmniConfig.from_folder(spec.model_dir)
+        if config.code2wav is None:
+            raise ValueError(f"{spec.model_dir} has no code2wav (a Thinking/text-only checkpoint)")
+        model = load_code2wav(spec.model_dir, config.code2wav, device, dtype)
+        return code2wav_runner(model, ChunkPlan(seamless=spec.seamless_audio), device)

@@ -1,0 +1,59 @@
+"""Text-to-speech preparation: what a family that is a TTS model gives the speech API.
+
+The server never names a TTS family: ``/v1/audio/speech`` (and the speech
+WebSocket) hand a :class:`SpeechAsk` to the served checkpoint's
+:class:`SpeechFrontEnd`, which validates it against the checkpoint (its
+speakers, whether it takes instructions) and returns the request's prompt.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from omnistage.core import Prompt
+
+
+@dataclass(frozen=True)
+class SpeechAsk:
+    """One utterance as a caller asks for it. ``voice``: a speaker name, resolved by the API (None when the
+    checkpoint has no named speakers); ``instructions``: how to speak (or, for a voice-design model, the voice)."""
+
+    text: str
+    voice: str | None = None
+    instructions: str | None = None
+    language: str = "auto"
+    clone: object | None = None  # a registered voice, as the front end's load_voice read it
+
+
+class SpeechFrontEnd(ABC):
+    """speakers: the names ``voice`` may take (empty when the checkpoint's voice is not a named speaker).
+    needs_instructions: the voice comes from ``instructions`` (a voice-design model).
+    clones_voices: ``voice`` names a voice registered from reference audio (``clone_voice``, stored by the server
+    with ``save_voice``, read back with ``load_voice``)."""
+
+    speakers: tuple[str, ...] = ()
+    needs_instructions: bool = False
+    clones_voices: bool = False
+
+    def clone_voice(self, samples: np.ndarray, sample_rate: int, transcript: str | None) -> object:
+        """A voice from mono reference audio (and its transcript, if known); ``ValueError`` for bad input."""
+        raise ValueError("this checkpoint does not clone voices")
+
+    def save_voice(self, voice: object, folder: Path) -> None:
+        raise ValueError("this checkpoint does not clone voices")
+
+    def load_voice(self, folder: Path) -> object:
+        raise ValueError("this checkpoint does not clone voices")
+
+    @abstractmethod
+    def prompt(self, ask: SpeechAsk) -> Prompt:
+        """The request's prompt; ``ValueError`` with a client-facing message for what this checkpoint cannot
+        say (runs in a worker thread: it tokenises)."""
+
+    @abstractmethod
+    def max_frames(self, prompt: Prompt, room: int) -> int:
+        """Codec frames a prompt may run to (a bound on a talker that does not stop), at most ``room``."""

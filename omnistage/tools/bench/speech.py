@@ -1,0 +1,158 @@
+"""``omnistage bench serve --backend openai-audio-speech``: text-to-speech streams under bounded concurrency.
+
+vLLM-Omni's name for the backend. Each request is one utterance of random words; figures are the audio ones of
+``bench serve`` (TTFP, RTF, underruns, audio throughput). Two drivers:
+
+* in-process (default): the TTS checkpoint's pipeline (``AsyncOmni``), each utterance held to exactly
+  ``--audio-frames`` frames (greedy; a random checkpoint's talker never stops on its own);
+* ``--url``: a running ``omnistage serve`` of a TTS checkpoint, ``POST /v1/audio/speech`` with ``stream_format:
+  sse`` and PCM, lengths as the server bounds them.
+
+``--baseline sequential`` also generates the same utterances one at a time the reference's way (all codes, then
+one whole decode: ``families/qwen3_tts/offline.py``, which ``omnistage verify`` holds equal to ``qwen-tts``), for
+the throughput and first-audio ratios.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+import uuid
+from pathlib import Path
+
+from omnistage.tools.bench.metrics import SAMPLE_RATE, StreamRecord
+from omnistage.tools.bench.serve import BenchPrompt, sse_record
+
+WORDS = ("hello", "there", "how", "are", "you", "today", "the", "weather", "is", "fine", "speech", "stream",
+         "audio", "voice", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "morning", "evening", "music")
+
+
+def speech_prompts(count: int, words: int, seed: int) -> list[BenchPrompt]:
+    rng = random.Random(seed)
+    return [BenchPrompt([], " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + ".")
+            for _ in range(count)]
+
+
+class SpeechInProcessDriver:
+    def __init__(self, model: str, audio_frames: int, stage_config: str | None = None,
+                 in_process: bool = False) -> None:
+        from omnistage.pipeline.async_omni import AsyncOmni
+        from omnistage.pipeline.runtime import PipelineOptions
+
+        self.omni = AsyncOmni(model, stage_config, PipelineOptions(in_process=in_process))
+        if self.omni.speech is None:
+            raise ValueError(f"{model} is not a text-to-speech checkpoint (--backend openai-audio-speech)")
+        self.audio_frames = audio_frames
+
+    async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
+        from omnistage.core import Modality, OmniRequest, RequestSampling
+        from omnistage.families.speech import SpeechAsk
+
+        speech = self.omni.speech
+        ask = SpeechAsk(prompt.text, speech.speakers[0] if speech.speakers else None,
+                        None if speech.speakers else "A clear, calm voice.")
+        request = OmniRequest(f"bench-{uuid.uuid4().hex[:8]}", speech.prompt(ask), frozenset({Modality.AUDIO}),
+                              RequestSampling(temperature=0.0, max_tokens=self.audio_frames + 1, seed=seed))
+        record = StreamRecord(time.perf_counter())
+        async for out in self.omni.generate(request):
+            now = time.perf_counter()
+            if out.audio is not None:
+                record.add_audio(now, int(out.audio.shape[0]))
+            if out.finished:
+                record.end = now
+                record.error = out.error
+        return record
+
+    async def close(self) -> None:
+        await self.omni.shutdown()
+
+
+class SpeechHttpDriver:
+    """Streams ``/v1/audio/speech`` of a running server (SSE events carrying PCM16)."""
+
+    def __init__(self, url: str, model_name: str, voice: str = "alloy", transport=None) -> None:  # noqa: ANN001
+        import httpx
+
+        self.url = url.rstrip("/") + "/v1/audio/speech"
+        self.model_name, self.voice = model_name, voice
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(600.0), transport=transport)
+
+    async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
+        body = {"model": self.model_name, "input": prompt.text, "voice": self.voice, "response_format": "pcm",
+                "stream_format": "sse"}
+        return await sse_record(self.client, self.url, body, self._consume)
+
+    @staticmethod
+    def _consume(record: StreamRecord, event: dict, now: float) -> None:
+        if event.get("type") == "speech.audio.delta":
+            record.add_audio(now, len(base64.b64decode(event["audio"])) // 2)
+        elif event.get("type") == "speech.audio.done":
+            record.end = now
+        elif "error" in event:
+            record.error = str(event["error"].get("message"))
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def run_sequential(folder: Path, prompts: list[BenchPrompt], audio_frames: int) -> dict[str, float]:
+    """The reference's way, one utterance at a time: every code first, then one decode of them all."""
+    from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
+    from omnistage.families.qwen3_tts.offline import TTSSettings, generate_offline
+    from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer
+
+    models, tokenizer = Qwen3TTSModels.load(folder), TextTokenizer(folder)
+    speakers = sorted(models.config.talker.speakers)
+    settings = TTSSettings(max_new_tokens=audio_frames + 1)
+    e2e, audio, start = [], [], time.perf_counter()
+    for prompt in prompts:
+        began = time.perf_counter()
+        speech = SpeechInput(prompt.text, speaker=speakers[0] if speakers else None,
+                             instructions=None if speakers else "A clear, calm voice.")
+        wav = generate_offline(models, tokenizer, speech, settings).wav
+        e2e.append(time.perf_counter() - began)  # its first audio is its whole audio
+        audio.append(wav.numel() / SAMPLE_RATE)
+    wall = time.perf_counter() - start
+    return {"completed": len(prompts), "mean_e2el_ms": 1000 * sum(e2e) / len(e2e), "min_e2el_ms": 1000 * min(e2e),
+            "best_audio_throughput": max(a / t for a, t in zip(audio, e2e)), "output_throughput": 0.0,
+            "audio_throughput": sum(audio) / wall, "mean_audio_s": sum(audio) / len(audio)}
+
+def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
+    import asyncio
+
+    from omnistage.families.registry import DEFAULT_REGISTRY
+    from omnistage.tools.bench.serve import add_ratios, bench_levels, plot, print_table
+
+    frames = args.audio_frames or args.output_tokens
+    prompts = speech_prompts(args.num_prompts, args.random_input_len, args.seed)
+    if args.url:
+        driver = SpeechHttpDriver(args.url, args.served_model or args.model)
+    else:
+        driver = SpeechInProcessDriver(args.model, frames, args.stage_config)
+
+    async def drive() -> dict[int, dict[str, float]]:
+        try:
+            return await bench_levels(driver, prompts, args.concurrency, args.seed, args.warmup, not args.no_progress)
+        finally:
+            await driver.close()
+
+    levels = asyncio.run(drive())
+    baseline = None
+    if args.baseline in ("sequential", "hf"):  # hf: the reference's sequential generation
+        folder = DEFAULT_REGISTRY.resolve_model(args.model)
+        baseline = run_sequential(folder, prompts[:args.hf_num_prompts or min(args.num_prompts, 4)], frames)
+        add_ratios(levels, baseline)
+    print("backend: openai-audio-speech" + ("; the hf columns are the reference's sequential generation"
+                                            if baseline else ""))
+    print_table(levels, baseline)
+    if args.plot:
+        plot(levels, args.plot)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({
+            "model": str(args.model), "backend": "openai-audio-speech",
+            "driver": "http" if args.url else "in-process", "num_prompts": args.num_prompts,
+            "words": args.random_input_len, "audio_frames": frames,
+            "concurrency": {str(c): f for c, f in levels.items()}, "sequential_baseline": baseline}, indent=2))
+    return 0

@@ -1,0 +1,39 @@
+"""A talker stage of any family: codec frames out, one whole frame per request per engine step.
+
+The family's talker worker builds the engine and turns its inputs into engine requests; this base turns
+engine outputs into :class:`CodecFrames`. Like transformers, a finished request's last frame is dropped (its
+code 0 is codec EOS, or generation stopped at max tokens before its residual codes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from omnistage.engine import FinishReason, RequestOutput
+from omnistage.ipc.messages import RequestFailed, StageOutput
+from omnistage.ipc.payloads import CodecFrames
+from omnistage.workers.base import ARWorker, StepResult
+
+
+def talker_frames(output: RequestOutput) -> torch.Tensor | None:
+    """The frames of one talker output that become audio: a finished request's final frame is dropped."""
+    frames = output.new_frames
+    return frames[:-1] if frames is not None and output.finished else frames
+
+
+class TalkerWorker(ARWorker):
+    num_groups: int  # codebooks per frame (set by the family's worker)
+
+    def step(self) -> StepResult:
+        outputs: list[StageOutput | RequestFailed] = []
+        for out in self.engine.step():
+            if out.finish_reason is FinishReason.ERROR:
+                outputs.append(self.failed(out))
+                continue
+            frames = talker_frames(out)
+            if frames is None:
+                frames = torch.empty(0, self.num_groups, dtype=torch.long)
+            outputs.append(StageOutput(out.request_id, CodecFrames(frames), out.finished, out.finish_reason))
+            if out.finished:
+                self.requests.pop(out.request_id, None)
+        return StepResult(outputs, progressed=self.progressed())
