@@ -85,6 +85,9 @@ def cached_checkpoint(name: str) -> Path:
 
 def make_tiny_command(args: argparse.Namespace) -> int:
     """Qwen3-TTS's ``make_tiny`` hook: ``omnistage make-tiny --model-type qwen3_tts [--tts-model-type T] OUT``."""
+    if getattr(args, "fp8", False):
+        print("make-tiny --fp8 writes a Qwen3-Omni thinker in FP8; Qwen3-TTS has no FP8 variant", file=sys.stderr)
+        return 2
     if args.cached and args.size in TTS_SIZES:
         suffix = {v: k for k, v in TYPE_SUFFIXES.items()}[args.tts_model_type]
         print(cached_checkpoint(f"tts-{args.size}{suffix}"))
