@@ -14,7 +14,6 @@ floating-point order. State lives from a stream's first chunk to its last (or :m
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,28 +21,13 @@ import torch
 
 from omnistage.models.codec_transformer import KVWindow
 from omnistage.models.qwen3_omni.code2wav import Code2Wav
-from omnistage.models.codec_convs import (CausalConv1d, DecoderBlock, ResidualUnit,
-                                                       TrimmedConvTranspose1d)
+from omnistage.models.codec_convs import TrimmedConvTranspose1d
+from omnistage.models.codec_convs import conv_context_frames as codec_context_frames
 
 
 def conv_context_frames(model: Code2Wav) -> int:
-    """Frames of transformer output the convolutional decoder reads behind a sample's own frame (rounded up,
-    plus one): each causal conv reaches ``left_pad`` steps back at its rate, each transposed conv one input step."""
-    rate, reach = 1, 0.0
-    for upsample_conv, convnext in model.upsample:
-        rate *= upsample_conv.conv.stride[0]
-        reach += convnext.dwconv.left_pad / rate
-    for layer in model.decoder:
-        if isinstance(layer, CausalConv1d):
-            reach += layer.left_pad / rate
-        elif isinstance(layer, DecoderBlock):
-            for sub in layer.block:
-                if isinstance(sub, TrimmedConvTranspose1d):
-                    reach += 1 / rate
-                    rate *= sub.conv.stride[0]
-                elif isinstance(sub, ResidualUnit):
-                    reach += (sub.conv1.left_pad + sub.conv2.left_pad) / rate
-    return math.ceil(reach) + 1
+    """Frames of transformer output the convolutional decoder reads behind a sample's own frame."""
+    return codec_context_frames(model.upsample, model.decoder, TrimmedConvTranspose1d)
 
 
 @dataclass
