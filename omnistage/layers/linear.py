@@ -52,9 +52,12 @@ class FusedRows:
         self._key: tuple[int, ...] = ()
 
     def _storage_key(self) -> tuple[int, ...]:
+        # On every call (decode is call-bound): quantizing replaces a weight's storage, so the weights' pointers
+        # notice it; the scales are looked at only once the stack holds some.
         key = tuple(linear.weight.data_ptr() for linear in self.linears)
-        scales = [getattr(linear, "weight_scale", None) for linear in self.linears]
-        return key + tuple(s.data_ptr() for s in scales if s is not None)
+        if self._scale is None:
+            return key
+        return key + tuple(linear.weight_scale.data_ptr() for linear in self.linears)
 
     def _stack(self) -> None:
         with torch.inference_mode(False), torch.no_grad():
@@ -109,7 +112,7 @@ class GatedMLP(nn.Module):
 
     def partial(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x)
-        return self.down(self.act(gate) * up)[0]
+        return self.down.joint(self.act(gate) * up)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.tp.all_reduce(self.partial(x))

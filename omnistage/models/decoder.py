@@ -153,7 +153,7 @@ class Attention(nn.Module):
         v = qkv[:, heads * self.head_dim:].view(num_tokens, self.num_kv_heads, self.head_dim)
         ctx = get_forward_context()
         out = ctx.backend.forward(q, k, v, ctx.kv_cache(self.layer_idx), ctx.meta, self.scale, self.sliding_window)
-        return self.tp.all_reduce(self.o(out.reshape(num_tokens, -1))[0])
+        return self.tp.all_reduce(self.o.joint(out.reshape(num_tokens, -1)))
 
     def quantizable_linears(self) -> list[nn.Linear]:
         return [self.q_proj, self.k_proj, self.v_proj, self.o_proj]
