@@ -14,15 +14,12 @@ floating-point order. State lives from a stream's first chunk to its last (or :m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 import torch
 
-from omnistage.models.codec_transformer import KVWindow
 from omnistage.models.qwen3_omni.code2wav import Code2Wav
 from omnistage.models.codec_convs import TrimmedConvTranspose1d
 from omnistage.models.codec_convs import conv_context_frames as codec_context_frames
+from omnistage.models.codec_stream import StreamingVocoder, StreamState
 
 
 def conv_context_frames(model: Code2Wav) -> int:
@@ -30,64 +27,19 @@ def conv_context_frames(model: Code2Wav) -> int:
     return codec_context_frames(model.upsample, model.decoder, TrimmedConvTranspose1d)
 
 
-@dataclass
-class StreamState:
-    windows: list[KVWindow]
-    position: int = 0  # frames decoded so far
-    tail: torch.Tensor | None = None  # [hidden, <= context] transformer outputs of the last frames
-    next_chunk: int = 0
-
-
-class StreamingCode2Wav:
+class StreamingCode2Wav(StreamingVocoder[StreamState]):
     """The vocoder as the code2wav stage uses it: per-stream state, chunks in order, exact joins."""
 
     def __init__(self, model: Code2Wav) -> None:
-        self.model = model
-        self.context = conv_context_frames(model)
-        self.streams: dict[str, StreamState] = {}
+        super().__init__(model, conv_context_frames(model))
 
-    @property
-    def samples_per_frame(self) -> int:
-        return self.model.samples_per_frame
+    def _new_state(self) -> StreamState:
+        return StreamState(self.model.pre_transformer.windows())
 
-    def drop(self, stream_id: str) -> None:
-        self.streams.pop(stream_id, None)
+    def _features(self, state: StreamState, codes: torch.Tensor) -> torch.Tensor:
+        return self.model.embed(codes[None].to(self.model.code_offset.device))
 
-    @torch.inference_mode()
-    def decode_streams(self, stream_ids: Sequence[str], chunk_indices: Sequence[int], codes: Sequence[torch.Tensor],
-                       left_contexts: Sequence[int], last: Sequence[bool]) -> list[torch.Tensor]:
-        """One chunk per stream: ``codes[i]`` ``[G, T_i]`` whose first ``left_contexts[i]`` frames were in its
-        previous chunk (not needed here: the stream's state holds them) -> each chunk's samples ``[S_i]``."""
-        hidden = [self._transform(sid, idx, c[:, ctx:]) for sid, idx, c, ctx in
-                  zip(stream_ids, chunk_indices, codes, left_contexts)]
-        lengths = [h.shape[-1] for h in hidden]
-        batch = hidden[0].new_zeros(len(hidden), hidden[0].shape[0], max(lengths))  # right-padded: causal convs
-        for i, h in enumerate(hidden):
-            batch[i, :, :lengths[i]] = h
-        wav = self.model.vocode(batch)[:, 0]
-        out = []
-        for i, (sid, n, done) in enumerate(zip(stream_ids, lengths, last)):
-            context = n - (codes[i].shape[-1] - left_contexts[i])
-            start = context * self.model.samples_per_frame - (self.model.lookahead_samples if context else 0)
-            # The last chunk also ends the utterance: its final 555 samples stay unproduced, as in a whole decode.
-            out.append(wav[i, start:self.model.num_samples(n)])
-            if done:
-                self.drop(sid)
-        return out
-
-    def _transform(self, stream_id: str, chunk_index: int, codes: torch.Tensor) -> torch.Tensor:
-        """Transformer outputs ``[hidden, context + n]`` of the stream's kept frames and the chunk's new ones."""
-        state = self.streams.get(stream_id)
-        if state is None:
-            if chunk_index != 0:
-                raise ValueError(f"{stream_id}: chunk {chunk_index} of a stream this vocoder has no state for")
-            state = self.streams[stream_id] = StreamState(self.model.pre_transformer.windows())
-        if chunk_index != state.next_chunk:
-            raise ValueError(f"{stream_id}: chunk {chunk_index} arrived, chunk {state.next_chunk} was due")
-        embeds = self.model.embed(codes[None].to(self.model.code_offset.device))
-        new = self.model.pre_transformer(embeds, state.windows, state.position)[0].T  # [hidden, n]
-        joined = new if state.tail is None else torch.cat([state.tail, new], dim=1)
-        state.tail = joined[:, -self.context:]
-        state.position += codes.shape[-1]
-        state.next_chunk += 1
-        return joined
+    def _samples(self, wav: torch.Tensor, context: int, n: int) -> torch.Tensor:
+        start = context * self.model.samples_per_frame - (self.model.lookahead_samples if context else 0)
+        # The last chunk also ends the utterance: its final 555 samples stay unproduced, as in a whole decode.
+        return wav[start:self.model.num_samples(n)]
