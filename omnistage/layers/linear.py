@@ -90,6 +90,20 @@ class FusedRows:
         return (out,) if len(self.sizes) == 1 else out.split(self.sizes, dim=-1)
 
 
+class ResizeMLP(nn.Module):
+    """One width to another, ``fc2(act(fc1(x)))`` with biases (the checkpoints' ``linear_fc1``/``linear_fc2``): the
+    talkers' projections of thinker states or text embeddings to their own width."""
+
+    def __init__(self, in_size: int, intermediate_size: int, out_size: int, hidden_act: str) -> None:
+        super().__init__()
+        self.linear_fc1 = nn.Linear(in_size, intermediate_size, bias=True)
+        self.linear_fc2 = nn.Linear(intermediate_size, out_size, bias=True)
+        self.act = activation(hidden_act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_fc2(self.act(self.linear_fc1(x)))
+
+
 class GatedMLP(nn.Module):
     """``down(act(gate(x)) * up(x))``: the dense MLP of Qwen3 layers and the talker's shared expert.
 

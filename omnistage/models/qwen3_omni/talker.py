@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from omnistage.layers.linear import activation
+from omnistage.layers.linear import ResizeMLP
 from omnistage.layers.quant.apply import apply_quantization
 from omnistage.models.predictor_workspace import CodeSampler
 from omnistage.models.qwen3_omni.code_predictor import CodePredictor
@@ -47,19 +47,6 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
 CHECKPOINT_PREFIX = "talker."
-
-
-class ResizeMLP(nn.Module):
-    """thinker hidden size -> talker hidden size: ``fc2(act(fc1(x)))`` with biases."""
-
-    def __init__(self, in_size: int, intermediate_size: int, out_size: int, hidden_act: str) -> None:
-        super().__init__()
-        self.linear_fc1 = nn.Linear(in_size, intermediate_size, bias=True)
-        self.linear_fc2 = nn.Linear(intermediate_size, out_size, bias=True)
-        self.act = activation(hidden_act)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear_fc2(self.act(self.linear_fc1(x)))
 
 
 class TalkerModel(Decoder):

@@ -21,26 +21,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from omnistage.layers.linear import activation
+from omnistage.layers.linear import ResizeMLP
 from omnistage.models.predictor_workspace import CodeSampler
 from omnistage.models.decoder import Decoder, KVCacheSpec
 from omnistage.models.qwen3_tts.code_predictor import CodePredictor
 from omnistage.models.qwen3_tts.config import TalkerConfig
 
 CHECKPOINT_PREFIX = "talker."
-
-
-class TextProjection(nn.Module):
-    """Text embeddings (``text_hidden_size``) -> talker width: ``fc2(act(fc1(x)))`` with biases."""
-
-    def __init__(self, in_size: int, intermediate_size: int, out_size: int, hidden_act: str) -> None:
-        super().__init__()
-        self.linear_fc1 = nn.Linear(in_size, intermediate_size, bias=True)
-        self.linear_fc2 = nn.Linear(intermediate_size, out_size, bias=True)
-        self.act = activation(hidden_act)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear_fc2(self.act(self.linear_fc1(x)))
 
 
 class TalkerStack(Decoder):
@@ -65,7 +52,7 @@ class Qwen3TTSTalker(nn.Module):
         self.num_code_groups = config.num_code_groups
         self.residual_vocab_size = config.code_predictor.vocab_size
         self.model = TalkerStack(config)
-        self.text_projection = TextProjection(config.text_hidden_size, config.text_hidden_size, hidden,
+        self.text_projection = ResizeMLP(config.text_hidden_size, config.text_hidden_size, hidden,
                                               config.stack.hidden_act)
         self.codec_head = nn.Linear(hidden, config.vocab_size, bias=False)
         self.code_predictor = CodePredictor(config.code_predictor, hidden)
