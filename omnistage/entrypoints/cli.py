@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--fp8", action="store_true",
                       help="write the checkpoint of --size with its thinker decoder in FP8, as NVIDIA ModelOpt "
                            "exports it (quantization_config quant_method modelopt, per-tensor scales)")
+    tiny.add_argument("--confident-head", action="store_true",
+                      help="qwen3_omni: a thinker whose greedy steps lead by a trained model's margins (median "
+                           "top-1 minus top-2 of a few logits instead of ~0.15), for agreement measurements such "
+                           "as bench quant's")
     tiny.set_defaults(func=_make_tiny)
 
     serve = sub.add_parser("serve", help="serve a model with an OpenAI-compatible API")

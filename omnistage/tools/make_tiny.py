@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
 from omnistage.tools.checkpoint_config import checkpoint_config_dict
 from omnistage.tools.checkpoint_sizes import SIZES, TINY, CheckpointSize
+from omnistage.tools.confident_head import confident_head_
 from omnistage.tools.tiny_tokenizer import ROLE_WORDS, TokenizerLayout, save_tokenizer
 
 BPE_SIZE = 960
@@ -31,15 +32,16 @@ BPE_SIZE = 960
 TINY_VERSION = 2  # 2: tools in the chat template, <tool_call> decoded as text
 
 
-def make_tiny(out_dir: str | Path, seed: int = 0, size: CheckpointSize = TINY) -> Path:
-    """Writes a random checkpoint of ``size`` into ``out_dir`` (created; existing files replaced)."""
+def make_tiny(out_dir: str | Path, seed: int = 0, size: CheckpointSize = TINY, confident_head: bool = False) -> Path:
+    """Writes a random checkpoint of ``size`` into ``out_dir`` (created; existing files replaced);
+    ``confident_head``: with a trained model's greedy margins (:mod:`omnistage.tools.confident_head`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layout = save_tokenizer(out, BPE_SIZE, QWEN3_OMNI_CHAT_TEMPLATE)
     role_ids = _role_ids(out)
     config = checkpoint_config_dict(layout, role_ids, size)
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-    _save_weights(out, seed)
+    _save_weights(out, seed, layout.bpe_size if confident_head else 0)
     _save_processor(out)
     (out / "generation_config.json").write_text(json.dumps(_generation_config(layout), indent=2))
     return out
@@ -50,8 +52,9 @@ def _role_ids(out: Path) -> dict[str, int]:
     return {word: vocab[word] for word in ROLE_WORDS}
 
 
-def _save_weights(out: Path, seed: int) -> None:
-    """Draws the weights in the dtype config.json names (bf16 halves the peak memory of the ``slice`` size)."""
+def _save_weights(out: Path, seed: int, confident_tokens: int) -> None:
+    """Draws the weights in the dtype config.json names (bf16 halves the peak memory of the ``slice`` size);
+    ``confident_tokens`` > 0: the thinker's head made confident over that many ordinary tokens."""
     from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
 
     config = Qwen3OmniMoeConfig.from_pretrained(out)
@@ -61,6 +64,8 @@ def _save_weights(out: Path, seed: int) -> None:
     _init_experts(model, std=config.initializer_range)
     _audible_vocoder(model.code2wav)
     state = {name: t.detach().contiguous() for name, t in sorted(model.state_dict().items())}
+    if confident_tokens:
+        confident_head_(state, confident_tokens, seed)
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
@@ -176,7 +181,7 @@ def make_tiny_command(args: argparse.Namespace) -> int:
 
         print(write_fp8_variant(tiny_model_dir(seed=args.seed, size=size), args.out_dir))
         return 0
-    print(make_tiny(args.out_dir, seed=args.seed, size=size))
+    print(make_tiny(args.out_dir, seed=args.seed, size=size, confident_head=args.confident_head))
     return 0
 
 

@@ -54,6 +54,8 @@ def add_quant_parser(targets: argparse._SubParsersAction) -> None:
     quant.add_argument("--quantization", default="int8", choices=["int8"])
     quant.add_argument("--prompt-len", type=int, default=16)
     quant.add_argument("--output-len", type=int, default=64, help="greedy tokens compared and timed")
+    quant.add_argument("--prompts", type=int, default=4, help="random prompts whose greedy replies are compared "
+                                                              "(the first is also timed)")
     quant.add_argument("--repeats", type=int, default=2, help="runs of each; the best is reported")
     quant.add_argument("--device", default="cpu")
     quant.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
