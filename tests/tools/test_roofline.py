@@ -11,6 +11,7 @@ from torch import nn
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
+from omnistage.layers.linear import GatedMLP
 from omnistage.layers.moe import FusedExperts
 from omnistage.tools.bench import roofline
 from omnistage.tools.bench.step_bytes import StepBytes
@@ -41,10 +42,37 @@ def test_counts_rows_calls_and_selected_experts() -> None:
     assert tally.weights == 2 * (8 * 8 + 8) * 4
     per_expert = (2 * 4 * 8 + 8 * 4) * 4
     assert tally.experts == 3 * per_expert and tally.active_experts == [3]
+    # 2 flops per multiply-add: the projection's matrix twice over 3 rows, and 6 (token, expert) pairs.
+    assert tally.matmul_flops == 2 * (2 * 3 * 8 * 8) + 2 * 6 * (2 * 4 * 8 + 8 * 4)
     # Hooks are gone afterwards.
     with torch.no_grad():
         net(torch.tensor([1]), routed[:1])
     assert counter.tally.total == tally.total
+
+
+class _Functional(nn.Module):
+    """Reads ``norm``'s weight without calling it (as the decoder layers do) and calls ``mlp``, whose gate/up/down
+    are read through one stacked matmul, never called themselves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(8, elementwise_affine=True, bias=False)
+        self.mlp = GatedMLP(8, 16)
+        self.unused = nn.Embedding(100, 8)  # neither called nor counted
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(nn.functional.layer_norm(x, (8,), self.norm.weight))
+
+
+def test_counts_weights_read_without_a_call_of_their_own() -> None:
+    net = _Functional()
+    with torch.no_grad(), StepBytes(net) as counter:
+        net(torch.randn(3, 8))
+        net(torch.randn(2, 8))
+    mlp_bytes = 3 * 8 * 16 * 4  # gate, up, down: each read once per call of the MLP
+    assert counter.tally.weights == 2 * (8 * 4 + mlp_bytes)
+    assert counter.tally.matmul_flops == 2 * (3 + 2) * 3 * 8 * 16  # the MLP's three matrices over 5 rows in all
+    assert counter.tally.embedding_rows == 0
 
 
 def test_counts_the_kv_cache_read_through_the_window() -> None:
@@ -73,5 +101,8 @@ def test_report_on_the_tiny_checkpoint(tiny_dir) -> None:  # noqa: ANN001
         floor_ms = row["bytes"] / (row["bandwidth_gbps"] * 1e9) * 1e3
         assert abs(row["floor_ratio"] - row["step_ms"] / floor_ms) < 0.01 * row["floor_ratio"] + 1e-3
         assert row["expert_bytes"] > 0 and row["kv_bytes"] > 0
+        compute_ms = row["matmul_flops"] / (report["matmul_gflops"] * 1e9) * 1e3
+        assert abs(row["compute_floor_ms"] - compute_ms) < 0.01 * compute_ms + 1e-3
+        assert row["roofline_ratio"] <= row["floor_ratio"] + 1e-3
     one, three = report["results"]
     assert three["kv_bytes"] > one["kv_bytes"]  # three sequences' contexts

@@ -9,6 +9,13 @@ cache); the machine's copy bandwidth, measured in the same run just before
 and after each batch's steps; and ``floor_ratio`` = step time / (bytes /
 bandwidth). 1.0 would be a step that only streams what it must read.
 
+Beside it, the compute side of the roofline: the step's matmul FLOPs (counted with the bytes), the machine's
+matmul rate measured in the same run (a large fp32/bf16 GEMM: near the best this CPU or GPU does), and
+``roofline_ratio`` = step time / max(memory floor, compute floor). On a CPU a decode step at batch 16 of a wide
+dense stack (the talker's code predictor: 15 passes over 80 M parameters) is bound by arithmetic, not bytes:
+``floor_ratio`` then stays far above 1 while ``roofline_ratio`` shows how near the step is to what the cores
+can do.
+
 Steps are timed without hooks (on CUDA through the decode CUDA graphs); the
 bytes are counted over as many following steps, run eagerly with hooks (their
 expert choice and context lengths are the same distribution), and averaged.
@@ -46,6 +53,9 @@ class RooflineRow:
     expert_bytes: int
     kv_bytes: int
     active_experts_per_layer: float
+    matmul_flops: int
+    compute_floor_ms: float  # matmul FLOPs / the measured matmul rate
+    roofline_ratio: float  # step time / max(floor_ms, compute_floor_ms)
 
 
 def _sync(device: str) -> None:
@@ -65,6 +75,21 @@ def copy_bandwidth(device: str, mib: int = 256, repeats: int = 8) -> float:
         _sync(device)
         best = min(best, time.perf_counter() - start)
     return 2 * x.numel() / best / 1e9
+
+
+def matmul_gflops(device: str, dtype: torch.dtype, repeats: int = 6) -> float:
+    """GFLOP/s of a ``[256, 2048] x [2048, 2048]`` matmul (best run): what the device's GEMM reaches on a shape
+    with plenty of rows."""
+    a = torch.randn(256, 2048, device=device, dtype=dtype)
+    b = torch.randn(2048, 2048, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(repeats + 2):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * 256 * 2048 * 2048 / best / 1e9
 
 
 @dataclass
@@ -95,7 +120,7 @@ def _counted(model: torch.nn.Module, step: Callable[[], object], steps: int) -> 
             step()
     tally = counter.tally
     return ByteTally(tally.weights // steps, tally.experts // steps, tally.kv_cache // steps,
-                     tally.embedding_rows // steps, tally.active_experts)
+                     tally.embedding_rows // steps, tally.active_experts, tally.matmul_flops // steps)
 
 
 def measure_ar(model_dir: str, stage_name: str, batches: list[int], steps: int, prompt_len: int, device: str,
@@ -149,31 +174,37 @@ def roofline(args: argparse.Namespace) -> dict:
         measured = measure_code2wav(args.model, args.batch, args.steps, args.frames, args.device, dtype)
     else:
         measured = measure_ar(args.model, args.stage, args.batch, args.steps, args.prompt_len, args.device, dtype)
+    gflops = matmul_gflops(args.device, dtype)
     results = []
     for batch, timing, tally in measured:
         floor_ms = 1000 * tally.total / (timing.bandwidth_gbps * 1e9)
+        compute_ms = 1000 * tally.matmul_flops / (gflops * 1e9)
         active = statistics.mean(tally.active_experts) if tally.active_experts else 0.0
         results.append(RooflineRow(args.stage, batch, round(timing.median_ms, 3), tally.total,
                                    round(timing.median_ms / floor_ms, 3), round(floor_ms, 3),
                                    round(timing.bandwidth_gbps, 2), round(timing.min_ms, 3),
-                                   tally.weights + tally.embedding_rows, tally.experts, tally.kv_cache, round(active, 2)))
+                                   tally.weights + tally.embedding_rows, tally.experts, tally.kv_cache, round(active, 2),
+                                   tally.matmul_flops, round(compute_ms, 3),
+                                   round(timing.median_ms / max(floor_ms, compute_ms), 3)))
     bandwidth = statistics.mean(t.bandwidth_gbps for _, t, _ in measured)
-    return {"bandwidth_gbps": round(bandwidth, 2), "device": args.device, "dtype": args.dtype,
-            "threads": torch.get_num_threads(),
+    return {"bandwidth_gbps": round(bandwidth, 2), "matmul_gflops": round(gflops, 1), "device": args.device,
+            "dtype": args.dtype, "threads": torch.get_num_threads(),
             "model": str(args.model), "results": [asdict(r) for r in results]}
 
 
 def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     report = roofline(args)
-    print(f"copy bandwidth (mean): {report['bandwidth_gbps']:.1f} GB/s ({args.device}, {args.dtype}, "
-          f"{report['threads']} threads)")
+    print(f"copy bandwidth (mean): {report['bandwidth_gbps']:.1f} GB/s, matmul {report['matmul_gflops']:.1f} GFLOP/s "
+          f"({args.device}, {args.dtype}, {report['threads']} threads)")
     for r in report["results"]:
         print(f"{r['stage']} batch {r['batch']:3d}: step {r['step_ms']:9.2f} ms (min {r['step_ms_min']:.2f}), "
               f"bandwidth {r['bandwidth_gbps']:.1f} GB/s, reads {r['bytes'] / 1e6:9.1f} MB "
               f"(experts {r['expert_bytes'] / 1e6:.1f}, dense {r['weight_bytes'] / 1e6:.1f}, "
               f"KV {r['kv_bytes'] / 1e6:.2f}; {r['active_experts_per_layer']:.1f} experts/layer) "
-              f"-> floor {r['floor_ms']:.2f} ms, floor_ratio {r['floor_ratio']:.2f}")
+              f"-> floor {r['floor_ms']:.2f} ms, floor_ratio {r['floor_ratio']:.2f}; "
+              f"{r['matmul_flops'] / 1e9:.2f} GFLOP -> compute floor {r['compute_floor_ms']:.2f} ms, "
+              f"roofline_ratio {r['roofline_ratio']:.2f}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
     return 0

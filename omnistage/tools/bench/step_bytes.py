@@ -4,6 +4,9 @@ Forward hooks (removed on exit) add, per module *call*:
 
 * its own parameters once (linears, norms, the router, convolutions, layer scales): a module called
   15 times in a step (the code predictor's layers) reads its weights 15 times;
+* the own parameters of each direct child it did *not* call during that call: the decoder layers use their
+  projections and norms functionally (stacked q/k/v and gate/up matmuls, norms on the weights), so those weights
+  are read by the parent's call without a call of their own;
 * for an embedding table, only the rows looked up;
 * for the fused experts, the weights of the *distinct* experts its router selected in that call;
 * for a paged attention layer, the keys and values of each sequence's context (clipped to the sliding
@@ -11,6 +14,10 @@ Forward hooks (removed on exit) add, per module *call*:
 
 Activations are not counted: for decode they are a rounding error next to the weights; for a vocoder
 (convolutions over audio samples) they are not, which its floor ratio then shows.
+
+Matmul FLOPs are counted beside the bytes (``2 x rows x weight elements`` for every matrix read, rows being the
+tokens of the call that read it; ``2 x (token, expert) pairs x expert elements`` for the experts): at larger
+batches a CPU decode step becomes bound by arithmetic, not by memory. Convolutions' FLOPs are not counted.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ class ByteTally:
     kv_cache: int = 0
     embedding_rows: int = 0
     active_experts: list[int] = field(default_factory=list)  # distinct experts per MoE call
+    matmul_flops: int = 0
 
     @property
     def total(self) -> int:
@@ -41,6 +49,32 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+@dataclass
+class _Call:
+    module: nn.Module
+    called: set[int] = field(default_factory=set)  # ids of the modules called while this one ran
+
+
+def _own_bytes(module: nn.Module) -> int:
+    return sum(_nbytes(p) for p in module.parameters(recurse=False))
+
+
+def _own_matrix_elements(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters(recurse=False) if p.dim() == 2)
+
+
+def _rows(args: tuple) -> int:
+    """Tokens of a call: the rows of its first tensor argument (``[..., features]``)."""
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    return 0 if x is None or x.dim() == 0 else x.numel() // max(x.shape[-1], 1)
+
+
+def _read_per_call(module: nn.Module) -> bool:
+    """Embeddings (rows looked up) and fused experts (the selected ones) are counted by what a call selects, and
+    never on behalf of a parent that did not call them."""
+    return not isinstance(module, (FusedExperts, nn.Embedding))
+
+
 class StepBytes:
     """``with StepBytes(model) as counter: ...``; ``counter.tally`` holds what the calls inside read."""
 
@@ -48,12 +82,13 @@ class StepBytes:
         self.model = model
         self.tally = ByteTally()
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self._calls: list[_Call] = []
 
     def __enter__(self) -> StepBytes:
+        self._calls.clear()
         for module in self.model.modules():
-            hook = self._hook_for(module)
-            if hook is not None:
-                self._handles.append(module.register_forward_hook(hook))
+            self._handles.append(module.register_forward_pre_hook(self._enter))
+            self._handles.append(module.register_forward_hook(self._leave))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -61,32 +96,38 @@ class StepBytes:
             handle.remove()
         self._handles.clear()
 
-    def _hook_for(self, module: nn.Module):  # noqa: ANN202 - a forward hook or None
+    def _enter(self, module: nn.Module, _args: tuple) -> None:
+        if self._calls:
+            self._calls[-1].called.add(id(module))
+        self._calls.append(_Call(module))
+
+    def _leave(self, module: nn.Module, args: tuple, _out: object) -> None:
+        call = self._calls.pop()
         if isinstance(module, FusedExperts):
-            return self._experts
-        if isinstance(module, nn.Embedding):
-            return self._embedding
-        if hasattr(module, "layer_idx") and hasattr(module, "sliding_window"):  # a paged decoder attention
-            return self._attention  # its projections and norms are submodules, counted on their own
-        own = sum(_nbytes(p) for p in module.parameters(recurse=False))
-        if own:
-            return lambda _m, _args, _out: self._add_weights(own)
-        return None
+            self._experts(module, args)
+        elif isinstance(module, nn.Embedding):
+            self._embedding(module, args)
+        else:
+            if hasattr(module, "layer_idx") and hasattr(module, "sliding_window"):  # a paged decoder attention
+                self._attention(module)
+            read = [module, *(child for child in module.children()
+                              if id(child) not in call.called and _read_per_call(child))]
+            self.tally.weights += sum(_own_bytes(m) for m in read)
+            self.tally.matmul_flops += 2 * _rows(args) * sum(_own_matrix_elements(m) for m in read)
 
-    def _add_weights(self, n: int) -> None:
-        self.tally.weights += n
-
-    def _experts(self, module: FusedExperts, args: tuple, _out: object) -> None:
+    def _experts(self, module: FusedExperts, args: tuple) -> None:
         ids = args[1]
         active = int(torch.unique(ids).numel())
         per_expert = (_nbytes(module.gate_up_proj) + _nbytes(module.down_proj)) // module.num_experts
         self.tally.experts += active * per_expert
+        elements = (module.gate_up_proj.numel() + module.down_proj.numel()) // module.num_experts
+        self.tally.matmul_flops += 2 * ids.numel() * elements
         self.tally.active_experts.append(active)
 
-    def _embedding(self, module: nn.Embedding, args: tuple, _out: object) -> None:
+    def _embedding(self, module: nn.Embedding, args: tuple) -> None:
         self.tally.embedding_rows += args[0].numel() * module.weight.shape[1] * module.weight.element_size()
 
-    def _attention(self, module: nn.Module, _args: tuple, _out: object) -> None:
+    def _attention(self, module: nn.Module) -> None:
         ctx = get_forward_context()
         cache = ctx.kv_cache(module.layer_idx)
         if cache is None:
