@@ -31,7 +31,7 @@ from omnistage.entrypoints.openai.errors import install_error_handlers
 from omnistage.pipeline.reports import HealthReport
 from omnistage.entrypoints.openai.media import MediaFetcher
 from omnistage.entrypoints.openai.metrics import ServerMetrics
-from omnistage.entrypoints.openai.realtime import install_realtime
+from omnistage.entrypoints.openai.realtime_route import install_realtime
 from omnistage.entrypoints.openai.request_budget import BudgetedRoute
 from omnistage.entrypoints.openai.protocol import (
     ChatCompletionChunk,

@@ -30,16 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
+from fastapi import WebSocket, WebSocketDisconnect
 
 from omnistage.audio.vad import VadEvent
-from omnistage.audio.vad_backend import Vad, VadBackend, vad_backend
+from omnistage.audio.vad_backend import Vad, VadBackend
 from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.admission import Admission, Overloaded, Ticket
 from omnistage.entrypoints.openai.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import APIError
-from omnistage.entrypoints.openai.realtime_beta import to_beta, wants_beta
+from omnistage.entrypoints.openai.realtime_beta import to_beta
 from omnistage.entrypoints.openai.realtime_conversation import InputBuffer, PromptSpec, chat_tools, render_prompt_job
 from omnistage.entrypoints.openai.realtime_items import Item, parse_item
 from omnistage.entrypoints.openai.realtime_protocol import (
@@ -59,7 +59,7 @@ from omnistage.entrypoints.openai.realtime_transcribe import transcribe
 from omnistage.entrypoints.openai.request_budget import turns_over_budget
 from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from omnistage.entrypoints.openai.serving_common import NO_CHAT, completion_budget, make_sampling
+from omnistage.entrypoints.openai.serving_common import completion_budget, make_sampling
 from omnistage.entrypoints.openai.streaming import engine_outputs
 from omnistage.entrypoints.openai.tool_calls import ToolSetup, tool_setup
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
@@ -67,8 +67,6 @@ from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 logger = logging.getLogger(__name__)
 VAD_WORKERS = 2  # threads running model-based VAD for every session: its CPU is bounded by them
 DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf" (the context may allow more)
-
-router = APIRouter()
 
 
 @dataclass
@@ -392,32 +390,3 @@ class RealtimeSession:
 def _feed_job(vad: Vad, piece: np.ndarray, token: CancelToken) -> list[VadEvent]:
     token.check()
     return vad.feed(piece)
-
-
-@router.websocket("/v1/realtime")
-async def realtime(ws: WebSocket) -> None:
-    service: RealtimeService = ws.app.state.realtime
-    # OpenAI's browser SDKs offer "realtime" beside the key subprotocol and expect it back, as OpenAI answers.
-    await ws.accept(subprotocol="realtime" if "realtime" in ws.scope.get("subprotocols", ()) else None)
-    model = ws.query_params.get("model")
-    if model is not None and model not in service.served.names:
-        await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
-        await ws.close(code=1008)
-        return
-    if service.engine.processor is None:
-        await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
-        await ws.close(code=1008)
-        return
-    await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers))).run()
-
-
-def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
-                     admission: Admission | None = None, pool: DecodePool | None = None,
-                     served: ServedModel | None = None, vad: VadBackend | None = None) -> None:
-    """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
-    takes a place like a request, its prompt is built in the same pool). ``vad``: the server_vad detector
-    (default: Silero, or the energy detector when its model cannot load)."""
-    app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
-                                         pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine),
-                                         vad or vad_backend(), DecodePool(VAD_WORKERS, "vad"))
-    app.include_router(router)
