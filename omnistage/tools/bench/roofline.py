@@ -63,18 +63,23 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def copy_bandwidth(device: str, mib: int = 256, repeats: int = 8) -> float:
-    """GB/s of ``y.copy_(x)`` on buffers far larger than any cache, counting the read and the write (best run)."""
-    x = torch.ones(mib << 20, dtype=torch.uint8, device=device)
-    y = torch.empty_like(x)
+def _best_seconds(run: Callable[[], object], device: str, repeats: int) -> float:
+    """The fastest of ``repeats + 2`` synchronised runs (the first ones warm up, and rarely win)."""
     best = float("inf")
     for _ in range(repeats + 2):
         _sync(device)
         start = time.perf_counter()
-        y.copy_(x)
+        run()
         _sync(device)
         best = min(best, time.perf_counter() - start)
-    return 2 * x.numel() / best / 1e9
+    return best
+
+
+def copy_bandwidth(device: str, mib: int = 256, repeats: int = 8) -> float:
+    """GB/s of ``y.copy_(x)`` on buffers far larger than any cache, counting the read and the write (best run)."""
+    x = torch.ones(mib << 20, dtype=torch.uint8, device=device)
+    y = torch.empty_like(x)
+    return 2 * x.numel() / _best_seconds(lambda: y.copy_(x), device, repeats) / 1e9
 
 
 def matmul_gflops(device: str, dtype: torch.dtype, repeats: int = 6) -> float:
@@ -82,14 +87,7 @@ def matmul_gflops(device: str, dtype: torch.dtype, repeats: int = 6) -> float:
     with plenty of rows."""
     a = torch.randn(256, 2048, device=device, dtype=dtype)
     b = torch.randn(2048, 2048, device=device, dtype=dtype)
-    best = float("inf")
-    for _ in range(repeats + 2):
-        _sync(device)
-        start = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * 256 * 2048 * 2048 / best / 1e9
+    return 2 * 256 * 2048 * 2048 / _best_seconds(lambda: a @ b, device, repeats) / 1e9
 
 
 @dataclass
@@ -183,8 +181,8 @@ def roofline(args: argparse.Namespace) -> dict:
         results.append(RooflineRow(args.stage, batch, round(timing.median_ms, 3), tally.total,
                                    round(timing.median_ms / floor_ms, 3), round(floor_ms, 3),
                                    round(timing.bandwidth_gbps, 2), round(timing.min_ms, 3),
-                                   tally.weights + tally.embedding_rows, tally.experts, tally.kv_cache, round(active, 2),
-                                   tally.matmul_flops, round(compute_ms, 3),
+                                   tally.weights + tally.embedding_rows, tally.experts, tally.kv_cache,
+                                   round(active, 2), tally.matmul_flops, round(compute_ms, 3),
                                    round(timing.median_ms / max(floor_ms, compute_ms), 3)))
     bandwidth = statistics.mean(t.bandwidth_gbps for _, t, _ in measured)
     return {"bandwidth_gbps": round(bandwidth, 2), "matmul_gflops": round(gflops, 1), "device": args.device,
