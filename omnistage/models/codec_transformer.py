@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omnistage.layers.norm import RMSNorm
+
 _ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
 
 
@@ -73,18 +75,6 @@ class Code2WavConfig:
         raw["rope_theta"] = float(rope.get("rope_theta", raw.get("rope_theta", cls.rope_theta)))
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known and v is not None})
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Statistics in fp32 so bf16 inputs normalise like fp32 ones.
-        x32 = x.float()
-        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
 
 class LayerScale(nn.Module):

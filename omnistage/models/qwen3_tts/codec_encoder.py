@@ -18,6 +18,7 @@ from torch import nn
 
 from omnistage.layers.linear import activation
 from omnistage.layers.rotary import apply_rotary, rope_inv_freq
+from omnistage.models.codec_transformer import LayerScale
 from omnistage.models.qwen3_tts.codec_config import CodecEncoderConfig
 
 
@@ -71,15 +72,6 @@ class SEANetEncoder(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return x
-
-
-class LayerScale(nn.Module):
-    def __init__(self, dim: int, initial: float) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.full((dim,), initial))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
 
 
 class Attention(nn.Module):
