@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,19 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
         return ACTIVATIONS[name]
     except KeyError:
         raise ValueError(f"unsupported activation {name!r}; known: {sorted(ACTIVATIONS)}") from None
+
+
+class StackedLinear(NamedTuple):
+    """One matmul's tensors: ``weight [N, K]`` (a 1-byte weight with its per-row ``scale [N]`` when quantized)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    scale: torch.Tensor | None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.scale is None:
+            return F.linear(x, self.weight, self.bias)
+        return quantized_linear(x, self.weight, self.scale, self.bias)
 
 
 class FusedRows:
@@ -77,13 +91,17 @@ class FusedRows:
             start += size
         return stacked
 
-    def joint(self, x: torch.Tensor) -> torch.Tensor:
-        """Every linear's output side by side, ``[..., sum(out_features)]``."""
+    def stacked(self) -> StackedLinear:
+        """The stacked tensors as they are now (restacked if a weight's storage changed): what a loop that runs
+        the same weights many times holds on to, checking staleness once instead of every call."""
         if self._key != self._storage_key():
             self._stack()
-        if self._scale is None:
-            return F.linear(x, self._weight, self._bias)
-        return quantized_linear(x, self._weight, self._scale, self._bias)
+        assert self._weight is not None
+        return StackedLinear(self._weight, self._bias, self._scale)
+
+    def joint(self, x: torch.Tensor) -> torch.Tensor:
+        """Every linear's output side by side, ``[..., sum(out_features)]``."""
+        return self.stacked()(x)
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.joint(x)

@@ -145,15 +145,19 @@ class Attention(nn.Module):
         # Functional calls on the modules' weights, queries and keys normed and rotated together: this runs for
         # every layer of every decode step, where the per-call overhead adds up (the code predictor makes 15
         # passes per frame).
-        num_tokens, heads = x.shape[0], self.num_heads + self.num_kv_heads
-        qkv = self.qkv.joint(x)
-        qk = qkv[:, :heads * self.head_dim].view(num_tokens, heads, self.head_dim)
-        qk = rotation.apply(rms_norm(qk, self.qk_norm.weight(), self.q_norm.eps))
-        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
-        v = qkv[:, heads * self.head_dim:].view(num_tokens, self.num_kv_heads, self.head_dim)
+        q, k, v = self.rotated_qkv(self.qkv.joint(x), self.qk_norm.weight(), rotation)
         ctx = get_forward_context()
         out = ctx.backend.forward(q, k, v, ctx.kv_cache(self.layer_idx), ctx.meta, self.scale, self.sliding_window)
-        return self.tp.all_reduce(self.o.joint(out.reshape(num_tokens, -1)))
+        return self.tp.all_reduce(self.o.joint(out.reshape(x.shape[0], -1)))
+
+    def rotated_qkv(self, qkv: torch.Tensor, head_norm: torch.Tensor,
+                    rotation: Rotation) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The stacked projection ``[T, (H + 2 Hkv) D]`` -> q ``[T, H, D]`` and k (normed per head with
+        ``head_norm``, :meth:`HeadNorms.weight`, and rotated) and v ``[T, Hkv, D]``."""
+        num_tokens, heads, dim = qkv.shape[0], self.num_heads + self.num_kv_heads, self.head_dim
+        qk = rotation.apply(rms_norm(qkv[:, :heads * dim].view(num_tokens, heads, dim), head_norm, self.q_norm.eps))
+        v = qkv[:, heads * dim:].view(num_tokens, self.num_kv_heads, dim)
+        return qk[:, :self.num_heads], qk[:, self.num_heads:], v
 
     def quantizable_linears(self) -> list[nn.Linear]:
         return [self.q_proj, self.k_proj, self.v_proj, self.o_proj]

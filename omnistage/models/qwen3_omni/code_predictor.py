@@ -8,7 +8,7 @@ That is transformers' ``Qwen3OmniMoeTalkerCodePredictorModelForConditionalGenera
 driven by ``generate(max_new_tokens=G-1)``.
 
 Here the ``G - 1`` steps run batched over the N frames of one talker step, in
-lockstep (:class:`LockstepBackend`: frame i owns row i of a contiguous cache).
+lockstep (frame i owns row i of a contiguous cache; :class:`LockstepStack` runs the passes).
 At real widths these 15 sequential passes dominate the talker, so the loop
 allocates nothing per call that it can keep: caches, attention metadata and
 positions live in a :class:`PredictorWorkspace` reused across frames and steps,
@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from omnistage.layers.attention.context import ForwardContext, forward_context
-from omnistage.layers.attention.dense import LockstepBackend
 from omnistage.models.decoder import Decoder, DecoderConfig, decoder_config
 from omnistage.models.predictor_workspace import CodeSampler, GreedyCodes, PredictorWorkspace
 
@@ -53,7 +51,6 @@ class CodePredictor(nn.Module):
         self.lm_head = nn.ModuleList(
             nn.Linear(cfg.hidden_size, config.vocab_size, bias=False) for _ in range(self.num_code_groups - 1)
         )
-        self.backend = LockstepBackend()
         self.workspace = PredictorWorkspace(cfg, self.num_code_groups)
 
     def embed_code(self, group: int, codes: torch.Tensor) -> torch.Tensor:
@@ -67,15 +64,11 @@ class CodePredictor(nn.Module):
         """talker_hidden, code0_embed ``[N, H]`` -> codes of groups 1..G-1 ``[N, G-1]``."""
         sampler = sampler or GreedyCodes()
         num_groups, n = self.num_code_groups, talker_hidden.shape[0]
-        caches = self.workspace.kv_caches(n, talker_hidden)
+        passes = self.workspace.passes(self.model, n, talker_hidden)
         x = torch.stack([talker_hidden, code0_embed], dim=1).flatten(0, 1)  # [2N, H]: hidden then code 0, per frame
         codes: list[torch.Tensor] = []
         for step in range(num_groups - 1):
-            plan = self.workspace.step(n, step, x.device, self.model)
-            with forward_context(ForwardContext(plan.meta, self.backend, caches)):
-                hidden, _ = self.model(x, plan.positions, rotation=plan.rotation)
-            last = hidden.view(n, plan.meta.query_lens[0], -1)[:, -1]
-            code = sampler.sample(self.lm_head[step](last), step)
+            code = sampler.sample(self.lm_head[step](passes.run(x, step)), step)
             codes.append(code)
             if step + 2 < num_groups:
                 x = self.embed_code(step + 1, code)

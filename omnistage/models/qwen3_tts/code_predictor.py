@@ -17,8 +17,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from omnistage.layers.attention.context import ForwardContext, forward_context
-from omnistage.layers.attention.dense import LockstepBackend
 from omnistage.models.predictor_workspace import CodeSampler, GreedyCodes, PredictorWorkspace
 from omnistage.models.decoder import Decoder
 from omnistage.models.qwen3_tts.config import CodePredictorConfig
@@ -43,7 +41,6 @@ class CodePredictor(nn.Module):
             nn.Linear(hidden, config.vocab_size, bias=False) for _ in range(config.num_code_groups - 1))
         self.small_to_mtp_projection: nn.Module = (
             nn.Linear(talker_hidden_size, hidden, bias=True) if hidden != talker_hidden_size else nn.Identity())
-        self.backend = LockstepBackend()
         self.workspace = PredictorWorkspace(config.stack, self.num_code_groups)
 
     def embed_code(self, group: int, codes: torch.Tensor) -> torch.Tensor:
@@ -57,14 +54,10 @@ class CodePredictor(nn.Module):
         sampler = sampler or GreedyCodes()
         num_groups, n = self.num_code_groups, talker_hidden.shape[0]
         x = self.small_to_mtp_projection(torch.stack([talker_hidden, code0_embed], dim=1).flatten(0, 1))
-        caches = self.workspace.kv_caches(n, x)
+        passes = self.workspace.passes(self.model, n, x)
         codes: list[torch.Tensor] = []
         for step in range(num_groups - 1):
-            plan = self.workspace.step(n, step, x.device, self.model)
-            with forward_context(ForwardContext(plan.meta, self.backend, caches)):
-                hidden, _ = self.model(x, plan.positions, rotation=plan.rotation)
-            last = hidden.view(n, plan.meta.query_lens[0], -1)[:, -1]
-            code = sampler.sample(self.lm_head[step](last), step)
+            code = sampler.sample(self.lm_head[step](passes.run(x, step)), step)
             codes.append(code)
             if step + 2 < num_groups:
                 x = self.small_to_mtp_projection(self.embed_code(step + 1, code))
