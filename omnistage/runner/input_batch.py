@@ -232,6 +232,7 @@ class InputBatch:
             needs_sort=any(p.needs_sort for p in params),
             banned=_banned_ids(requests),
             max_top_k=max(p.top_k for p in params), any_top_p=any(p.top_p < 1.0 for p in params),
+            all_top_k=all(p.top_k > 0 for p in params if not p.greedy),
             logprob_rows=tuple(i for i, p in enumerate(params) if p.logprobs is not None),
             max_logprobs=max((p.logprobs or 0) for p in params),
         )

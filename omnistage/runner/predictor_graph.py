@@ -96,7 +96,7 @@ class PredictorGraphs:
         b.temperature[n:bs].zero_()  # padded rows: greedy
         b.top_k[:n].copy_(sampling.top_k)
         if not sampling.all_greedy:
-            residual = sampler.residual(sampling, self.steps, self.noise.shape[-1], hidden.device)
+            residual = sampler.residual(sampling, self.steps, self.noise.shape[-1], hidden.device, whole_vocab=True)
             assert residual.noise is not None
             self.noise[:, :n].copy_(residual.noise)
         self.graphs[bs].replay()

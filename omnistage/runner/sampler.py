@@ -50,6 +50,7 @@ class SamplingBatch:
     # unrestricted... only used when no row uses top-p) and whether any row uses top-p; None = unknown.
     max_top_k: int | None = None
     any_top_p: bool | None = None
+    all_top_k: bool | None = None  # every sampled (non-greedy) row has a top-k; None = unknown
 
 
 @dataclass
@@ -159,13 +160,23 @@ class Sampler:
         logprobs = row_logprobs(raw, sampled, batch.logprob_rows, batch.max_logprobs) if batch.logprob_rows else None
         return SampledTokens(sampled, bad, logprobs)
 
-    def residual(self, batch: SamplingBatch, steps: int, vocab: int, device: torch.device) -> ResidualSampling:
+    def residual(self, batch: SamplingBatch, steps: int, vocab: int, device: torch.device,
+                 whole_vocab: bool = False) -> ResidualSampling:
         """The code predictor's sampling of ``steps`` residual codebooks for the rows of ``batch``: each row's
         settings, and its noise for every step drawn now from its own generator, so the predictor's loop is
-        tensors only (no generator calls, no host syncs) and can be captured in a CUDA graph."""
-        noise = None if batch.all_greedy else self._draw_noise((steps, len(batch.generators)), vocab, device,
-                                                               batch.generators)
-        return ResidualSampling(batch, noise)
+        tensors only (no generator calls, no host syncs) and can be captured in a CUDA graph.
+
+        When every sampled row keeps only its top k (the talkers' default, k = 50 of 2048), noise is drawn for
+        the largest k alone and the race runs among those candidates (:func:`race_top_k`): per talker step that
+        is ``steps x N x k`` draws instead of ``steps x N x vocab``, which on a CPU cost more than a predictor
+        pass. ``whole_vocab`` keeps one noise value per token (a captured graph's fixed buffer)."""
+        if batch.all_greedy:
+            return ResidualSampling(batch, None)
+        width = vocab
+        if not whole_vocab and batch.any_top_p is False and batch.all_top_k and batch.max_top_k:
+            width = min(batch.max_top_k, vocab)
+        return ResidualSampling(batch, self._draw_noise((steps, len(batch.generators)), width, device,
+                                                        batch.generators))
 
     def _draw_noise(
         self, lead: tuple[int, ...], vocab: int, device: torch.device, generators: list[torch.Generator | None]
@@ -206,6 +217,22 @@ def race(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) -> tup
     return sampled, overflowed
 
 
+def race_top_k(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) -> torch.Tensor:
+    """:func:`race` for rows that all keep only their top k (no top-p), over ``noise [N, W]`` for the ``W`` best
+    logits of each row (W = the largest k): the same distribution (each row's top k, renormalised at its
+    temperature), raced among W candidates instead of the vocabulary. At a tie with the k-th logit this keeps
+    exactly k where :func:`apply_top_k` keeps every tied token. Greedy rows take the best logit."""
+    width = noise.shape[-1]
+    best, ids = logits.topk(width, dim=-1)  # descending: temperature scaling keeps the order
+    temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
+    ranks = torch.arange(width, device=logits.device)
+    scaled = (best / temperature[:, None]).masked_fill(ranks >= batch.top_k[:, None], float("-inf"))
+    pick = (scaled.softmax(dim=-1) / noise).argmax(dim=-1, keepdim=True)
+    if batch.any_greedy:
+        pick = torch.where(batch.temperature[:, None] > 0, pick, 0)
+    return ids.gather(1, pick)[:, 0]
+
+
 @dataclass
 class ResidualSampling:
     """How the code predictor samples each residual codebook of N frames: the rows' settings and, unless every
@@ -222,4 +249,7 @@ class ResidualSampling:
             return logits.argmax(dim=-1)
         # A non-finite row here belongs to a request whose codebook 0 already failed it (its hidden state is the
         # same); its codes are placeholders that request never delivers.
-        return race(logits, self.batch, self.noise[step])[0]
+        noise = self.noise[step]
+        if noise.shape[-1] < logits.shape[-1]:
+            return race_top_k(logits, self.batch, noise)
+        return race(logits, self.batch, noise)[0]

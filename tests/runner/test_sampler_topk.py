@@ -31,3 +31,55 @@ def test_sampler_uses_fast_path_with_same_seeded_draws() -> None:
     slow = Sampler().sample(logits, batch())
     fast = Sampler().sample(logits, batch(max_top_k=50, any_top_p=False))
     assert torch.equal(slow, fast)
+
+
+def _residual_batch(n: int, top_k: list[int], temperature: list[float], top_p: float = 1.0) -> SamplingBatch:
+    greedy = [t == 0 for t in temperature]
+    return SamplingBatch(temperature=torch.tensor(temperature), top_k=torch.tensor(top_k),
+                         top_p=torch.full((n,), top_p), generators=[torch.Generator().manual_seed(i) for i in range(n)],
+                         all_greedy=all(greedy), any_greedy=any(greedy), needs_sort=True, max_top_k=max(top_k),
+                         any_top_p=top_p < 1.0, all_top_k=all(k > 0 for k, g in zip(top_k, greedy) if not g))
+
+
+def test_residual_noise_covers_the_largest_top_k_only_when_every_sampled_row_has_one() -> None:
+    steps, vocab = 3, 500
+    narrow = Sampler().residual(_residual_batch(3, [50, 7, 0], [0.9, 0.9, 0.0]), steps, vocab, torch.device("cpu"))
+    assert narrow.noise is not None and narrow.noise.shape == (steps, 3, 50)  # the greedy row's 0 does not count
+    for batch, whole in ((_residual_batch(2, [50, 0], [0.9, 0.9]), False),  # a row samples the whole vocabulary
+                         (_residual_batch(2, [50, 7], [0.9, 0.9], top_p=0.8), False),  # top-p needs the sort
+                         (_residual_batch(2, [50, 7], [0.9, 0.9]), True)):  # a captured graph's fixed buffer
+        noise = Sampler().residual(batch, steps, vocab, torch.device("cpu"), whole_vocab=whole).noise
+        assert noise is not None and noise.shape == (steps, 2, vocab)
+
+
+def test_top_k_race_samples_each_rows_top_k_distribution() -> None:
+    """Against the whole-vocabulary race on the same logits: both follow each row's renormalised top k."""
+    draws, vocab = 6000, 40
+    logits = torch.randn(vocab, generator=torch.Generator().manual_seed(4)) * 2
+    top_k = [5, 12]
+    rows = len(top_k)
+    batch = _residual_batch(rows, top_k, [0.8, 1.3])
+    sampler = Sampler()
+    narrow = sampler.residual(batch, draws, vocab, torch.device("cpu"))
+    whole = sampler.residual(batch, draws, vocab, torch.device("cpu"), whole_vocab=True)
+    assert narrow.noise is not None and narrow.noise.shape[-1] == 12
+    many = logits.expand(rows, vocab)
+    got = torch.stack([narrow.sample(many, step) for step in range(draws)])  # [draws, rows]
+    ref = torch.stack([whole.sample(many, step) for step in range(draws)])
+    for row, (k, temp) in enumerate(zip(top_k, [0.8, 1.3])):
+        keep = logits.topk(k).indices
+        assert torch.isin(got[:, row], keep).all()  # never outside the row's own top k
+        expected = torch.zeros(vocab)
+        expected[keep] = (logits[keep] / temp).softmax(dim=-1)
+        for sample in (got[:, row], ref[:, row]):
+            freq = torch.bincount(sample, minlength=vocab).float() / draws
+            torch.testing.assert_close(freq, expected, atol=0.025, rtol=0)  # ~4 standard errors at p = 0.5
+
+
+def test_top_k_race_greedy_rows_take_the_best_logit() -> None:
+    logits = torch.randn(3, 300, generator=torch.Generator().manual_seed(2))
+    residual = Sampler().residual(_residual_batch(3, [50, 0, 20], [0.9, 0.0, 1.0]), 1, 300, torch.device("cpu"))
+    assert residual.noise is not None and residual.noise.shape[-1] == 50
+    codes = residual.sample(logits, 0)
+    assert codes[1] == logits[1].argmax()
+    assert codes[0] in logits[0].topk(50).indices and codes[2] in logits[2].topk(20).indices
