@@ -43,6 +43,9 @@ class EngineSettings:
     gpu_memory_utilization: float = 0.0
     # Longest prompt + output; 0 = the model's max positions (capped by num_kv_blocks when no budget is set).
     max_model_len: int = 0
+    # A talker stage times its decode step at batch sizes 1, 2, 4, ... up to this (capped by max_num_seqs) before
+    # serving, for the audio admission gate; 0 = no profile (the gate then assumes a fixed cost per stream).
+    step_profile_max_batch: int = 8
 
     @property
     def sized_from_memory(self) -> bool:
@@ -167,6 +170,7 @@ def _engine(data: object, path: str) -> EngineSettings:
     _check(e.scheduling in ("fifo", "deadline"), f"{path}.scheduling", "must be 'fifo' or 'deadline'")
     _check(0.0 <= e.gpu_memory_utilization <= 1.0, f"{path}.gpu_memory_utilization", "must be in [0, 1]")
     _check(e.max_model_len >= 0, f"{path}.max_model_len", "must be >= 0")
+    _check(e.step_profile_max_batch >= 0, f"{path}.step_profile_max_batch", "must be >= 0")
     return e
 
 

@@ -78,6 +78,9 @@ class ReplicaReady(msgspec.Struct, tag=True):
     # False when the replica runs on another machine (Ray): tensors for it must travel in the message
     # frames, since it cannot map this machine's shared memory.
     same_host: bool = True
+    # Seconds of one decode step by batch size, measured before the first request (a talker's; empty when the
+    # stage measured none): :mod:`omnistage.engine.step_profile`.
+    step_seconds: dict[int, float] = msgspec.field(default_factory=dict)
 
 
 class Heartbeat(msgspec.Struct, tag=True):

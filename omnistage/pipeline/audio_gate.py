@@ -17,6 +17,16 @@ the line through the two largest counts measured (a saturating talker bends up);
 stream is taken to add ``MARGINAL_PRIOR`` of the pace (a batched stage), which the next measurement corrects.
 Extrapolation goes one stream past what was measured, never more: a burst of requests ramps up one measured count
 at a time. With no stream running, a request always starts.
+
+When the talker measured its decode step at several batch sizes before serving (:class:`StepProfile`, from
+:mod:`omnistage.engine.step_profile`), that curve gives the shape and the running streams only the level: the
+pace at ``n`` streams is the latest measured pace (at whatever count it was taken) times the profile's step time
+at ``n`` over its step time at that count. The per-count measurements confound the talker's cost with passing
+contention (a newly admitted stream's prefill on the same cores), so extrapolating between two of them can read a
+transient as the cost of a stream; the profile does not. A burst still starts one stream at a time, each once the
+previous one has a measured pace: the level then includes what every running stream costs the machine (its
+code2wav work shares the cores with the talker where both run on one CPU), which the talker's profile alone
+does not see.
 """
 
 from __future__ import annotations
@@ -38,12 +48,44 @@ class StreamLoad:
     talker_frame_s: float | None = None
 
 
+@dataclass(frozen=True)
+class StepProfile:
+    """A talker's decode step seconds at the batch sizes it measured (ascending, positive)."""
+
+    points: tuple[tuple[int, float], ...]
+
+    @classmethod
+    def of(cls, step_seconds: dict[int, float]) -> StepProfile | None:
+        points = tuple(sorted((n, s) for n, s in step_seconds.items() if n >= 1 and s > 0))
+        return cls(points) if points else None
+
+    def at(self, batch: int) -> float:
+        """Step seconds at ``batch``: linear between measured sizes, along the last segment past the largest
+        (never falling), the smallest measured below it."""
+        points = self.points
+        if batch <= points[0][0]:
+            return points[0][1]
+        for (n1, s1), (n2, s2) in zip(points, points[1:]):
+            if batch <= n2:
+                return s1 + (s2 - s1) * (batch - n1) / (n2 - n1)
+        if len(points) == 1:
+            return points[0][1]
+        (n1, s1), (n2, s2) = points[-2:]
+        return s2 + max((s2 - s1) / (n2 - n1), 0.0) * (batch - n2)
+
+
 @dataclass
 class AudioGate:
     limit: float  # 0: no gate
     # code2wav busy seconds per second of audio it made, over every stream.
     vocoder_busy: Pace = field(default_factory=lambda: Pace(alpha=0.1))
     _pace_by_count: dict[int, Pace] = field(default_factory=dict)
+    _steps: StepProfile | None = None
+    _latest_count: int = 0  # the talking count of the newest pace measurement (0: none yet)
+
+    def profile(self, step_seconds: dict[int, float]) -> None:
+        """The talker's decode step time by batch size, measured before serving."""
+        self._steps = StepProfile.of(step_seconds)
 
     def vocoded(self, busy_s: float, audio_s: float) -> None:
         if audio_s > 0:
@@ -54,12 +96,16 @@ class AudioGate:
         talking = [s.talker_frame_s for s in streams if s.talking]
         if talking and all(p is not None for p in talking):
             self._pace_by_count.setdefault(len(talking), Pace(alpha=0.2)).add(max(talking))
+            self._latest_count = len(talking)
 
     def talker_pace(self, count: int) -> float | None:
         """The talker's expected seconds per frame with ``count`` talking streams; None before any measurement."""
         known = sorted((n, p.value) for n, p in self._pace_by_count.items() if p.value is not None)
         if not known:
             return None
+        latest = self._pace_by_count.get(self._latest_count)
+        if self._steps is not None and latest is not None and latest.value is not None:
+            return latest.value * self._steps.at(count) / self._steps.at(self._latest_count)
         if len(known) == 1:
             n, pace = known[0]
             return pace * (1 + MARGINAL_PRIOR * (count - n) / n)
@@ -79,13 +125,18 @@ class AudioGate:
         return max(pace / FRAME_S, (self.vocoder_busy.value or 0.0) * streams)
 
     def admits(self, streams: Sequence[StreamLoad]) -> bool:
-        """Whether one more audio stream may start now: at most one stream past the largest count measured, so
-        a burst of requests ramps up one measured step at a time instead of trusting a long extrapolation."""
+        """Whether one more audio stream may start now. Without a step profile: at most one stream past the
+        largest count measured, so a burst of requests ramps up one measured step at a time instead of trusting a
+        long extrapolation; with one, one stream at a time as far as the profile predicts room, each once the one
+        before it has a measured pace (so the level the profile scales includes every running stream's load, the
+        code2wav and thinker work that shares the machine with the talker among it)."""
         if self.limit <= 0 or not streams:
             return True
         talking = sum(s.talking for s in streams)
         measured = max((n for n, p in self._pace_by_count.items() if p.value is not None), default=0)
-        if talking > measured:
+        if self._steps is None and talking > measured:
             return False  # streams not yet measured at this count: wait for them
+        if any(s.talking and s.talker_frame_s is None for s in streams):
+            return False  # a stream still in its prefill: its load (and its prefill's) is not in the measurement yet
         predicted = self.rtf(talking + 1, len(streams) + 1)
         return predicted is not None and predicted <= self.limit

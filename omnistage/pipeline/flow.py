@@ -80,6 +80,12 @@ class RequestFlows:
             return None
         return self._start(request, sink)
 
+    def stage_profiled(self, stage: str, step_seconds: dict[int, float]) -> None:
+        """A replica's decode step time by batch size: the talker's (the stage whose frames feed a codec edge)
+        tells the admission gate what one more stream costs it."""
+        if any(e.source == stage and e.model.make is None for e in self.graph.edges):
+            self.gate.profile(step_seconds)
+
     def tick(self) -> None:
         """Records the running streams' load, then starts waiting audio requests while there is room."""
         loads = self._stream_loads()

@@ -246,6 +246,8 @@ class Orchestrator:
                 self._on_output(link.stage, output)
         elif isinstance(message, ReplicaReady):
             link.ready, link.load = True, message.load
+            if message.step_seconds:
+                self.flows.stage_profiled(link.stage, message.step_seconds)
             link.liveness.became_healthy(time.monotonic())
             link.use_store(message.same_host)
             if link.restarting:

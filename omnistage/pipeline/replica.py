@@ -73,11 +73,12 @@ class ReplicaLoop:
             t.start()
         try:
             worker = self.factory()
+            step_seconds = worker.step_profile()
         except Exception as exc:  # noqa: BLE001 - any load failure is reported, then the replica exits
             logger.exception("stage worker failed to start")
             self.outbox.put(ReplicaFailed(f"{type(exc).__name__}: {exc}"))
         else:
-            self.outbox.put(ReplicaReady(worker.load(), self.pid, self.same_host))
+            self.outbox.put(ReplicaReady(worker.load(), self.pid, self.same_host, step_seconds))
             try:
                 self._engine_loop(worker)
             finally:

@@ -57,6 +57,11 @@ class StageWorker(ABC):
     def close(self) -> None:
         """Releases what outlives the replica's loop otherwise (a tensor-parallel stage's other ranks)."""
 
+    def step_profile(self) -> dict[int, float]:
+        """Seconds of one decode step by batch size, measured once before serving (the replica sends it in its
+        ``ReplicaReady``); empty for a stage whose cost per stream the admission gate does not need."""
+        return {}
+
 
 # Builds a replica's worker inside the replica (after the process started); must pickle for ``spawn``.
 WorkerFactory = Callable[[], StageWorker]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.engine import FinishReason, RequestOutput
+from omnistage.engine import FinishReason, Request, RequestOutput
+from omnistage.engine.step_profile import measure_decode_steps, profile_batches
 from omnistage.ipc.messages import RequestFailed, StageOutput
 from omnistage.ipc.payloads import CodecFrames
 from omnistage.workers.base import ARWorker, StepResult
@@ -23,6 +24,19 @@ def talker_frames(output: RequestOutput) -> torch.Tensor | None:
 
 class TalkerWorker(ARWorker):
     num_groups: int  # codebooks per frame (set by the family's worker)
+    # The step profile's largest batch (a family's worker that can make probe requests sets it); 0: no profile.
+    profile_max_batch: int = 0
+
+    def probe_request(self, request_id: str) -> Request:
+        """A synthetic request decoding like a served one (the stage's sampling, a short prompt, text already
+        finished) that does not stop on its own: what the step profile times."""
+        raise NotImplementedError(f"{type(self).__name__} makes no probe requests")
+
+    @torch.inference_mode()
+    def step_profile(self) -> dict[int, float]:
+        if self.profile_max_batch < 1:
+            return {}
+        return measure_decode_steps(self.engine, self.probe_request, profile_batches(self.profile_max_batch))
 
     def step(self) -> StepResult:
         outputs: list[StageOutput | RequestFailed] = []

@@ -55,6 +55,7 @@ OUTPUTS = [
                StageOutput("a", AudioChunk(0, torch.randn(48000))), RequestFailed("b", "boom")],
               ReplicaLoad(1, 2, 3, 4)),
     ReplicaReady(ReplicaLoad(kv_blocks_total=10), pid=42),
+    ReplicaReady(ReplicaLoad(), pid=7, step_seconds={1: 0.031, 2: 0.0325, 8: 0.048}),
     ReplicaFailed("out of memory"),
     Heartbeat(passes=12),
 ]

@@ -8,7 +8,7 @@ import pytest
 
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
-from omnistage.pipeline.audio_gate import MARGINAL_PRIOR, AudioGate, StreamLoad
+from omnistage.pipeline.audio_gate import MARGINAL_PRIOR, AudioGate, StepProfile, StreamLoad
 from omnistage.pipeline.playback import FRAME_S
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.processing.prompt import ProcessedPrompt
@@ -142,3 +142,52 @@ def test_a_burst_ramps_up_one_measured_count_at_a_time() -> None:
     assert not gate.admits(_streams(0.11, 0.11, 0.11))  # measured, but not recorded at 3 streams yet
     gate.observe(_streams(0.12, 0.12, 0.12))
     assert gate.admits(_streams(0.12, 0.12, 0.12))
+
+
+PROFILE = {1: 0.030, 2: 0.032, 4: 0.036, 8: 0.048}  # a batched talker's step seconds at startup
+
+
+def test_step_profile_interpolates_and_extends_its_last_slope() -> None:
+    profile = StepProfile.of(PROFILE)
+    assert profile is not None
+    assert [profile.at(n) for n in (0, 1, 3, 6, 8)] == pytest.approx([0.030, 0.030, 0.034, 0.042, 0.048])
+    assert profile.at(16) == pytest.approx(0.048 + 8 * 0.003)  # along 4 -> 8
+    flat = StepProfile.of({1: 0.05, 4: 0.04})  # a falling last segment does not extrapolate down
+    assert flat is not None and flat.at(10) == pytest.approx(0.04)
+    assert StepProfile.of({}) is None and StepProfile.of({3: 0.0}) is None
+    single = StepProfile.of({2: 0.02})
+    assert single is not None and single.at(1) == single.at(9) == 0.02
+
+
+def test_with_a_step_profile_a_burst_starts_one_measured_stream_at_a_time_while_it_predicts_room() -> None:
+    gate = AudioGate(limit=0.92)
+    gate.profile(PROFILE)
+    assert not gate.admits(_streams(None))  # nothing measured while serving yet: the level is unknown
+    gate.observe(_streams(0.5))
+    assert gate.rtf(8, 8) == pytest.approx(0.5 * 0.048 / 0.030)
+    assert gate.admits(_streams(0.5))
+    assert not gate.admits(_streams(0.5, None))  # the second is in its prefill: its load is not measured yet
+    loads = _streams(0.5)
+    while gate.admits(loads):  # each new stream measured at the level the profile predicted for it
+        loads.append(StreamLoad(True, None))
+        loads = _streams(*[0.5 * gate.talker_pace(len(loads)) / gate.talker_pace(1)] * len(loads))
+        gate.observe(loads)
+    # 0.5 * step(n) / step(1): 0.90 at n = 10, 0.95 at 11
+    assert len(loads) == 10
+
+
+def test_a_passing_slowdown_at_one_count_is_not_read_as_the_cost_of_a_stream() -> None:
+    """The second stream's prefill slowed both: along two measured counts that reads as +0.4 a stream; the
+    profile knows a stream adds 7%, so a third starts as soon as the measured level is back down."""
+    plain, profiled = AudioGate(limit=0.9), AudioGate(limit=0.9)
+    profiled.profile(PROFILE)
+    for gate in (plain, profiled):
+        gate.observe(_streams(0.5))
+        gate.observe(_streams(0.85, 0.85))
+    assert plain.rtf(3, 3) == pytest.approx(1.2)
+    assert profiled.rtf(3, 3) == pytest.approx(0.85 * 0.034 / 0.032)
+    assert not profiled.admits(_streams(0.85, 0.85))  # still too slow right now
+    for _ in range(20):  # the prefill is over: the two streams run at their real pace again
+        for gate in (plain, profiled):
+            gate.observe(_streams(0.55, 0.55))
+    assert profiled.admits(_streams(0.55, 0.55))
