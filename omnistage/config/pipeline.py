@@ -115,7 +115,7 @@ class StreamingSpec:
     codec_left_context_frames: int = 25
     # A new audio request waits while the running streams' real-time factor, with it added, would pass this
     # (so running streams never degrade into underruns); 0 admits every request at once.
-    admission_rtf_limit: float = 0.9
+    admission_rtf_limit: float = 0.8
 
 
 @dataclass(frozen=True)

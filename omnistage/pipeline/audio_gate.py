@@ -23,10 +23,11 @@ When the talker measured its decode step at several batch sizes before serving (
 pace at ``n`` streams is the latest measured pace (at whatever count it was taken) times the profile's step time
 at ``n`` over its step time at that count. The per-count measurements confound the talker's cost with passing
 contention (a newly admitted stream's prefill on the same cores), so extrapolating between two of them can read a
-transient as the cost of a stream; the profile does not. A burst still starts one stream at a time, each once the
-previous one has a measured pace: the level then includes what every running stream costs the machine (its
-code2wav work shares the cores with the talker where both run on one CPU), which the talker's profile alone
-does not see.
+transient as the cost of a stream; the profile does not. Near the limit a burst still starts one stream at a
+time, each once the previous one has a measured pace: the level then includes what every running stream costs the
+machine (its code2wav work shares the cores with the talker where both run on one CPU), which the talker's profile
+alone does not see, and each playing stream holds enough audio to ride out the new one's prefill; far below it
+(``PREFILL_HEADROOM``) streams start without waiting for each other.
 """
 
 from __future__ import annotations
@@ -38,14 +39,30 @@ from omnistage.pipeline.chunk_planner import Pace
 from omnistage.pipeline.playback import FRAME_S
 
 MARGINAL_PRIOR = 0.25  # a stream's added talker pace, as a share of the pace, until two counts are measured
+# While a new stream is in its prefill the running streams' pace can reach about twice its level (seen on the
+# medium checkpoint: 42 -> 70 ms a frame): with an unmeasured stream running, another starts only with that room.
+PREFILL_HEADROOM = 2.0
+# A playing stream rides out a new stream's prefill (about half a second at up to twice the pace: a stream at 0.7x real
+# time then falls behind by about 0.2 s) with this much audio.
+MIN_BUFFER_S = 0.5
 
 
 @dataclass(frozen=True)
 class StreamLoad:
-    """One stream in flight: whether its talker still runs, and its measured wall seconds per talker frame."""
+    """One stream in flight: whether its talker still runs, its measured wall seconds per talker frame, and the
+    audio its player holds (None while it is not playing yet, or nobody plays it as it arrives)."""
 
     talking: bool
     talker_frame_s: float | None = None
+    buffered_s: float | None = None
+
+    @property
+    def exposed(self) -> bool:
+        """Whether a passing slowdown could stall it now: in its prefill (its load not measured yet), or playing
+        with less than ``MIN_BUFFER_S`` of audio in hand."""
+        if not self.talking:
+            return False
+        return self.talker_frame_s is None or (self.buffered_s is not None and self.buffered_s < MIN_BUFFER_S)
 
 
 @dataclass(frozen=True)
@@ -127,16 +144,21 @@ class AudioGate:
     def admits(self, streams: Sequence[StreamLoad]) -> bool:
         """Whether one more audio stream may start now. Without a step profile: at most one stream past the
         largest count measured, so a burst of requests ramps up one measured step at a time instead of trusting a
-        long extrapolation; with one, one stream at a time as far as the profile predicts room, each once the one
-        before it has a measured pace (so the level the profile scales includes every running stream's load, the
-        code2wav and thinker work that shares the machine with the talker among it)."""
+        long extrapolation; with one, as far as the profile predicts room. Near the limit, streams start one at a
+        time, each once the one before it has a measured pace (so the level the profile scales includes every
+        running stream's load, the code2wav and thinker work that shares the machine with the talker among it) and
+        while every playing stream holds ``MIN_BUFFER_S`` of audio (the new one's prefill slows them for a while)."""
         if self.limit <= 0 or not streams:
             return True
         talking = sum(s.talking for s in streams)
         measured = max((n for n, p in self._pace_by_count.items() if p.value is not None), default=0)
         if self._steps is None and talking > measured:
             return False  # streams not yet measured at this count: wait for them
-        if any(s.talking and s.talker_frame_s is None for s in streams):
-            return False  # a stream still in its prefill: its load (and its prefill's) is not in the measurement yet
         predicted = self.rtf(talking + 1, len(streams) + 1)
-        return predicted is not None and predicted <= self.limit
+        if predicted is None:
+            return False
+        if any(s.exposed for s in streams):
+            # A stream in its prefill (its load not in the measurement yet) or one nearly out of audio: a new
+            # stream's prefill would slow every stream for a while, so only a prediction with room for that starts it.
+            return predicted * PREFILL_HEADROOM <= self.limit
+        return predicted <= self.limit

@@ -96,8 +96,12 @@ class RequestFlows:
             loads = self._stream_loads()
 
     def _stream_loads(self) -> list[StreamLoad]:
-        """Audio streams in flight; a stream's talker pace counts while its talker runs."""
-        return [StreamLoad(not s.audio.talker_done, s.audio.planner.talker.value)
+        """Audio streams in flight; a stream's talker pace counts while its talker runs, the audio its player holds
+        while one plays it as it arrives."""
+        now = time.monotonic()
+        return [StreamLoad(not s.audio.talker_done, s.audio.planner.talker.value,
+                           s.audio.playback.buffered_s(now)
+                           if s.request.stream and s.audio.playback.play_end is not None else None)
                 for s in self.states.values() if s.audio is not None and not s.audio.done]
 
     def _start(self, request: OmniRequest, sink: OutputSink) -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
-from omnistage.pipeline.audio_gate import MARGINAL_PRIOR, AudioGate, StepProfile, StreamLoad
+from omnistage.pipeline.audio_gate import (MARGINAL_PRIOR, MIN_BUFFER_S, PREFILL_HEADROOM, AudioGate, StepProfile,
+                                           StreamLoad)
 from omnistage.pipeline.playback import FRAME_S
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.processing.prompt import ProcessedPrompt
@@ -191,3 +192,34 @@ def test_a_passing_slowdown_at_one_count_is_not_read_as_the_cost_of_a_stream() -
         for gate in (plain, profiled):
             gate.observe(_streams(0.55, 0.55))
     assert profiled.admits(_streams(0.55, 0.55))
+
+
+def test_far_below_the_limit_streams_start_without_waiting_for_each_others_prefill() -> None:
+    gate = AudioGate(limit=0.9)
+    gate.profile(PROFILE)
+    gate.observe(_streams(0.1))  # a fast talker: ten streams are predicted at 0.18
+    loads = _streams(0.1)
+    while gate.admits(loads):
+        loads.append(StreamLoad(True, None))
+    # Admitted unmeasured while the prediction, doubled for the prefills, fits: 0.1 * step(n) / step(1) <= 0.45
+    assert all(0.1 * StepProfile.of(PROFILE).at(n) / 0.030 * PREFILL_HEADROOM <= 0.9 for n in range(2, len(loads) + 1))
+    assert 0.1 * StepProfile.of(PROFILE).at(len(loads) + 1) / 0.030 * PREFILL_HEADROOM > 0.9
+    assert len(loads) > 20
+
+
+def test_near_the_limit_a_stream_nearly_out_of_audio_holds_the_next_start() -> None:
+    gate = AudioGate(limit=0.9)
+    gate.profile(PROFILE)
+    gate.observe(_streams(0.6, 0.6))
+    pace = 0.6 * FRAME_S
+    thin = [StreamLoad(True, pace, MIN_BUFFER_S / 2), StreamLoad(True, pace, 3.0)]
+    thick = [StreamLoad(True, pace, 2.0), StreamLoad(True, pace, 3.0)]
+    finished_talking = [StreamLoad(False, pace, 0.1), StreamLoad(True, pace, 3.0)]  # its talker is done
+    unplayed = [StreamLoad(True, pace, None), StreamLoad(True, pace, 3.0)]  # not playing yet / consumed whole
+    assert gate.rtf(3, 3) < 0.9 and gate.rtf(3, 3) * PREFILL_HEADROOM > 0.9
+    assert not gate.admits(thin)
+    assert gate.admits(thick) and gate.admits(finished_talking) and gate.admits(unplayed)
+    fast = AudioGate(limit=0.9)
+    fast.profile(PROFILE)
+    fast.observe(_streams(0.1, 0.1))
+    assert fast.admits([StreamLoad(True, 0.1 * FRAME_S, 0.1), StreamLoad(True, 0.1 * FRAME_S, 3.0)])  # far below
