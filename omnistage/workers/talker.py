@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.engine import FinishReason, Request, RequestOutput
+from omnistage.config.pipeline import StageSpec
+from omnistage.engine import FinishReason, Request, RequestOutput, SamplingParams
 from omnistage.engine.step_profile import measure_decode_steps, profile_batches
 from omnistage.ipc.messages import RequestFailed, StageOutput
 from omnistage.ipc.payloads import CodecFrames
+from omnistage.runner.talker_hook import TalkerRequestData
 from omnistage.workers.base import ARWorker, StepResult
 
 
@@ -22,15 +24,29 @@ def talker_frames(output: RequestOutput) -> torch.Tensor | None:
     return frames[:-1] if frames is not None and output.finished else frames
 
 
+PROBE_PROMPT_ROWS = 8
+
+
 class TalkerWorker(ARWorker):
     num_groups: int  # codebooks per frame (set by the family's worker)
-    # The step profile's largest batch (a family's worker that can make probe requests sets it); 0: no profile.
-    profile_max_batch: int = 0
+    profile_max_batch = 0  # the step profile's largest batch; 0 until :meth:`profile_with` (no profile)
+
+    def profile_with(self, stage: StageSpec, like: torch.Tensor) -> None:
+        """Turns the step profile on as the stage's settings say; ``like``: a tensor of the talker's width, device
+        and dtype (its codec head's weight)."""
+        self.profile_max_batch = min(stage.engine.step_profile_max_batch, stage.engine.max_num_seqs)
+        self._probe_sampling = stage.sampling
+        self._probe_row = like.new_zeros(like.shape[-1])
 
     def probe_request(self, request_id: str) -> Request:
-        """A synthetic request decoding like a served one (the stage's sampling, a short prompt, text already
+        """A synthetic request decoding like a served one (the stage's sampling, a short prompt, its text already
         finished) that does not stop on its own: what the step profile times."""
-        raise NotImplementedError(f"{type(self).__name__} makes no probe requests")
+        s = self._probe_sampling
+        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                                repetition_penalty=s.repetition_penalty, max_tokens=64, ignore_eos=True)
+        data = TalkerRequestData(tts_pad_embed=self._probe_row, text_finished=True)
+        prompt = self._probe_row.expand(PROBE_PROMPT_ROWS, -1).clone()
+        return Request(request_id, None, params, prompt_embeds=prompt, stage_data=data)
 
     @torch.inference_mode()
     def step_profile(self) -> dict[int, float]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.engine import FinishReason, Request, SamplingParams
+from omnistage.engine import FinishReason, Request
 from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.engine.generation_engine import ChunkDecoder
 from omnistage.families.qwen3_omni.sharded_thinker import load_thinker
@@ -25,7 +25,6 @@ from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.mrope import MRopeTokens
 from omnistage.models.qwen3_omni.talker import Talker
 from omnistage.runner import build_ar_engine
-from omnistage.runner.talker_hook import TalkerRequestData
 from omnistage.workers.base import ARWorker, StepResult, WorkerSpec, engine_config, resolve_device
 from omnistage.workers.codec import CodecWorker
 from omnistage.workers.talker import TalkerWorker as FramesWorker
@@ -112,17 +111,7 @@ class TalkerWorker(FramesWorker):
         super().__init__(build_ar_engine(talker, engine_config(spec.stage, device, dtype, positions),
                                          self.ctx.step_hook()))
         self.requests: dict[str, TalkerTextFeed]
-        self.sampling = spec.stage.sampling
-        self.profile_max_batch = min(spec.stage.engine.step_profile_max_batch, spec.stage.engine.max_num_seqs)
-
-    def probe_request(self, request_id: str) -> Request:
-        weight = self.ctx.talker.codec_head.weight
-        hidden = weight.shape[-1]
-        s = self.sampling
-        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                repetition_penalty=s.repetition_penalty, max_tokens=64, ignore_eos=True)
-        data = TalkerRequestData(tts_pad_embed=weight.new_zeros(hidden), text_finished=True)
-        return Request(request_id, None, params, prompt_embeds=weight.new_zeros(8, hidden), stage_data=data)
+        self.profile_with(spec.stage, talker.codec_head.weight)
 
     @torch.inference_mode()
     def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:

@@ -34,6 +34,7 @@ class TalkerWorker(FramesWorker):
         super().__init__(build_ar_engine(self.talker, engine_config(spec.stage, device, dtype, positions),
                                          talker_step_hook(self.talker, self.config)))
         self.requests: dict[str, Request]
+        self.profile_with(spec.stage, self.talker.codec_head.weight)
 
     @torch.inference_mode()
     def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
