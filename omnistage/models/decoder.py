@@ -138,6 +138,7 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.qkv = FusedRows(self.q_proj, self.k_proj, self.v_proj)
         self.qk_norm = HeadNorms((self.q_norm, self.heads.q), (self.k_norm, self.heads.kv))
+        self.head_eps = cfg.rms_norm_eps  # q_norm's and k_norm's (a plain attribute: read every layer call)
         self.num_heads, self.num_kv_heads = self.heads.q, self.heads.kv  # this rank's share
         self.o = FusedRows(self.o_proj, use_bias=tp.rank == 0)  # added once, by rank 0, before the all-reduce
 
@@ -155,7 +156,7 @@ class Attention(nn.Module):
         """The stacked projection ``[T, (H + 2 Hkv) D]`` -> q ``[T, H, D]`` and k (normed per head with
         ``head_norm``, :meth:`HeadNorms.weight`, and rotated) and v ``[T, Hkv, D]``."""
         num_tokens, heads, dim = qkv.shape[0], self.num_heads + self.num_kv_heads, self.head_dim
-        qk = rotation.apply(rms_norm(qkv[:, :heads * dim].view(num_tokens, heads, dim), head_norm, self.q_norm.eps))
+        qk = rotation.apply(rms_norm(qkv[:, :heads * dim].view(num_tokens, heads, dim), head_norm, self.head_eps))
         v = qkv[:, heads * dim:].view(num_tokens, self.num_kv_heads, dim)
         return qk[:, :self.num_heads], qk[:, self.num_heads:], v
 

@@ -15,7 +15,7 @@ decoder's own forward (:meth:`LockstepStack.supports`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -28,6 +28,9 @@ from omnistage.models.decoder import Attention, Decoder, DecoderLayer
 
 
 class _LayerWeights(NamedTuple):
+    """One layer's tensors and constants, read from its modules once per predict call (a module attribute is a
+    slow lookup, and the loop makes 75 layer calls a frame)."""
+
     input_norm: torch.Tensor
     post_norm: torch.Tensor
     head_norm: torch.Tensor
@@ -35,6 +38,11 @@ class _LayerWeights(NamedTuple):
     o: StackedLinear
     gate_up: StackedLinear
     down: StackedLinear
+    input_eps: float
+    post_eps: float
+    gate_up_sizes: list[int]
+    act: Callable[[torch.Tensor], torch.Tensor]
+    attention: Attention
 
 
 class LockstepStack:
@@ -58,26 +66,19 @@ class LockstepStack:
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
             assert isinstance(mlp, GatedMLP)
-            out.append(_LayerWeights(layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
-                                     attn.qk_norm.weight(), attn.qkv.stacked(), attn.o.stacked(),
-                                     mlp.gate_up.stacked(), mlp.down.stacked()))
+            norm1, norm2 = layer.input_layernorm, layer.post_attention_layernorm
+            out.append(_LayerWeights(norm1.weight, norm2.weight, attn.qk_norm.weight(), attn.qkv.stacked(),
+                                     attn.o.stacked(), mlp.gate_up.stacked(), mlp.down.stacked(), norm1.eps,
+                                     norm2.eps, mlp.gate_up.sizes, mlp.act, attn))
         return out
 
     def forward(self, x: torch.Tensor, rotation: Rotation, weights: Sequence[_LayerWeights],
                 views: Sequence[LockstepViews]) -> torch.Tensor:
         """``x [N * new, H]`` -> the final normed hidden; ``views[i]``: layer i's cache for this pass."""
-        for layer, w, view in zip(self.layers, weights, views):
-            x = x + self._attention(layer.self_attn, w, rms_norm(x, w.input_norm, layer.input_layernorm.eps),
-                                    rotation, view)
-            mlp = layer.mlp
-            assert isinstance(mlp, GatedMLP)
-            gate, up = w.gate_up(rms_norm(x, w.post_norm, layer.post_attention_layernorm.eps)).split(
-                mlp.gate_up.sizes, dim=-1)
-            x = x + w.down(mlp.act(gate) * up)
+        for w, view in zip(weights, views):
+            h = rms_norm(x, w.input_norm, w.input_eps)
+            q, k, v = w.attention.rotated_qkv(w.qkv(h), w.head_norm, rotation)
+            x = x + w.o(lockstep_attention(q, k, v, view, w.attention.scale).reshape(h.shape[0], -1))
+            gate, up = w.gate_up(rms_norm(x, w.post_norm, w.post_eps)).split(w.gate_up_sizes, dim=-1)
+            x = x + w.down(w.act(gate) * up)
         return self.decoder.norm(x)
-
-    @staticmethod
-    def _attention(attn: Attention, w: _LayerWeights, x: torch.Tensor, rotation: Rotation,
-                   view: LockstepViews) -> torch.Tensor:
-        q, k, v = attn.rotated_qkv(w.qkv(x), w.head_norm, rotation)
-        return w.o(lockstep_attention(q, k, v, view, attn.scale).reshape(x.shape[0], -1))
