@@ -104,6 +104,10 @@ class AudioGate:
         """The talker's decode step time by batch size, measured before serving."""
         self._steps = StepProfile.of(step_seconds)
 
+    @property
+    def step_profile(self) -> StepProfile | None:
+        return self._steps
+
     def vocoded(self, busy_s: float, audio_s: float) -> None:
         if audio_s > 0:
             self.vocoder_busy.add(busy_s / audio_s)

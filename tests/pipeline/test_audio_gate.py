@@ -223,3 +223,17 @@ def test_near_the_limit_a_stream_nearly_out_of_audio_holds_the_next_start() -> N
     fast.profile(PROFILE)
     fast.observe(_streams(0.1, 0.1))
     assert fast.admits([StreamLoad(True, 0.1 * FRAME_S, 0.1), StreamLoad(True, 0.1 * FRAME_S, 3.0)])  # far below
+
+
+def test_the_real_talker_replica_hands_its_step_profile_to_the_gate(tiny_dir) -> None:  # noqa: ANN001
+    """Started on the tiny checkpoint, the orchestrator's gate holds the talker replica's measured profile."""
+    from omnistage.pipeline.engine import OmniPipeline
+    from tests.pipeline.specs import small_spec
+
+    pipeline = OmniPipeline(tiny_dir, small_spec(), PipelineOptions(in_process=True))
+    try:
+        steps = pipeline.runtime.orchestrator.flows.gate.step_profile
+        assert steps is not None and [n for n, _ in steps.points] == [1, 2, 4, 8]
+        assert all(s > 0 for _, s in steps.points)
+    finally:
+        pipeline.close()
