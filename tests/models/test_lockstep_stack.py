@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from omnistage.layers.rotary import Rotation
-from omnistage.models.decoder import Deepstack, Decoder
+from omnistage.models.decoder import Decoder, Deepstack
 from omnistage.models.lockstep_stack import LockstepStack
 from omnistage.models.qwen3_omni.talker import Talker
 from omnistage.runner.sampler import Sampler, SamplingBatch

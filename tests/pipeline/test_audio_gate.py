@@ -8,8 +8,14 @@ import pytest
 
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
-from omnistage.pipeline.audio_gate import (MARGINAL_PRIOR, MIN_BUFFER_S, PREFILL_HEADROOM, AudioGate, StepProfile,
-                                           StreamLoad)
+from omnistage.pipeline.audio_gate import (
+    MARGINAL_PRIOR,
+    MIN_BUFFER_S,
+    PREFILL_HEADROOM,
+    AudioGate,
+    StepProfile,
+    StreamLoad,
+)
 from omnistage.pipeline.playback import FRAME_S
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.processing.prompt import ProcessedPrompt
