@@ -29,6 +29,7 @@ def test_the_talker_worker_profiles_its_step_and_frees_everything(tiny_dir: Path
     assert all(0 < s < 10 for s in seconds.values())
     assert not engine.has_unfinished_requests() and engine.scheduler.kv.num_free_blocks == free
     assert worker.load().running == 0 and not worker.request_ids()
+    assert not engine.runner.batch.rows  # the runner dropped every probe's row too
     # The engine still serves afterwards: a probe request decodes as a served one would.
     request = worker.probe_request("after")
     engine.add_request(request)
