@@ -43,6 +43,13 @@ class StackedLinear(NamedTuple):
         return quantized_linear(x, self.weight, self.scale, self.bias)
 
 
+def gated_mlp(x: torch.Tensor, gate_up: StackedLinear, down: StackedLinear, sizes: list[int],
+              act: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``down(act(gate(x)) * up(x))`` with gate and up as one matmul (``sizes``: their widths)."""
+    gate, up = gate_up(x).split(sizes, dim=-1)
+    return down(act(gate) * up)
+
+
 class FusedRows:
     """Several linears over the same input as one matmul: their weights stacked row-wise in one tensor.
 
@@ -143,8 +150,7 @@ class GatedMLP(nn.Module):
         self.down = FusedRows(self.down_proj)
 
     def partial(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x)
-        return self.down.joint(self.act(gate) * up)
+        return gated_mlp(x, self.gate_up.stacked(), self.down.stacked(), self.gate_up.sizes, self.act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.tp.all_reduce(self.partial(x))

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from omnistage.layers.attention.dense import LockstepViews, lockstep_attention
-from omnistage.layers.linear import GatedMLP, StackedLinear
+from omnistage.layers.linear import GatedMLP, StackedLinear, gated_mlp
 from omnistage.layers.norm import rms_norm
 from omnistage.layers.rotary import Rotation
 from omnistage.models.decoder import Attention, Decoder, DecoderLayer
@@ -79,6 +79,5 @@ class LockstepStack:
             h = rms_norm(x, w.input_norm, w.input_eps)
             q, k, v = w.attention.rotated_qkv(w.qkv(h), w.head_norm, rotation)
             x = x + w.o(lockstep_attention(q, k, v, view, w.attention.scale).reshape(h.shape[0], -1))
-            gate, up = w.gate_up(rms_norm(x, w.post_norm, w.post_eps)).split(w.gate_up_sizes, dim=-1)
-            x = x + w.down(w.act(gate) * up)
+            x = x + gated_mlp(rms_norm(x, w.post_norm, w.post_eps), w.gate_up, w.down, w.gate_up_sizes, w.act)
         return self.decoder.norm(x)
