@@ -83,7 +83,8 @@ class RequestFlows:
     def stage_profiled(self, stage: str, step_seconds: dict[int, float]) -> None:
         """A replica's decode step time by batch size: the talker's (the stage whose frames feed a codec edge)
         tells the admission gate what one more stream costs it."""
-        if any(e.source == stage and e.model.make is None for e in self.graph.edges):
+        codec = self.graph.codec_edge()
+        if codec is not None and codec.source == stage:
             self.gate.profile(step_seconds)
 
     def tick(self) -> None:
