@@ -30,7 +30,11 @@ def test_rmsnorm_matches_transformers(dtype: torch.dtype) -> None:
     ours = RMSNorm(48, eps=1e-6).to(dtype)
     ours.load_state_dict(ref.state_dict())
     x = torch.randn(5, 3, 48).to(dtype)
-    assert torch.equal(ours(x), ref(x))
+    if dtype == torch.bfloat16:
+        assert torch.equal(ours(x), ref(x))  # the reference's order of casts, bit for bit
+    else:
+        # float32 on a CPU takes the norm by another summation (omnistage.layers.norm): rounding apart only.
+        torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("head_dim", "section"), [(16, [4, 2, 2]), (128, [24, 20, 20]), (64, [16, 8, 8])])
