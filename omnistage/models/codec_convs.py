@@ -6,9 +6,6 @@ the transposed convs, whose outputs also mix the next input step (the decoder's 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -39,6 +36,7 @@ class TrimmedConvTranspose1d(nn.Module):
         super().__init__()
         self.conv = nn.ConvTranspose1d(in_dim, out_dim, kernel, stride=stride)
         self.trim = kernel - stride
+        self.left_trim = self.trim  # samples before the causal blocks' output (a streamed decode drops them once)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.conv(x)
@@ -98,26 +96,3 @@ class DecoderBlock(nn.Module):
         for layer in self.block:
             x = layer(x)
         return x
-
-
-def conv_context_frames(upsample: Iterable[tuple[nn.Module, ConvNeXtBlock]], decoder: Iterable[nn.Module],
-                        transposed: type[nn.Module]) -> int:
-    """Frames of transformer output a codec's convolutional decoder reads behind a sample's own frame (rounded up,
-    plus one): each causal conv reaches ``left_pad`` steps back at its rate, each ``transposed`` conv of a decoder
-    block one input step. Qwen3-Omni's code2wav and Qwen3-TTS's codec decoder share this layout."""
-    rate, reach = 1, 0.0
-    for upsample_conv, convnext in upsample:
-        rate *= upsample_conv.conv.stride[0]
-        reach += convnext.dwconv.left_pad / rate
-    for layer in decoder:
-        if isinstance(layer, CausalConv1d):
-            reach += layer.left_pad / rate
-            continue
-        for sub in getattr(layer, "block", ()):
-            if isinstance(sub, transposed):
-                reach += 1 / rate
-                rate *= sub.conv.stride[0]
-            elif isinstance(sub, ResidualUnit):
-                reach += (sub.conv1.left_pad + sub.conv2.left_pad) / rate
-    return math.ceil(reach) + 1
-

@@ -1,22 +1,24 @@
 """What every streaming codec decoder shares: per-stream state kept between chunks, chunks batched across streams.
 
 A stream keeps, from its first chunk to its last (or :meth:`StreamingVocoder.drop`), the pre-transformer's
-keys/values of its last frames (:class:`KVWindow`: new frames attend exactly as in a whole pass) and the transformer
-outputs of its last ``context`` frames, which the convolutional decoder re-reads. A family's decoder says how codes
-become the transformer's input (:meth:`_features`) and which samples of a chunk's vocoded window are new
-(:meth:`_samples`); Qwen3-Omni's code2wav and Qwen3-TTS's codec decoder are the two.
+keys/values of its last frames (:class:`KVWindow`: new frames attend exactly as in a whole pass) and each conv's
+last inputs (:class:`ConvTails`: the convolutional decoder runs on the new frames only). A family's decoder says
+how codes become the transformer's input (:meth:`StreamingVocoder._features`); Qwen3-Omni's code2wav and
+Qwen3-TTS's codec decoder are the two. A chunk's samples continue the whole decode's exactly where the previous
+chunk's ended (up to float rounding), whatever the chunk boundaries.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import torch
 from torch import nn
 
+from omnistage.models.codec_conv_stream import ConvTails, StreamedConvs
 from omnistage.models.codec_transformer import KVWindow
 
 
@@ -24,7 +26,7 @@ from omnistage.models.codec_transformer import KVWindow
 class StreamState:
     windows: list[KVWindow]
     position: int = 0  # frames decoded so far
-    tail: torch.Tensor | None = None  # [hidden, <= context] transformer outputs of the last frames
+    convs: ConvTails = field(default_factory=ConvTails)
     next_chunk: int = 0
 
 
@@ -34,9 +36,9 @@ S = TypeVar("S", bound=StreamState)
 class StreamingVocoder(ABC, Generic[S]):
     """The interface :class:`omnistage.runner.GenerationRunner` drives (``decode_streams``/``drop``)."""
 
-    def __init__(self, model: nn.Module, context: int) -> None:
+    def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.context = context  # transformer output frames the convs read behind a sample's own frame
+        self.convs = StreamedConvs(model.upsample, model.decoder)
         self.streams: dict[str, S] = {}
 
     @property
@@ -50,24 +52,22 @@ class StreamingVocoder(ABC, Generic[S]):
     def decode_streams(self, stream_ids: Sequence[str], chunk_indices: Sequence[int], codes: Sequence[torch.Tensor],
                        left_contexts: Sequence[int], last: Sequence[bool]) -> list[torch.Tensor]:
         """One chunk per stream: ``codes[i]`` ``[G, T_i]`` whose first ``left_contexts[i]`` frames were in its
-        previous chunk (not needed here: the stream's state holds them) -> each chunk's samples ``[S_i]``."""
-        hidden = [self._transform(sid, idx, c[:, ctx:]) for sid, idx, c, ctx in
-                  zip(stream_ids, chunk_indices, codes, left_contexts)]
+        previous chunk (not needed here: the stream's state holds them) -> each chunk's new samples ``[S_i]``."""
+        states = [self._state(sid, idx) for sid, idx in zip(stream_ids, chunk_indices)]
+        for state in states:  # every chunk was due: only now does any stream move on
+            state.next_chunk += 1
+        hidden = [self._transform(state, c[:, ctx:]) for state, c, ctx in zip(states, codes, left_contexts)]
         lengths = [h.shape[-1] for h in hidden]
         batch = hidden[0].new_zeros(len(hidden), hidden[0].shape[0], max(lengths))  # right-padded: causal convs
         for i, h in enumerate(hidden):
             batch[i, :, :lengths[i]] = h
-        wav = self.model.vocode(batch)[:, 0]
-        out = []
-        for i, (sid, n, done) in enumerate(zip(stream_ids, lengths, last)):
-            context = n - (codes[i].shape[-1] - left_contexts[i])
-            out.append(self._samples(wav[i], context, n))
+        out = self.convs.run(batch, lengths, [state.convs for state in states])
+        for sid, done in zip(stream_ids, last):
             if done:
                 self.drop(sid)
         return out
 
-    def _transform(self, stream_id: str, chunk_index: int, codes: torch.Tensor) -> torch.Tensor:
-        """Transformer outputs ``[hidden, context + n]`` of the stream's kept frames and the chunk's new ones."""
+    def _state(self, stream_id: str, chunk_index: int) -> S:
         state = self.streams.get(stream_id)
         if state is None:
             if chunk_index != 0:
@@ -75,13 +75,14 @@ class StreamingVocoder(ABC, Generic[S]):
             state = self.streams[stream_id] = self._new_state()
         if chunk_index != state.next_chunk:
             raise ValueError(f"{stream_id}: chunk {chunk_index} arrived, chunk {state.next_chunk} was due")
+        return state
+
+    def _transform(self, state: S, codes: torch.Tensor) -> torch.Tensor:
+        """Transformer outputs ``[hidden, n]`` of the chunk's new frames."""
         features = self._features(state, codes)  # [1, n, hidden]
         new = self.model.pre_transformer(features, state.windows, state.position)[0].T  # [hidden, n]
-        joined = new if state.tail is None else torch.cat([state.tail, new], dim=1)
-        state.tail = joined[:, -self.context:]
         state.position += codes.shape[-1]
-        state.next_chunk += 1
-        return joined
+        return new
 
     @abstractmethod
     def _new_state(self) -> S: ...
@@ -89,8 +90,3 @@ class StreamingVocoder(ABC, Generic[S]):
     @abstractmethod
     def _features(self, state: S, codes: torch.Tensor) -> torch.Tensor:
         """The pre-transformer's input ``[1, n, hidden]`` for a chunk's new codes ``[G, n]``."""
-
-    @abstractmethod
-    def _samples(self, wav: torch.Tensor, context: int, n: int) -> torch.Tensor:
-        """The chunk's new samples of its vocoded window ``wav`` (``context`` kept frames, then new ones, ``n``
-        frames in all)."""

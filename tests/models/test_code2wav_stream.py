@@ -11,7 +11,7 @@ import torch
 
 from omnistage.models.qwen3_omni.code2wav import Code2Wav, load_code2wav
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
-from omnistage.models.qwen3_omni.code2wav_stream import StreamingCode2Wav, conv_context_frames
+from omnistage.models.qwen3_omni.code2wav_stream import StreamingCode2Wav
 
 # fp32 samples of order 0.1: whole vs chunked run other shapes (rounding only); a chunk decoded without the
 # stream's history differs by ~1e-2 (tested below), four orders above this.
@@ -80,6 +80,15 @@ def test_out_of_order_or_unknown_chunks_are_errors_and_drop_frees(model: Code2Wa
     assert "x" not in vocoder.streams
 
 
-def test_conv_context_covers_the_real_rates(model: Code2Wav) -> None:
-    """~9.4 frames of reach for upsampling (2, 2) and rates (8, 5, 4, 3), the real model's: 11 with the margin."""
-    assert conv_context_frames(model) == 11
+def test_a_stream_keeps_a_bounded_state_and_convs_read_only_new_frames(model: Code2Wav) -> None:
+    """Each conv keeps its kernel's reach, not the stream: the kept inputs stay the same size from chunk to chunk,
+    and one-frame chunks (shorter than several convs' reach at their rate) still join into the whole decode."""
+    codes = _codes(24, seed=5)
+    vocoder = StreamingCode2Wav(model)
+    sizes = []
+    for i in range(24):
+        vocoder.decode_streams(["s"], [i], [codes[:, i:i + 1]], [0], [False])
+        sizes.append(sum(t.numel() for t in vocoder.streams["s"].convs.tensors))
+    assert len(set(sizes)) == 1 and sizes[0] > 0
+    whole = model(codes[None])[0, 0]
+    torch.testing.assert_close(_stream(StreamingCode2Wav(model), "t", codes, [1] * 24, context=4), whole, **TOL)

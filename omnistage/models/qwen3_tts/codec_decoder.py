@@ -105,6 +105,8 @@ class CausalConvTranspose1d(nn.Module):
     """Upsampling by ``stride`` with the ``kernel - stride`` overhang cut on the right: L steps -> L * stride,
     output ``j`` reading input steps ``<= j // stride``."""
 
+    left_trim = 0  # its output is the causal blocks themselves (see omnistage.models.codec_conv_stream)
+
     def __init__(self, in_dim: int, out_dim: int, kernel: int, stride: int) -> None:
         super().__init__()
         self.conv = nn.ConvTranspose1d(in_dim, out_dim, kernel, stride=stride)

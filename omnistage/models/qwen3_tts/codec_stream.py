@@ -5,8 +5,8 @@ past, kept between chunks:
 - the dequantised latents of its last 2 frames (the kernel-3 ``pre_conv`` reads them);
 - per transformer layer the keys/values of its last ``sliding_window - 1`` frames (:class:`KVWindow`), so new
   frames attend exactly as in a whole pass (positions continue);
-- the transformer outputs of its last few frames, enough for the convolutional decoder's receptive field
-  (:func:`conv_context_frames`, 11 frames at the real rates), which the convs re-read as context.
+- per conv of the decoder its last inputs (:mod:`omnistage.models.codec_conv_stream`), so the convs run on the
+  new frames only.
 A chunk of ``n`` new frames then yields the whole decode's samples ``[start * 1920, (start + n) * 1920)``.
 State lives from a stream's first chunk to its last (or :meth:`drop`). The interface is the one
 :class:`omnistage.runner.GenerationRunner` drives (``decode_streams``/``drop``).
@@ -21,14 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from omnistage.models.codec_convs import conv_context_frames as codec_context_frames
 from omnistage.models.codec_stream import StreamingVocoder, StreamState
-from omnistage.models.qwen3_tts.codec_decoder import CausalConvTranspose1d, CodecDecoder
-
-
-def conv_context_frames(model: CodecDecoder) -> int:
-    """Frames of transformer output the conv decoder reads behind a sample's own frame."""
-    return codec_context_frames(model.upsample, model.decoder, CausalConvTranspose1d)
+from omnistage.models.qwen3_tts.codec_decoder import CodecDecoder
 
 
 @dataclass
@@ -40,7 +34,7 @@ class StreamingCodecDecoder(StreamingVocoder[CodecStreamState]):
     """The 12 Hz decoder as a streaming vocoder stage uses it: per-stream state, chunks in order, exact joins."""
 
     def __init__(self, model: CodecDecoder) -> None:
-        super().__init__(model, conv_context_frames(model))
+        super().__init__(model)
         self.conv_reach = model.pre_conv.left_pad
 
     def decode(self, stream_id: str, chunk_index: int, codes: torch.Tensor, last: bool = False) -> torch.Tensor:
@@ -57,6 +51,3 @@ class StreamingCodecDecoder(StreamingVocoder[CodecStreamState]):
         joined = latents if state.latents is None else torch.cat([state.latents, latents], dim=1)
         state.latents = joined[:, -self.conv_reach:]
         return model.pre_conv(joined[None])[:, :, -codes.shape[-1]:].transpose(1, 2)  # the new frames only
-
-    def _samples(self, wav: torch.Tensor, context: int, n: int) -> torch.Tensor:
-        return wav[context * self.samples_per_frame:n * self.samples_per_frame]
