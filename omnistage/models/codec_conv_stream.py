@@ -68,6 +68,9 @@ class StreamedConvs:
         self.layers: list[nn.Module] = [m for pair in upsample for m in pair]
         for layer in decoder:
             self.layers.extend(getattr(layer, "block", [layer]))  # a decoder block: its layers in order
+        unknown = [type(m).__name__ for m in self.layers if not _streamable(m)]
+        if unknown:  # refused when the stage starts, not at a stream's first chunk
+            raise TypeError(f"no streamed form for {sorted(set(unknown))}")
 
     @torch.inference_mode()
     def run(self, hidden: torch.Tensor, lengths: Sequence[int],
@@ -97,6 +100,11 @@ class StreamedConvs:
         if isinstance(conv, nn.ConvTranspose1d):
             return _transposed(conv, getattr(layer, "left_trim", 0), x, rows)
         raise TypeError(f"no streamed form for {type(layer).__name__}")
+
+
+def _streamable(layer: nn.Module) -> bool:
+    return isinstance(layer, (SnakeBeta, CausalConv1d, ConvNeXtBlock, ResidualUnit)) \
+        or isinstance(getattr(layer, "conv", None), nn.ConvTranspose1d)
 
 
 def _causal(conv: nn.Conv1d, x: torch.Tensor, rows: _Rows) -> torch.Tensor:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
+from omnistage.models.codec_conv_stream import StreamedConvs
 from omnistage.models.qwen3_omni.code2wav import Code2Wav, load_code2wav
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.code2wav_stream import StreamingCode2Wav
@@ -92,3 +94,8 @@ def test_a_stream_keeps_a_bounded_state_and_convs_read_only_new_frames(model: Co
     assert len(set(sizes)) == 1 and sizes[0] > 0
     whole = model(codes[None])[0, 0]
     torch.testing.assert_close(_stream(StreamingCode2Wav(model), "t", codes, [1] * 24, context=4), whole, **TOL)
+
+
+def test_a_decoder_with_a_layer_it_cannot_stream_is_refused_up_front() -> None:
+    with pytest.raises(TypeError, match="no streamed form for \\['Conv1d'\\]"):
+        StreamedConvs([], [nn.Conv1d(2, 2, 3)])
