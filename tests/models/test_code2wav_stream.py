@@ -12,8 +12,8 @@ from torch import nn
 
 from omnistage.models.codec_conv_stream import StreamedConvs
 from omnistage.models.qwen3_omni.code2wav import Code2Wav, load_code2wav
-from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.code2wav_stream import StreamingCode2Wav
+from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 
 # fp32 samples of order 0.1: whole vs chunked run other shapes (rounding only); a chunk decoded without the
 # stream's history differs by ~1e-2 (tested below), four orders above this.
