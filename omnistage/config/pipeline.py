@@ -112,6 +112,9 @@ class EdgeSpec:
 class StreamingSpec:
     codec_chunk_frames: int = 25
     initial_codec_chunk_frames: int = 10
+    # Frames a chunk repeats from the one before, for a vocoder that decodes each chunk alone (transformers'
+    # chunked_decode uses 25). Both families' streaming vocoders keep each stream's state and their presets say 0:
+    # context frames would only be sent, and counted by the chunk planner, for nothing.
     codec_left_context_frames: int = 25
     # A new audio request waits while the running streams' real-time factor, with it added, would pass this
     # (so running streams never degrade into underruns); 0 admits every request at once.
