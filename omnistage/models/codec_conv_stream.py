@@ -15,8 +15,9 @@ over other lengths), and rows of a batch are independent: padded on the right, w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -61,16 +62,18 @@ class _Rows:
         return joined
 
 
+Step = Callable[[torch.Tensor, _Rows], torch.Tensor]
+
+
 class StreamedConvs:
     """Runs a decoder's ``upsample`` pairs and ``decoder`` layers (as its ``vocode`` does) chunk by chunk."""
 
     def __init__(self, upsample: Iterable[Sequence[nn.Module]], decoder: Iterable[nn.Module]) -> None:
-        self.layers: list[nn.Module] = [m for pair in upsample for m in pair]
+        layers: list[nn.Module] = [m for pair in upsample for m in pair]
         for layer in decoder:
-            self.layers.extend(getattr(layer, "block", [layer]))  # a decoder block: its layers in order
-        unknown = [type(m).__name__ for m in self.layers if not _streamable(m)]
-        if unknown:  # refused when the stage starts, not at a stream's first chunk
-            raise TypeError(f"no streamed form for {sorted(set(unknown))}")
+            layers.extend(getattr(layer, "block", [layer]))  # a decoder block: its layers in order
+        # Each layer's streamed form, chosen once: a layer without one is refused when the stage starts.
+        self.steps = [_step(layer) for layer in layers]
 
     @torch.inference_mode()
     def run(self, hidden: torch.Tensor, lengths: Sequence[int],
@@ -79,32 +82,36 @@ class StreamedConvs:
         each row's new samples, clamped to [-1, 1]; ``tails[i]``: row i's stream, updated."""
         rows = _Rows(lengths, tails)
         x = hidden
-        for layer in self.layers:
-            x = self._layer(layer, x, rows)
+        for step in self.steps:
+            x = step(x, rows)
         wav = x[:, 0].clamp(min=-1.0, max=1.0)
         return [wav[i, :n] for i, n in enumerate(rows.lengths)]
 
-    def _layer(self, layer: nn.Module, x: torch.Tensor, rows: _Rows) -> torch.Tensor:
-        if isinstance(layer, SnakeBeta):
-            return layer(x)
-        if isinstance(layer, CausalConv1d):
-            return _causal(layer.conv, x, rows)
-        if isinstance(layer, ConvNeXtBlock):
-            h = _causal(layer.dwconv.conv, x, rows).transpose(1, 2)
-            h = layer.pwconv2(F.gelu(layer.pwconv1(layer.norm(h))))
-            return x + (layer.gamma * h).transpose(1, 2)
-        if isinstance(layer, ResidualUnit):
-            h = _causal(layer.conv1.conv, layer.act1(x), rows)
-            return x + _causal(layer.conv2.conv, layer.act2(h), rows)
-        conv = getattr(layer, "conv", None)
-        if isinstance(conv, nn.ConvTranspose1d):
-            return _transposed(conv, getattr(layer, "left_trim", 0), x, rows)
-        raise TypeError(f"no streamed form for {type(layer).__name__}")
+
+def _step(layer: nn.Module) -> Step:
+    if isinstance(layer, SnakeBeta):
+        return lambda x, rows: layer(x)
+    if isinstance(layer, CausalConv1d):
+        return lambda x, rows: _causal(layer.conv, x, rows)
+    if isinstance(layer, ConvNeXtBlock):
+        return partial(_convnext, layer)
+    if isinstance(layer, ResidualUnit):
+        return partial(_residual, layer)
+    conv = getattr(layer, "conv", None)
+    if isinstance(conv, nn.ConvTranspose1d):
+        return partial(_transposed, conv, getattr(layer, "left_trim", 0))
+    raise TypeError(f"no streamed form for {type(layer).__name__}")
 
 
-def _streamable(layer: nn.Module) -> bool:
-    return isinstance(layer, (SnakeBeta, CausalConv1d, ConvNeXtBlock, ResidualUnit)) \
-        or isinstance(getattr(layer, "conv", None), nn.ConvTranspose1d)
+def _convnext(block: ConvNeXtBlock, x: torch.Tensor, rows: _Rows) -> torch.Tensor:
+    h = _causal(block.dwconv.conv, x, rows).transpose(1, 2)
+    h = block.pwconv2(F.gelu(block.pwconv1(block.norm(h))))
+    return x + (block.gamma * h).transpose(1, 2)
+
+
+def _residual(unit: ResidualUnit, x: torch.Tensor, rows: _Rows) -> torch.Tensor:
+    h = _causal(unit.conv1.conv, unit.act1(x), rows)
+    return x + _causal(unit.conv2.conv, unit.act2(h), rows)
 
 
 def _causal(conv: nn.Conv1d, x: torch.Tensor, rows: _Rows) -> torch.Tensor:
