@@ -36,7 +36,11 @@ class TrimmedConvTranspose1d(nn.Module):
         super().__init__()
         self.conv = nn.ConvTranspose1d(in_dim, out_dim, kernel, stride=stride)
         self.trim = kernel - stride
-        self.left_trim = self.trim  # samples before the causal blocks' output (a streamed decode drops them once)
+
+    @property
+    def left_trim(self) -> int:
+        """Samples before the causal blocks' output: a streamed decode drops them once."""
+        return self.trim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.conv(x)
