@@ -190,7 +190,12 @@ def test_every_stage_replicated_serves_concurrent_requests() -> None:
 
     data = small_dict(talker_replicas=2, talker_frames=10)
     data["stages"][0]["replicas"] = data["stages"][2]["replicas"] = 2
-    rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
+    # Routing spreads requests only while they overlap in a stage. The audio gate would start a burst one stream at
+    # a time (what it is for, tested elsewhere), and a talker as fast as the thinker would let a request leave
+    # code2wav before the next one's first chunk arrives on a loaded host. Without the gate all six start at once,
+    # and each talker replica's batch makes its requests' frames in the same steps, 10 ms apart.
+    data["streaming"]["admission_rtf_limit"] = 0
+    rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, 0.01), None, fakes.GROUPS,
                          PipelineOptions(in_process=True))
     try:
         outputs = {f"r{i}": queue.Queue() for i in range(6)}
