@@ -1,10 +1,11 @@
 """Playback-aware chunking: each code2wav chunk as large as the stream's player allows.
 
-A small chunk starts audio sooner, a large one costs less per frame (each chunk re-decodes its left context, and
-each vocoder call has a fixed cost). Which is right changes during a stream: the first chunk must be small (time
-to first audio); after it, the player holds what was delivered, and the next chunk may grow as long as it is
-decoded and back before the player runs dry. Fixed sizes get this wrong at realistic widths: a 10-frame first
-chunk holds 0.8 s of audio, and making and decoding a 25-frame second chunk can take longer than that.
+A small chunk starts audio sooner, a large one costs less per frame (each vocoder call has a fixed cost, and a
+configured left context is re-decoded with every chunk; the presets' stateful vocoders need none). Which is right
+changes during a stream: the first chunk must be small (time to first audio); after it, the player holds what was
+delivered, and the next chunk may grow as long as it is decoded and back before the player runs dry. Fixed sizes
+get this wrong at realistic widths: a 10-frame first chunk holds 0.8 s of audio, and making and decoding a 25-frame
+second chunk can take longer than that.
 
 So the planner decides, each time talker frames arrive, how many frames the next chunk takes, from
 - the player's state (:class:`Playback`: audio delivered minus wall time since it started, plus audio in flight),
