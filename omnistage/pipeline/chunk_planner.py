@@ -13,7 +13,10 @@ So the planner decides, each time talker frames arrive, how many frames the next
   frame, context included (chunk send → audio back, queueing included); a stream without its own measurements
   yet uses the pipeline's (:class:`StagePaces`), and before anything is measured, conservative defaults.
 Waiting for ``k`` more frames and decoding ``m`` new frames (plus ``c`` of context) takes ``k * talker +
-(m + c) * vocoder`` seconds; the chunk is the largest ``m <= max_frames`` that fits a share of the slack.
+(m + c) * vocoder`` seconds; the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It may
+be smaller than the first chunk when the slack shrank since the last cut (the talker slowed: another stream's
+prefill), down to the smallest chunk the vocoder keeps up with (from the measured round trip of a chunk); a
+stream already behind its player takes first-chunk sizes, so its pauses are few rather than one per frame.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class StagePaces:
 
     talker_frame_s: Pace = field(default_factory=Pace)
     vocoder_frame_s: Pace = field(default_factory=Pace)
+    vocoder_chunk_s: Pace = field(default_factory=Pace)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class PlaybackPlanner:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.bounds, self.playback, self.stage, self.clock = bounds, playback, stage, clock
         self.talker, self.vocoder = Pace(), Pace()
+        self.chunk_s = Pace()  # wall seconds from sending a chunk to its audio, whatever its size
         self._frames_at: float | None = None
         self._sent: dict[int, tuple[float, int]] = {}  # chunk index -> (sent at, frames decoded incl. context)
         self._cut = 0  # new frames in chunks so far: the next chunk's context is min(left_context, this)
@@ -96,12 +101,25 @@ class PlaybackPlanner:
             per_frame = (now - sent[0]) / sent[1]
             self.vocoder.add(per_frame)
             self.stage.vocoder_frame_s.add(per_frame)
+            self.chunk_s.add(now - sent[0])
+            self.stage.vocoder_chunk_s.add(now - sent[0])
 
     def paces(self) -> tuple[float, float]:
         """(talker, vocoder) seconds per frame: this stream's, else the pipeline's, else the defaults."""
         talker = self.talker.value or self.stage.talker_frame_s.value or DEFAULT_TALKER_FRAME_S
         vocoder = self.vocoder.value or self.stage.vocoder_frame_s.value or DEFAULT_VOCODER_FRAME_S
         return talker, vocoder
+
+    def min_frames(self) -> int:
+        """The smallest chunk the vocoder keeps up with: one whose audio lasts longer than (``safety`` of) what a
+        chunk takes to come back. A smaller chunk costs no more than the chunks measured (a chunk's cost grows
+        with its frames), so ``chunk seconds / (safety * frame)`` frames always suffice: one frame where calls are
+        cheap, several where each call re-decodes context or queues behind others. Before any chunk came back:
+        the first chunk's size."""
+        cost = self.chunk_s.value or self.stage.vocoder_chunk_s.value
+        if cost is None:
+            return self.bounds.first_frames
+        return min(max(math.ceil(cost / (self.bounds.safety * FRAME_S)), 1), self.bounds.first_frames)
 
     # Sizing ---------------------------------------------------------------------------------------
     def size(self, index: int, pending: int) -> int:
@@ -115,9 +133,12 @@ class PlaybackPlanner:
         context = min(b.left_context, self._cut)
         ready = pending - 1  # cuttable now: one frame always stays back for the final chunk
         if ready >= 1 and vocoder * (ready + context) > slack:
-            best = math.floor(slack / vocoder - context)  # behind: no time to wait, nor to decode all
-        else:  # waiting for more frames pays off while they arrive and decode in time
-            best = max(ready, math.floor((slack + ready * talker - vocoder * context) / (talker + vocoder)))
-        # Never below the first chunk's size: behind the player, tiny chunks would spend the vocoder on context
-        # and per-call cost, and fall further behind.
-        return min(max(best, b.first_frames), b.max_frames)
+            # Behind: the player runs dry whatever is cut. Chunks of the first one's size make its pauses few
+            # and whole (a rebuffer) instead of one per frame.
+            return min(max(math.floor(slack / vocoder - context), b.first_frames), b.max_frames)
+        # Waiting for more frames pays off while they arrive and decode in time; not past that, even below the
+        # first chunk's size (a talker slowed after the last cut, by another stream's prefill, leaves less time
+        # than planned), down to what the vocoder keeps up with: tinier chunks would spend it on context and
+        # per-call cost, and fall behind.
+        best = max(ready, math.floor((slack + ready * talker - vocoder * context) / (talker + vocoder)))
+        return min(max(best, self.min_frames()), b.max_frames)

@@ -8,14 +8,16 @@ and pauses when it runs dry (``Playback``), which counts the stalls.
 from __future__ import annotations
 
 import heapq
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 import torch
 
+from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker
 from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
 from omnistage.pipeline.playback import FRAME_S, Playback
-from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker
 
 FIRST, MAX, CONTEXT = 10, 25, 25
 
@@ -27,19 +29,21 @@ class Run:
     audio_s: float
 
 
-def simulate(talker_rtf: float, frames: int = 300, call_s: float = 0.12, frame_cost_s: float = 0.012,
-             planned: bool = True) -> Run:
-    """One stream of ``frames`` frames. The defaults make a 25-frame chunk with 25 frames of context take 0.72 s
-    to decode: more than the 0.8 s a first 10-frame chunk holds once the talker's 2 s for 25 frames are added."""
+def simulate(talker_rtf: float | Callable[[int], float], frames: int = 300, call_s: float = 0.12,
+             frame_cost_s: float = 0.012, planned: bool = True, context: int = CONTEXT) -> Run:
+    """One stream of ``frames`` frames; ``talker_rtf`` may vary by frame index. The defaults make a 25-frame
+    chunk with 25 frames of context take 0.72 s to decode: more than the 0.8 s a first 10-frame chunk holds once
+    the talker's 2 s for 25 frames are added."""
     clock = [0.0]
     playback = Playback()
-    plan = ChunkPlan(chunk_frames=MAX, left_context=CONTEXT, first_chunk_frames=FIRST, seamless=True)
-    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, CONTEXT), playback, StagePaces(), clock=lambda: clock[0])
+    plan = ChunkPlan(chunk_frames=MAX, left_context=context, first_chunk_frames=FIRST, seamless=True)
+    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, context), playback, StagePaces(), clock=lambda: clock[0])
+    rtf = talker_rtf if callable(talker_rtf) else lambda _: talker_rtf
     chunker = FrameChunker("s", plan, num_groups=1, sizer=planner if planned else None)
     deliveries: list[tuple[float, int, int]] = []  # (time, chunk index, new frames)
     vocoder_free, sizes = 0.0, []
 
-    def send(jobs: list) -> None:  # noqa: ANN001
+    def send(jobs: list) -> None:
         nonlocal vocoder_free
         for job in jobs:
             total, new = job.codes.shape[1], job.codes.shape[1] - job.left_context
@@ -56,8 +60,9 @@ def simulate(talker_rtf: float, frames: int = 300, call_s: float = 0.12, frame_c
             playback.delivered(done, new * FRAME_S)
             planner.chunk_returned(index, done)
 
+    arrival = 0.0
     for j in range(frames):
-        arrival = (j + 1) * talker_rtf * FRAME_S
+        arrival += rtf(j) * FRAME_S
         deliver_until(arrival)
         clock[0] = arrival
         planner.frames_arrived(arrival, 1)
@@ -96,6 +101,55 @@ def test_a_talker_slower_than_real_time_stalls_boundedly_and_says_so() -> None:
     assert run.playback.stall_s <= unavoidable + 1.5
     fixed = simulate(talker_rtf=1.2, planned=False)
     assert run.playback.stall_s <= fixed.playback.stall_s + 0.5
+
+
+def _slowed(base: float, slow: float, start: int, end: int) -> Callable[[int], float]:
+    return lambda j: slow if start <= j < end else base
+
+
+CHEAP = {"call_s": 0.005, "frame_cost_s": 0.002, "context": 0}  # a stateful vocoder: no context, a small call cost
+
+
+@pytest.mark.parametrize(("base", "slow", "start", "end"), [(0.5, 1.2, 10, 25), (0.6, 1.2, 12, 30), (0.5, 1.4, 10, 20)])
+def test_a_talker_slowed_after_the_first_chunk_does_not_stall_the_player(base: float, slow: float, start: int,
+                                                                        end: int) -> None:
+    """Another stream's prefill slows the talker right after this stream's first chunk: the second chunk is cut
+    when waiting longer would starve the player, below the first chunk's size where needed (the vocoder keeps up
+    with small chunks), instead of waiting for a first chunk's worth of frames."""
+    run = simulate(_slowed(base, slow, start, end), **CHEAP)
+    assert run.playback.stalls == 0
+    assert min(run.sizes[1:-1]) < FIRST  # it took smaller chunks to get there
+    assert len(run.sizes) < 300 / 10  # and grew them again once the talker recovered
+
+
+def test_far_behind_the_player_pauses_seldom() -> None:
+    """At 1.2x real time every plan stalls; chunks of the first one's size make the pauses few (a rebuffer),
+    not one per frame, even where one-frame chunks would be cheap."""
+    run = simulate(talker_rtf=1.2, **CHEAP)
+    assert 0 < run.playback.stalls <= 10
+    assert run.playback.stall_s <= 0.2 * run.audio_s + 1.5
+
+
+def test_smallest_chunk_follows_what_chunks_cost() -> None:
+    """Chunks never get smaller than the vocoder keeps up with: a chunk must hold more audio than (``safety`` of)
+    a chunk's measured round trip."""
+    clock = [0.0]
+    bounds = ChunkBounds(FIRST, MAX, 0)
+    planner = PlaybackPlanner(bounds, Playback(), StagePaces(), clock=lambda: clock[0])
+    assert planner.min_frames() == FIRST  # nothing measured: the first chunk's size
+    planner.chunk_sent(0, 0.0, FIRST, FIRST)
+    planner.chunk_returned(0, 0.3)  # 0.3 s a chunk: five frames (0.4 s of audio) are the least that keep up
+    assert planner.min_frames() == math.ceil(0.3 / (bounds.safety * FRAME_S)) == 5
+    cheap = PlaybackPlanner(bounds, Playback(), planner.stage, clock=lambda: clock[0])
+    assert cheap.min_frames() == 5  # a new stream starts from what the pipeline measured
+    for i in range(30):
+        cheap.chunk_sent(i, float(i), 2, 2)
+        cheap.chunk_returned(i, i + 0.01)
+    assert cheap.min_frames() == 1
+    slow = PlaybackPlanner(bounds, Playback(), StagePaces(), clock=lambda: clock[0])
+    slow.chunk_sent(0, 0.0, FIRST, FIRST)
+    slow.chunk_returned(0, 5.0)
+    assert slow.min_frames() == FIRST  # never above the first chunk's size
 
 
 def test_bounds_are_validated() -> None:
