@@ -8,11 +8,12 @@ import time
 import numpy as np
 import pytest
 
+from omnistage.config.pipeline import parse_pipeline
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.processing.prompt import ProcessedPrompt
 from tests.pipeline import fakes
-from tests.pipeline.specs import small_spec
+from tests.pipeline.specs import small_dict, small_spec
 
 AUDIO = frozenset({Modality.TEXT, Modality.AUDIO})
 
@@ -32,8 +33,9 @@ def _collect(outputs: queue.Queue, timeout: float = 10.0) -> list[OmniOutput]:
 @pytest.fixture
 def runtime():
     fakes.INSTANCES.clear()
-    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_replicas=2, talker_frames=10)), fakes.fake_factories(0.001, 0.001), None,
-                         fakes.GROUPS, PipelineOptions(in_process=True))
+    spec = parse_pipeline(small_dict(talker_replicas=2, talker_frames=10, gated=False))
+    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
+                         PipelineOptions(in_process=True))
     yield rt
     rt.close()
 
@@ -107,9 +109,6 @@ def test_failed_stage_input_fails_only_its_request(runtime: PipelineRuntime) -> 
 
 
 def test_text_only_pipeline_rejects_audio_requests() -> None:
-    from omnistage.config.pipeline import parse_pipeline
-    from tests.pipeline.specs import small_dict
-
     data = small_dict()
     data["stages"], data["edges"] = data["stages"][:1], []
     rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(), None, fakes.GROUPS,
@@ -185,18 +184,12 @@ def test_close_ends_requests_in_flight() -> None:
 
 
 def test_every_stage_replicated_serves_concurrent_requests() -> None:
-    from omnistage.config.pipeline import parse_pipeline
-    from tests.pipeline.specs import small_dict
-
-    data = small_dict(talker_replicas=2, talker_frames=10)
+    data = small_dict(talker_replicas=2, talker_frames=10, gated=False)
     data["stages"][0]["replicas"] = data["stages"][2]["replicas"] = 2
-    # Routing spreads requests only while they overlap in a stage. The audio gate would start a burst one stream at
-    # a time (what it is for, tested elsewhere), and a talker as fast as the thinker would let a request leave
-    # code2wav before the next one's first chunk arrives on a loaded host. Without the gate all six start at once,
-    # and each talker replica's batch makes its requests' frames in the same steps, 10 ms apart.
-    data["streaming"]["admission_rtf_limit"] = 0
-    rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, 0.01), None, fakes.GROUPS,
-                         PipelineOptions(in_process=True))
+    # A talker as fast as the thinker would let a request leave code2wav before the next one's first chunk arrives
+    # on a loaded host: each talker replica's batch makes its requests' frames in the same steps, 10 ms apart.
+    rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, 0.01), None,
+                         fakes.GROUPS, PipelineOptions(in_process=True))
     try:
         outputs = {f"r{i}": queue.Queue() for i in range(6)}
         for rid, q in outputs.items():

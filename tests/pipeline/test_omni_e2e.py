@@ -114,7 +114,7 @@ def test_async_omni_is_the_servers_engine(omni: Omni) -> None:
 def test_two_talker_replicas_share_concurrent_requests(tiny_dir: Path, tmp_path: Path) -> None:
     import threading
 
-    config = write_spec(tmp_path, small_dict(talker_replicas=2, talker_frames=16))
+    config = write_spec(tmp_path, small_dict(talker_replicas=2, talker_frames=16, gated=False))
     with Omni(tiny_dir, config, options=PipelineOptions(in_process=True, talker_min_new_tokens=8)) as omni:
         requests = [omni.request(PROMPT, ["text", "audio"], max_tokens=64, ignore_eos=True, seed=i)
                     for i in range(2)]
