@@ -16,7 +16,7 @@ Waiting for ``k`` more frames and decoding ``m`` new frames (plus ``c`` of conte
 (m + c) * vocoder`` seconds; the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It may
 be smaller than the first chunk when the slack shrank since the last cut (the talker slowed: another stream's
 prefill), down to the smallest chunk the vocoder keeps up with (from the measured round trip of a chunk); a
-stream already behind its player takes first-chunk sizes, so its pauses are few rather than one per frame.
+stream whose player ran dry takes first-chunk sizes, so its pauses are few rather than one per frame.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class PlaybackPlanner:
         self.talker, self.vocoder = Pace(), Pace()
         self.chunk_s = Pace()  # wall seconds from sending a chunk to its audio, whatever its size
         self._frames_at: float | None = None
+        self._latest_frame_s: float | None = None  # the newest talker sample
         self._sent: dict[int, tuple[float, int]] = {}  # chunk index -> (sent at, frames decoded incl. context)
         self._cut = 0  # new frames in chunks so far: the next chunk's context is min(left_context, this)
 
@@ -88,6 +89,7 @@ class PlaybackPlanner:
         if self._frames_at is not None:
             per_frame = (now - self._frames_at) / count
             self.talker.add(per_frame)
+            self._latest_frame_s = per_frame
             self.stage.talker_frame_s.add(per_frame)
         self._frames_at = now
 
@@ -105,8 +107,13 @@ class PlaybackPlanner:
             self.stage.vocoder_chunk_s.add(now - sent[0])
 
     def paces(self) -> tuple[float, float]:
-        """(talker, vocoder) seconds per frame: this stream's, else the pipeline's, else the defaults."""
+        """(talker, vocoder) seconds per frame: this stream's, else the pipeline's, else the defaults. A stream's
+        talker pace is the slower of its average and its newest frame: the talker slows at once when other
+        streams start (their prefills), and an average that takes frames to follow would plan a chunk for a pace
+        that is gone."""
         talker = self.talker.value or self.stage.talker_frame_s.value or DEFAULT_TALKER_FRAME_S
+        if self.talker.value is not None and self._latest_frame_s is not None:
+            talker = max(talker, self._latest_frame_s)
         vocoder = self.vocoder.value or self.stage.vocoder_frame_s.value or DEFAULT_VOCODER_FRAME_S
         return talker, vocoder
 
@@ -133,9 +140,11 @@ class PlaybackPlanner:
         context = min(b.left_context, self._cut)
         ready = pending - 1  # cuttable now: one frame always stays back for the final chunk
         if ready >= 1 and vocoder * (ready + context) > slack:
-            # Behind: the player runs dry whatever is cut. Chunks of the first one's size make its pauses few
-            # and whole (a rebuffer) instead of one per frame.
-            return min(max(math.floor(slack / vocoder - context), b.first_frames), b.max_frames)
+            # Behind: no time to wait, nor to decode all. While the player still plays, what is ready goes now
+            # (the sooner it arrives, the shorter the pause); once it ran dry, chunks of the first one's size make
+            # its pauses few and whole (a rebuffer) instead of one per frame.
+            floor = b.first_frames if self.playback.buffered_s(now) <= 0 else self.min_frames()
+            return min(max(math.floor(slack / vocoder - context), floor), b.max_frames)
         # Waiting for more frames pays off while they arrive and decode in time; not past that, even below the
         # first chunk's size (a talker slowed after the last cut, by another stream's prefill, leaves less time
         # than planned), down to what the vocoder keeps up with: tinier chunks would spend it on context and

@@ -152,6 +152,25 @@ def test_smallest_chunk_follows_what_chunks_cost() -> None:
     assert slow.min_frames() == FIRST  # never above the first chunk's size
 
 
+def test_behind_a_playing_player_what_is_ready_goes_now_and_a_dry_one_rebuffers() -> None:
+    """Nearly out of audio and too late to wait for more frames: while the player still plays, a chunk goes now,
+    however small (the sooner it arrives, the shorter the pause); once it ran dry, a first-size chunk (few, whole
+    pauses)."""
+    clock = [10.0]
+    playback = Playback()
+    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, 0), playback, StagePaces(), clock=lambda: clock[0])
+    for t in (9.0, 9.1, 9.2):
+        planner.frames_arrived(t, 1)  # 0.1 s a frame: a slowed talker
+    planner.chunk_sent(0, 9.0, FIRST, FIRST)
+    planner.chunk_returned(0, 9.02)  # a cheap vocoder: 2 ms a frame, any chunk size keeps up
+    assert planner.min_frames() == 1
+    playback.delivered(9.02, 1.08)  # the player runs dry at 10.1
+    clock[0] = 10.05  # 50 ms of audio left: behind, and five frames are ready
+    assert planner.size(1, pending=6) <= 5  # cut now (the chunker cuts once more frames than this are pending)
+    clock[0] = 10.3  # it ran dry
+    assert planner.size(1, pending=6) == FIRST
+
+
 def test_bounds_are_validated() -> None:
     with pytest.raises(ValueError):
         ChunkBounds(0, 25, 25)
