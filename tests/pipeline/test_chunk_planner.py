@@ -171,6 +171,18 @@ def test_behind_a_playing_player_what_is_ready_goes_now_and_a_dry_one_rebuffers(
     assert planner.size(1, pending=6) == FIRST
 
 
+def test_a_slower_newest_frame_sets_the_talker_pace_at_once() -> None:
+    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, 0), Playback(), StagePaces())
+    for t in (0.0, 0.04, 0.08, 0.12):
+        planner.frames_arrived(t, 1)
+    assert planner.paces()[0] == pytest.approx(0.04)
+    planner.frames_arrived(0.32, 1)  # other streams' prefills: the talker slowed to 0.2 s a frame
+    assert planner.talker.value < 0.1  # the average follows slowly
+    assert planner.paces()[0] == pytest.approx(0.2)  # sizing plans for the pace now
+    planner.frames_arrived(0.36, 1)  # faster again: the average, not the one fast frame
+    assert planner.paces()[0] == pytest.approx(planner.talker.value)
+
+
 def test_bounds_are_validated() -> None:
     with pytest.raises(ValueError):
         ChunkBounds(0, 25, 25)
