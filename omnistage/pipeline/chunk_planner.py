@@ -119,8 +119,8 @@ class PlaybackPlanner:
 
     def min_frames(self) -> int:
         """The smallest chunk the vocoder keeps up with: one whose audio lasts longer than (``safety`` of) what a
-        chunk takes to come back. A smaller chunk costs no more than the chunks measured (a chunk's cost grows
-        with its frames), so ``chunk seconds / (safety * frame)`` frames always suffice: one frame where calls are
+        chunk takes to come back. A chunk smaller than those measured costs no more than they did (a chunk's cost
+        grows with its frames), so ``chunk seconds / (safety * frame)`` frames always suffice: one frame where calls are
         cheap, several where each call re-decodes context or queues behind others. Before any chunk came back:
         the first chunk's size."""
         cost = self.chunk_s.value or self.stage.vocoder_chunk_s.value
@@ -140,11 +140,13 @@ class PlaybackPlanner:
         context = min(b.left_context, self._cut)
         ready = pending - 1  # cuttable now: one frame always stays back for the final chunk
         if ready >= 1 and vocoder * (ready + context) > slack:
-            # Behind: no time to wait, nor to decode all. While the player still plays, what is ready goes now
-            # (the sooner it arrives, the shorter the pause); once it ran dry, chunks of the first one's size make
-            # its pauses few and whole (a rebuffer) instead of one per frame.
+            # Behind: no time to wait, nor to decode all; as many frames as decode in time go now, or when none
+            # would, all that are ready, in one call (splitting them would gain a frame's decode and cost a call
+            # each). That while the player still plays: the sooner it arrives, the shorter the pause. Once it ran
+            # dry, chunks of the first one's size make its pauses few and whole (a rebuffer), not one per frame.
+            fit = math.floor(slack / vocoder - context)
             floor = b.first_frames if self.playback.buffered_s(now) <= 0 else self.min_frames()
-            return min(max(math.floor(slack / vocoder - context), floor), b.max_frames)
+            return min(max(fit if fit >= 1 else ready, floor), b.max_frames)
         # Waiting for more frames pays off while they arrive and decode in time; not past that, even below the
         # first chunk's size (a talker slowed after the last cut, by another stream's prefill, leaves less time
         # than planned), down to what the vocoder keeps up with: tinier chunks would spend it on context and

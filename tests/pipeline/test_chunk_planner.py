@@ -153,9 +153,9 @@ def test_smallest_chunk_follows_what_chunks_cost() -> None:
 
 
 def test_behind_a_playing_player_what_is_ready_goes_now_and_a_dry_one_rebuffers() -> None:
-    """Nearly out of audio and too late to wait for more frames: while the player still plays, a chunk goes now,
-    however small (the sooner it arrives, the shorter the pause); once it ran dry, a first-size chunk (few, whole
-    pauses)."""
+    """Nearly out of audio and too late to wait for more frames: while the player still plays, what is ready goes
+    now, however little (the sooner it arrives, the shorter the pause); once it ran dry, a first-size chunk (few,
+    whole pauses)."""
     clock = [10.0]
     playback = Playback()
     planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, 0), playback, StagePaces(), clock=lambda: clock[0])
@@ -166,7 +166,9 @@ def test_behind_a_playing_player_what_is_ready_goes_now_and_a_dry_one_rebuffers(
     assert planner.min_frames() == 1
     playback.delivered(9.02, 1.08)  # the player runs dry at 10.1
     clock[0] = 10.05  # 50 ms of audio left: behind, and five frames are ready
-    assert planner.size(1, pending=6) <= 5  # cut now (the chunker cuts once more frames than this are pending)
+    # Cut now, all five in one call (the chunker cuts once more frames than this are pending; 1 would make five
+    # one-frame chunks).
+    assert planner.size(1, pending=6) == 5
     clock[0] = 10.3  # it ran dry
     assert planner.size(1, pending=6) == FIRST
 
