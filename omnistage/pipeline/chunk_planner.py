@@ -112,7 +112,7 @@ class PlaybackPlanner:
         streams start (their prefills), and an average that takes frames to follow would plan a chunk for a pace
         that is gone."""
         talker = self.talker.value or self.stage.talker_frame_s.value or DEFAULT_TALKER_FRAME_S
-        if self.talker.value is not None and self._latest_frame_s is not None:
+        if self._latest_frame_s is not None:  # set with the stream's own first sample
             talker = max(talker, self._latest_frame_s)
         vocoder = self.vocoder.value or self.stage.vocoder_frame_s.value or DEFAULT_VOCODER_FRAME_S
         return talker, vocoder
