@@ -145,11 +145,13 @@ class PlaybackPlanner:
             # each). That while the player still plays: the sooner it arrives, the shorter the pause. Once it ran
             # dry, chunks of the first one's size make its pauses few and whole (a rebuffer), not one per frame.
             fit = math.floor(slack / vocoder - context)
+            best = fit if fit >= 1 else ready
             floor = b.first_frames if self.playback.buffered_s(now) <= 0 else self.min_frames()
-            return min(max(fit if fit >= 1 else ready, floor), b.max_frames)
-        # Waiting for more frames pays off while they arrive and decode in time; not past that, even below the
-        # first chunk's size (a talker slowed after the last cut, by another stream's prefill, leaves less time
-        # than planned), down to what the vocoder keeps up with: tinier chunks would spend it on context and
-        # per-call cost, and fall behind.
-        best = max(ready, math.floor((slack + ready * talker - vocoder * context) / (talker + vocoder)))
-        return min(max(best, self.min_frames()), b.max_frames)
+        else:
+            # Waiting for more frames pays off while they arrive and decode in time; not past that, even below the
+            # first chunk's size (a talker slowed after the last cut, by another stream's prefill, leaves less time
+            # than planned), down to what the vocoder keeps up with: tinier chunks would spend it on context and
+            # per-call cost, and fall behind.
+            best = max(ready, math.floor((slack + ready * talker - vocoder * context) / (talker + vocoder)))
+            floor = self.min_frames()
+        return min(max(best, floor), b.max_frames)
