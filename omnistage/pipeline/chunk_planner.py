@@ -35,13 +35,15 @@ DEFAULT_VOCODER_FRAME_S = 0.25 * FRAME_S
 
 @dataclass
 class Pace:
-    """An exponential moving average of seconds per unit; None until the first sample."""
+    """An exponential moving average of seconds per unit, and the newest sample; None until the first sample."""
 
     alpha: float = 0.3
     value: float | None = None
+    latest: float | None = None
 
     def add(self, sample: float) -> None:
         self.value = sample if self.value is None else self.value + self.alpha * (sample - self.value)
+        self.latest = sample
 
 
 @dataclass
@@ -78,7 +80,6 @@ class PlaybackPlanner:
         self.talker, self.vocoder = Pace(), Pace()
         self.chunk_s = Pace()  # wall seconds from sending a chunk to its audio, whatever its size
         self._frames_at: float | None = None
-        self._latest_frame_s: float | None = None  # the newest talker sample
         self._sent: dict[int, tuple[float, int]] = {}  # chunk index -> (sent at, frames decoded incl. context)
         self._cut = 0  # new frames in chunks so far: the next chunk's context is min(left_context, this)
 
@@ -89,7 +90,6 @@ class PlaybackPlanner:
         if self._frames_at is not None:
             per_frame = (now - self._frames_at) / count
             self.talker.add(per_frame)
-            self._latest_frame_s = per_frame
             self.stage.talker_frame_s.add(per_frame)
         self._frames_at = now
 
@@ -100,11 +100,12 @@ class PlaybackPlanner:
     def chunk_returned(self, index: int, now: float) -> None:
         sent = self._sent.pop(index, None)
         if sent is not None and sent[1] > 0:
-            per_frame = (now - sent[0]) / sent[1]
+            elapsed = now - sent[0]
+            per_frame = elapsed / sent[1]
             self.vocoder.add(per_frame)
             self.stage.vocoder_frame_s.add(per_frame)
-            self.chunk_s.add(now - sent[0])
-            self.stage.vocoder_chunk_s.add(now - sent[0])
+            self.chunk_s.add(elapsed)
+            self.stage.vocoder_chunk_s.add(elapsed)
 
     def paces(self) -> tuple[float, float]:
         """(talker, vocoder) seconds per frame: this stream's, else the pipeline's, else the defaults. A stream's
@@ -112,8 +113,8 @@ class PlaybackPlanner:
         streams start (their prefills), and an average that takes frames to follow would plan a chunk for a pace
         that is gone."""
         talker = self.talker.value or self.stage.talker_frame_s.value or DEFAULT_TALKER_FRAME_S
-        if self._latest_frame_s is not None:  # set with the stream's own first sample
-            talker = max(talker, self._latest_frame_s)
+        if self.talker.latest is not None:
+            talker = max(talker, self.talker.latest)
         vocoder = self.vocoder.value or self.stage.vocoder_frame_s.value or DEFAULT_VOCODER_FRAME_S
         return talker, vocoder
 
