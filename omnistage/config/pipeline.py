@@ -96,6 +96,11 @@ class StageSpec:
     # device on); the thinker only.
     tensor_parallel_size: int = 1
     quantization: str = "none"
+    # Added to each replica process's niceness (0-19; in-process replicas, threads, ignore it). Where the stages
+    # outnumber the cores, the one that runs far ahead of the stages after it (the thinker: its text outruns
+    # the talker's frames) then leaves the cores to the stage that paces the audio while they compete, and takes
+    # what they leave.
+    nice: int = 0
     engine: EngineSettings = field(default_factory=EngineSettings)
     sampling: StageSampling = field(default_factory=StageSampling)
     placement: PlacementSpec = field(default_factory=PlacementSpec)
@@ -221,6 +226,7 @@ def _stage(data: object, path: str) -> StageSpec:
     _check(_known_device(spec.device), f"{path}.device", f"must be one of {DEVICES} or cuda:N")
     _check(spec.dtype in DTYPES, f"{path}.dtype", f"must be one of {DTYPES}")
     _check(spec.replicas >= 1, f"{path}.replicas", "must be >= 1")
+    _check(0 <= spec.nice <= 19, f"{path}.nice", "must be in [0, 19] (a replica may lower its priority only)")
     _check_parallel_and_quant(spec, path)
     return StageSpec(**{**{f.name: getattr(spec, f.name) for f in fields(StageSpec)},
                         "engine": _engine(data.get("engine", {}), f"{path}.engine"),

@@ -9,12 +9,12 @@ pipeline's real-time factor at this load. Starting one more stream past ``limit`
 underruns; instead it waits (its caller's admission ticket keeps counting, so ``--max-queued-requests`` still
 bounds the queue with 429s).
 
-What one more stream costs is predicted per stage. Code2wav's load grows with the streams (its measured busy
-time per audio second, times their number). The talker batches: a step reads its weights once for every
-stream, so its pace grows by far less than a stream's share. Its pace is measured at each number of streams
-(a moving average per count, recorded while every talking stream has a measured pace) and extrapolated along
-the line through the two largest counts measured (a saturating talker bends up); with one count only, one more
-stream is taken to add ``MARGINAL_PRIOR`` of the pace (a batched stage), which the next measurement corrects.
+What one more stream costs is predicted per stage. Code2wav's load grows with the streams (the median of its
+recent calls' busy time per audio second, times their number). The talker batches: a step reads its weights once
+for every stream, so its pace grows by far less than a stream's share. Its pace is measured at each number of
+streams (a moving average per count, recorded while every talking stream has a measured pace) and extrapolated
+along the line through the two largest counts measured (a saturating talker bends up); with one count only, one
+more stream is taken to add ``MARGINAL_PRIOR`` of the pace (a batched stage), which the next measurement corrects.
 Extrapolation goes one stream past what was measured, never more: a burst of requests ramps up one measured count
 at a time. With no stream running, a request always starts.
 
@@ -23,15 +23,20 @@ When the talker measured its decode step at several batch sizes before serving (
 pace at ``n`` streams is the latest measured pace (at whatever count it was taken) times the profile's step time
 at ``n`` over its step time at that count. The per-count measurements confound the talker's cost with passing
 contention (a newly admitted stream's prefill on the same cores), so extrapolating between two of them can read a
-transient as the cost of a stream; the profile does not. Near the limit a burst still starts one stream at a
-time, each once the previous one has a measured pace: the level then includes what every running stream costs the
-machine (its code2wav work shares the cores with the talker where both run on one CPU), which the talker's profile
-alone does not see, and each playing stream holds enough audio to ride out the new one's prefill; far below it
-(``PREFILL_HEADROOM``) streams start without waiting for each other.
+transient as the cost of a stream; the profile does not. A burst starts in rounds: each round as many streams as
+the profile predicts room for, at most as many as are talking (so 1, 2, 4, ... while there is room), started
+together so that their prefills batch and slow the running streams once; the next round waits until every stream
+has a measured pace. The level the profile scales then includes what every running stream costs the machine (its
+code2wav and thinker work shares the cores with the talker where all run on one CPU), which the talker's profile
+alone does not see. While a stream is in its prefill, or a playing stream holds less than ``MIN_BUFFER_S`` of
+audio, another starts only far below the limit (``PREFILL_HEADROOM``).
 """
 
 from __future__ import annotations
 
+import statistics
+import sys
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,6 +50,26 @@ PREFILL_HEADROOM = 2.0
 # A playing stream rides out a new stream's prefill (about half a second at up to twice the pace: a stream at 0.7x real
 # time then falls behind by about 0.2 s) with this much audio.
 MIN_BUFFER_S = 0.5
+# Code2wav's load is the median of its newest calls: a fresh replica's first calls (each new chunk length's first
+# run builds its kernels) cost several times the rest and must not hold a burst back for the calls after them.
+RECENT_CALLS = 16
+
+
+@dataclass
+class RecentMedian:
+    """The median of the newest ``size`` samples; None before the first."""
+
+    size: int = RECENT_CALLS
+    _samples: deque[float] = field(default_factory=deque)
+
+    def add(self, sample: float) -> None:
+        self._samples.append(sample)
+        if len(self._samples) > self.size:
+            self._samples.popleft()
+
+    @property
+    def value(self) -> float | None:
+        return statistics.median(self._samples) if self._samples else None
 
 
 @dataclass(frozen=True)
@@ -95,7 +120,7 @@ class StepProfile:
 class AudioGate:
     limit: float  # 0: no gate
     # code2wav busy seconds per second of audio it made, over every stream.
-    vocoder_busy: Pace = field(default_factory=lambda: Pace(alpha=0.1))
+    vocoder_busy: RecentMedian = field(default_factory=RecentMedian)
     _pace_by_count: dict[int, Pace] = field(default_factory=dict)
     _steps: StepProfile | None = None
     _latest_count: int = 0  # the talking count of the newest pace measurement (0: none yet)
@@ -146,23 +171,37 @@ class AudioGate:
         return max(pace / FRAME_S, (self.vocoder_busy.value or 0.0) * streams)
 
     def admits(self, streams: Sequence[StreamLoad]) -> bool:
-        """Whether one more audio stream may start now. Without a step profile: at most one stream past the
-        largest count measured, so a burst of requests ramps up one measured step at a time instead of trusting a
-        long extrapolation; with one, as far as the profile predicts room. Near the limit, streams start one at a
-        time, each once the one before it has a measured pace (so the level the profile scales includes every
-        running stream's load, the code2wav and thinker work that shares the machine with the talker among it) and
-        while every playing stream holds ``MIN_BUFFER_S`` of audio (the new one's prefill slows them for a while)."""
-        if self.limit <= 0 or not streams:
-            return True
+        """Whether one more audio stream may start now (:meth:`room`)."""
+        return self.room(streams) >= 1
+
+    def room(self, streams: Sequence[StreamLoad]) -> int:
+        """How many more audio streams may start now, together (0: the next one waits).
+
+        With no stream running, one: nothing is measured yet. Without a step profile: one stream past the largest
+        count measured, so a burst ramps up one measured step at a time instead of trusting a long extrapolation.
+        With one: as many as the profile predicts room for, up to as many as are talking (a burst doubles each
+        round: the level the next round scales is measured with every running stream's load on the machine, the
+        code2wav and thinker work that shares it with the talker among it, which the profile alone does not see).
+        The streams of a round start together, so their prefills batch and slow the running streams once, not
+        once per stream. While a stream is in its prefill (its load not measured yet) or a playing stream holds
+        less than ``MIN_BUFFER_S`` of audio, one more starts only far below the limit (``PREFILL_HEADROOM``): a
+        new stream's prefill slows every stream for a while."""
+        if self.limit <= 0:
+            return sys.maxsize
+        if not streams:
+            return 1
         talking = sum(s.talking for s in streams)
         measured = max((n for n, p in self._pace_by_count.items() if p.value is not None), default=0)
         if self._steps is None and talking > measured:
-            return False  # streams not yet measured at this count: wait for them
-        predicted = self.rtf(talking + 1, len(streams) + 1)
-        if predicted is None:
-            return False
+            return 0  # streams not yet measured at this count: wait for them
         if any(s.exposed for s in streams):
-            # A stream in its prefill (its load not in the measurement yet) or one nearly out of audio: a new
-            # stream's prefill would slow every stream for a while, so only a prediction with room for that starts it.
-            return predicted * PREFILL_HEADROOM <= self.limit
-        return predicted <= self.limit
+            predicted = self.rtf(talking + 1, len(streams) + 1)
+            return int(predicted is not None and predicted * PREFILL_HEADROOM <= self.limit)
+        group = max(talking, 1) if self._steps is not None else 1
+        count = 0
+        while count < group:
+            predicted = self.rtf(talking + count + 1, len(streams) + count + 1)
+            if predicted is None or predicted > self.limit:
+                break
+            count += 1
+        return count

@@ -91,9 +91,10 @@ class RequestFlows:
         """Records the running streams' load, then starts waiting audio requests while there is room."""
         loads = self._stream_loads()
         self.gate.observe(loads)
-        while self.waiting and self.gate.admits(loads):
-            _, (request, sink) = self.waiting.popitem(last=False)
-            self._start(request, sink)
+        while self.waiting and (room := self.gate.room(loads)) > 0:
+            for _ in range(min(room, len(self.waiting))):  # a round starts together: its prefills batch
+                _, (request, sink) = self.waiting.popitem(last=False)
+                self._start(request, sink)
             loads = self._stream_loads()
 
     def _stream_loads(self) -> list[StreamLoad]:

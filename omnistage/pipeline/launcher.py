@@ -46,6 +46,7 @@ class ReplicaLaunch:
     connector: str  # "inproc", "shm" or "frames" (Ray: used only on the orchestrator's node)
     pipeline_id: str
     num_threads: int = 1
+    nice: int = 0  # added to the process's niceness (the stage's ``nice``)
     payloads: PayloadTypes = PayloadTypes(())  # what the replica's sockets decode (the pipeline's payload set)
 
 
@@ -215,6 +216,7 @@ def replica_main(launch: ReplicaLaunch, parent_pid: int) -> None:
 
     # Every replica of the machine shares its cores: one process must not claim them all.
     torch.set_num_threads(launch.num_threads)
+    os.nice(launch.nice)  # this process's own priority (and its tensor-parallel ranks', which inherit it)
     ctx = zmq.Context()
     store = make_connector(launch.connector, launch.pipeline_id)
     try:

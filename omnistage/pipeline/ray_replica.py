@@ -40,6 +40,7 @@ class ReplicaActor:
         import torch
 
         torch.set_num_threads(launch.num_threads)
+        os.nice(launch.nice)
         same_host = ray.get_runtime_context().get_node_id() == orchestrator_node
         store = make_connector(launch.connector if same_host else "frames", launch.pipeline_id)
         ctx = zmq.Context()

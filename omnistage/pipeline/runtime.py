@@ -149,7 +149,7 @@ class PipelineRuntime:
                 launch = ReplicaLaunch(stage.name, index, factories[stage.name],
                                        ReplicaAddresses(sender.address, receiver.address),
                                        self.options.connector_kind, self.pipeline_id, self._threads(stage),
-                                       self.payloads)
+                                       stage.nice, self.payloads)
                 links.append(ReplicaLink(stage.name, index, new_handle(launch), sender, receiver, store=self.store,
                                          payloads=self.payloads))
         return links

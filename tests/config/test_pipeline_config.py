@@ -29,6 +29,8 @@ def test_preset_parses() -> None:
         (lambda d: d["stages"][1]["engine"].update(block_size=0), "stages[1].engine.block_size"),
         (lambda d: d["stages"][0].update(replicas="two"), "stages[0].replicas"),
         (lambda d: d["stages"][0].update(kind="magic"), "stages[0].kind"),
+        (lambda d: d["stages"][1].update(nice=-5), "stages[1].nice"),  # raising a priority needs privileges
+        (lambda d: d["stages"][0].update(nice=20), "stages[0].nice"),
         (lambda d: d["stages"][2].update(colour="red"), "stages[2].colour"),
         (lambda d: d["stages"][0]["sampling"].update(temperature=5), "stages[0].sampling.temperature"),
         (lambda d: d["edges"][0].update({"to": "nowhere"}), "edges[0].to"),

@@ -12,6 +12,7 @@ from omnistage.pipeline.audio_gate import (
     MARGINAL_PRIOR,
     MIN_BUFFER_S,
     PREFILL_HEADROOM,
+    RECENT_CALLS,
     AudioGate,
     StepProfile,
     StreamLoad,
@@ -68,6 +69,22 @@ def test_vocoder_load_scales_with_streams() -> None:
     assert not gate.admits(_streams(0.1, 0.1, 0.1))  # 4 streams: 1.2
     finishing = [StreamLoad(False)] * 3  # talkers done, code2wav still busy with them
     assert not gate.admits(finishing)
+
+
+def test_a_cold_vocoder_call_does_not_hold_the_next_streams() -> None:
+    """A fresh code2wav's first calls are slow (a new chunk length's first run builds its kernels); the load is the
+    median of recent calls, so those do not read as load for the rest of a burst."""
+    gate = AudioGate(limit=0.8)
+    gate.observe(_streams(0.1, 0.1, 0.1))
+    gate.vocoded(busy_s=0.25, audio_s=1.0)
+    assert gate.rtf(4, 4) == pytest.approx(1.0)  # one call measured: it is all there is
+    for busy in (0.12, 0.05, 0.04, 0.05):
+        gate.vocoded(busy_s=busy, audio_s=1.0)
+    assert gate.rtf(4, 4) == pytest.approx(0.2)
+    assert gate.admits(_streams(0.1, 0.1, 0.1))
+    for _ in range(RECENT_CALLS):  # a lasting slowdown is load again
+        gate.vocoded(busy_s=0.3, audio_s=1.0)
+    assert not gate.admits(_streams(0.1, 0.1, 0.1))
 
 
 def _request(rid: str, audio: bool = True) -> OmniRequest:
@@ -166,21 +183,31 @@ def test_step_profile_interpolates_and_extends_its_last_slope() -> None:
     assert single is not None and single.at(1) == single.at(9) == 0.02
 
 
-def test_with_a_step_profile_a_burst_starts_one_measured_stream_at_a_time_while_it_predicts_room() -> None:
+def test_with_a_step_profile_a_burst_starts_in_doubling_rounds_while_it_predicts_room() -> None:
     gate = AudioGate(limit=0.92)
     gate.profile(PROFILE)
-    assert not gate.admits(_streams(None))  # nothing measured while serving yet: the level is unknown
+    assert gate.room(_streams(None)) == 0  # nothing measured while serving yet: the level is unknown
     gate.observe(_streams(0.5))
     assert gate.rtf(8, 8) == pytest.approx(0.5 * 0.048 / 0.030)
-    assert gate.admits(_streams(0.5))
-    assert not gate.admits(_streams(0.5, None))  # the second is in its prefill: its load is not measured yet
-    loads = _streams(0.5)
-    while gate.admits(loads):  # each new stream measured at the level the profile predicted for it
-        loads.append(StreamLoad(True, None))
-        loads = _streams(*[0.5 * gate.talker_pace(len(loads)) / gate.talker_pace(1)] * len(loads))
+    assert gate.room(_streams(0.5, None)) == 0  # the second is in its prefill: its load is not measured yet
+    loads, rounds = _streams(0.5), []
+    while (room := gate.room(loads)) > 0:
+        rounds.append(room)
+        count = len(loads) + room  # the round measured at the level the profile predicted for it
+        loads = _streams(*[0.5 * gate.talker_pace(count) / gate.talker_pace(1)] * count)
         gate.observe(loads)
-    # 0.5 * step(n) / step(1): 0.90 at n = 10, 0.95 at 11
+    # At most as many as are talking each round; 0.5 * step(n) / step(1): 0.90 at n = 10, 0.95 at 11
+    assert rounds == [1, 2, 4, 2]
     assert len(loads) == 10
+    assert AudioGate(limit=0.0).room(_streams(5.0, None)) > 100  # no gate: every waiting request starts
+
+
+def test_without_a_step_profile_rounds_stay_one_stream() -> None:
+    gate = AudioGate(limit=0.9)
+    gate.observe(_streams(0.1))
+    gate.observe(_streams(0.1, 0.1))
+    assert gate.rtf(4, 4) < 0.5
+    assert gate.room(_streams(0.1, 0.1)) == 1
 
 
 def test_a_passing_slowdown_at_one_count_is_not_read_as_the_cost_of_a_stream() -> None:

@@ -42,8 +42,15 @@ def test_text_and_audio_through_stage_processes(tiny_dir: Path, tmp_path: Path) 
     config = write_spec(tmp_path, small_dict(talker_frames=24))
     omni = Omni(tiny_dir, config, options=PipelineOptions(talker_min_new_tokens=12))
     try:
-        pids = [link.handle.pid for link in omni.pipeline.runtime.orchestrator.links.values()]
+        links = omni.pipeline.runtime.orchestrator.links.values()
+        pids = [link.handle.pid for link in links]
         assert len(set(pids)) == 3 and os.getpid() not in pids
+        # Each replica lowered its own priority by its stage's nice (the preset's thinker: it runs ahead).
+        nice = {link.stage: omni.pipeline.spec.stage(link.stage).nice for link in links}
+        assert nice["thinker"] > 0 and nice["talker"] == 0
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        assert {link.stage: os.getpriority(os.PRIO_PROCESS, link.handle.pid) for link in links} == \
+            {stage: min(own + n, 19) for stage, n in nice.items()}
         start = time.monotonic()
         # A 2-frame first chunk (the per-request override) and a long answer keep the margin wide on busy CPUs.
         outputs = list(omni.generate("Hello!", modalities=["text", "audio"], stream=True, max_tokens=200,
