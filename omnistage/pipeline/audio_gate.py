@@ -57,15 +57,12 @@ RECENT_CALLS = 16
 
 @dataclass
 class RecentMedian:
-    """The median of the newest ``size`` samples; None before the first."""
+    """The median of the newest ``RECENT_CALLS`` samples; None before the first."""
 
-    size: int = RECENT_CALLS
-    _samples: deque[float] = field(default_factory=deque)
+    _samples: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_CALLS))
 
     def add(self, sample: float) -> None:
         self._samples.append(sample)
-        if len(self._samples) > self.size:
-            self._samples.popleft()
 
     @property
     def value(self) -> float | None:
@@ -144,6 +141,9 @@ class AudioGate:
             self._pace_by_count.setdefault(len(talking), Pace(alpha=0.2)).add(max(talking))
             self._latest_count = len(talking)
 
+    def _largest_measured(self) -> int:
+        return max((n for n, p in self._pace_by_count.items() if p.value is not None), default=0)
+
     def talker_pace(self, count: int) -> float | None:
         """The talker's expected seconds per frame with ``count`` talking streams; None before any measurement."""
         known = sorted((n, p.value) for n, p in self._pace_by_count.items() if p.value is not None)
@@ -191,8 +191,7 @@ class AudioGate:
         if not streams:
             return 1
         talking = sum(s.talking for s in streams)
-        measured = max((n for n, p in self._pace_by_count.items() if p.value is not None), default=0)
-        if self._steps is None and talking > measured:
+        if self._steps is None and talking > self._largest_measured():
             return 0  # streams not yet measured at this count: wait for them
         if any(s.exposed for s in streams):
             predicted = self.rtf(talking + 1, len(streams) + 1)
