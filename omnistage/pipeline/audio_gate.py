@@ -141,12 +141,13 @@ class AudioGate:
             self._pace_by_count.setdefault(len(talking), Pace(alpha=0.2)).add(max(talking))
             self._latest_count = len(talking)
 
-    def _largest_measured(self) -> int:
-        return max((n for n, p in self._pace_by_count.items() if p.value is not None), default=0)
+    def _measured(self) -> list[tuple[int, float]]:
+        """(talking count, pace) of every count measured, ascending."""
+        return sorted((n, p.value) for n, p in self._pace_by_count.items() if p.value is not None)
 
     def talker_pace(self, count: int) -> float | None:
         """The talker's expected seconds per frame with ``count`` talking streams; None before any measurement."""
-        known = sorted((n, p.value) for n, p in self._pace_by_count.items() if p.value is not None)
+        known = self._measured()
         if not known:
             return None
         latest = self._pace_by_count.get(self._latest_count)
@@ -191,7 +192,7 @@ class AudioGate:
         if not streams:
             return 1
         talking = sum(s.talking for s in streams)
-        if self._steps is None and talking > self._largest_measured():
+        if self._steps is None and talking > max((n for n, _ in self._measured()), default=0):
             return 0  # streams not yet measured at this count: wait for them
         if any(s.exposed for s in streams):
             predicted = self.rtf(talking + 1, len(streams) + 1)

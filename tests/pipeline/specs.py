@@ -16,8 +16,9 @@ def preset_dict() -> dict:
 def small_dict(talker_replicas: int = 1, talker_frames: int = 24, initial_chunk: int = 4, chunk: int = 8,
                gated: bool = True) -> dict:
     """The Qwen3-Omni preset, small. ``gated=False`` turns the audio gate off: routing tests need requests that
-    overlap in a stage, and the gate (tested on its own) starts a burst one stream at a time, so on a loaded host
-    the first of two requests submitted together can be gone from a stage before the second arrives."""
+    overlap in a stage, and the gate (tested on its own) starts a burst's first stream alone and the next ones once it
+    is measured, so on a loaded host the first of two requests submitted together can be gone from a stage before
+    the second arrives."""
     data = preset_dict()
     thinker, talker, code2wav = data["stages"]
     thinker["engine"].update(num_kv_blocks=64)
