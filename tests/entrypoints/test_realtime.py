@@ -132,6 +132,7 @@ def test_cancel_mid_response_reports_cancelled_and_aborts(server: LiveServer) ->
             await send(ws, {"type": "response.cancel"})
             done, _ = await until(ws, "response.done")
             assert done["response"]["status"] == "cancelled"
+            assert done["response"]["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
             # The socket still serves: a second cancel is an error, not a disconnect.
             await send(ws, {"type": "response.cancel"})
             error, _ = await until(ws, "error")
@@ -260,6 +261,7 @@ def test_input_buffer_resamples_with_a_real_filter() -> None:
 
 
 def test_speech_during_a_response_barges_in(server: LiveServer) -> None:
+    """Speech heard by the server VAD cancels the running response as OpenAI does: reason ``turn_detected``."""
     server.engine.delay_s = 0.3
     rate = 16000
 
@@ -274,6 +276,7 @@ def test_speech_during_a_response_barges_in(server: LiveServer) -> None:
             await until(ws, "input_audio_buffer.speech_started")
             done, _ = await until(ws, "response.done")
             assert done["response"]["status"] == "cancelled"
+            assert done["response"]["status_details"] == {"type": "cancelled", "reason": "turn_detected"}
     asyncio.run(scenario())
     assert server.engine.requests[-1].request_id in server.engine.aborted
 

@@ -15,7 +15,8 @@ audio item is transcribed by the thinker itself (a text-only request asking it t
 write down the audio), streamed as ``conversation.item.input_audio_transcription``
 events. ``response.cancel``, ``output_audio_buffer.clear`` or speech starting
 while a response runs (``interrupt_response``) cancel the response: its engine
-request is aborted in every stage before ``response.done`` says ``cancelled``;
+request is aborted in every stage before ``response.done`` says ``cancelled`` (reason
+``turn_detected`` for speech, else ``client_cancelled``);
 ``conversation.item.truncate`` then cuts the assistant's item at what was played.
 Every response runs under the server's admission bound and ``--request-timeout``.
 """
@@ -53,7 +54,7 @@ from omnistage.entrypoints.openai.realtime_protocol import (
     response_options,
     server_event,
 )
-from omnistage.entrypoints.openai.realtime_response import ResponseWriter
+from omnistage.entrypoints.openai.realtime_response import CancelReason, ResponseWriter
 from omnistage.entrypoints.openai.realtime_session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime_transcribe import transcribe
 from omnistage.entrypoints.openai.request_budget import turns_over_budget
@@ -253,7 +254,7 @@ class RealtimeSession:
                                              item_id=self.speech_item))
                 detection = self.config.turn_detection
                 if detection is not None and detection.interrupt_response:
-                    await self._cancel_response()  # barge-in
+                    await self._cancel_response("turn_detected")  # barge-in
             elif self.speech_item:
                 await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms,
                                              item_id=self.speech_item))
@@ -374,10 +375,11 @@ class RealtimeSession:
             writer.fail("engine_error", str(exc))
         await writer.done(final)
 
-    async def _cancel_response(self) -> None:
+    async def _cancel_response(self, reason: CancelReason = "client_cancelled") -> None:
         task, writer = self.response, self.writer
         if task is None or task.done() or writer is None:
             return
+        writer.cancel_reason = reason  # what response.done says, however the task ends up cancelled
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -11,9 +11,10 @@ A message item is opened by its first text or audio, so an answer that only call
 a tool has only function-call items.
 
 ``response.done`` says how the response ended: ``completed``; ``incomplete`` at
-``max_output_tokens``; ``cancelled`` by the client (``response.cancel``, barge-in)
-or the server; ``failed`` when a stage failed or the request ran past
-``--request-timeout`` (code ``timeout``). Its usage counts the prompt tokens served
+``max_output_tokens``; ``cancelled`` with a reason: ``client_cancelled``
+(``response.cancel``, ``output_audio_buffer.clear``), ``turn_detected`` (barge-in:
+the server VAD heard the user start speaking) or ``server_aborted``; ``failed`` when
+a stage failed or the request ran past ``--request-timeout`` (code ``timeout``). Its usage counts the prompt tokens served
 from the thinker's prefix cache as ``input_token_details.cached_tokens``.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest, Usage
 from omnistage.entrypoints.openai.realtime_items import Conversation, Item
@@ -30,6 +31,7 @@ from omnistage.entrypoints.openai.streaming import TIMED_OUT
 from omnistage.entrypoints.openai.tool_calls import ParsedCall, ToolCallParser
 
 SendFn = Callable[[dict[str, Any]], Awaitable[None]]
+CancelReason = Literal["client_cancelled", "turn_detected"]  # why the session cancelled a response (OpenAI's words)
 
 
 class ResponseWriter:
@@ -47,6 +49,7 @@ class ResponseWriter:
         self.audio_samples = 0
         self.status = "in_progress"
         self.details: dict[str, Any] | None = None
+        self.cancel_reason: CancelReason = "client_cancelled"  # set by the session before it cancels the task
 
     @property
     def speaks(self) -> bool:
@@ -129,7 +132,7 @@ class ResponseWriter:
         self.details = {"type": "failed", "error": {"type": "server_error", "code": code, "message": message}}
 
     def cancel(self) -> None:
-        self.status = "cancelled"
+        self.status, self.details = "cancelled", {"type": "cancelled", "reason": self.cancel_reason}
 
     def _settle(self, final: OmniOutput | None) -> None:
         """The status from the engine's final output (a response still in progress when the stream ended)."""
@@ -162,8 +165,6 @@ class ResponseWriter:
     async def done(self, final: OmniOutput | None) -> None:
         if self.status == "in_progress":
             self._settle(final)
-        elif self.status == "cancelled":
-            self.details = {"type": "cancelled", "reason": "client_cancelled"}
         if self.parser is not None and self.status != "cancelled":
             await self._text(*self.parser.finish())
         await self._close_message()
