@@ -22,11 +22,11 @@ if [[ $MODE == cuda ]] && ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cud
   echo "gpu_check: CUDA is not available on this machine; nothing to check (try: $0 --cpu)"
   exit 0
 fi
-# The kernel-parity step runs pytest (with pytest-timeout, which pyproject's `timeout` needs) and Triton: the test extra.
+# The kernel-parity step needs the test extra: pytest (pytest-timeout for pyproject's `timeout`) and Triton.
 MISSING=$("$PY" -c 'import importlib.util as u
-print(" ".join(m for m in ("pytest", "pytest_timeout", "triton") if u.find_spec(m) is None))') || MISSING="(python failed)"
+print(*(m for m in ("pytest", "pytest_timeout", "triton") if u.find_spec(m) is None))') || MISSING="(python failed)"
 if [[ -n $MISSING ]]; then
-  echo "gpu_check: $PY cannot import $MISSING (the test extra): run make install-test, or $PY -m pip install -e '.[test]'"
+  echo "gpu_check: $PY cannot import $MISSING (the test extra): run make install-test or pip install -e '.[test]'"
   exit 2
 fi
 OMNI=("$PY" -m omnistage.entrypoints.cli)

@@ -14,8 +14,9 @@ a tool has only function-call items.
 ``max_output_tokens``; ``cancelled`` with a reason: ``client_cancelled``
 (``response.cancel``, ``output_audio_buffer.clear``), ``turn_detected`` (barge-in:
 the server VAD heard the user start speaking) or ``server_aborted``; ``failed`` when
-a stage failed or the request ran past ``--request-timeout`` (code ``timeout``). Its usage counts the prompt tokens served
-from the thinker's prefix cache as ``input_token_details.cached_tokens``.
+a stage failed or the request ran past ``--request-timeout`` (code ``timeout``). Its
+usage counts the prompt tokens served from the thinker's prefix cache as
+``input_token_details.cached_tokens``.
 """
 
 from __future__ import annotations
