@@ -298,8 +298,9 @@ def load_preset(name: str) -> PipelineSpec:
 class StageOverrides:
     """``serve`` flags applied over the stage config: a value for every stage (key ``""``) or per stage name.
 
-    Memory settings and quantization go to autoregressive stages only (code2wav keeps no KV cache and stays in
-    full precision); ``tensor_parallel_size`` (0: not given) to the thinker stage.
+    Memory settings, quantization and ``max_model_len`` go to autoregressive stages only (code2wav keeps no KV
+    cache and stays in full precision); ``max_num_seqs`` to every stage; ``tensor_parallel_size`` (0: not given)
+    to the thinker stage.
     """
 
     dtype: str = ""
@@ -307,6 +308,8 @@ class StageOverrides:
     gpu_memory_utilization: tuple[tuple[str, float], ...] = ()
     quantization: tuple[tuple[str, str], ...] = ()
     tensor_parallel_size: int = 0
+    max_model_len: tuple[tuple[str, int], ...] = ()
+    max_num_seqs: tuple[tuple[str, int], ...] = ()
 
 
 def per_stage(text: str, parse) -> tuple[tuple[str, object], ...]:  # noqa: ANN001 - parse: str -> value
@@ -330,9 +333,10 @@ def _override(pairs: tuple[tuple[str, object], ...], stage: str, current: object
 
 def apply_overrides(spec: PipelineSpec, overrides: StageOverrides) -> PipelineSpec:
     names = set(spec.stage_names)
-    for name, _ in (*overrides.kv_cache_memory, *overrides.gpu_memory_utilization, *overrides.quantization):
-        _check(not name or name in names, "--kv-cache-memory/--gpu-memory-utilization/--quantization",
-               f"unknown stage {name!r}")
+    for name, _ in (*overrides.kv_cache_memory, *overrides.gpu_memory_utilization, *overrides.quantization,
+                    *overrides.max_model_len, *overrides.max_num_seqs):
+        _check(not name or name in names, "--kv-cache-memory/--gpu-memory-utilization/--quantization/"
+               "--max-model-len/--max-num-seqs", f"unknown stage {name!r} (stages: {', '.join(spec.stage_names)})")
     _check(overrides.dtype in ("", *DTYPES), "--dtype", f"must be one of {DTYPES}")
     stages = []
     for stage in spec.stages:
@@ -341,11 +345,16 @@ def apply_overrides(spec: PipelineSpec, overrides: StageOverrides) -> PipelineSp
             engine = replace(engine,
                              kv_cache_memory=_override(overrides.kv_cache_memory, stage.name, engine.kv_cache_memory),
                              gpu_memory_utilization=_override(overrides.gpu_memory_utilization, stage.name,
-                                                              engine.gpu_memory_utilization))
+                                                              engine.gpu_memory_utilization),
+                             max_model_len=_override(overrides.max_model_len, stage.name, engine.max_model_len))
             quantization = _override(overrides.quantization, stage.name, quantization)
             _check(quantization in QUANTIZATIONS, "--quantization", f"must be one of {QUANTIZATIONS}")
         if stage.model in TENSOR_PARALLEL_MODELS and overrides.tensor_parallel_size:
             size = overrides.tensor_parallel_size
+        engine = replace(engine, max_num_seqs=_override(overrides.max_num_seqs, stage.name, engine.max_num_seqs))
+        _check(engine.max_num_batched_tokens >= engine.max_num_seqs, "--max-num-seqs",
+               f"{stage.name}: {engine.max_num_seqs} is more than the stage's max_num_batched_tokens "
+               f"({engine.max_num_batched_tokens}); raise that in a stage config")
         _check(0.0 <= engine.gpu_memory_utilization <= 1.0, "--gpu-memory-utilization", "must be in [0, 1]")
         _check(size >= 1, "--tensor-parallel-size", "must be >= 1")
         stages.append(replace(stage, engine=engine, dtype=overrides.dtype or stage.dtype, quantization=quantization,

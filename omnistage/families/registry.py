@@ -11,14 +11,30 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from omnistage.families.base import Family, call_hook
+if TYPE_CHECKING:  # the registry stays importable without torch (the CLI lists names before anything loads)
+    from omnistage.families.base import Family
 
-BUILTIN: Mapping[str, str] = MappingProxyType({
-    "qwen3_omni": "omnistage.families.qwen3_omni.family:FAMILY",
-    "qwen3_tts": "omnistage.families.qwen3_tts.family:FAMILY",
+
+@dataclass(frozen=True)
+class FamilyEntry:
+    """A built-in family before its module is imported: where its :class:`Family` lives, and the names of
+    its embedded random checkpoints (kept here too, so ``--help`` and error messages can list them without
+    importing the family's model code; a test checks they equal the family's own ``hooks.tiny_names``)."""
+
+    target: str
+    embedded: tuple[str, ...] = ()
+
+
+BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
+    "qwen3_omni": FamilyEntry("omnistage.families.qwen3_omni.family:FAMILY", ("tiny", "medium", "slice")),
+    "qwen3_tts": FamilyEntry("omnistage.families.qwen3_tts.family:FAMILY",
+                             ("tts-tiny", "tts-tiny-design", "tts-tiny-base", "tts-medium", "tts-medium-design",
+                              "tts-medium-base")),
 })
 
 
@@ -27,12 +43,17 @@ class UnknownFamily(ValueError):
 
 
 class FamilyRegistry:
-    def __init__(self, families: Mapping[str, str | Family] = BUILTIN) -> None:
+    def __init__(self, families: Mapping[str, FamilyEntry | Family] = BUILTIN) -> None:
         self._entries = dict(families)
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
+
+    def embedded_names(self) -> tuple[str, ...]:
+        """Every ``--model`` name of an embedded random checkpoint, without importing any family."""
+        return tuple(n for entry in self._entries.values()
+                     for n in (entry.embedded if isinstance(entry, FamilyEntry) else entry.hooks.tiny_names))
 
     def with_family(self, family: Family) -> FamilyRegistry:
         """A registry that also knows ``family`` (a test's toy family, a plug-in)."""
@@ -42,8 +63,8 @@ class FamilyRegistry:
         entry = self._entries.get(name)
         if entry is None:
             raise UnknownFamily(f"unknown model family {name!r} (known: {', '.join(self._entries)})")
-        if isinstance(entry, str):
-            module, _, attr = entry.partition(":")
+        if isinstance(entry, FamilyEntry):
+            module, _, attr = entry.target.partition(":")
             entry = self._entries[name] = getattr(importlib.import_module(module), attr)
         return entry
 
@@ -58,21 +79,34 @@ class FamilyRegistry:
     def for_folder(self, folder: str | Path) -> Family:
         path = Path(folder) / "config.json"
         if not path.is_file():
-            raise FileNotFoundError(f"model folder {folder} has no config.json")
+            raise FileNotFoundError(missing_checkpoint(Path(folder), self.embedded_names()))
         return self.for_config(json.loads(path.read_text()), str(path))
 
     def resolve_model(self, model: str | Path) -> Path:
         """A ``--model`` value as a checkpoint folder: a name of a family's embedded random checkpoints
         (``tiny``, ``tts-tiny``...) through that family's ``cached`` hook (made on first use), else a folder."""
-        for family_name in self._entries:
-            family = self.family(family_name)
-            if str(model) in family.hooks.tiny_names:
-                return Path(call_hook(family.hooks.cached, str(model)))
+        for family_name, entry in self._entries.items():
+            names = entry.embedded if isinstance(entry, FamilyEntry) else entry.hooks.tiny_names
+            if str(model) in names:
+                from omnistage.families.base import call_hook
+
+                return Path(call_hook(self.family(family_name).hooks.cached, str(model)))
         path = Path(model).expanduser()
         if not (path / "config.json").is_file():
-            names = [n for f in self._entries for n in self.family(f).hooks.tiny_names]
-            raise FileNotFoundError(f"model folder {path} has no config.json (embedded models: {', '.join(names)})")
+            raise FileNotFoundError(missing_checkpoint(path, self.embedded_names()))
         return path
+
+
+def missing_checkpoint(path: Path, embedded: tuple[str, ...] = ()) -> str:
+    """Why ``path`` is no checkpoint, in words that say what to do (``embedded``: the names that would do
+    instead, where the command takes them)."""
+    names = f" or an embedded model name ({', '.join(embedded)})" if embedded else ""
+    if not path.exists():
+        return f"model {str(path)!r} does not exist: give a checkpoint folder{names}"
+    if not path.is_dir():
+        return f"model {str(path)!r} is a file: give the checkpoint's folder (config.json and *.safetensors)"
+    return (f"model folder {path} has no config.json: give a Hugging Face checkpoint folder (config.json and "
+            f"*.safetensors){names}")
 
 
 DEFAULT_REGISTRY = FamilyRegistry()

@@ -7,7 +7,6 @@ caller leaves before its end aborts its request in every stage.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from omnistage.config.pipeline import PipelineSpec
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.pipeline.engine import OmniPipeline
+from omnistage.pipeline.serve_flags import PipelineConfig
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.families.speech import SpeechFrontEnd
 from omnistage.processing.prompt import PromptProcessor
@@ -36,10 +36,9 @@ class AsyncOmni:
         self.default_sampling: SamplingDefaults = self.pipeline.default_sampling
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> AsyncOmni:
-        """``args.model`` ('tiny' or a folder), ``args.stage_config`` (optional YAML) and the flags of
-        :func:`omnistage.pipeline.engine.add_pipeline_args`."""
-        return cls(pipeline=OmniPipeline.from_args(args))
+    def from_config(cls, config: PipelineConfig) -> AsyncOmni:
+        """The pipeline ``omnistage serve`` was asked for (:func:`~omnistage.pipeline.serve_flags.pipeline_config_from_args`)."""
+        return cls(pipeline=OmniPipeline.from_config(config))
 
     async def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]:
         loop = asyncio.get_running_loop()

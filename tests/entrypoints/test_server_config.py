@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from omnistage.entrypoints.cli import build_parser
+from omnistage.entrypoints.cli import build_parser, main
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import param_path
 from omnistage.entrypoints.openai.server_config import (
@@ -78,21 +78,24 @@ def test_fake_engine_satisfies_the_protocol(processor: RecordingProcessor) -> No
     assert isinstance(FakeEngine(processor=processor), OmniEngine)
 
 
-def test_serve_without_the_pipeline_exits_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_serve_without_the_pipeline_says_the_install_is_incomplete(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setitem(sys.modules, "omnistage.pipeline.async_omni", None)  # import now raises ImportError
-    args = build_parser().parse_args(["serve"])
-    assert args.func(args) == 3
-    assert "AsyncOmni" in capsys.readouterr().err
+    assert main(["serve", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("omnistage: error: ") and "async_omni" in err and "pip install" in err
 
 
 def test_serve_with_bad_limits_exits_2(capsys: pytest.CaptureFixture) -> None:
-    args = build_parser().parse_args(["serve", "--max-text-chars", "0"])
-    assert args.func(args) == 2
-    assert "max_text_chars" in capsys.readouterr().err
+    assert main(["serve", "--max-text-chars", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "max_text_chars" in err
 
 
-def test_serve_builds_the_engine_serves_and_shuts_it_down(monkeypatch: pytest.MonkeyPatch,
-                                                          processor: RecordingProcessor) -> None:
+def test_serve_builds_the_engine_serves_shuts_it_down_and_says_it_is_ready(
+        monkeypatch: pytest.MonkeyPatch, processor: RecordingProcessor, capsys: pytest.CaptureFixture) -> None:
+    import asyncio
+
     import uvicorn
 
     engine = FakeEngine(processor=processor)
@@ -100,16 +103,22 @@ def test_serve_builds_the_engine_serves_and_shuts_it_down(monkeypatch: pytest.Mo
 
     class AsyncOmni:
         @staticmethod
-        def from_args(args: object) -> FakeEngine:
-            seen["args"] = args
+        def from_config(config: object) -> FakeEngine:
+            seen["config"] = config
             return engine
 
-    async def serve(self: uvicorn.Server) -> None:
-        seen["port"] = self.config.port
+    async def serve(self: uvicorn.Server, sockets: list[object]) -> None:
+        seen["socket"] = sockets[0].getsockname()[1]
+        self.started = True
+        await asyncio.sleep(0.3)  # the banner is printed once the server has started
 
     monkeypatch.setitem(sys.modules, "omnistage.pipeline.async_omni", types.SimpleNamespace(AsyncOmni=AsyncOmni))
     monkeypatch.setattr(uvicorn.Server, "serve", serve)
-    args = build_parser().parse_args(["serve", "--port", "8123"])
-    assert args.func(args) == 0
-    assert seen == {"args": args, "port": 8123}
+    assert main(["serve", "tiny", "--port", "0", "--served-model-name", "my-omni", "--max-num-seqs", "4"]) == 0
+    config = seen["config"]
+    assert (config.model, config.model_name, config.overrides.max_num_seqs) == ("tiny", "my-omni", (("", 4),))
     assert engine.shut_down
+    err = capsys.readouterr().err
+    port = seen["socket"]
+    assert f"omnistage is ready: model 'my-omni' at http://127.0.0.1:{port}/v1" in err
+    assert f"curl http://127.0.0.1:{port}/v1/chat/completions" in err and '"model": "my-omni"' in err

@@ -14,7 +14,9 @@ import pytest
 from websockets.asyncio.client import connect
 
 from omnistage.entrypoints.cli import build_parser
-from omnistage.entrypoints.openai.api_server import build_app, uvicorn_options
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.entrypoints.openai.serve_command import uvicorn_options
+from omnistage.entrypoints.serve_config import ServeConfig
 from omnistage.entrypoints.openai.server_config import AccessPolicy, limits_from_args
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 from tests.entrypoints.server_thread import ServerThread
@@ -38,7 +40,7 @@ def test_https_and_wss_with_the_serve_flags(processor: RecordingProcessor, cert:
                                       "--api-key", "sk-tls"])
     thread = ServerThread(build_app(FakeEngine(processor=processor), limits_from_args(args),
                                     access=AccessPolicy(api_keys=("sk-tls",))),
-                          **uvicorn_options(args, limits_from_args(args)))
+                          **uvicorn_options(ServeConfig.from_args(args)))
     url = thread.start()
     try:
         assert url.startswith("https://")

@@ -9,7 +9,7 @@ import pytest
 
 from omnistage.config.pipeline import ConfigError, parse_pipeline
 from omnistage.pipeline.async_omni import AsyncOmni
-from omnistage.pipeline.engine import add_pipeline_args
+from omnistage.pipeline.serve_flags import add_pipeline_args, pipeline_config_from_args
 from omnistage.pipeline.omni import Omni
 from omnistage.families.registry import DEFAULT_REGISTRY
 from omnistage.pipeline.graph import resolve_graph
@@ -59,16 +59,16 @@ def test_from_args_reads_the_serve_flags(tiny_dir: Path, tmp_path: Path) -> None
     data = small_dict()
     data["edges"][1]["transform"] = "x"
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model")
     add_pipeline_args(parser)
-    args = parser.parse_args(["--model", str(tiny_dir), "--stage-config", str(write_spec(tmp_path, data)),
-                              "--in-process"])
+    args = parser.parse_args(["--stage-config", str(write_spec(tmp_path, data)), "--in-process"])
+    config = pipeline_config_from_args(args, str(tiny_dir), None)
+    assert config.options.in_process and config.model == str(tiny_dir)
     with pytest.raises(ConfigError, match=r"edges\[1\]\.transform"):
-        AsyncOmni.from_args(args)
+        AsyncOmni.from_config(config)
 
 
 def test_backend_flags_become_options() -> None:
-    from omnistage.pipeline.engine import options_from_args
+    from omnistage.pipeline.serve_flags import options_from_args
     from omnistage.pipeline.runtime import PipelineOptions
 
     parser = argparse.ArgumentParser()

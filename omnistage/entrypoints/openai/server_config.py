@@ -137,10 +137,9 @@ class ServingOptions:
 def serving_options_from_args(args: argparse.Namespace) -> ServingOptions:
     from omnistage.entrypoints.openai.voices import parse_alias
 
-    return ServingOptions(served_model_names=tuple(getattr(args, "served_model_name", None) or ()),
-                          voice_aliases=tuple(parse_alias(a) for a in getattr(args, "voice_alias", None) or ()),
-                          default_modalities=tuple(getattr(args, "default_modalities", None) or ("text",)),
-                          voices_dir=getattr(args, "voices_dir", None), vad=getattr(args, "vad", None) or "auto")
+    return ServingOptions(served_model_names=tuple(args.served_model_name or ()),
+                          voice_aliases=tuple(parse_alias(a) for a in args.voice_alias or ()),
+                          default_modalities=tuple(args.default_modalities), voices_dir=args.voices_dir, vad=args.vad)
 
 
 def _flag(name: str) -> str:
@@ -209,26 +208,22 @@ def _is_loopback(host: str) -> bool:
 
 
 def access_policy_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> AccessPolicy:
-    keys = getattr(args, "api_key", None) or ([environ["OMNISTAGE_API_KEY"]] if environ.get("OMNISTAGE_API_KEY")
-                                              else [])
-    hosts = getattr(args, "allowed_hosts", None)
-    if hosts is None and _is_loopback(str(getattr(args, "host", ""))):
+    keys = args.api_key or ([environ["OMNISTAGE_API_KEY"]] if environ.get("OMNISTAGE_API_KEY") else [])
+    hosts = args.allowed_hosts
+    if hosts is None and _is_loopback(args.host):
         hosts = LOOPBACK_HOSTS
-    if (getattr(args, "ssl_keyfile", None) is None) != (getattr(args, "ssl_certfile", None) is None):
+    if (args.ssl_keyfile is None) != (args.ssl_certfile is None):
         raise ValueError("--ssl-keyfile and --ssl-certfile go together")
-    return AccessPolicy(api_keys=tuple(keys), protect_metrics=bool(getattr(args, "protect_metrics", False)),
-                        allowed_origins=tuple(getattr(args, "allowed_origins", ()) or ()),
+    return AccessPolicy(api_keys=tuple(keys), protect_metrics=args.protect_metrics,
+                        allowed_origins=tuple(args.allowed_origins),
                         allowed_hosts=None if hosts is None or "*" in hosts else frozenset(hosts))
 
 
 def limits_from_args(args: argparse.Namespace) -> ServerLimits:
-    return ServerLimits(**{f.name: getattr(args, f.name) for f in fields(ServerLimits) if hasattr(args, f.name)})
+    return ServerLimits(**{f.name: getattr(args, f.name) for f in fields(ServerLimits)})  # one flag per field
 
 
 def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
-    return MediaPolicy(
-        allowed_local_media_path=getattr(args, "allowed_local_media_path", None),
-        allow_remote_media=bool(getattr(args, "allow_remote_media", False)),
-        remote_timeout_s=float(getattr(args, "remote_media_timeout", 10.0)),
-        allowed_media_domains=tuple(getattr(args, "allowed_media_domains", ()) or ()),
-    )
+    return MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,
+                       allow_remote_media=args.allow_remote_media, remote_timeout_s=args.remote_media_timeout,
+                       allowed_media_domains=tuple(args.allowed_media_domains))

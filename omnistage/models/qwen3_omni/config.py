@@ -8,7 +8,9 @@ settings, whether the checkpoint speaks) are read here, once, with the defaults 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +21,30 @@ if TYPE_CHECKING:
     from transformers import Qwen3OmniMoeConfig
 
 MODEL_TYPE = "qwen3_omni_moe"
+# M-RoPE's keys in the checkpoint's rope parameters: transformers' generic rope validation does not know them and
+# warns on every config it builds, although its own Qwen3-Omni model reads them.
+MROPE_KEYS = frozenset({"mrope_section", "interleaved", "mrope_interleaved"})
+
+
+class _KnownRopeKeys(logging.Filter):
+    """Drops transformers' "Unrecognized keys in `rope_parameters`" notice when the keys are M-RoPE's only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("Unrecognized keys in `rope_parameters`"):
+            return True
+        return not all(key.strip(" '{}") in MROPE_KEYS for key in message.rpartition(":")[2].split(","))
+
+
+@contextmanager
+def _quiet_known_rope_keys() -> Iterator[None]:
+    """Only while a config is built, and only on the logger that warns (nothing else is filtered)."""
+    rope_logger, known = logging.getLogger("transformers.modeling_rope_utils"), _KnownRopeKeys()
+    rope_logger.addFilter(known)
+    try:
+        yield
+    finally:
+        rope_logger.removeFilter(known)
 
 
 @dataclass(frozen=True)
@@ -114,8 +140,10 @@ class Qwen3OmniConfig:
         thinker = raw["thinker_config"]
         speaks = bool(raw.get("enable_audio_output", True)) and "talker_config" in raw
         talker = raw.get("talker_config") or {}
+        with _quiet_known_rope_keys():
+            hf = Qwen3OmniMoeConfig.from_dict(dict(raw))
         return cls(
-            hf=Qwen3OmniMoeConfig.from_dict(dict(raw)),
+            hf=hf,
             im_end_token_id=int(raw["im_end_token_id"]),
             max_positions=int(thinker["text_config"].get("max_position_embeddings", 32768)),
             processor=ProcessorSettings.from_dict(thinker),

@@ -3,8 +3,7 @@
 from omnistage.pipeline.connectors.base import TensorConnector
 from omnistage.pipeline.connectors.inproc import InprocConnector
 from omnistage.pipeline.connectors.shm import ShmConnector, shm_available
-
-CONNECTORS = ("inproc", "shm", "frames")
+from omnistage.pipeline.options import CONNECTORS
 
 
 def make_connector(kind: str, pipeline_id: str) -> TensorConnector | None:

@@ -18,6 +18,7 @@ def _lazy_main(module: str) -> Callable[[argparse.Namespace], int]:
 
 # A stage replica gets cpu_count // replicas threads (one each for three stages on a small machine); a
 # parallel region also stalls whenever another process holds one of its cores, so benches default to one.
+MODEL_HELP = "checkpoint folder, or an embedded model name (tiny, medium, slice, tts-tiny...; default tiny)"
 THREADS_HELP = "torch CPU threads (default 1, as a stage replica gets on a small machine)"
 
 
@@ -32,14 +33,15 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="throughput benchmarks")
     targets = bench.add_subparsers(dest="target", required=True)
     engine = targets.add_parser("engine", help="tokens/s of one stage engine at several batch sizes")
-    engine.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
-    engine.add_argument("--stage", default="thinker", choices=["thinker", "talker"])
+    engine.add_argument("--model", default="tiny", help=MODEL_HELP)
+    engine.add_argument("--stage", default="thinker", choices=["thinker", "talker"], help="the stage engine to time")
     engine.add_argument("--batch", type=_batches, default=[1, 4, 16], help="comma-separated batch sizes")
-    engine.add_argument("--prompt-len", type=int, default=16)
+    engine.add_argument("--prompt-len", type=int, default=16, help="prompt tokens per request (default 16)")
     engine.add_argument("--output-len", type=int, default=64, help="tokens generated per request (EOS ignored)")
     engine.add_argument("--repeats", type=int, default=2, help="runs per batch size; the best is reported")
-    engine.add_argument("--device", default="cpu")
-    engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    engine.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="weights and activations (default float32)")
     engine.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     engine.set_defaults(func=_lazy_main("omnistage.tools.bench.engine"))
@@ -50,15 +52,17 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 def add_quant_parser(targets: argparse._SubParsersAction) -> None:
     quant = targets.add_parser("quant", help="thinker decode at batch 1 quantized vs unquantized, in one run")
-    quant.add_argument("--model", default="tiny", help="checkpoint folder, or a size name (tiny, medium, slice)")
-    quant.add_argument("--quantization", default="int8", choices=["int8"])
-    quant.add_argument("--prompt-len", type=int, default=16)
+    quant.add_argument("--model", default="tiny", help=MODEL_HELP)
+    quant.add_argument("--quantization", default="int8", choices=["int8"], help="the scheme compared with the "
+                                                                                "unquantized thinker")
+    quant.add_argument("--prompt-len", type=int, default=16, help="prompt tokens per request (default 16)")
     quant.add_argument("--output-len", type=int, default=64, help="greedy tokens compared and timed")
     quant.add_argument("--prompts", type=int, default=4, help="random prompts whose greedy replies are compared "
                                                               "(the first is also timed)")
     quant.add_argument("--repeats", type=int, default=2, help="runs of each; the best is reported")
-    quant.add_argument("--device", default="cpu")
-    quant.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    quant.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    quant.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="weights and activations (default float32)")
     quant.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     quant.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     quant.set_defaults(func=_lazy_main("omnistage.tools.bench.quant"))
@@ -66,14 +70,16 @@ def add_quant_parser(targets: argparse._SubParsersAction) -> None:
 
 def add_roofline_parser(targets: argparse._SubParsersAction) -> None:
     roof = targets.add_parser("roofline", help="decode step time vs the bytes it must read at measured bandwidth")
-    roof.add_argument("--model", default="tiny", help="checkpoint folder, or a size name (tiny, medium, slice)")
-    roof.add_argument("--stage", default="thinker", choices=["thinker", "talker", "code2wav"])
+    roof.add_argument("--model", default="tiny", help=MODEL_HELP)
+    roof.add_argument("--stage", default="thinker", choices=["thinker", "talker", "code2wav"],
+                      help="the stage whose decode step is timed")
     roof.add_argument("--batch", type=_batches, default=[1, 16], help="comma-separated batch sizes")
     roof.add_argument("--steps", type=int, default=10, help="decode steps timed per batch (median reported)")
     roof.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request before decoding")
     roof.add_argument("--frames", type=int, default=50, help="code2wav: frames per chunk (25 new + 25 context)")
-    roof.add_argument("--device", default="cpu")
-    roof.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    roof.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    roof.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="weights and activations (default float32)")
     roof.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     roof.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     roof.set_defaults(func=_lazy_main("omnistage.tools.bench.roofline"))
@@ -88,13 +94,15 @@ def _policies(text: str) -> list[str]:
 
 def add_serve_parser(targets: argparse._SubParsersAction) -> None:
     serve = targets.add_parser("serve", help="streaming text+audio latency/throughput under bounded concurrency")
-    serve.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
+    serve.add_argument("--model", default="tiny", help=MODEL_HELP)
     serve.add_argument("--backend", default="openai-chat", choices=["openai-chat", "openai-audio-speech"],
                        help="openai-chat: chat completions with text+audio (Qwen3-Omni); openai-audio-speech: "
                             "text-to-speech utterances (a TTS checkpoint; --random-input-len counts words)")
     serve.add_argument("--url", default=None,
                        help="drive a running server (http://HOST:PORT); default: start the pipeline in-process")
-    serve.add_argument("--served-model", default=None, help="model id the server answers to (with --url)")
+    serve.add_argument("--served-model-name", "--served-model", dest="served_model", default=None,
+                       help="model id the server answers to, as serve's --served-model-name (with --url; default "
+                            "--model)")
     serve.add_argument("--stage-config", default=None, help="stage config YAML for the in-process pipeline")
     serve.add_argument("--concurrency", type=_batches, default=[1, 4, 16], help="comma-separated levels")
     serve.add_argument("--num-prompts", type=int, default=16, help="requests per concurrency level")
@@ -117,7 +125,7 @@ def add_serve_parser(targets: argparse._SubParsersAction) -> None:
                             "sequential (openai-audio-speech): the reference's one-at-a-time TTS generation")
     serve.add_argument("--hf-num-prompts", type=int, default=None, help="baseline requests (default min(N, 4))")
     serve.add_argument("--warmup", type=int, default=1, help="requests run before measuring")
-    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--seed", type=int, default=0, help="seed of the random prompts and sampling (default 0)")
     serve.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
     serve.add_argument("--plot", default=None, help="write latency vs concurrency as a PNG (needs matplotlib)")
     serve.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -114,10 +114,12 @@ def format_plan(placement: Placement) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    folder = Path(args.model)
+    folder = Path(args.model).expanduser()
     if not (folder / "config.json").is_file():
-        print(f"omnistage plan: {folder} has no config.json", file=sys.stderr)
-        return 2
+        from omnistage.entrypoints.serve_config import UsageError
+        from omnistage.families.registry import missing_checkpoint
+
+        raise UsageError(missing_checkpoint(folder))  # plan reads config.json alone: no embedded names
     try:
         placement, chosen = make_plan(folder, args.devices, args.quantization, args.dtype, args.max_model_len,
                                          args.gpu_memory_utilization)

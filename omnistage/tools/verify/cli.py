@@ -14,10 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from omnistage.families.qwen3_omni.offline import GenerationSettings
-from omnistage.tools.verify.compare import CASE_NAMES, TOLERANCE, format_table, run_verify
-from omnistage.tools.verify.output import write_json
-from omnistage.tools.verify.tts_compare import TTS_CASE_NAMES
+from omnistage.tools.verify.cases import CASE_NAMES, MAX_NEW_TOKENS, TALKER_MAX_NEW_TOKENS, TOLERANCE, TTS_CASE_NAMES
 
 
 def add_verify_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -26,17 +23,17 @@ def add_verify_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         description="Runs transformers' Qwen3OmniMoeForConditionalGeneration and omnistage on the same prompts "
                     "(text, text+audio, text+image, text+video) and checks thinker tokens, prompt logits, talker codes and "
                     "the waveform. Needs only config.json and weights.")
-    verify.add_argument("--model", default="tiny", help="checkpoint folder, or 'tiny' for the embedded model")
+    verify.add_argument("--model", default="tiny", help="checkpoint folder, or an embedded model name (tiny, medium, "
+                                                        "slice, tts-tiny...; default tiny)")
     verify.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="also write a JSON report to FILE (stdout when FILE is omitted; the table then "
                              "goes to stderr)")
     verify.add_argument("--case", action="append", choices=CASE_NAMES + TTS_CASE_NAMES,
                         help="run only this case (repeatable)")
-    defaults = GenerationSettings()
     # transformers needs two thinker tokens to build a talker prompt and two talker steps for one frame.
-    verify.add_argument("--max-new-tokens", type=_at_least_two, default=defaults.max_new_tokens,
-                        help="thinker tokens")
-    verify.add_argument("--talker-max-new-tokens", type=_at_least_two, default=defaults.talker_max_new_tokens,
+    verify.add_argument("--max-new-tokens", type=_at_least_two, default=MAX_NEW_TOKENS,
+                        help=f"thinker tokens (default {MAX_NEW_TOKENS})")
+    verify.add_argument("--talker-max-new-tokens", type=_at_least_two, default=TALKER_MAX_NEW_TOKENS,
                         help="talker steps (frames = steps - 1, as in transformers)")
     verify.add_argument("--tolerance", type=float, default=TOLERANCE, help="bound on logits and waveform diffs")
     verify.add_argument("--tensor-parallel-size", type=_positive, default=1,
@@ -62,22 +59,23 @@ def _at_least_two(text: str) -> int:
 def run_verify_command(args: argparse.Namespace) -> int:
     """Dispatched through the family registry to the checkpoint's family's verify hook."""
     from omnistage.families.base import call_hook
-    from omnistage.families.registry import DEFAULT_REGISTRY, UnknownFamily
+    from omnistage.families.registry import DEFAULT_REGISTRY
 
-    try:
-        folder = DEFAULT_REGISTRY.resolve_model(args.model)
-        family = DEFAULT_REGISTRY.for_folder(folder)
-    except (FileNotFoundError, UnknownFamily) as exc:
-        print(f"omnistage verify: {exc}", file=sys.stderr)
-        return 2
+    from omnistage.entrypoints.serve_config import UsageError
+
+    folder = DEFAULT_REGISTRY.resolve_model(args.model)  # a missing folder or unknown family: one line, exit 2
+    family = DEFAULT_REGISTRY.for_folder(folder)
     if not family.hooks.verify:
-        print(f"omnistage verify: the {family.name} family has no parity check", file=sys.stderr)
-        return 2
+        raise UsageError(f"the {family.name} family has no parity check")
     return int(call_hook(family.hooks.verify, args, folder))
 
 
 def run_omni_verify(args: argparse.Namespace, folder: Path) -> int:
     """Qwen3-Omni's ``verify`` hook: transformers' Qwen3OmniMoeForConditionalGeneration vs omnistage."""
+    from omnistage.families.qwen3_omni.offline import GenerationSettings
+    from omnistage.tools.verify.compare import format_table, run_verify
+    from omnistage.tools.verify.output import write_json
+
     if args.case and not set(args.case) <= set(CASE_NAMES):
         print(f"omnistage verify: a Qwen3-Omni checkpoint has the cases {', '.join(CASE_NAMES)}", file=sys.stderr)
         return 2
@@ -101,8 +99,11 @@ def run_omni_verify(args: argparse.Namespace, folder: Path) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="omnistage")
     add_verify_parser(parser.add_subparsers(dest="command", required=True))
+    parser.add_argument("--log-level", default="info", help=argparse.SUPPRESS)
     args = parser.parse_args(["verify", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args))
+    from omnistage.entrypoints.cli import run_command
+
+    return run_command(args)
 
 
 if __name__ == "__main__":

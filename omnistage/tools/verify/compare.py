@@ -25,9 +25,7 @@ from omnistage.processing.prompt import PromptProcessor
 from omnistage.runner.ar_runner import default_backend
 from omnistage.tools.verify.prompts import VerifyCase, build_cases
 from omnistage.tools.verify.reference import Reference, StageResult, quiet_transformers
-
-TOLERANCE = 1e-4
-CASE_NAMES = ("text", "text+audio", "text+image", "text+video")
+from omnistage.tools.verify.cases import CASE_NAMES, TOLERANCE  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,8 @@ from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
 from omnistage.families.qwen3_tts.offline import SpeechOutput, TTSSettings, generate_offline
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, make_voice_clone
 from omnistage.tools.verify.tts_reference_env import run_reference
+from omnistage.tools.verify.cases import TOLERANCE, TTS_CASE_NAMES  # noqa: F401 - re-exported
 
-TOLERANCE = 1e-4
-TTS_CASE_NAMES = ("custom-voice", "custom-voice+instructions", "voice-design", "voice-clone", "voice-clone-xvector")
 TEXT = "Hello, how are you today? The weather is sunny and warm."
 REF_TEXT = "The quick brown fox jumps over the lazy dog."
 INSTRUCTIONS = "Speak slowly, in a warm and happy voice."

@@ -1,0 +1,84 @@
+"""``omnistage serve``: start the pipeline, serve the app with uvicorn on the socket the CLI bound, say when it
+is ready.
+
+The CLI binds the port (``entrypoints/listen_socket.py``) before this module and the pipeline load, so a port in
+use is reported at once, not after the checkpoint has loaded; uvicorn then listens on that very socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import socket
+import sys
+
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.serve_config import ServeConfig, UsageError
+
+def uvicorn_options(config: ServeConfig) -> dict[str, object]:
+    """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP
+    protocol class), beside the app, the socket and logging."""
+    return {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
+            "http": guarded_http_protocol(config.limits.header_timeout, config.limits.send_timeout)}
+
+
+def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:
+    """What a person needs once the server answers: the model id, the URLs, one request to try."""
+    host = config.host if config.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    base = f"{config.scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
+    auth = ' -H "Authorization: Bearer $OMNISTAGE_API_KEY"' if config.access.api_keys else ""
+    name = config.served_name
+    if engine.processor is not None:
+        body = (f'{{"model": "{name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
+                f'"modalities": ["text", "audio"], "audio": {{"voice": "{_first_voice(engine)}", "format": "wav"}}}}')
+        curl = f"curl {base}/v1/chat/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
+    else:  # a text-to-speech checkpoint answers speech only
+        body = f'{{"model": "{name}", "input": "Hello!", "voice": "{_first_voice(engine)}"}}'
+        curl = (f"curl {base}/v1/audio/speech -H 'Content-Type: application/json'{auth} -d '{body}' "
+                "-o hello.wav")
+    return "\n".join([
+        f"omnistage is ready: model {name!r} at {base}/v1 (OpenAI-compatible)",
+        f"  try:    {curl}",
+        f"  docs:   {base}/docs    health: {base}/health    metrics: {base}/metrics",
+        "  stop:   Ctrl+C",
+    ])
+
+
+def _first_voice(engine: OmniEngine) -> str:
+    return engine.voices[0] if engine.voices else "default"
+
+
+async def _announce(server: object, config: ServeConfig, engine: OmniEngine, port: int) -> None:
+    while not getattr(server, "started", False):
+        await asyncio.sleep(0.05)
+    print(ready_banner(config, engine, port), file=sys.stderr, flush=True)
+
+
+async def _serve(config: ServeConfig, sock: socket.socket) -> int:
+    import uvicorn
+
+    from omnistage.pipeline.async_omni import AsyncOmni
+
+    engine = AsyncOmni.from_config(config.pipeline)
+    try:
+        app = build_app(engine, config.limits, config.media, config.access, config.serving)
+        server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=sock.getsockname()[1],
+                                               log_level=config.log_level, **uvicorn_options(config)))
+        announce = asyncio.create_task(_announce(server, config, engine, sock.getsockname()[1]))
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            announce.cancel()
+    finally:
+        await engine.shutdown()
+    return 0
+
+
+def run_server(config: ServeConfig, sock: socket.socket) -> int:
+    """``omnistage serve`` on a bound socket: a mistake in the request is a :class:`UsageError`; else uvicorn's
+    run."""
+    if config.pipeline.options.backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--backend ray needs Ray: pip install 'omnistage[ray]'")
+    return asyncio.run(_serve(config, sock))

@@ -1,0 +1,61 @@
+"""How to run a pipeline (processes or threads, connector, backend, liveness): light enough for the CLI to
+check before torch loads; what to run is the stage config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, HEARTBEAT_S
+
+BACKENDS = ("local", "ray")
+CONNECTORS = ("inproc", "shm", "frames")  # how tensors cross stages (pipeline/connectors/)
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """How to run a pipeline (what to run is the stage config).
+
+    connector: how tensors cross stages; None picks ``inproc`` for threads and ``shm`` for processes.
+    talker_min_new_tokens: frames the talker must make before it may stop (random-weight checkpoints
+        emit codec EOS at once; tests use this to get audio).
+    seamless_audio: code2wav chunks keep their left context's tail, so streamed chunks join without
+        the 555-sample hole transformers' chunked decode leaves at each boundary.
+    threads_per_replica: torch threads in each replica process; None splits the machine's cores (Ray: the
+        stage's ``placement.num_cpus``, at least 1).
+    backend: ``local`` (processes or threads of this machine) or ``ray`` (actors on a Ray cluster; the
+        connector then applies only where a replica shares this machine, tensors to others go in the frames).
+    ray_address: the cluster to join (``ray.init(address=...)``); None joins the one started on this
+        machine, else starts a local one. Ignored when this process already called ``ray.init``.
+    stage_stall_timeout_s: a ready replica silent this long (no output, no heartbeat from its engine loop) is
+        declared stalled: its requests fail, it is killed and restarted.
+    """
+
+    in_process: bool = False
+    connector: str | None = None
+    talker_min_new_tokens: int = 0
+    seamless_audio: bool = True
+    ready_timeout_s: float = 900.0
+    threads_per_replica: int | None = None
+    backend: str = "local"
+    ray_address: str | None = None
+    stage_stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if not self.stage_stall_timeout_s > HEARTBEAT_S:
+            raise ValueError(f"the stage stall timeout must be longer than the {HEARTBEAT_S:g} s heartbeat, "
+                             f"got {self.stage_stall_timeout_s}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend == "ray" and (self.in_process or self.connector == "inproc"):
+            raise ValueError("backend 'ray' runs replicas in Ray actors: in_process and the inproc connector "
+                             "need them in this process")
+        if self.ray_address is not None and self.backend != "ray":
+            raise ValueError("ray_address needs backend 'ray'")
+        if (self.ray_address or "").startswith("ray://"):
+            # Replicas connect back to this process's sockets, so it must run on a cluster node itself.
+            raise ValueError("ray_address: Ray Client (ray://) is not supported; run the server on a cluster node "
+                             "and give the cluster's GCS address (HOST:6379) or 'auto'")
+
+    @property
+    def connector_kind(self) -> str:
+        return self.connector or ("inproc" if self.in_process else "shm")

@@ -1,0 +1,133 @@
+"""The pipeline's ``omnistage serve`` flags and the :class:`PipelineConfig` they are read into, once.
+
+Light on purpose (no torch, no zmq): the CLI parses and checks every flag, and claims its port, before the
+pipeline's heavy modules load.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from omnistage.config.memory import parse_bytes
+from omnistage.config.pipeline import DTYPES, QUANTIZATIONS, PipelineSpec, StageOverrides, load_pipeline, per_stage
+from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S
+from omnistage.pipeline.options import BACKENDS, CONNECTORS, PipelineOptions
+
+
+def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
+    """The pipeline's flags for ``omnistage serve`` (what ``AsyncOmni.from_args`` reads)."""
+    group = parser.add_argument_group("pipeline")
+    group.add_argument("--stage-config", default=None,
+                       help="stage config YAML (default: the preset the checkpoint's family picks from its "
+                            "config.json: qwen3_omni, qwen3_omni_thinking for a checkpoint without a talker, "
+                            "qwen3_tts for a Qwen3-TTS checkpoint)")
+    group.add_argument("--in-process", action="store_true",
+                       help="run every stage replica as a thread of the server process (debugging)")
+    group.add_argument("--connector", choices=CONNECTORS, default=None,
+                       help="how tensors cross stages (default: shm for processes, inproc for threads)")
+    group.add_argument("--talker-min-new-tokens", type=int, default=0,
+                       help="frames the talker makes before it may stop (random-weight test checkpoints)")
+    group.add_argument("--backend", choices=BACKENDS, default="local",
+                       help="where stage replicas run: local processes (default) or Ray actors placed by each "
+                            "stage's `placement` (docs/ray.md)")
+    group.add_argument("--stage-stall-timeout", type=float, default=DEFAULT_STALL_TIMEOUT_S,
+                       help="seconds a ready stage replica may go without progress (no output, no heartbeat from "
+                            "its engine loop) before it is marked unhealthy, its requests fail, and it is killed and "
+                            f"restarted (default {DEFAULT_STALL_TIMEOUT_S:g})")
+    group.add_argument("--dtype", choices=DTYPES, default=None,
+                       help="weights and activations of every stage (default: the stage config's; auto = "
+                            "bfloat16 on CUDA, float32 on CPU; norms and RoPE compute in float32 either way)")
+    group.add_argument("--kv-cache-memory", type=_kv_memory, default=(),
+                       help="KV cache bytes per autoregressive stage, e.g. 2GiB, or per stage: thinker=2GiB,talker=1GiB "
+                            "(instead of num_kv_blocks)")
+    group.add_argument("--gpu-memory-utilization", type=_utilization, default=(),
+                       help="CUDA: fraction of the device each autoregressive stage may use (weights, activations "
+                            "and KV), e.g. 0.45, or per stage: thinker=0.5,talker=0.3")
+    group.add_argument("--generation-config", default="auto",
+                       help="sampling defaults of requests that leave a knob unset: auto (the checkpoint's "
+                            "generation_config.json over the stage config's), vllm (the stage config's only), or a "
+                            "folder holding a generation_config.json")
+    group.add_argument("--tensor-parallel-size", type=int, default=0,
+                       help="shard the thinker over this many processes (CUDA: one GPU each, from the stage's "
+                            "device on; CPU: gloo); default: the stage config's tensor_parallel_size")
+    group.add_argument("--quantization", type=_quantization, default=(),
+                       help=f"weight-only quantization of autoregressive stages ({'/'.join(QUANTIZATIONS)}), e.g. "
+                            "int8, or per stage: thinker=int8 (FP8 checkpoints are recognised from their config)")
+    group.add_argument("--max-model-len", type=_per_stage_int, default=(),
+                       help="tokens of one request's context (prompt and output) in each autoregressive stage, "
+                            "e.g. 4096, or per stage: thinker=8192,talker=4096 (default: the stage config's, else "
+                            "the model's own limit); also what the API checks prompts against")
+    group.add_argument("--max-num-seqs", type=_per_stage_int, default=(),
+                       help="requests a stage replica runs at once, e.g. 16, or per stage: thinker=32,code2wav=8 "
+                            "(default: the stage config's)")
+    group.add_argument("--ray-address", default=None,
+                       help="the Ray cluster to join with --backend ray (default: the one started on this machine "
+                            "by `ray start --head`, else a new local one)")
+
+
+def _kv_memory(text: str) -> tuple[tuple[str, object], ...]:
+    try:
+        return per_stage(text, parse_bytes)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _quantization(text: str) -> tuple[tuple[str, object], ...]:
+    try:
+        return per_stage(text, str)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _utilization(text: str) -> tuple[tuple[str, object], ...]:
+    try:
+        return per_stage(text, float)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _per_stage_int(text: str) -> tuple[tuple[str, object], ...]:
+    try:
+        pairs = per_stage(text, int)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (want a whole number, or per stage: thinker=4096)") from None
+    if any(value < 1 for _, value in pairs):
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return pairs
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """What to serve and how, as ``omnistage serve`` was asked: built once from the flags
+    (:func:`pipeline_config_from_args`), read by :meth:`OmniPipeline.from_config`."""
+
+    model: str = "tiny"
+    stage_config: PipelineSpec | None = None  # --stage-config, parsed (and checked) when the flags are read
+    options: PipelineOptions = PipelineOptions()
+    overrides: StageOverrides = StageOverrides()
+    generation_config: str = "auto"
+    model_name: str | None = None  # the id the API answers to (default: ``model``)
+
+
+def overrides_from_args(args: argparse.Namespace) -> StageOverrides:
+    return StageOverrides(dtype=args.dtype or "", kv_cache_memory=tuple(args.kv_cache_memory),
+                          gpu_memory_utilization=tuple(args.gpu_memory_utilization),
+                          quantization=tuple(args.quantization), tensor_parallel_size=args.tensor_parallel_size,
+                          max_model_len=tuple(args.max_model_len), max_num_seqs=tuple(args.max_num_seqs))
+
+
+def options_from_args(args: argparse.Namespace) -> PipelineOptions:
+    """The flags of :func:`add_pipeline_args` as options; ``ValueError`` names a bad combination."""
+    return PipelineOptions(in_process=args.in_process, connector=args.connector,
+                           talker_min_new_tokens=args.talker_min_new_tokens, backend=args.backend,
+                           ray_address=args.ray_address, stage_stall_timeout_s=args.stage_stall_timeout)
+
+
+def pipeline_config_from_args(args: argparse.Namespace, model: str, model_name: str | None) -> PipelineConfig:
+    """The pipeline flags (:func:`add_pipeline_args`) read once; ``ValueError`` names a bad combination
+    (``ConfigError``, a subclass, a bad stage config field)."""
+    spec = load_pipeline(args.stage_config) if args.stage_config else None  # a bad YAML is said before loading
+    return PipelineConfig(model=model, stage_config=spec, options=options_from_args(args),
+                          overrides=overrides_from_args(args), generation_config=args.generation_config,
+                          model_name=model_name)
