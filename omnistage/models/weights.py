@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from torch import nn
+from tqdm import tqdm
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -172,12 +173,20 @@ def load_module(
     tensors = module_tensors(module)
     pairs = [(checkpoint_name(n, prefix, rename), n) for n in tensors]
     _check([(ckpt_name, tensors[n]) for ckpt_name, n in pairs], ckpt)
-    with torch.no_grad():
+    with torch.no_grad(), _progress(len(pairs), prefix) as bar:
         for ckpt_name, name in pairs:
             _assign(module, name, tensors[name], ckpt.get(ckpt_name), dtype)
+            bar.update()
     loaded = {ckpt_name for ckpt_name, _ in pairs}
     unused = sorted(n for n in ckpt.names() if n.startswith(prefix) and n not in loaded)
     return LoadResult(loaded=tuple(sorted(loaded)), unused=tuple(unused))
+
+
+def _progress(tensors: int, prefix: str) -> tqdm:
+    """A bar while a module's tensors load (any checkpoint view: plain, FP8, a rank's shards), shown on a
+    terminal only, so logs and tests stay clean."""
+    return tqdm(total=tensors, desc=f"loading {prefix.rstrip('.') or 'weights'}", unit="tensor", disable=None,
+                leave=False, mininterval=0.5)
 
 
 def _check(targets: list[tuple[str, torch.Tensor]], ckpt: Checkpoint) -> None:

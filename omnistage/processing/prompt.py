@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from omnistage.models.qwen3_omni.config import ProcessorSettings, Qwen3OmniConfig
+from omnistage.models.qwen3_omni.config import ProcessorSettings, Qwen3OmniConfig, quiet_known_rope_keys
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 from omnistage.processing.audio_in_video import AudioInVideoTokens, audio_order, interleaved_placeholder
 from omnistage.processing.video import Video, VideoProcessor
@@ -75,7 +75,8 @@ class PromptProcessor:
             return None
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(self.folder)
+        with quiet_known_rope_keys():  # AutoTokenizer reads config.json through transformers' config classes
+            return AutoTokenizer.from_pretrained(self.folder)
 
     def _audio_in_video_tokens(self, settings: ProcessorSettings) -> AudioInVideoTokens | None:
         """The markers of an interleaved video, from the config or else the tokenizer (None: neither has them)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+from tqdm import tqdm
 
 from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
 from omnistage.tools.checkpoint_config import checkpoint_config_dict
@@ -37,13 +38,21 @@ def make_tiny(out_dir: str | Path, seed: int = 0, size: CheckpointSize = TINY, c
     ``confident_head``: with a trained model's greedy margins (:mod:`omnistage.tools.confident_head`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    layout = save_tokenizer(out, BPE_SIZE, QWEN3_OMNI_CHAT_TEMPLATE)
-    role_ids = _role_ids(out)
-    config = checkpoint_config_dict(layout, role_ids, size)
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-    _save_weights(out, seed, layout.bpe_size if confident_head else 0)
-    _save_processor(out)
-    (out / "generation_config.json").write_text(json.dumps(_generation_config(layout), indent=2))
+    # Phases, not bytes: the weights are drawn and written whole (the slice size's take minutes).
+    with tqdm(total=3, desc=f"making the {size.name} checkpoint", unit="step", disable=None, leave=False) as bar:
+        bar.set_postfix_str("tokenizer and config")
+        layout = save_tokenizer(out, BPE_SIZE, QWEN3_OMNI_CHAT_TEMPLATE)
+        role_ids = _role_ids(out)
+        config = checkpoint_config_dict(layout, role_ids, size)
+        (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        bar.update()
+        bar.set_postfix_str("drawing and writing the weights")
+        _save_weights(out, seed, layout.bpe_size if confident_head else 0)
+        bar.update()
+        bar.set_postfix_str("processor")
+        _save_processor(out)
+        (out / "generation_config.json").write_text(json.dumps(_generation_config(layout), indent=2))
+        bar.update()
     return out
 
 
@@ -57,7 +66,10 @@ def _save_weights(out: Path, seed: int, confident_tokens: int) -> None:
     ``confident_tokens`` > 0: the thinker's head made confident over that many ordinary tokens."""
     from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
 
-    config = Qwen3OmniMoeConfig.from_pretrained(out)
+    from omnistage.models.qwen3_omni.config import quiet_known_rope_keys
+
+    with quiet_known_rope_keys():
+        config = Qwen3OmniMoeConfig.from_pretrained(out)
     dtype = getattr(torch, json.loads((out / "config.json").read_text())["torch_dtype"])
     torch.manual_seed(seed)
     model = Qwen3OmniMoeForConditionalGeneration._from_config(config, dtype=dtype).eval()

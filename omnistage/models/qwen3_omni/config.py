@@ -37,7 +37,7 @@ class _KnownRopeKeys(logging.Filter):
 
 
 @contextmanager
-def _quiet_known_rope_keys() -> Iterator[None]:
+def quiet_known_rope_keys() -> Iterator[None]:
     """Only while a config is built, and only on the logger that warns (nothing else is filtered)."""
     rope_logger, known = logging.getLogger("transformers.modeling_rope_utils"), _KnownRopeKeys()
     rope_logger.addFilter(known)
@@ -140,7 +140,7 @@ class Qwen3OmniConfig:
         thinker = raw["thinker_config"]
         speaks = bool(raw.get("enable_audio_output", True)) and "talker_config" in raw
         talker = raw.get("talker_config") or {}
-        with _quiet_known_rope_keys():
+        with quiet_known_rope_keys():
             hf = Qwen3OmniMoeConfig.from_dict(dict(raw))
         return cls(
             hf=hf,
