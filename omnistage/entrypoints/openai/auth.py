@@ -3,8 +3,10 @@
 One ASGI middleware, outermost, so nothing is read or parsed for a caller it
 refuses. With ``--api-key`` every route needs ``Authorization: Bearer KEY``
 except ``/health`` (and ``/metrics`` unless ``--protect-metrics``), as vLLM
-does; a WebSocket may carry the key in that header or, as OpenAI's browser
-SDKs send it, as the subprotocol ``openai-insecure-api-key.KEY``. Refusals are
+does, and the pages that hold no secret (``/``, the docs, their schema and
+assets: see ``landing.py``); a WebSocket may carry the key in that header
+or, as OpenAI's browser SDKs send it, as the subprotocol
+``openai-insecure-api-key.KEY``. Refusals are
 401s in OpenAI's error shape; a WebSocket is refused before its handshake
 completes (an HTTP response, where the server supports ASGI's denial
 response). Keys are compared through their SHA-256 digests in constant time.
@@ -26,10 +28,11 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from omnistage.entrypoints.openai.errors import APIError
+from omnistage.entrypoints.openai.landing import PUBLIC_PATHS, PUBLIC_PREFIX
 from omnistage.entrypoints.openai.server_config import AccessPolicy
 
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", *PUBLIC_PATHS})
 
 
 def _digest(value: str) -> bytes:
@@ -94,7 +97,8 @@ class AccessMiddleware:
         return None
 
     def _open(self, path: str) -> bool:
-        return path in OPEN_PATHS or (path == "/metrics" and not self.policy.protect_metrics)
+        return (path in OPEN_PATHS or path.startswith(PUBLIC_PREFIX)
+                or (path == "/metrics" and not self.policy.protect_metrics))
 
     def _key_matches(self, given: str) -> bool:
         digest = _digest(given)
