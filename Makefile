@@ -27,9 +27,9 @@ venv install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
 
+# `make serve MODEL=medium PORT=8001 HOST=0.0.0.0`; an embedded model is made on first use.
 serve: $(VENV)/.installed
-	$(VENV)/bin/omnistage make-tiny --cached
-	$(VENV)/bin/omnistage serve --model $(MODEL) --host $(HOST) --port $(PORT)
+	$(VENV)/bin/omnistage serve $(MODEL) --host $(HOST) --port $(PORT)
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q $(PYTEST_ARGS)

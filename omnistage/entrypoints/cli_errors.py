@@ -47,7 +47,7 @@ def _known_by_name(exc: BaseException) -> str | None:
     """Errors of modules the CLI should not import just to name them (torch-heavy ones): matched by class name
     along the exception's MRO."""
     known = {"KVBudgetError": "KV cache", "WeightLoadError": "checkpoint", "UnsupportedQuantization": "checkpoint",
-             "NoFit": "plan"}
+             "NoFit": "plan", "RayJoinError": "Ray"}
     for cls in type(exc).__mro__:
         if cls.__name__ in known:
             return f"{known[cls.__name__]}: {exc}"
