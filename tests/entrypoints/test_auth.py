@@ -53,7 +53,10 @@ def _auth(key: str = KEY) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/v1/models/fake-omni", "/docs", "/openapi.json", "/v1/nothing"])
+# /, /docs, /redoc, /openapi.json and the docs' assets are open (no secrets; a browser cannot send a key with a
+# page it opens): tests/entrypoints/test_landing.py.
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/models/fake-omni", "/v1/audio/voices", "/metrics/x",
+                                  "/v1/nothing"])
 @pytest.mark.parametrize("headers", [{}, _auth("sk-wrong"), {"Authorization": KEY}, {"Authorization": "Basic x"}],
                          ids=["none", "wrong", "no-scheme", "basic"])
 def test_every_route_needs_the_key(guarded: Guarded, path: str, headers: dict[str, str]) -> None:

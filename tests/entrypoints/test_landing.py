@@ -127,3 +127,11 @@ def test_landing_under_api_key_names_no_model(keyed_client: TestClient) -> None:
     page = keyed_client.get("/").text
     assert "fake-omni" not in page and "needs the API key" in page
     assert "fake-omni" not in keyed_client.get("/openapi.json").text
+
+
+def test_the_schema_declares_the_bearer_key_only_when_one_is_needed(open_client: TestClient,
+                                                                    keyed_client: TestClient) -> None:
+    keyed = keyed_client.get("/openapi.json").json()  # so /docs' "Authorize" sends it with "Try it out"
+    assert keyed["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+    assert keyed["security"] == [{"bearer": []}]
+    assert "security" not in open_client.get("/openapi.json").json()

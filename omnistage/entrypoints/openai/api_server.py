@@ -1,17 +1,13 @@
 """The OpenAI-compatible HTTP server: routes, app assembly, and ``omnistage serve``.
 
-``build_app(engine)`` wires the services to an ``OmniEngine``; ``run_server``
-builds the real pipeline and serves it with uvicorn. The OpenAPI schema is the
+``build_app(engine)`` wires the services to an ``OmniEngine`` (``serve_command.py`` runs it for
+``omnistage serve``). The OpenAPI schema is the
 one FastAPI derives from the routes, with its 422 entries swapped for the 400
 ``ErrorResponse`` this server really answers with.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import importlib.util
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -24,13 +20,13 @@ from omnistage.entrypoints.openai.admission import Admission
 from omnistage.entrypoints.openai.auth import AccessMiddleware
 from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
-from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
 from omnistage.entrypoints.openai.decode_pool import DecodePool
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.errors import install_error_handlers
 from omnistage.pipeline.reports import HealthReport
 from omnistage.entrypoints.openai.media import MediaFetcher
 from omnistage.entrypoints.openai.metrics import ServerMetrics
+from omnistage.entrypoints.openai.landing import install_landing
 from omnistage.entrypoints.openai.realtime_route import install_realtime
 from omnistage.entrypoints.openai.request_budget import BudgetedRoute
 from omnistage.entrypoints.openai.protocol import (
@@ -59,10 +55,6 @@ from omnistage.entrypoints.openai.server_config import (
     MediaPolicy,
     ServerLimits,
     ServingOptions,
-    access_policy_from_args,
-    limits_from_args,
-    media_policy_from_args,
-    serving_options_from_args,
 )
 from omnistage.entrypoints.openai.served_model import ServedModel
 from omnistage.entrypoints.openai.serving_chat import ChatService
@@ -165,11 +157,15 @@ async def metrics(services: Services = Depends(_services)) -> Response:
     return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-def _openapi_schema(app: FastAPI) -> dict[str, object]:
+def _openapi_schema(app: FastAPI, keyed: bool) -> dict[str, object]:
     """FastAPI's schema, minus the 422s this server never sends (they leave as 400s), plus the
-    models only streamed responses use (FastAPI sees no return type for those)."""
+    models only streamed responses use (FastAPI sees no return type for those); behind ``--api-key``, the bearer
+    scheme every route needs (so /docs' "Authorize" button sends the key)."""
     if app.openapi_schema is None:
         schema = FastAPI.openapi(app)
+        if keyed:
+            schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            schema["security"] = [{"bearer": []}]
         for path in schema.get("paths", {}).values():
             for operation in path.values():
                 operation.get("responses", {}).pop("422", None)
@@ -193,7 +189,10 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     metrics = ServerMetrics(engine)
     pool = DecodePool(limits.decode_workers)  # decoding and preprocessing of every endpoint, bounded
     builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits, pool)
-    app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server")
+    access = access or AccessPolicy()
+    # docs_url/redoc_url None: FastAPI's pages load from a CDN; install_landing serves them from local assets.
+    app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server",
+                  docs_url=None, redoc_url=None)
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
     store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits
@@ -206,56 +205,8 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     app.include_router(speech_stream_router)  # WS /v1/audio/speech/stream
     install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad))  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
-    app.add_middleware(AccessMiddleware, policy=access or AccessPolicy())  # outermost: refused before any read
+    install_landing(app, served, keyed=bool(access.api_keys))  # /, /docs, /redoc and their assets
+    app.add_middleware(AccessMiddleware, policy=access)  # outermost: refused before any read
     install_error_handlers(app)
-    app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _openapi_schema(app, bool(access.api_keys))  # type: ignore[method-assign]
     return app
-
-
-def uvicorn_options(args: argparse.Namespace, limits: ServerLimits) -> dict[str, object]:
-    """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP
-    protocol class), beside host, port and logging."""
-    return {"ssl_keyfile": getattr(args, "ssl_keyfile", None), "ssl_certfile": getattr(args, "ssl_certfile", None),
-            "http": guarded_http_protocol(limits.header_timeout, limits.send_timeout)}
-
-
-async def _serve(args: argparse.Namespace, limits: ServerLimits, media: MediaPolicy, access: AccessPolicy,
-                 serving: ServingOptions) -> int:
-    import uvicorn
-
-    from omnistage.pipeline.async_omni import AsyncOmni
-
-    engine = AsyncOmni.from_args(args)
-    try:
-        config = uvicorn.Config(build_app(engine, limits, media, access, serving), host=args.host, port=args.port,
-                                log_level="info", **uvicorn_options(args, limits))
-        await uvicorn.Server(config).serve()
-    finally:
-        await engine.shutdown()
-    return 0
-
-
-def run_server(args: argparse.Namespace) -> int:
-    """``omnistage serve``: 2 for bad flags, 3 when the pipeline is not available, else uvicorn's run."""
-    try:
-        limits, media, access = limits_from_args(args), media_policy_from_args(args), access_policy_from_args(args)
-        serving = serving_options_from_args(args)
-    except ValueError as exc:
-        print(f"omnistage serve: {exc}", file=sys.stderr)
-        return 2
-    try:
-        import omnistage.pipeline.async_omni  # noqa: F401 - checked here so the message names the gap
-        from omnistage.pipeline.engine import options_from_args
-    except ImportError as exc:
-        print(f"omnistage serve: the pipeline (omnistage.pipeline.async_omni.AsyncOmni) is not available: {exc}",
-              file=sys.stderr)
-        return 3
-    try:
-        options = options_from_args(args)  # a bad combination (--in-process --backend ray) is a usage error
-    except ValueError as exc:
-        print(f"omnistage serve: {exc}", file=sys.stderr)
-        return 2
-    if options.backend == "ray" and importlib.util.find_spec("ray") is None:
-        print("omnistage serve: --backend ray needs Ray: pip install 'omnistage[ray]'", file=sys.stderr)
-        return 3
-    return asyncio.run(_serve(args, limits, media, access, serving))
