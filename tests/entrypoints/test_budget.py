@@ -25,9 +25,9 @@ import httpx
 import numpy as np
 import pytest
 
-from omnistage.entrypoints.openai.admission import Admission
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.decode_pool import CancelToken, DecodeCancelled, DecodePool
+from omnistage.entrypoints.openai.common.admission import Admission
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodeCancelled, DecodePool
 from omnistage.entrypoints.openai.server_config import MIB, ServerLimits
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 from tests.entrypoints.media_samples import b64, data_url

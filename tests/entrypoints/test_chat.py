@@ -191,7 +191,7 @@ def test_engine_failure_is_a_server_error(server: LiveServer) -> None:
 
 
 def test_finish_reasons_map(server: LiveServer) -> None:
-    from omnistage.entrypoints.openai.serving_common import finish_reason_name
+    from omnistage.entrypoints.openai.chat.stream import finish_reason_name
 
     assert finish_reason_name(FinishReason.LENGTH) == "length"
     assert finish_reason_name(FinishReason.STOP) == "stop"

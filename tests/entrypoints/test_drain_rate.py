@@ -8,7 +8,7 @@ import math
 import httpx
 
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.drain_rate import RETRY_MAX_S, DrainRate
+from omnistage.entrypoints.openai.common.drain_rate import RETRY_MAX_S, DrainRate
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 from tests.entrypoints.server_thread import ServerThread

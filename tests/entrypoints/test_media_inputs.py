@@ -129,7 +129,7 @@ def test_local_file_under_allowed_folder(server: LiveServer, processor: Recordin
 
 
 def test_frames_spread_over_a_long_video() -> None:
-    from omnistage.entrypoints.openai.media import decode_video
+    from omnistage.entrypoints.openai.media.loaders import decode_video
     from omnistage.entrypoints.openai.server_config import ServerLimits
 
     video = decode_video(mp4_bytes(seconds=6.0), ServerLimits(max_video_frames=3))

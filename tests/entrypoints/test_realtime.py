@@ -12,8 +12,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from omnistage.audio.vad import EnergyVad, VadConfig
-from omnistage.entrypoints.openai.realtime_conversation import InputBuffer
-from omnistage.entrypoints.openai.realtime_protocol import InputFormat
+from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
+from omnistage.entrypoints.openai.realtime.protocol import InputFormat
 from tests.audio.signals import speech_like
 from tests.entrypoints.conftest import LiveServer
 

@@ -229,7 +229,7 @@ def test_beta_clients_get_beta_event_names(server: LiveServer) -> None:
 
 @pytest.mark.parametrize("eagerness", ["low", "high"])
 def test_semantic_vad_eagerness_sets_the_silence(eagerness: str) -> None:
-    from omnistage.entrypoints.openai.realtime_protocol import EAGERNESS_SILENCE_MS, SessionConfig, update_session
+    from omnistage.entrypoints.openai.realtime.protocol import EAGERNESS_SILENCE_MS, SessionConfig, update_session
 
     config, errors = update_session(SessionConfig(), {"session": {"audio": {"input": {"turn_detection": {
         "type": "semantic_vad", "eagerness": eagerness}}}}})

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.realtime_conversation import PromptSpec
-from omnistage.entrypoints.openai.realtime_conversation import render_prompt as render_spec
-from omnistage.entrypoints.openai.realtime_items import Item
+from omnistage.entrypoints.openai.realtime.conversation import PromptSpec
+from omnistage.entrypoints.openai.realtime.conversation import render_prompt as render_spec
+from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
 from tests.entrypoints.server_thread import ServerThread

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from omnistage.entrypoints.cli import build_parser, main
+from omnistage.entrypoints.openai.common.errors import param_path
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
-from omnistage.entrypoints.openai.errors import param_path
 from omnistage.entrypoints.openai.server_config import (
     MediaPolicy,
     ServerLimits,

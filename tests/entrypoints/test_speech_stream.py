@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from omnistage.entrypoints.openai.speech_stream import cut_segments
+from omnistage.entrypoints.openai.speech.stream import cut_segments
 from tests.entrypoints.test_speech_tts import FRAMES, tts  # noqa: F401 - the served TTS checkpoint fixture
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.remote_fetch import FETCH_FAILED, MAX_REDIRECTS, is_public
+from omnistage.entrypoints.openai.media.remote_fetch import FETCH_FAILED, MAX_REDIRECTS, is_public
 from omnistage.entrypoints.openai.server_config import MediaPolicy
 from tests.entrypoints.conftest import TEST_LIMITS
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
@@ -175,7 +175,7 @@ def test_numeric_spellings_are_judged_as_the_address_they_mean() -> None:
     """The resolver reads them as inet_aton does; allowed by name here, they still come back as 127.0.0.1."""
     import asyncio
 
-    from omnistage.entrypoints.openai.remote_fetch import RemoteFetcher
+    from omnistage.entrypoints.openai.media.remote_fetch import RemoteFetcher
 
     spellings = ("2130706433", "0x7f000001", "0177.0.0.1", "127.1")
     fetcher = RemoteFetcher(MediaPolicy(allow_remote_media=True, allowed_media_domains=spellings), 1000)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 import pytest
 from websockets.asyncio.client import connect
 
-from omnistage.entrypoints.openai.admission import Admission
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
+from omnistage.entrypoints.openai.common.admission import Admission
+from omnistage.entrypoints.openai.common.connection_guard import guarded_http_protocol
 from tests.entrypoints.conftest import TEST_LIMITS
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 from tests.entrypoints.server_thread import ServerThread

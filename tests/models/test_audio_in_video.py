@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from omnistage.entrypoints.openai.media import decode_video
+from omnistage.entrypoints.openai.media.loaders import decode_video
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.layers.attention import AttentionMetadata, ForwardContext, forward_context
 from omnistage.layers.attention.torch_sdpa import TorchSDPABackend

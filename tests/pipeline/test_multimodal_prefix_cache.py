@@ -20,9 +20,9 @@ import torch
 
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.engine import SamplingParams
-from omnistage.entrypoints.openai.realtime_conversation import PromptSpec
-from omnistage.entrypoints.openai.realtime_conversation import render_prompt as render_spec
-from omnistage.entrypoints.openai.realtime_items import Item
+from omnistage.entrypoints.openai.realtime.conversation import PromptSpec
+from omnistage.entrypoints.openai.realtime.conversation import render_prompt as render_spec
+from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.families.qwen3_omni.mm_spans import multimodal_spans
 from omnistage.families.qwen3_omni.payloads import PromptHidden, ThinkerPrompt
 from omnistage.families.qwen3_omni.stages import build_thinker_request

@@ -16,49 +16,53 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from omnistage.audio.vad_backend import vad_backend
-from omnistage.entrypoints.openai.admission import Admission
-from omnistage.entrypoints.openai.auth import AccessMiddleware
-from omnistage.entrypoints.openai.body_limit import BodyLimitMiddleware
-from omnistage.entrypoints.openai.chat_inputs import ChatPromptBuilder
-from omnistage.entrypoints.openai.decode_pool import DecodePool
-from omnistage.entrypoints.openai.engine_protocol import OmniEngine
-from omnistage.entrypoints.openai.errors import install_error_handlers
-from omnistage.pipeline.reports import HealthReport
-from omnistage.entrypoints.openai.media import MediaFetcher
-from omnistage.entrypoints.openai.metrics import ServerMetrics
-from omnistage.entrypoints.openai.landing import install_landing
-from omnistage.entrypoints.openai.realtime_route import install_realtime
-from omnistage.entrypoints.openai.request_budget import BudgetedRoute
-from omnistage.entrypoints.openai.protocol import (
+from omnistage.entrypoints.openai.chat.inputs import ChatPromptBuilder
+from omnistage.entrypoints.openai.chat.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
+)
+from omnistage.entrypoints.openai.chat.service import ChatService
+from omnistage.entrypoints.openai.common.admission import Admission
+from omnistage.entrypoints.openai.common.auth import AccessMiddleware
+from omnistage.entrypoints.openai.common.body_limit import BodyLimitMiddleware
+from omnistage.entrypoints.openai.common.decode_pool import DecodePool
+from omnistage.entrypoints.openai.common.errors import install_error_handlers
+from omnistage.entrypoints.openai.common.metrics import ServerMetrics
+from omnistage.entrypoints.openai.common.protocol import (
     ErrorResponse,
     HealthResponse,
     ModelCard,
     ModelList,
     ReplicaHealthInfo,
-    SpeechAudioDelta,
-    SpeechAudioDone,
-    SpeechRequest,
     StageHealthInfo,
-    VoiceCreateRequest,
-    VoiceDeleted,
-    VoiceList,
-    VoiceObject,
 )
-from omnistage.entrypoints.openai.serving_voices import VoiceService
-from omnistage.entrypoints.openai.speech_stream import router as speech_stream_router
-from omnistage.entrypoints.openai.voice_store import VoiceStore
+from omnistage.entrypoints.openai.common.request_budget import BudgetedRoute
+from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.landing import PUBLIC_PATHS, PUBLIC_PREFIX, install_landing
+from omnistage.entrypoints.openai.media.loaders import MediaFetcher
+from omnistage.entrypoints.openai.realtime.route import install_realtime
 from omnistage.entrypoints.openai.server_config import (
     AccessPolicy,
     MediaPolicy,
     ServerLimits,
     ServingOptions,
 )
-from omnistage.entrypoints.openai.served_model import ServedModel
-from omnistage.entrypoints.openai.serving_chat import ChatService
-from omnistage.entrypoints.openai.serving_speech import SpeechService
+from omnistage.entrypoints.openai.speech.protocol import (
+    SpeechAudioDelta,
+    SpeechAudioDone,
+    SpeechRequest,
+    VoiceCreateRequest,
+    VoiceDeleted,
+    VoiceList,
+    VoiceObject,
+)
+from omnistage.entrypoints.openai.speech.service import SpeechService
+from omnistage.entrypoints.openai.speech.stream import router as speech_stream_router
+from omnistage.entrypoints.openai.speech.voice_store import VoiceStore
+from omnistage.entrypoints.openai.speech.voices_service import VoiceService
+from omnistage.pipeline.reports import HealthReport
 
 
 @dataclass
@@ -206,7 +210,8 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad))  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_landing(app, served, keyed=bool(access.api_keys))  # /, /docs, /redoc and their assets
-    app.add_middleware(AccessMiddleware, policy=access)  # outermost: refused before any read
+    # Outermost: refused before any read. The landing's pages (no secret in them) stay open.
+    app.add_middleware(AccessMiddleware, policy=access, public_paths=PUBLIC_PATHS, public_prefix=PUBLIC_PREFIX)
     install_error_handlers(app)
     app.openapi = lambda: _openapi_schema(app, bool(access.api_keys))  # type: ignore[method-assign]
     return app

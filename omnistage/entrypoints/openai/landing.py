@@ -26,7 +26,7 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from omnistage.entrypoints.openai.served_model import ServedModel
+from omnistage.entrypoints.openai.common.served_model import ServedModel
 
 ASSETS_PACKAGE = ("fastapi_offline", "static")  # (package, folder inside it)
 ASSETS_URL = "/static/docs"

@@ -13,7 +13,7 @@ import socket
 import sys
 
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.connection_guard import guarded_http_protocol
+from omnistage.entrypoints.openai.common.connection_guard import guarded_http_protocol
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.serve_config import ServeConfig, UsageError
 

@@ -134,9 +134,15 @@ class ServingOptions:
             raise ValueError(f"--default-modalities takes text and/or audio, got {self.default_modalities}")
 
 
-def serving_options_from_args(args: argparse.Namespace) -> ServingOptions:
-    from omnistage.entrypoints.openai.voices import parse_alias
+def parse_alias(text: str) -> tuple[str, str]:
+    """``NAME=SPEAKER`` → the pair (``argparse`` type)."""
+    name, sep, speaker = text.partition("=")
+    if not sep or not name.strip() or not speaker.strip():
+        raise ValueError(f"a voice alias is NAME=SPEAKER, got {text!r}")
+    return name.strip(), speaker.strip()
 
+
+def serving_options_from_args(args: argparse.Namespace) -> ServingOptions:
     return ServingOptions(served_model_names=tuple(args.served_model_name or ()),
                           voice_aliases=tuple(parse_alias(a) for a in args.voice_alias or ()),
                           default_modalities=tuple(args.default_modalities), voices_dir=args.voices_dir, vad=args.vad)

@@ -1,0 +1,117 @@
+"""A realtime session's prompt and input audio: the items rendered with the chat template, and the input buffer.
+
+Items render in order: system/user/assistant messages as turns (a user's audio as
+an audio part), a run of ``function_call`` items as the assistant turn's
+``tool_calls``, each ``function_call_output`` as a ``tool`` turn; the session's
+tools are shown by the template as for chat completions. Turn N's prompt is a
+prefix-extension of turn N-1's, so the thinker's prefix cache skips the earlier turns.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken
+from omnistage.entrypoints.openai.realtime.items import Item
+from omnistage.entrypoints.openai.realtime.protocol import EventError, InputFormat
+from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """What one response's prompt is made of; ``tools`` in the chat template's shape."""
+
+    instructions: str
+    items: tuple[Item, ...]
+    tools: list[dict[str, Any]] | None = None
+    assistant_prefix: str = ""
+
+
+def chat_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    """Realtime's flat function tools in chat completions' shape (what the template renders)."""
+    return [{"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters") if k in t}}
+            for t in tools]
+
+
+def _arguments(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _messages(spec: PromptSpec) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": spec.instructions}] if spec.instructions else []
+    audios: list[np.ndarray] = []
+    for item in spec.items:
+        if item.type == "function_call":
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": _arguments(item.arguments)}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif item.type == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        elif item.audio is not None:
+            audios.append(item.audio)
+            parts: list[dict[str, str]] = [{"type": "audio"}]
+            if item.text:
+                parts.append({"type": "text", "text": item.text})
+            messages.append({"role": item.role, "content": parts})
+        else:
+            messages.append({"role": item.role, "content": item.text})
+    return messages, audios
+
+
+def render_prompt(processor: PromptProcessor, spec: PromptSpec) -> ProcessedPrompt:
+    messages, audios = _messages(spec)
+    ids = processor.apply_chat_template(messages, spec.tools, assistant_prefix=spec.assistant_prefix)
+    return processor.process(ids, audios=audios)
+
+
+def render_prompt_job(processor: PromptProcessor, spec: PromptSpec, token: CancelToken) -> ProcessedPrompt:
+    """``render_prompt`` as a ``DecodePool`` job."""
+    token.check()
+    return render_prompt(processor, spec)
+
+
+class InputBuffer:
+    """Input audio pieces at the session's input format and rate, with the VAD (when on) watching them arrive."""
+
+    def __init__(self, fmt: InputFormat, max_seconds: float) -> None:
+        self.format = fmt
+        self.max_seconds = max_seconds
+        self.pieces: list[np.ndarray] = []
+        self.samples = 0
+
+    @property
+    def rate(self) -> int:
+        return self.format.rate
+
+    @property
+    def max_samples(self) -> int:
+        return int(self.max_seconds * self.rate)
+
+    def append(self, raw: bytes) -> np.ndarray:
+        piece = self.format.decode(raw)
+        if self.samples + len(piece) > self.max_samples:
+            raise EventError("input_audio_buffer_too_long",
+                             f"the input audio buffer would exceed {self.max_seconds:g} s; commit or clear it", "audio")
+        self.pieces.append(piece)
+        self.samples += len(piece)
+        return piece
+
+    def take(self, start: int = 0, end: int | None = None) -> np.ndarray:
+        """The buffered audio in samples ``[start, end)``, at 16 kHz; the buffer is emptied."""
+        audio = np.concatenate(self.pieces)[start:end] if self.pieces else np.zeros(0, np.float32)
+        self.clear()
+        return self.format.to_16k(audio)
+
+    def clear(self) -> None:
+        self.pieces, self.samples = [], 0

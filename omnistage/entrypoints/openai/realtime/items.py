@@ -1,0 +1,186 @@
+"""Conversation items of a realtime session: what a client may create and what the server reports.
+
+An item is a message (system, user or assistant: text and/or audio), a
+``function_call`` (the model's call: name and JSON arguments) or a
+``function_call_output`` (the client's result for a ``call_id``). Client item
+ids are kept; a missing one is made. Audio is held at 16 kHz (what the audio
+encoder takes); an assistant's audio is not kept, only its transcript and its
+length (for ``conversation.item.truncate``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from omnistage.entrypoints.openai.realtime.protocol import EventError, InputFormat, new_id
+
+ROLES = ("system", "user", "assistant")
+MAX_ID_CHARS = 64
+
+
+@dataclass
+class Item:
+    id: str
+    type: str  # "message", "function_call", "function_call_output"
+    role: str = ""  # messages only
+    text: str = ""  # message text (an assistant's: its transcript)
+    audio: np.ndarray | None = None  # a user's audio at 16 kHz
+    audio_ms: int = 0  # an assistant's spoken audio (what truncate may cut)
+    spoken: bool = False  # an assistant message that carried audio (its content is output_audio)
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+    output: str = ""
+    status: str = "completed"
+    transcript: str | None = None  # a user audio turn's transcript, once made
+
+    def describe(self, beta: bool = False) -> dict[str, Any]:
+        """The item as server events carry it."""
+        base: dict[str, Any] = {"id": self.id, "object": "realtime.item", "type": self.type, "status": self.status}
+        if self.type == "function_call":
+            return {**base, "call_id": self.call_id, "name": self.name, "arguments": self.arguments}
+        if self.type == "function_call_output":
+            return {**base, "call_id": self.call_id, "output": self.output}
+        return {**base, "role": self.role, "content": self._content(beta)}
+
+    def _content(self, beta: bool) -> list[dict[str, Any]]:
+        if self.role == "assistant":
+            if self.spoken:
+                return [{"type": "audio" if beta else "output_audio", "transcript": self.text}]
+            return [{"type": "text" if beta else "output_text", "text": self.text}]
+        parts: list[dict[str, Any]] = []
+        if self.audio is not None:
+            parts.append({"type": "input_audio", "transcript": self.transcript})
+        if self.text or self.audio is None:
+            parts.append({"type": "input_text", "text": self.text})
+        return parts
+
+
+def _id(item: dict[str, Any], prefix: str) -> str:
+    given = item.get("id")
+    if given is None:
+        return new_id(prefix)
+    if not isinstance(given, str) or not given or len(given) > MAX_ID_CHARS:
+        raise EventError("invalid_value", f"item.id must be a string of 1 to {MAX_ID_CHARS} characters", "item.id")
+    return given
+
+
+def _string(item: dict[str, Any], key: str, required: bool = True) -> str:
+    value = item.get(key, None if required else "")
+    if not isinstance(value, str):
+        raise EventError("invalid_value", f"item.{key} must be a string", f"item.{key}")
+    return value
+
+
+def _audio_part(part: dict[str, Any], fmt: InputFormat, max_seconds: float) -> np.ndarray:
+    data = part.get("audio")
+    if not isinstance(data, str):
+        raise EventError("invalid_value", "an input_audio part needs 'audio' (base64, the session's input format)",
+                         "item.content")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise EventError("invalid_audio", f"'audio' is not valid base64: {exc}", "item.content") from exc
+    samples = fmt.decode(raw)
+    if len(samples) > max_seconds * fmt.rate:
+        raise EventError("input_audio_buffer_too_long", f"the item's audio is longer than {max_seconds:g} s",
+                         "item.content")
+    return fmt.to_16k(samples)
+
+
+def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Item:
+    role = item.get("role")
+    if role not in ROLES:
+        raise EventError("invalid_value", f"a message item's role must be one of {', '.join(ROLES)}", "item.role")
+    content = item.get("content")
+    if not isinstance(content, list):
+        raise EventError("invalid_value", "a message item needs a list of content parts", "item.content")
+    texts: list[str] = []
+    audios: list[np.ndarray] = []
+    spoken = False
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "text", "output_text"):
+            texts.append(_string(part, "text"))
+        elif kind in ("output_audio", "audio") and role == "assistant":
+            texts.append(_string(part, "transcript", required=False) or "")
+            spoken = True
+        elif kind == "input_audio" and role == "user":
+            audios.append(_audio_part(part, fmt, max_seconds))
+        else:
+            raise EventError("invalid_value", f"a {role} message cannot hold a {kind!r} part", "item.content")
+    audio = np.concatenate(audios) if audios else None
+    return Item(_id(item, "item"), "message", role=role, text="".join(texts), audio=audio, spoken=spoken)
+
+
+def parse_item(item: object, fmt: InputFormat, max_seconds: float) -> Item:
+    """``conversation.item.create``'s ``item``; ``EventError`` names what is wrong."""
+    if not isinstance(item, dict):
+        raise EventError("invalid_event", "conversation.item.create needs an 'item' object", "item")
+    kind = item.get("type", "message")
+    if kind == "message":
+        return _message(item, fmt, max_seconds)
+    if kind == "function_call":
+        return Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), name=_string(item, "name"),
+                    arguments=_string(item, "arguments", required=False) or "{}")
+    if kind == "function_call_output":
+        return Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), output=_string(item, "output"))
+    raise EventError("invalid_value", f"unknown item type {kind!r} (message, function_call, function_call_output)",
+                     "item.type")
+
+
+@dataclass
+class Conversation:
+    """The session's items in order; ids are unique."""
+
+    items: list[Item] = field(default_factory=list)
+
+    def find(self, item_id: str) -> Item | None:
+        return next((i for i in self.items if i.id == item_id), None)
+
+    def add(self, item: Item, previous_item_id: str | None = None) -> str | None:
+        """Inserts ``item`` after ``previous_item_id`` (None: at the end; "root": first); returns the id before it."""
+        if self.find(item.id) is not None:
+            raise EventError("item_already_exists", f"an item with id {item.id!r} already exists", "item.id")
+        if previous_item_id is None:
+            at = len(self.items)
+        elif previous_item_id == "root":
+            at = 0
+        else:
+            before = self.find(previous_item_id)
+            if before is None:
+                raise EventError("item_not_found", f"no item {previous_item_id!r} to insert after",
+                                 "previous_item_id")
+            at = self.items.index(before) + 1
+        self.items.insert(at, item)
+        return self.items[at - 1].id if at else None
+
+    def delete(self, item_id: str) -> None:
+        item = self.find(item_id)
+        if item is None:
+            raise EventError("item_not_found", f"no item {item_id!r}", "item_id")
+        self.items.remove(item)
+
+    def truncate(self, item_id: str, audio_end_ms: int) -> Item:
+        """Cuts an assistant message at what was played: its transcript kept in proportion to the audio heard, at a
+        word boundary (the text is not aligned to the audio word by word)."""
+        item = self.find(item_id)
+        if item is None or item.type != "message" or item.role != "assistant":
+            raise EventError("item_not_found", f"no assistant message {item_id!r}", "item_id")
+        if not isinstance(audio_end_ms, int) or isinstance(audio_end_ms, bool) or audio_end_ms < 0:
+            raise EventError("invalid_value", "audio_end_ms must be a non-negative integer", "audio_end_ms")
+        if audio_end_ms > item.audio_ms:
+            raise EventError("invalid_value", f"audio_end_ms={audio_end_ms} is past the item's {item.audio_ms} ms "
+                             "of audio", "audio_end_ms")
+        if item.audio_ms:
+            keep = int(len(item.text) * audio_end_ms / item.audio_ms)
+            cut = item.text[:keep]
+            if keep < len(item.text) and " " in cut:
+                cut = cut[:cut.rindex(" ")]
+            item.text, item.audio_ms, item.status = cut, audio_end_ms, "incomplete"
+        return item

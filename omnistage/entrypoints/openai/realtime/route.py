@@ -1,0 +1,48 @@
+"""The ``WS /v1/realtime`` route and its installation: checks the model and the chat template, then hands the
+socket to a :class:`~omnistage.entrypoints.openai.realtime.session_loop.RealtimeSession`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI, WebSocket
+
+from omnistage.audio.vad_backend import VadBackend, vad_backend
+from omnistage.entrypoints.openai.common.admission import Admission
+from omnistage.entrypoints.openai.common.decode_pool import DecodePool
+from omnistage.entrypoints.openai.common.request_checks import NO_CHAT
+from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.realtime.beta import wants_beta
+from omnistage.entrypoints.openai.realtime.protocol import EventError, error_event
+from omnistage.entrypoints.openai.realtime.session_loop import VAD_WORKERS, RealtimeService, RealtimeSession
+from omnistage.entrypoints.openai.server_config import ServerLimits
+
+router = APIRouter()
+
+
+@router.websocket("/v1/realtime")
+async def realtime(ws: WebSocket) -> None:
+    service: RealtimeService = ws.app.state.realtime
+    # OpenAI's browser SDKs offer "realtime" beside the key subprotocol and expect it back, as OpenAI answers.
+    await ws.accept(subprotocol="realtime" if "realtime" in ws.scope.get("subprotocols", ()) else None)
+    model = ws.query_params.get("model")
+    if model is not None and model not in service.served.names:
+        await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
+        await ws.close(code=1008)
+        return
+    if service.engine.processor is None:
+        await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
+        await ws.close(code=1008)
+        return
+    await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers))).run()
+
+
+def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
+                     admission: Admission | None = None, pool: DecodePool | None = None,
+                     served: ServedModel | None = None, vad: VadBackend | None = None) -> None:
+    """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
+    takes a place like a request, its prompt is built in the same pool). ``vad``: the server_vad detector
+    (default: Silero, or the energy detector when its model cannot load)."""
+    app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
+                                         pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine),
+                                         vad or vad_backend(), DecodePool(VAD_WORKERS, "vad"))
+    app.include_router(router)

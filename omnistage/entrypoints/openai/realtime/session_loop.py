@@ -1,0 +1,394 @@
+"""``WS /v1/realtime``: OpenAI Realtime (GA) voice sessions over one WebSocket; the beta protocol too.
+
+A session holds its settings (``session.py``), an input audio buffer
+(PCM16 at 16/24 kHz or G.711 at 8 kHz), and the conversation's items. Server VAD
+(OpenAI's default; Silero VAD in a small thread pool, or the energy detector)
+watches the buffer: speech start and stop are reported with
+the id the committed user item will have, and the end of a turn commits it and
+starts a response. ``response.create`` renders the items with the chat template
+(tools included) and streams the answer (``response.py``); a tool call
+becomes a ``function_call`` item, answered by the client's
+``function_call_output`` and a new ``response.create``.
+
+With input transcription on (``audio.input.transcription``), each committed user
+audio item is transcribed by the thinker itself (a text-only request asking it to
+write down the audio), streamed as ``conversation.item.input_audio_transcription``
+events. ``response.cancel``, ``output_audio_buffer.clear`` or speech starting
+while a response runs (``interrupt_response``) cancel the response: its engine
+request is aborted in every stage before ``response.done`` says ``cancelled`` (reason
+``turn_detected`` for speech, else ``client_cancelled``);
+``conversation.item.truncate`` then cuts the assistant's item at what was played.
+Every response runs under the server's admission bound and ``--request-timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from fastapi import WebSocket, WebSocketDisconnect
+
+from omnistage.audio.vad import VadEvent
+from omnistage.audio.vad_backend import Vad, VadBackend
+from omnistage.core import Modality, OmniOutput, OmniRequest
+from omnistage.entrypoints.openai.common.admission import Admission, Overloaded, Ticket
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
+from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.request_budget import turns_over_budget
+from omnistage.entrypoints.openai.common.request_checks import completion_budget, make_sampling
+from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.common.streaming import engine_outputs
+from omnistage.entrypoints.openai.common.tool_calls import ToolSetup, tool_setup
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.realtime.beta import to_beta
+from omnistage.entrypoints.openai.realtime.conversation import InputBuffer, PromptSpec, chat_tools, render_prompt_job
+from omnistage.entrypoints.openai.realtime.items import Item, parse_item
+from omnistage.entrypoints.openai.realtime.protocol import (
+    EventError,
+    ResponseOptions,
+    decode_base64_audio,
+    error_event,
+    event_id,
+    new_id,
+    parse_event,
+    response_options,
+    server_event,
+)
+from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
+from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
+from omnistage.entrypoints.openai.realtime.transcribe import transcribe
+from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+
+logger = logging.getLogger(__name__)
+VAD_WORKERS = 2  # threads running model-based VAD for every session: its CPU is bounded by them
+DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf" (the context may allow more)
+
+
+@dataclass
+class RealtimeService:
+    engine: OmniEngine
+    limits: ServerLimits
+    admission: Admission
+    pool: DecodePool
+    served: ServedModel
+    vad: VadBackend  # the server_vad detector (--vad)
+    vad_pool: DecodePool  # where a model-based detector runs, off the event loop
+
+
+class RealtimeSession:
+    def __init__(self, ws: WebSocket, service: RealtimeService, beta: bool = False) -> None:
+        self.ws, self.service = ws, service
+        self.engine, self.limits = service.engine, service.limits
+        self.id = new_id("sess")
+        self.state = SessionState(self.engine, service.served.voices, self.limits, beta)
+        self.buffer = InputBuffer(self.state.config.input_format, self.limits.max_audio_seconds)
+        self.vad = service.vad.make(self._vad_config(), self.buffer.rate)
+        self.speech_start, self.speech_item = 0, ""
+        self.response: asyncio.Task[None] | None = None
+        self.writer: ResponseWriter | None = None  # the events of the latest response
+        self.side_tasks: set[asyncio.Task[None]] = set()  # input transcriptions
+        self._send_lock = asyncio.Lock()
+        self.closed = False
+        self._reader: asyncio.Task[Any] | None = None  # the read loop's task, while it waits for a message
+
+    @property
+    def config(self):  # noqa: ANN201 - SessionConfig
+        return self.state.config
+
+    # -- sending ---------------------------------------------------------------------------------
+    async def send(self, event: dict[str, Any]) -> None:
+        if self.state.beta:
+            beta = to_beta(event)
+            if beta is None:
+                return
+            event = beta
+        async with self._send_lock:
+            if self.closed:
+                return
+            try:
+                async with asyncio.timeout(self.limits.send_timeout):
+                    await self.ws.send_json(event)
+            except TimeoutError:
+                # The client stopped reading: end the session rather than buffer for it or hold its place.
+                logger.warning("realtime session %s: the client read nothing for %g s (--send-timeout); closing",
+                               self.id, self.limits.send_timeout)
+                self._end_session()
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                self.closed = True  # the client left; the read loop ends the session
+
+    def _end_session(self) -> None:
+        self.closed = True
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()  # wakes the read loop from its wait (see _receive)
+
+    async def fail(self, exc: EventError) -> None:
+        await self.send(error_event(exc))
+
+    def _describe(self) -> dict[str, Any]:
+        return self.config.describe(self.id, self.engine.model_name, self.state.beta)
+
+    # -- the read loop ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.send(server_event("session.created", session=self._describe()))
+        try:
+            while not self.closed:
+                message = await self._receive()
+                if message is None or message["type"] == "websocket.disconnect":
+                    break
+                raw = message.get("text") if message.get("text") is not None else message.get("bytes")
+                event: dict[str, Any] = {}
+                try:
+                    event = parse_event(raw or b"")
+                    await self.handle(event)
+                except EventError as exc:
+                    exc.event_id = exc.event_id or event_id(event)
+                    await self.fail(exc)
+        finally:
+            self.closed = True
+            await self._cancel_response()
+            for task in list(self.side_tasks):
+                task.cancel()
+
+    async def _receive(self) -> dict[str, Any] | None:
+        """The next client message; None when the session ends first: idle past ``--ws-idle-timeout`` with no
+        response running, or ended by ``_end_session`` while waiting."""
+        self._reader = asyncio.current_task()
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.limits.ws_idle_timeout):
+                        return await self.ws.receive()
+                except TimeoutError:
+                    if self.response is None or self.response.done():
+                        await self._close_idle()
+                        return None
+        except asyncio.CancelledError:
+            if not self.closed:
+                raise
+            asyncio.current_task().uncancel()  # our own wake-up, not the server's cancellation
+            return None
+        finally:
+            self._reader = None
+
+    async def _close_idle(self) -> None:
+        await self.fail(EventError("idle_timeout", f"no event for {self.limits.ws_idle_timeout:g} s "
+                                                   "(--ws-idle-timeout); closing the session"))
+        self.closed = True
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            async with asyncio.timeout(self.limits.send_timeout):
+                await self.ws.close(code=1000, reason="idle timeout")
+
+    async def handle(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "session.update":
+            await self._update(event)
+        elif kind == "input_audio_buffer.append":
+            await self._append(event)
+        elif kind == "input_audio_buffer.commit":
+            await self._commit(None)
+        elif kind == "input_audio_buffer.clear":
+            self.buffer.clear()
+            self._reset_vad()
+            await self.send(server_event("input_audio_buffer.cleared"))
+        elif kind == "conversation.item.create":
+            item, previous = self.state.create_item(event)
+            for out in self.state.item_events(item, previous):
+                await self.send(out)
+        elif kind == "conversation.item.retrieve":
+            await self.send(self.state.retrieve(event))
+        elif kind == "conversation.item.truncate":
+            await self.send(self.state.truncate(event))
+        elif kind == "conversation.item.delete":
+            await self.send(self.state.delete(event))
+        elif kind == "response.create":
+            await self._start_response(response_options(self.config, event), event_id(event))
+        elif kind == "response.cancel":
+            if self.response is None or self.response.done():
+                raise EventError("response_cancel_not_active", "there is no active response to cancel")
+            await self._cancel_response()
+        elif kind == "output_audio_buffer.clear":
+            writer = self.writer
+            await self._cancel_response()
+            await self.send(server_event("output_audio_buffer.cleared",
+                                         response_id=writer.id if writer is not None else None))
+
+    # -- session and audio -----------------------------------------------------------------------
+    async def _update(self, event: dict[str, Any]) -> None:
+        errors = self.state.update(event, buffered=self.buffer.samples > 0)
+        for error in errors:
+            await self.fail(error)
+        if self.buffer.format != self.config.input_format:
+            self.buffer = InputBuffer(self.config.input_format, self.limits.max_audio_seconds)
+        self._reset_vad(rebuild=True)
+        await self.send(server_event("session.updated", session=self._describe()))
+
+    def _vad_config(self):  # noqa: ANN202 - VadConfig | None
+        detection = self.state.config.turn_detection
+        return None if detection is None else detection.vad
+
+    def _reset_vad(self, rebuild: bool = False) -> None:
+        if rebuild:
+            self.vad = self.service.vad.make(self._vad_config(), self.buffer.rate)
+        elif self.vad is not None:
+            self.vad.reset()
+        self.speech_item = ""
+
+    async def _append(self, event: dict[str, Any]) -> None:
+        piece = self.buffer.append(decode_base64_audio(event))
+        if self.vad is None:
+            return
+        # The read loop waits for the detector, so one session's pieces are fed in order, one at a time.
+        pool = self.service.vad_pool
+        events = self.vad.feed(piece) if self.vad.inline else await pool.run(_feed_job, self.vad, piece)
+        for vad_event in events:
+            ms = vad_event.sample * 1000 // self.buffer.rate
+            if vad_event.kind == "speech_started":
+                self.speech_start, self.speech_item = vad_event.sample, new_id("item")
+                await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
+                                             item_id=self.speech_item))
+                detection = self.config.turn_detection
+                if detection is not None and detection.interrupt_response:
+                    await self._cancel_response("turn_detected")  # barge-in
+            elif self.speech_item:
+                await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms,
+                                             item_id=self.speech_item))
+                detection = self.config.turn_detection
+                pad = (detection.vad.prefix_padding_ms if detection else 0) * self.buffer.rate // 1000
+                await self._commit(self.speech_item, start=max(0, self.speech_start - pad))
+                if detection is not None and detection.create_response:
+                    await self._start_response(response_options(self.config, {}), None)
+
+    async def _commit(self, item_id: str | None, start: int = 0) -> None:
+        if self.buffer.samples == 0:
+            raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
+        item = Item(item_id or new_id("item"), "message", role="user", audio=self.buffer.take(start))
+        self._reset_vad()
+        previous = self.state.conversation.add(item)
+        await self.send(server_event("input_audio_buffer.committed", item_id=item.id, previous_item_id=previous))
+        for out in self.state.item_events(item, previous):
+            await self.send(out)
+        if self.config.transcription is not None:
+            task = asyncio.create_task(transcribe(self, item))
+            self.side_tasks.add(task)
+            task.add_done_callback(self.side_tasks.discard)
+
+    # -- responses -------------------------------------------------------------------------------
+    async def _start_response(self, options: ResponseOptions, eid: str | None) -> None:
+        if self.response is not None and not self.response.done():
+            raise EventError("conversation_already_has_active_response",
+                             "a response is in progress; cancel it or wait for response.done", event_id=eid)
+        check_output(self.engine, self.state.voices, options.output_modalities, self.config.voice, "response", eid)
+        if len(options.instructions) > self.limits.max_instructions_chars:
+            raise EventError("input_too_long", f"instructions are {len(options.instructions)} characters; the limit "
+                             f"is {self.limits.max_instructions_chars} (--max-instructions-chars)",
+                             "response.instructions", eid)
+        items = self._items(options)
+        if not items and not options.instructions:
+            raise EventError("conversation_empty", "nothing to respond to: commit audio or create an item first",
+                             event_id=eid)
+        tools = self._tools(options)
+        ticket = self.admit(eid)  # before the prompt is built: that work runs in the bounded pool
+        try:
+            request = await self._request(options, items, tools, eid)
+        except BaseException:
+            ticket.release()
+            raise
+        conversation = self.state.conversation if options.in_conversation else None
+        self.writer = ResponseWriter(self.send, self.id, self.config.voice, request, options,
+                                     self.config.output_format, conversation, tools.parser())
+        self.response = asyncio.create_task(self._respond(self.writer, ticket))
+        # Released however the task ends, even when cancelled before it ever ran (barge-in right away).
+        self.response.add_done_callback(lambda _: ticket.release())
+
+    def _items(self, options: ResponseOptions) -> tuple[Item, ...]:
+        if options.input is not None:
+            return tuple(parse_item(i, self.config.input_format, self.limits.max_audio_seconds) for i in options.input)
+        items = self.state.conversation.items
+        sizes = [(len(i.text) + len(i.output) + len(i.arguments),
+                  0.0 if i.audio is None else len(i.audio) / AUDIO_SAMPLE_RATE) for i in items]
+        # Past --max-text-chars or --max-audio-seconds the oldest items are dropped, as OpenAI truncates a
+        # conversation past its context: neither a response's work nor the session's memory grows without bound.
+        del items[:turns_over_budget(sizes, self.limits)]
+        return tuple(items)
+
+    @staticmethod
+    def _tools(options: ResponseOptions) -> ToolSetup:
+        choice = options.tool_choice
+        if isinstance(choice, dict):
+            choice = {"type": "function", "function": {"name": choice["name"]}}
+        try:
+            return tool_setup(chat_tools(options.tools) or None, choice, True)
+        except ValueError as exc:
+            raise EventError("invalid_value", str(exc), "tool_choice") from exc
+
+    def admit(self, event_id: str | None) -> Ticket:
+        """A place under the server's bound shared with every endpoint; refused as an ``error`` event."""
+        try:
+            return self.service.admission.admit()
+        except Overloaded as exc:
+            raise EventError(exc.detail.code or "overloaded", f"{exc.detail.message} (in {exc.retry_after_s:g} s)",
+                             event_id=event_id, error_type="server_error") from exc
+
+    async def _request(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
+                       event_id: str | None) -> OmniRequest:
+        spec = PromptSpec(options.instructions, items, tools.tools, tools.prefix)
+        try:
+            prompt = await self.service.pool.run(render_prompt_job, self.engine.processor, spec)
+        except ValueError as exc:
+            raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
+        requested = options.max_output_tokens
+        try:
+            budget = completion_budget(requested, len(prompt.token_ids), self.engine.max_model_len,
+                                       "max_output_tokens")
+            sampling = make_sampling(max_tokens=budget if requested else min(budget, DEFAULT_MAX_OUTPUT_TOKENS),
+                                     defaults=self.engine.default_sampling, temperature=self.config.temperature)
+        except APIError as exc:
+            raise EventError(exc.detail.code or "invalid_request", exc.detail.message, exc.detail.param,
+                             event_id) from exc
+        wants_audio = "audio" in options.output_modalities
+        modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
+        unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
+        return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
+                           voice=self.config.voice, unspoken=unspoken)
+
+    async def _respond(self, writer: ResponseWriter, ticket: Ticket) -> None:
+        final: OmniOutput | None = None
+        try:
+            await writer.start()
+            # Unless read to its final output, the request is aborted in every stage before this returns or
+            # raises (cancel, timeout, error); the ticket goes back when it ends.
+            async with aclosing(engine_outputs(self.engine, writer.request, timeout_s=self.limits.request_timeout,
+                                               ticket=ticket)) as outputs:
+                async for out in outputs:
+                    await writer.delta(out)
+                    final = out
+        except asyncio.CancelledError:
+            writer.cancel()
+        except Exception as exc:  # noqa: BLE001 - the session outlives one failed response
+            logger.exception("realtime response %s failed", writer.request.request_id)
+            writer.fail("engine_error", str(exc))
+        await writer.done(final)
+
+    async def _cancel_response(self, reason: CancelReason = "client_cancelled") -> None:
+        task, writer = self.response, self.writer
+        if task is None or task.done() or writer is None:
+            return
+        writer.cancel_reason = reason  # what response.done says, however the task ends up cancelled
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if task.cancelled():  # cancelled before it ever ran: nothing reached the engine, the client hears the end
+            await writer.start()
+            writer.cancel()
+            await writer.done(None)
+
+
+def _feed_job(vad: Vad, piece: np.ndarray, token: CancelToken) -> list[VadEvent]:
+    token.check()
+    return vad.feed(piece)

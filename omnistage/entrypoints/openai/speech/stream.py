@@ -1,0 +1,162 @@
+"""``WS /v1/audio/speech/stream``: text in as it is written (an LLM's deltas), speech out as it is made.
+
+Client events (JSON): ``{"type": "session.update", "voice": ..., "instructions": ...}`` (before the text),
+``{"type": "input_text.delta", "delta": "..."}`` any number of times, ``{"type": "input_text.done"}`` at the end.
+The text is cut into segments at sentence ends (or at ``--max-speech-input-chars``), and each segment is spoken
+as soon as it is complete, one after another, as ``/v1/audio/speech`` would speak it (same voices, same checks,
+admitted under the same bound), while later text keeps arriving. Server events: ``speech.audio.delta`` (base64
+PCM16, 24 kHz mono, with its ``segment``), ``speech.segment.done`` (the segment's text), then
+``speech.audio.done`` with the usage of all segments; a failure is an ``error`` event and closes the socket.
+The socket closes after ``--ws-idle-timeout`` seconds without an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import re
+from contextlib import aclosing
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+
+from omnistage.audio import AudioFormat, StreamingAudioEncoder
+from omnistage.core import OUTPUT_SAMPLE_RATE
+from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.request_checks import engine_failure
+from omnistage.entrypoints.openai.common.streaming import engine_outputs
+from omnistage.entrypoints.openai.speech.protocol import SpeechRequest
+from omnistage.entrypoints.openai.speech.service import SpeechService
+
+router = APIRouter()
+# A sentence ends at . ! ? (or their full-width forms), ; or a newline, once what follows has begun.
+SENTENCE_END = re.compile(r"[.!?;\u3002\uff01\uff1f](?=\s)|\n")
+END = object()  # the queue's last item
+
+
+def cut_segments(buffer: str, limit: int, final: bool = False) -> tuple[list[str], str]:
+    """Complete segments of ``buffer`` and what is left; ``final`` takes the rest too."""
+    segments: list[str] = []
+    while True:
+        match = SENTENCE_END.search(buffer)
+        end = match.end() if match is not None and match.end() <= limit else (limit if len(buffer) > limit else None)
+        if end is None:
+            break
+        segments.append(buffer[:end])
+        buffer = buffer[end:]
+    if final:
+        segments.append(buffer)
+        buffer = ""
+    return [s.strip() for s in segments if s.strip()], buffer
+
+
+class SpeechStream:
+    def __init__(self, ws: WebSocket, service: SpeechService, model: str) -> None:
+        self.ws, self.service, self.model = ws, service, model
+        self.voice: str | None = None
+        self.instructions: str | None = None
+        self.segments: asyncio.Queue[object] = asyncio.Queue()
+        self.usage = [0, 0]
+
+    async def run(self) -> None:
+        speaker = asyncio.create_task(self._speak_all())
+        try:
+            await self._read(speaker)
+            await speaker
+        except TimeoutError:
+            speaker.cancel()
+            await self._fail(ValueError(f"no event for {self.service.limits.ws_idle_timeout:g} s (--ws-idle-timeout)"))
+        except (WebSocketDisconnect, APIError, ValueError) as exc:
+            speaker.cancel()
+            if not isinstance(exc, WebSocketDisconnect):
+                await self._fail(exc)
+        finally:
+            if not speaker.done():
+                speaker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await speaker
+
+    async def _read(self, speaker: asyncio.Task) -> None:
+        buffer, limit = "", self.service.limits.max_speech_input_chars
+        while True:
+            async with asyncio.timeout(self.service.limits.ws_idle_timeout):
+                receive = asyncio.ensure_future(self.ws.receive_text())
+                done, _ = await asyncio.wait({receive, speaker}, return_when=asyncio.FIRST_COMPLETED)
+            if receive not in done:  # the speaker failed: stop reading
+                receive.cancel()
+                return
+            event = json.loads(receive.result())
+            kind = event.get("type") if isinstance(event, dict) else None
+            if kind == "session.update":
+                self.voice, self.instructions = event.get("voice", self.voice), event.get("instructions")
+            elif kind in ("input_text.delta", "input_text.done"):
+                buffer += str(event.get("delta") or "")
+                segments, buffer = cut_segments(buffer, limit, final=kind == "input_text.done")
+                for segment in segments:
+                    self._body(segment)  # checked now: a bad voice fails before any audio
+                    self.segments.put_nowait(segment)
+                if kind == "input_text.done":
+                    self.segments.put_nowait(END)
+                    return
+            else:
+                raise ValueError(f"unknown event type {kind!r} (session.update, input_text.delta, input_text.done)")
+
+    def _body(self, text: str) -> SpeechRequest:
+        body = SpeechRequest(model=self.model, input=text, voice=self.voice or "alloy",
+                             instructions=self.instructions, response_format="pcm")
+        self.service.check(body)
+        return body
+
+    async def _speak_all(self) -> None:
+        index = 0
+        while (segment := await self.segments.get()) is not END:
+            await self._speak(index, str(segment))
+            index += 1
+        await self.ws.send_json({"type": "speech.audio.done", "usage": {
+            "input_tokens": self.usage[0], "output_tokens": self.usage[1], "total_tokens": sum(self.usage)}})
+        await self.ws.close()
+
+    async def _speak(self, index: int, text: str) -> None:
+        service = self.service
+        ticket = service.admission.admit()
+        try:
+            request = await service.inputs.request(self._body(text))
+        except BaseException:
+            ticket.release()
+            raise
+        encoder = StreamingAudioEncoder(AudioFormat.parse("pcm"), OUTPUT_SAMPLE_RATE)
+        async with aclosing(engine_outputs(service.engine, request, timeout_s=service.limits.request_timeout,
+                                           ticket=ticket)) as outputs:
+            async for out in outputs:
+                if out.audio is not None and out.audio.size and (piece := encoder.feed(out.audio)):
+                    await self.ws.send_json({"type": "speech.audio.delta", "segment": index,
+                                             "audio": base64.b64encode(piece).decode("ascii")})
+                if out.finished:
+                    failure = engine_failure(out)
+                    if failure is not None:
+                        raise failure
+                    if out.usage is not None:
+                        self.usage[0] += out.usage.prompt_tokens
+                        self.usage[1] += out.usage.completion_tokens
+        await self.ws.send_json({"type": "speech.segment.done", "segment": index, "text": text})
+
+    async def _fail(self, exc: Exception) -> None:
+        detail = exc.detail.model_dump() if isinstance(exc, APIError) else {
+            "type": "invalid_request_error", "code": "invalid_event", "message": str(exc), "param": None}
+        with contextlib.suppress(Exception):
+            await self.ws.send_json({"type": "error", "error": detail})
+            await self.ws.close(code=1008)
+
+
+@router.websocket("/v1/audio/speech/stream")
+async def speech_stream(ws: WebSocket) -> None:
+    service: SpeechService = ws.app.state.services.speech
+    await ws.accept()
+    model = ws.query_params.get("model") or service.served.names[0]
+    try:
+        service.served.check(model)
+    except APIError as exc:
+        await SpeechStream(ws, service, model)._fail(exc)
+        return
+    await SpeechStream(ws, service, model).run()
