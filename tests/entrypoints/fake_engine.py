@@ -26,14 +26,14 @@ from omnistage.pipeline.reports import (
     ReplicaStats,
     StageHealth,
 )
-from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
 from omnistage.processing.video import Video
 
 WORDS: tuple[str, ...] = ("Hello", " from", " the", " fake", " engine", ".")
 SINE_HZ = 440.0
 
 
-class RecordingProcessor(PromptProcessor):
+class RecordingProcessor(Qwen3OmniPromptProcessor):
     """The real processor, remembering the decoded media it was given (audio at 16 kHz)."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -43,7 +43,7 @@ class RecordingProcessor(PromptProcessor):
         self.seen_videos: list[Video] = []
 
     def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = (),
-                videos: list[Video] = (), use_audio_in_video: bool = False) -> ProcessedPrompt:
+                videos: list[Video] = (), use_audio_in_video: bool = False) -> Qwen3OmniPrompt:
         self.seen_audios.extend(audios)
         self.seen_images.extend(images)
         self.seen_videos.extend(videos)
@@ -60,7 +60,7 @@ def sine_chunk(index: int, seconds: float) -> np.ndarray:
 
 @dataclass
 class FakeEngine:
-    processor: PromptProcessor
+    processor: Qwen3OmniPromptProcessor
     model_name: str = "fake-omni"
     voices: tuple[str, ...] = ("Chelsie", "Ethan", "Aiden")
     supports_audio: bool = True

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from omnistage.processing.prompt import PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 from tests.entrypoints.fake_engine import FakeEngine
 from tests.entrypoints.server_thread import ServerThread
 
@@ -49,7 +49,7 @@ def _trim(*_: object) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGUSR1, _trim)
-    processor = PromptProcessor.from_folder(sys.argv[1])
+    processor = Qwen3OmniPromptProcessor.from_folder(sys.argv[1])
     limits = ServerLimits(**json.loads(sys.argv[2]))
     url = ServerThread(build_app(_ForgetfulEngine(processor=processor), limits)).start()
     print(url.rsplit(":", 1)[1], flush=True)

@@ -123,12 +123,12 @@ def test_second_turn_reuses_the_cached_prefix(tiny_dir: Path) -> None:
     from omnistage.ipc.messages import StageInput
     from omnistage.ipc.payloads import TokenDelta
     from omnistage.workers.base import WorkerSpec
-    from omnistage.processing.prompt import PromptProcessor
+    from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 
     spec = parse_pipeline(small_dict()).stage("thinker")
     assert spec.engine.enable_prefix_caching
     worker = ThinkerWorker(WorkerSpec(str(tiny_dir), spec))
-    processor = PromptProcessor.from_folder(tiny_dir)
+    processor = Qwen3OmniPromptProcessor.from_folder(tiny_dir)
     instructions = "You are a helpful voice assistant. Answer briefly and kindly, in one sentence."
     turns = [Turn("item_1", "user", text="What is the weather like on the coast today?")]
 

@@ -22,7 +22,7 @@ from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.request_state import OutputSink
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
-from omnistage.processing.prompt import PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 from tests.entrypoints.server_thread import ServerThread
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec
@@ -36,7 +36,7 @@ class _FakeStagePipeline:
     """What AsyncOmni needs of a pipeline, over fake stage workers in real replica processes."""
 
     runtime: PipelineRuntime
-    processor: PromptProcessor
+    processor: Qwen3OmniPromptProcessor
     model_name: str = "fake-omni"
     voices: tuple[str, ...] = ("Ethan",)
     supports_audio: bool = True
@@ -61,7 +61,7 @@ class _FakeStagePipeline:
 
 
 @pytest.fixture()
-def served(processor: PromptProcessor) -> Iterator[tuple[str, PipelineRuntime]]:
+def served(processor: Qwen3OmniPromptProcessor) -> Iterator[tuple[str, PipelineRuntime]]:
     runtime = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=100_000)), fakes.fake_factories(thinker_step_s=0.02), None,
                               fakes.GROUPS, PipelineOptions(talker_min_new_tokens=100_000))
     engine = AsyncOmni(pipeline=_FakeStagePipeline(runtime, processor))

@@ -24,7 +24,7 @@ from omnistage.layers.attention import AttentionMetadata, ForwardContext, forwar
 from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia, encode_needed
 from omnistage.models.qwen3_omni.thinker import Thinker
-from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
 from tests.entrypoints.media_samples import mp4_bytes
 
 # Logits of two fp32 implementations of the same model on the same inputs (as the thinker parity tests).
@@ -33,10 +33,10 @@ PARTS = [{"type": "audio"}, {"type": "video"}, {"type": "text", "text": "what do
 
 
 @pytest.fixture(scope="module")
-def case(tiny_dir: Path) -> tuple[PromptProcessor, list[int], np.ndarray, object]:
+def case(tiny_dir: Path) -> tuple[Qwen3OmniPromptProcessor, list[int], np.ndarray, object]:
     """The template ids, a spoken part, and a 2 s video (4 frames kept: 2 fps, 1 s per temporal patch) whose
     AAC track at 44.1 kHz plays a 440 Hz tone."""
-    processor = PromptProcessor.from_folder(tiny_dir)
+    processor = Qwen3OmniPromptProcessor.from_folder(tiny_dir)
     video = decode_video(mp4_bytes(seconds=2.0, fps=10, tone_hz=440), ServerLimits(max_video_frames=4),
                          audio_seconds=10.0)
     assert len(video.frames) == 4 and video.fps == pytest.approx(2.0) and video.audio is not None
@@ -47,13 +47,13 @@ def case(tiny_dir: Path) -> tuple[PromptProcessor, list[int], np.ndarray, object
 
 
 @pytest.fixture(scope="module")
-def prompt(case) -> ProcessedPrompt:  # noqa: ANN001
+def prompt(case) -> Qwen3OmniPrompt:  # noqa: ANN001
     processor, ids, spoken, video = case
     return processor.process(ids, audios=[spoken], videos=[video], use_audio_in_video=True)
 
 
 @pytest.fixture(scope="module")
-def reference(case, prompt: ProcessedPrompt) -> tuple[list[int], dict[str, object]]:  # noqa: ANN001
+def reference(case, prompt: Qwen3OmniPrompt) -> tuple[list[int], dict[str, object]]:  # noqa: ANN001
     """transformers' ids and thinker inputs for the same prompt."""
     from transformers.models.qwen3_omni_moe import processing_qwen3_omni_moe as hf
 
@@ -92,7 +92,7 @@ def models(tiny_dir: Path) -> tuple[Thinker, torch.nn.Module]:
     return ours, ref.thinker
 
 
-def test_prompt_layout_and_features_match_the_processor(case, prompt: ProcessedPrompt, reference) -> None:  # noqa: ANN001
+def test_prompt_layout_and_features_match_the_processor(case, prompt: Qwen3OmniPrompt, reference) -> None:  # noqa: ANN001
     processor = case[0]
     ids, inputs = reference
     assert prompt.token_ids == ids
@@ -106,7 +106,7 @@ def test_prompt_layout_and_features_match_the_processor(case, prompt: ProcessedP
     assert torch.equal(prompt.mm.feature_attention_mask, inputs["feature_attention_mask"])
 
 
-def _ours(thinker: Thinker, ids: torch.Tensor, prompt: ProcessedPrompt, generated: list[int]) -> torch.Tensor:
+def _ours(thinker: Thinker, ids: torch.Tensor, prompt: Qwen3OmniPrompt, generated: list[int]) -> torch.Tensor:
     embeds = thinker.embed(ids, prompt.mm)
     positions, delta = thinker.positions(ids, prompt.mm)
     tail = torch.tensor(generated, dtype=torch.long)
@@ -138,7 +138,7 @@ def test_positions_logits_and_greedy_tokens_match_transformers(models, prompt, r
         generated.append(int(expected[-1].argmax()))
 
 
-def test_lazy_item_encoding_equals_the_eager_prompt(models, prompt: ProcessedPrompt) -> None:  # noqa: ANN001
+def test_lazy_item_encoding_equals_the_eager_prompt(models, prompt: Qwen3OmniPrompt) -> None:  # noqa: ANN001
     """The engine's path: the video's and its track's rows interleave, each item encoded on its own."""
     ours, _ = models
     ids = torch.tensor(prompt.token_ids)

@@ -18,7 +18,7 @@ from PIL import Image
 
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia, encode_needed
 from omnistage.models.qwen3_omni.thinker import Thinker
-from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
 from omnistage.processing.video import Video
 from tests.entrypoints.test_realtime import spoken_like
 
@@ -29,8 +29,8 @@ def thinker(tiny_dir: Path) -> Thinker:
 
 
 @pytest.fixture(scope="module")
-def prompt(tiny_dir: Path) -> ProcessedPrompt:
-    processor = PromptProcessor.from_folder(tiny_dir)
+def prompt(tiny_dir: Path) -> Qwen3OmniPrompt:
+    processor = Qwen3OmniPromptProcessor.from_folder(tiny_dir)
     rng = np.random.default_rng(3)
 
     def frame(h: int, w: int) -> Image.Image:
@@ -50,7 +50,7 @@ def prompt(tiny_dir: Path) -> ProcessedPrompt:
 TOLERANCE = {"atol": 1e-6, "rtol": 1e-5}
 
 
-def _check(media: PromptMedia, thinker: Thinker, prompt: ProcessedPrompt) -> None:
+def _check(media: PromptMedia, thinker: Thinker, prompt: Qwen3OmniPrompt) -> None:
     eager = thinker.embed(torch.tensor(prompt.token_ids), prompt.mm)
     torch.testing.assert_close(media.embeds, eager.inputs_embeds, **TOLERANCE)
     lazy = media.deepstack(0, len(prompt.token_ids))
@@ -59,7 +59,7 @@ def _check(media: PromptMedia, thinker: Thinker, prompt: ProcessedPrompt) -> Non
     torch.testing.assert_close(lazy.features, eager.deepstack.features, **TOLERANCE)
 
 
-def test_items_encoded_in_any_grouping_equal_the_eager_prompt(thinker: Thinker, prompt: ProcessedPrompt) -> None:
+def test_items_encoded_in_any_grouping_equal_the_eager_prompt(thinker: Thinker, prompt: Qwen3OmniPrompt) -> None:
     ids = torch.tensor(prompt.token_ids)
     kinds = [item.kind for item in PromptMedia.build(thinker, ids, prompt.mm).items]
     assert sorted(kinds) == ["audio"] * 3 + ["image"] * 2 + ["video"] * 2
@@ -80,7 +80,7 @@ def test_items_encoded_in_any_grouping_equal_the_eager_prompt(thinker: Thinker, 
     assert sorted(chunked.encoded) == list(range(len(kinds)))  # each item encoded exactly once
 
 
-def test_only_items_overlapping_the_range_are_encoded(thinker: Thinker, prompt: ProcessedPrompt) -> None:
+def test_only_items_overlapping_the_range_are_encoded(thinker: Thinker, prompt: Qwen3OmniPrompt) -> None:
     ids = torch.tensor(prompt.token_ids)
     media = PromptMedia.build(thinker, ids, prompt.mm)
     second = media.items[1]

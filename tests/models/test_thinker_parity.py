@@ -123,11 +123,11 @@ def prompts(tiny_dir: Path) -> dict[str, Prompt]:
 def _processed_video_prompt(tiny_dir: Path, ids: torch.Tensor, rng: np.random.Generator) -> Prompt:
     """Three distinct frames at 2 fps through omnistage's processor: two temporal patches (the last padded),
     one second per patch, so transformers' positions are whole numbers too."""
-    from omnistage.processing.prompt import PromptProcessor
+    from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
     from omnistage.processing.video import Video
 
     frames = [(rng.random((48, 64, 3)) * 255).astype(np.uint8) for _ in range(3)]
-    processed = PromptProcessor.from_folder(tiny_dir).process(ids.tolist(), videos=[Video(frames, fps=2.0)])
+    processed = Qwen3OmniPromptProcessor.from_folder(tiny_dir).process(ids.tolist(), videos=[Video(frames, fps=2.0)])
     mm = processed.mm
     assert mm.video_grid_thw[0, 0] == 2 and mm.video_second_per_grid.tolist() == [1.0]
     names = ("pixel_values_videos", "video_grid_thw", "video_second_per_grid")

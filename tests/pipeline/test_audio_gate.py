@@ -19,7 +19,7 @@ from omnistage.pipeline.audio_gate import (
 )
 from omnistage.pipeline.playback import FRAME_S
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
-from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_dict
 
@@ -89,7 +89,7 @@ def test_a_cold_vocoder_call_does_not_hold_the_next_streams() -> None:
 
 def _request(rid: str, audio: bool = True) -> OmniRequest:
     modalities = frozenset({Modality.TEXT, Modality.AUDIO} if audio else {Modality.TEXT})
-    return OmniRequest(rid, ProcessedPrompt([1, 2, 3]), modalities, RequestSampling(max_tokens=30))
+    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), modalities, RequestSampling(max_tokens=30))
 
 
 def _runtime(limit: float) -> PipelineRuntime:

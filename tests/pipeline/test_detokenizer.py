@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer
-from omnistage.processing.prompt import PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 
 TEXT = "Hello there, général Kenobi! 你好 — stop here please."
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_dir: Path):
-    return PromptProcessor.from_folder(tiny_dir).tokenizer
+    return Qwen3OmniPromptProcessor.from_folder(tiny_dir).tokenizer
 
 
 def _stream(detok: IncrementalDetokenizer, ids: list[int], step: int) -> tuple[str, bool]:

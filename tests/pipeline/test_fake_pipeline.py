@@ -11,7 +11,7 @@ import pytest
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
-from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_dict, small_spec
 
@@ -19,7 +19,7 @@ AUDIO = frozenset({Modality.TEXT, Modality.AUDIO})
 
 
 def _request(rid: str, max_tokens: int = 6, audio: bool = True) -> OmniRequest:
-    return OmniRequest(rid, ProcessedPrompt([1, 2, 3]), AUDIO if audio else frozenset({Modality.TEXT}),
+    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO if audio else frozenset({Modality.TEXT}),
                        RequestSampling(max_tokens=max_tokens))
 
 
@@ -92,7 +92,7 @@ def test_abort_frees_every_stage(runtime: PipelineRuntime) -> None:
 
 def test_failed_stage_input_fails_only_its_request(runtime: PipelineRuntime) -> None:
     outputs: queue.Queue = queue.Queue()
-    bad = OmniRequest("bad", ProcessedPrompt([1]), AUDIO, RequestSampling(max_tokens=3))
+    bad = OmniRequest("bad", Qwen3OmniPrompt([1]), AUDIO, RequestSampling(max_tokens=3))
     good = _request("good", max_tokens=3)
     thinker = next(w for w in fakes.INSTANCES if isinstance(w, fakes.FakeThinker))
     thinker.fail_on = "bad"

@@ -22,7 +22,7 @@ from omnistage.ipc.queues import AddressBook, Receiver, Sender
 from omnistage.pipeline.flow import FlowSettings
 from omnistage.pipeline.launcher import ReplicaHandle
 from omnistage.pipeline.orchestrator import Orchestrator, ReplicaLink
-from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from tests.pipeline.fakes import omni_graph
 from tests.pipeline.specs import small_spec
 
@@ -78,7 +78,7 @@ def _batch(*outputs: object) -> StepBatch:
 def test_ready_audio_reaches_caller_in_one_pass_behind_a_backlog(rig) -> None:
     orch, peers = rig
     delivered: list[OmniOutput] = []
-    request = OmniRequest("r", ProcessedPrompt([1, 2, 3]), frozenset({Modality.TEXT, Modality.AUDIO}),
+    request = OmniRequest("r", Qwen3OmniPrompt([1, 2, 3]), frozenset({Modality.TEXT, Modality.AUDIO}),
                           RequestSampling(max_tokens=4))
     orch.submit(request, delivered.append)
     orch.poll_once(timeout_ms=1000)

@@ -30,7 +30,7 @@ from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData, Think
 from omnistage.families.qwen3_omni.workers import ThinkerWorker
 from omnistage.ipc.messages import StageInput
 from omnistage.ipc.payloads import TokenDelta
-from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
 from omnistage.workers.base import WorkerSpec
 from tests.entrypoints.test_realtime import spoken_like
 from tests.runner.helpers import collect, config, make_engine
@@ -51,7 +51,7 @@ class Thinkers:
     """The tiny thinker twice: with prefix caching (the preset's) and without."""
 
     def __init__(self, tiny_dir: Path) -> None:
-        self.processor = PromptProcessor.from_folder(tiny_dir)
+        self.processor = Qwen3OmniPromptProcessor.from_folder(tiny_dir)
         self.cached, self.uncached = (self._worker(tiny_dir, on) for on in (True, False))
         self.block_size = self.cached.engine.config.block_size
         self.count = 0
@@ -62,12 +62,12 @@ class Thinkers:
         data["stages"][0]["engine"]["enable_prefix_caching"] = caching
         return ThinkerWorker(WorkerSpec(str(tiny_dir), parse_pipeline(data).stage("thinker")))
 
-    def both(self, prompt: ProcessedPrompt, for_talker: bool = True) -> tuple[Run, Run]:
+    def both(self, prompt: Qwen3OmniPrompt, for_talker: bool = True) -> tuple[Run, Run]:
         """The prompt on each worker, greedy; ``for_talker`` captures the states the talker reads."""
         self.count += 1
         return self._run(self.cached, prompt, for_talker), self._run(self.uncached, prompt, for_talker)
 
-    def _run(self, worker: ThinkerWorker, prompt: ProcessedPrompt, for_talker: bool) -> Run:
+    def _run(self, worker: ThinkerWorker, prompt: Qwen3OmniPrompt, for_talker: bool) -> Run:
         rid = f"r{self.count}"
         sampling = SamplingParams(temperature=0.0, max_tokens=8, min_tokens=8)
         worker.handle(StageInput(rid, ThinkerPrompt(list(prompt.token_ids), sampling, prompt.mm,
@@ -148,7 +148,7 @@ def test_a_prefix_that_ends_inside_an_image_resumes_with_its_deepstack_rows(thin
     pixels = (np.random.default_rng(5).random((128, 160, 3)) * 255).astype(np.uint8)
     image = Image.fromarray(pixels)
 
-    def prompt(question: str) -> ProcessedPrompt:
+    def prompt(question: str) -> Qwen3OmniPrompt:
         messages = [{"role": "system", "content": INSTRUCTIONS},
                     {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
         return thinkers.processor.process(thinkers.processor.apply_chat_template(messages), images=[image])

@@ -105,14 +105,14 @@ def test_a_dead_replica_fails_its_requests_and_reports_unhealthy() -> None:
 
     from omnistage.core import FinishReason, Modality, OmniRequest, RequestSampling
     from omnistage.pipeline.runtime import PipelineRuntime
-    from omnistage.processing.prompt import ProcessedPrompt
+    from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
     from tests.pipeline import fakes
     from tests.pipeline.specs import small_spec
 
     rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(exit_on="die"), None, fakes.GROUPS, PipelineOptions())
     try:
         outputs: queue.Queue = queue.Queue()
-        request = OmniRequest("die", ProcessedPrompt([1]), frozenset({Modality.TEXT}), RequestSampling())
+        request = OmniRequest("die", Qwen3OmniPrompt([1]), frozenset({Modality.TEXT}), RequestSampling())
         rt.orchestrator.submit(request, outputs.put)
         final = outputs.get(timeout=10)
         assert final.finish_reason is FinishReason.ERROR and "'thinker' replica 0" in final.error

@@ -134,9 +134,9 @@ def test_thinker_embedding_alone_equals_the_thinker_table(models: StageModels, t
 def _image_prompt(models: StageModels, tiny_dir: Path):  # noqa: ANN202
     from PIL import Image
 
-    from omnistage.processing.prompt import PromptProcessor
+    from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 
-    proc = PromptProcessor.from_folder(tiny_dir)
+    proc = Qwen3OmniPromptProcessor.from_folder(tiny_dir)
     pixels = (np.random.RandomState(0).rand(64, 64, 3) * 255).astype(np.uint8)
     ids = proc.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}])
     return proc.process(ids, images=[Image.fromarray(pixels)])

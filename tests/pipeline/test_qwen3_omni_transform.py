@@ -10,7 +10,7 @@ import torch
 
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig, TalkerTokenIds
 from omnistage.models.qwen3_omni.talker_prompt import TalkerProjections, TrailingText, build_talker_prompt
-from omnistage.processing.prompt import PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def _capture_talker_inputs(model, **generate_kwargs) -> tuple[torch.Tensor, torc
 @pytest.mark.parametrize("with_audio", [False, True])
 def test_prompt_and_trailing_text_match_transformers(tiny_dir: Path, hf_model, with_audio: bool) -> None:
     ids = Qwen3OmniConfig.from_folder(tiny_dir).talker_ids
-    proc = PromptProcessor.from_folder(tiny_dir)
+    proc = Qwen3OmniPromptProcessor.from_folder(tiny_dir)
     content = [{"type": "text", "text": "Tell me a story."}]
     audios = []
     if with_audio:

@@ -15,7 +15,7 @@ import pytest
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
 from omnistage.pipeline.liveness import BACKOFF_RESET_S, RESTART_BACKOFF_S, Liveness
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
-from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec
 from tests.waiting import wait_until
@@ -26,7 +26,7 @@ STALL_S = 2.0
 
 def _request(rid: str, max_tokens: int, audio: bool) -> OmniRequest:
     modalities = {Modality.TEXT, Modality.AUDIO} if audio else {Modality.TEXT}
-    return OmniRequest(rid, ProcessedPrompt([1, 2, 3]), frozenset(modalities), RequestSampling(max_tokens=max_tokens))
+    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), frozenset(modalities), RequestSampling(max_tokens=max_tokens))
 
 
 def _final(outputs: queue.Queue, timeout_s: float) -> OmniOutput:

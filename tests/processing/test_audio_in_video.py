@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from omnistage.models.qwen3_omni.mrope import audio_output_length
-from omnistage.processing.audio_in_video import AudioInVideoTokens, audio_order, interleaved_placeholder
-from omnistage.processing.prompt import PromptProcessor
+from omnistage.families.qwen3_omni.audio_in_video import AudioInVideoTokens, audio_order, interleaved_placeholder
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 from omnistage.processing.video import Video
 
 V, A, START, END = 7, 5, 1, 2
@@ -50,8 +50,8 @@ def test_audio_order_follows_the_tokens() -> None:
 
 
 @pytest.fixture(scope="module")
-def processor(tiny_dir: Path) -> PromptProcessor:
-    return PromptProcessor.from_folder(tiny_dir)
+def processor(tiny_dir: Path) -> Qwen3OmniPromptProcessor:
+    return Qwen3OmniPromptProcessor.from_folder(tiny_dir)
 
 
 def _frames(n: int) -> list[np.ndarray]:
@@ -59,7 +59,7 @@ def _frames(n: int) -> list[np.ndarray]:
     return [(rng.random((32, 32, 3)) * 255).astype(np.uint8) for _ in range(n)]
 
 
-def test_track_takes_its_place_among_the_audios(processor: PromptProcessor) -> None:
+def test_track_takes_its_place_among_the_audios(processor: Qwen3OmniPromptProcessor) -> None:
     parts = [{"type": "video"}, {"type": "audio"}, {"type": "text", "text": "?"}]
     ids = processor.apply_chat_template([{"role": "user", "content": parts}])
     track, spoken = np.full(16000, 0.1, np.float32), np.full(8000, 0.2, np.float32)
@@ -72,7 +72,7 @@ def test_track_takes_its_place_among_the_audios(processor: PromptProcessor) -> N
     assert plain.token_ids.count(processor.audio_token_id) == audio_output_length(50, processor.n_window)
 
 
-def test_video_without_a_track_is_refused(processor: PromptProcessor) -> None:
+def test_video_without_a_track_is_refused(processor: Qwen3OmniPromptProcessor) -> None:
     ids = processor.apply_chat_template([{"role": "user", "content": [{"type": "video"}]}])
     with pytest.raises(ValueError, match="no audio track"):
         processor.process(ids, videos=[Video(_frames(2), 2.0)], use_audio_in_video=True)

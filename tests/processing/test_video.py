@@ -11,9 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from omnistage.processing.prompt import PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 from omnistage.models.qwen3_omni.config import ProcessorSettings
-from omnistage.processing.video import QWEN3_OMNI_VIDEO_SIZE, Video, VideoProcessor
+from omnistage.families.qwen3_omni.video_processor import QWEN3_OMNI_VIDEO_SIZE, VideoProcessor
+from omnistage.processing.video import Video
 
 PATCH, MERGE, TEMPORAL = 16, 2, 2
 
@@ -86,7 +87,7 @@ def test_bad_videos_are_refused() -> None:
 
 
 def test_prompt_gets_one_placeholder_per_merged_patch(tiny_dir: Path) -> None:
-    proc = PromptProcessor.from_folder(tiny_dir)
+    proc = Qwen3OmniPromptProcessor.from_folder(tiny_dir)
     ids = proc.apply_chat_template([{"role": "user", "content": [
         {"type": "video"}, {"type": "text", "text": "and"}, {"type": "image"}, {"type": "video"}]}])
     tokens = proc.tokenizer.convert_tokens_to_ids

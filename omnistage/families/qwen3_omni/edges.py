@@ -16,7 +16,7 @@ from omnistage.families.qwen3_omni.payloads import PromptHidden, TalkerStart, Te
 from omnistage.families.sampling import stage_params
 from omnistage.ipc.payloads import TokenDelta
 from omnistage.models.qwen3_omni.inputs import PromptLayout
-from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 
 
 class ThinkerToTalker(RequestEdge):
@@ -49,8 +49,8 @@ class ThinkerToTalker(RequestEdge):
         self.started = True
         request, target = self.context.request, self.context.target
         prompt = request.prompt
-        if not isinstance(prompt, ProcessedPrompt):
-            raise TypeError(f"a Qwen3-Omni request carries a ProcessedPrompt, not {type(prompt).__name__}")
+        if not isinstance(prompt, Qwen3OmniPrompt):
+            raise TypeError(f"a Qwen3-Omni request carries a Qwen3OmniPrompt, not {type(prompt).__name__}")
         sampling = stage_params(target.sampling, request.sampling.seed, self.context.min_new_tokens)
         layout = PromptLayout.of(prompt.token_ids, prompt.mm)
         return TalkerStart(layout, first_token, request.voice, sampling, self.hidden)

@@ -14,7 +14,7 @@ from omnistage.families.qwen3_omni.edges import ThinkerToTalker
 from omnistage.families.qwen3_omni.payloads import PAYLOADS, ThinkerPrompt
 from omnistage.families.sampling import request_params
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig, is_qwen3_omni
-from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 
 PRESET = "qwen3_omni"  # Instruct: thinker → talker → code2wav
 TEXT_ONLY_PRESET = "qwen3_omni_thinking"  # Thinking (no talker): the thinker alone
@@ -53,17 +53,17 @@ class Qwen3OmniFamily(Family):
                               f"stage config has talker/code2wav stages; use the {TEXT_ONLY_PRESET} preset")
 
     def front_end(self, folder: Path, config: object) -> FrontEnd:
-        from omnistage.processing.prompt import PromptProcessor
+        from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 
         cfg = _config(config)
-        processor = PromptProcessor(folder, cfg.processor)
+        processor = Qwen3OmniPromptProcessor(folder, cfg.processor)
         return FrontEnd(processor.tokenizer, processor, cfg.voices, cfg.max_positions, cfg.num_code_groups)
 
     def entry_input(self, context: EdgeContext) -> ThinkerPrompt:
         request = context.request
         prompt = request.prompt
-        if not isinstance(prompt, ProcessedPrompt):
-            raise TypeError(f"a Qwen3-Omni request carries a ProcessedPrompt, not {type(prompt).__name__}")
+        if not isinstance(prompt, Qwen3OmniPrompt):
+            raise TypeError(f"a Qwen3-Omni request carries a Qwen3OmniPrompt, not {type(prompt).__name__}")
         return ThinkerPrompt(list(prompt.token_ids), request_params(request.sampling), prompt.mm,
                              capture_hidden=request.wants_audio)
 

@@ -21,7 +21,7 @@ from omnistage.families.qwen3_omni.offline import GenerationSettings, OfflineOut
 from omnistage.families.qwen3_omni.stages import build_thinker_request
 from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
-from omnistage.processing.prompt import PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 from omnistage.runner.ar_runner import default_backend
 from omnistage.tools.verify.prompts import VerifyCase, build_cases
 from omnistage.tools.verify.reference import Reference, StageResult, quiet_transformers
@@ -91,7 +91,7 @@ def run_verify(
 def _run(folder: Path, ours_folder: Path, settings: GenerationSettings, cases: Sequence[str] | None,
          tolerance: float, tensor_parallel_size: int) -> VerifyReport:
     config = Qwen3OmniConfig.from_folder(folder)
-    selected = [c for c in build_cases(PromptProcessor(folder, config.processor), config)
+    selected = [c for c in build_cases(Qwen3OmniPromptProcessor(folder, config.processor), config)
                 if not cases or c.name in cases]
     if cases and len(selected) != len(set(cases)):
         raise ValueError(f"unknown case in {list(cases)}; known: {', '.join(CASE_NAMES)}")

@@ -8,14 +8,14 @@ import numpy as np
 from PIL import Image
 
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
-from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
 from omnistage.processing.video import Video
 
 
 @dataclass(frozen=True)
 class VerifyCase:
     name: str
-    prompt: ProcessedPrompt
+    prompt: Qwen3OmniPrompt
     audios: list[np.ndarray] = field(default_factory=list)
 
 
@@ -55,7 +55,7 @@ def _ids_without_tokenizer(config: Qwen3OmniConfig, part: str) -> list[int]:
              ids.im_start, ids.assistant, newline])
 
 
-def build_cases(proc: PromptProcessor, config: Qwen3OmniConfig) -> list[VerifyCase]:
+def build_cases(proc: Qwen3OmniPromptProcessor, config: Qwen3OmniConfig) -> list[VerifyCase]:
     audio, image = _synthetic_audio(), _synthetic_image()
     parts = {
         "text": ([{"type": "text", "text": "Tell me a short story."}], {}),
