@@ -81,7 +81,7 @@ class OmniRequest:
     prompt: Prompt
     modalities: frozenset[Modality] = frozenset({Modality.TEXT})
     sampling: RequestSampling = field(default_factory=RequestSampling)
-    voice: str = "ethan"
+    voice: str = ""  # a speaker of the checkpoint; "": the family's default voice
     # Frames in the first code2wav chunk (None = chosen by load).
     initial_codec_chunk_frames: int | None = None
     # The caller plays the audio as it arrives: later chunks are sized to keep its player fed. False: the audio

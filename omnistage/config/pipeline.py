@@ -8,6 +8,7 @@ dotted path (``stages[1].engine.block_size: must be >= 1``). A stage's
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -20,7 +21,6 @@ STAGE_KINDS = ("ar", "generation")
 DEVICES = ("auto", "cpu", "cuda")  # or "cuda:N": a stage (and its tensor-parallel ranks) from GPU N on
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: bfloat16 on CUDA, float32 on CPU
 QUANTIZATIONS = ("none", "int8")  # on the fly, weight-only; FP8 checkpoints are recognised from their config
-TENSOR_PARALLEL_MODELS = ("thinker",)  # the stages whose model can be sharded
 
 
 class ConfigError(ValueError):
@@ -241,8 +241,6 @@ def _known_device(device: str) -> bool:
 
 def _check_parallel_and_quant(spec: StageSpec, path: str) -> None:
     _check(spec.tensor_parallel_size >= 1, f"{path}.tensor_parallel_size", "must be >= 1")
-    _check(spec.tensor_parallel_size == 1 or spec.model in TENSOR_PARALLEL_MODELS, f"{path}.tensor_parallel_size",
-           f"tensor parallelism is implemented for {', '.join(TENSOR_PARALLEL_MODELS)} stages only")
     _check(spec.quantization in QUANTIZATIONS, f"{path}.quantization", f"must be one of {QUANTIZATIONS}")
     _check(spec.quantization == "none" or spec.kind == "ar", f"{path}.quantization",
            "the vocoder stays in full precision (audio quality): quantize autoregressive stages only")
@@ -300,7 +298,7 @@ class StageOverrides:
 
     Memory settings, quantization and ``max_model_len`` go to autoregressive stages only (code2wav keeps no KV
     cache and stays in full precision); ``max_num_seqs`` to every stage; ``tensor_parallel_size`` (0: not given)
-    to the thinker stage.
+    to the stages whose model the family can shard (its ``StageModel.tensor_parallel``).
     """
 
     dtype: str = ""
@@ -331,8 +329,12 @@ def _override(pairs: tuple[tuple[str, object], ...], stage: str, current: object
     return value
 
 
-def apply_overrides(spec: PipelineSpec, overrides: StageOverrides) -> PipelineSpec:
+def apply_overrides(spec: PipelineSpec, overrides: StageOverrides,
+                    tensor_parallel_models: Collection[str] = ()) -> PipelineSpec:
+    """``overrides`` over ``spec``; ``tensor_parallel_models``: the stage ``model:`` names the family can shard."""
     names = set(spec.stage_names)
+    _check(not overrides.tensor_parallel_size or any(s.model in tensor_parallel_models for s in spec.stages),
+           "--tensor-parallel-size", "no stage of this model can be sharded")
     for name, _ in (*overrides.kv_cache_memory, *overrides.gpu_memory_utilization, *overrides.quantization,
                     *overrides.max_model_len, *overrides.max_num_seqs):
         _check(not name or name in names, "--kv-cache-memory/--gpu-memory-utilization/--quantization/"
@@ -349,7 +351,7 @@ def apply_overrides(spec: PipelineSpec, overrides: StageOverrides) -> PipelineSp
                              max_model_len=_override(overrides.max_model_len, stage.name, engine.max_model_len))
             quantization = _override(overrides.quantization, stage.name, quantization)
             _check(quantization in QUANTIZATIONS, "--quantization", f"must be one of {QUANTIZATIONS}")
-        if stage.model in TENSOR_PARALLEL_MODELS and overrides.tensor_parallel_size:
+        if stage.model in tensor_parallel_models and overrides.tensor_parallel_size:
             size = overrides.tensor_parallel_size
         engine = replace(engine, max_num_seqs=_override(overrides.max_num_seqs, stage.name, engine.max_num_seqs))
         _check(engine.max_num_batched_tokens >= engine.max_num_seqs, "--max-num-seqs",

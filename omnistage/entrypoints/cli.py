@@ -26,9 +26,13 @@ def _embedded_names() -> str:
 
 def _make_tiny(args: argparse.Namespace) -> int:
     """Dispatched through the family registry to the family's make-tiny hook."""
+    from omnistage.entrypoints.serve_config import UsageError
     from omnistage.families.base import call_hook
     from omnistage.families.registry import DEFAULT_REGISTRY
 
+    sizes = DEFAULT_REGISTRY.sizes()[args.model_type]
+    if args.size not in sizes:
+        raise UsageError(f"--model-type {args.model_type} comes in --size {', '.join(sizes)}, not {args.size}")
     return int(call_hook(DEFAULT_REGISTRY.family(args.model_type).hooks.make_tiny, args))
 
 
@@ -43,16 +47,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _add_make_tiny(sub: argparse._SubParsersAction) -> None:
+    from omnistage.families.registry import DEFAULT_REGISTRY
+
     tiny = sub.add_parser("make-tiny", help="write a random checkpoint (offline): tiny, medium or slice",
                           description="Writes a random checkpoint in the Hugging Face layout (config.json, "
                                       "safetensors, tokenizer, processor configs) that transformers loads.")
     tiny.add_argument("out_dir", nargs="?", help="folder to write the checkpoint into")
     tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
-    tiny.add_argument("--size", choices=("tiny", "medium", "slice"), default="tiny",
-                      help="tiny: toy widths (default); medium: the real codec layout, ~75M parameters; "
-                           "slice: the real 30B-A3B widths with 2 decoder layers (~3.7 GB in bf16)")
-    tiny.add_argument("--model-type", choices=("qwen3_omni", "qwen3_tts"), default="qwen3_omni",
-                      help="the model family (qwen3_tts: Qwen3-TTS 12 Hz, sizes tiny and medium)")
+    sizes = DEFAULT_REGISTRY.sizes()
+    tiny.add_argument("--size", choices=tuple(dict.fromkeys(s for f in sizes.values() for s in f)), default="tiny",
+                      help="tiny: toy widths (default); medium: realistic widths for measurements (qwen3_omni: the "
+                           "real codec layout, ~75M parameters); slice: the real 30B-A3B widths with 2 decoder "
+                           "layers (~3.7 GB in bf16). Per family: "
+                           + "; ".join(f"{name}: {', '.join(s)}" for name, s in sizes.items()))
+    tiny.add_argument("--model-type", choices=DEFAULT_REGISTRY.names, default=DEFAULT_REGISTRY.names[0],
+                      help=f"the model family (default {DEFAULT_REGISTRY.names[0]})")
     tiny.add_argument("--tts-model-type", choices=("custom_voice", "voice_design", "base"), default="custom_voice",
                       help="qwen3_tts only: named speakers, voice design, or voice cloning (Base)")
     tiny.add_argument("--cached", action="store_true",

@@ -11,15 +11,15 @@ edges, handing each edge's :class:`RequestEdge` the source's outputs.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from omnistage.config.pipeline import PipelineSpec, StageSpec
 from omnistage.core import Modality, OmniRequest
+from omnistage.importing import resolve
 from omnistage.ipc.messages import PayloadTypes
 
 if TYPE_CHECKING:
@@ -35,12 +35,14 @@ class StageModel:
     output: what the caller gets from this stage: its :class:`TokenDelta`\\ s are the caller's text (TEXT), its
         :class:`AudioChunk`\\ s the caller's audio (AUDIO); None for a stage whose outputs only feed others.
     entry: whether a request can start here (the family's :meth:`Family.entry_input` makes its input).
+    tensor_parallel: the worker can load its model as one rank of a tensor-parallel group.
     """
 
     kind: str
     worker: str
     output: Modality | None = None
     entry: bool = False
+    tensor_parallel: bool = False  # the model can be sharded over ranks (a stage's tensor_parallel_size > 1)
 
 
 @dataclass(frozen=True)
@@ -92,22 +94,27 @@ class Hooks:
 
 
 def call_hook(hook: str, *args: object) -> object:
-    module, _, name = hook.partition(":")
-    return getattr(importlib.import_module(module), name)(*args)
+    return resolve(hook)(*args)
 
 
 class Family(ABC):
     """A model family as the pipeline and the front end see it (subclass once per family)."""
 
     name: str
+    model_types: tuple[str, ...] = ()  # the config.json ``model_type``\ s it serves (the registry keys on them)
     stage_models: Mapping[str, StageModel]
     edges: Mapping[str, EdgeModel]
     payloads: PayloadTypes  # the family's own payload structs (the generic ones are always there)
     hooks: Hooks = Hooks()
 
-    @abstractmethod
+    @property
+    def tensor_parallel_models(self) -> tuple[str, ...]:
+        """The stage ``model:`` names whose model this family can shard."""
+        return tuple(name for name, model in self.stage_models.items() if model.tensor_parallel)
+
     def recognises(self, raw: Mapping[str, Any]) -> bool:
-        """Whether a parsed ``config.json`` is one of this family's checkpoints."""
+        """Whether a parsed ``config.json`` is one of this family's checkpoints (default: its model_type)."""
+        return raw.get("model_type") in self.model_types
 
     @abstractmethod
     def load_config(self, folder: Path) -> object:
@@ -143,6 +150,8 @@ class FrontEnd:
     voices: the names ``voice`` may take (speakers of the checkpoint).
     max_positions: the entry stage model's positions (its engine may cap them).
     speech: text-to-speech preparation when the family is a TTS model (None otherwise).
+    openai_voices: OpenAI's voice names (``alloy``...) → the family's speakers, for clients that allow only those.
+    default_voice: the speaker a request that names none gets ("": the first of ``voices``).
     """
 
     tokenizer: object | None
@@ -151,3 +160,5 @@ class FrontEnd:
     max_positions: int
     num_code_groups: int = 0  # codebooks per codec frame (0: the family makes no audio)
     speech: SpeechFrontEnd | None = None
+    openai_voices: Mapping[str, str] = field(default_factory=dict)
+    default_voice: str = ""

@@ -8,7 +8,6 @@ checkpoint of that family is served or tested. A test adds a family with
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,25 +15,31 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from omnistage.importing import resolve
+
 if TYPE_CHECKING:  # the registry stays importable without torch (the CLI lists names before anything loads)
     from omnistage.families.base import Family
 
 
 @dataclass(frozen=True)
 class FamilyEntry:
-    """A built-in family before its module is imported: where its :class:`Family` lives, and the names of
-    its embedded random checkpoints (kept here too, so ``--help`` and error messages can list them without
-    importing the family's model code; a test checks they equal the family's own ``hooks.tiny_names``)."""
+    """A built-in family before its module is imported: where its :class:`Family` lives, the config.json
+    ``model_type``\ s it serves (so resolving a checkpoint imports only its own family), and the names of its
+    embedded random checkpoints (so ``--help`` and errors list them without importing model code). A test checks
+    both against the family's own ``model_types`` and ``hooks.tiny_names``."""
 
     target: str
+    model_types: tuple[str, ...]
     embedded: tuple[str, ...] = ()
+    sizes: tuple[str, ...] = ("tiny",)  # what ``make-tiny --size`` writes for this family
 
 
 BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
-    "qwen3_omni": FamilyEntry("omnistage.families.qwen3_omni.family:FAMILY", ("tiny", "medium", "slice")),
-    "qwen3_tts": FamilyEntry("omnistage.families.qwen3_tts.family:FAMILY",
+    "qwen3_omni": FamilyEntry("omnistage.families.qwen3_omni.family:FAMILY", ("qwen3_omni_moe",),
+                              ("tiny", "medium", "slice"), sizes=("tiny", "medium", "slice")),
+    "qwen3_tts": FamilyEntry("omnistage.families.qwen3_tts.family:FAMILY", ("qwen3_tts",),
                              ("tts-tiny", "tts-tiny-design", "tts-tiny-base", "tts-medium", "tts-medium-design",
-                              "tts-medium-base")),
+                              "tts-medium-base"), sizes=("tiny", "medium")),
 })
 
 
@@ -50,6 +55,14 @@ class FamilyRegistry:
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
 
+    @staticmethod
+    def _model_types(entry: FamilyEntry | Family) -> tuple[str, ...]:
+        return entry.model_types
+
+    def sizes(self) -> dict[str, tuple[str, ...]]:
+        """Each built-in family's ``make-tiny --size`` choices (a family added as an object: tiny)."""
+        return {n: e.sizes if isinstance(e, FamilyEntry) else ("tiny",) for n, e in self._entries.items()}
+
     def embedded_names(self) -> tuple[str, ...]:
         """Every ``--model`` name of an embedded random checkpoint, without importing any family."""
         return tuple(n for entry in self._entries.values()
@@ -64,12 +77,15 @@ class FamilyRegistry:
         if entry is None:
             raise UnknownFamily(f"unknown model family {name!r} (known: {', '.join(self._entries)})")
         if isinstance(entry, FamilyEntry):
-            module, _, attr = entry.target.partition(":")
-            entry = self._entries[name] = getattr(importlib.import_module(module), attr)
+            entry = self._entries[name] = resolve(entry.target)
         return entry
 
     def for_config(self, raw: Mapping[str, object], where: str = "config.json") -> Family:
-        for name in self._entries:
+        """The family serving a parsed config.json: the one declaring its ``model_type`` (only that family is
+        imported); a config without a declared type is asked of each family in turn (each then imported)."""
+        model_type = raw.get("model_type")
+        declared = [n for n, e in self._entries.items() if model_type in self._model_types(e)]
+        for name in declared or self._entries:
             family = self.family(name)
             if family.recognises(raw):
                 return family

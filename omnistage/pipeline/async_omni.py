@@ -8,7 +8,7 @@ caller leaves before its end aborts its request in every stage.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from omnistage.config.generation_defaults import SamplingDefaults
@@ -31,6 +31,8 @@ class AsyncOmni:
         self.processor: PromptProcessor | None = self.pipeline.processor
         self.speech: SpeechFrontEnd | None = self.pipeline.speech
         self.voices: Sequence[str] = self.pipeline.voices
+        self.openai_voices: Mapping[str, str] = self.pipeline.openai_voices
+        self.default_voice: str = self.pipeline.default_voice
         self.supports_audio: bool = self.pipeline.supports_audio
         self.max_model_len: int = self.pipeline.max_model_len
         self.default_sampling: SamplingDefaults = self.pipeline.default_sampling

@@ -39,13 +39,15 @@ class OmniPipeline:
         self.family = registry.for_folder(folder)
         config = self.family.load_config(folder)
         spec = _spec(stage_config) if stage_config is not None else load_preset(self.family.preset(config))
-        self.spec = apply_overrides(spec, overrides or StageOverrides())
+        self.spec = apply_overrides(spec, overrides or StageOverrides(), self.family.tensor_parallel_models)
         self.graph = resolve_graph(self.spec, self.family)  # a bad config fails here, before any process starts
         self.family.check_spec(self.spec, config)
         self.front_end: FrontEnd = self.family.front_end(folder, config)
         self.model_name = model_name or str(model)
         self.processor = self.front_end.processor
         self.voices = self.front_end.voices
+        self.openai_voices = self.front_end.openai_voices
+        self.default_voice = self.front_end.default_voice
         self.speech = self.front_end.speech  # a TTS family's input preparation (None otherwise)
         self.supports_audio = self.graph.supports_audio
         self.supports_text = self.graph.supports(Modality.TEXT)

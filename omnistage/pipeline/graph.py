@@ -79,6 +79,10 @@ def _resolve_stages(spec: PipelineSpec, family: Family) -> dict[str, StageModel]
         if stage.kind != model.kind:
             raise ConfigError(f"stages[{i}].kind: model {stage.model!r} runs on a {model.kind!r} engine, "
                               f"not {stage.kind!r}")
+        if stage.tensor_parallel_size > 1 and not model.tensor_parallel:
+            shardable = ", ".join(family.tensor_parallel_models) or "no"
+            raise ConfigError(f"stages[{i}].tensor_parallel_size: tensor parallelism is implemented for "
+                              f"{family.name}'s {shardable} stages only")
         if stage.model in seen:
             raise ConfigError(f"stages[{i}].model: a second {stage.model!r} stage (use replicas for more capacity)")
         seen.add(stage.model)

@@ -9,7 +9,6 @@ those caches; STOP ends the process. It exits with its parent too (the replica t
 from __future__ import annotations
 
 import ctypes
-import importlib
 import os
 import signal
 import sys
@@ -18,6 +17,7 @@ import time
 
 import torch
 
+from omnistage.importing import resolve
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.layers.parallel import TensorParallel
 from omnistage.models.decoder import Decoder, Deepstack
@@ -46,8 +46,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def load_shard(spec: RankSpec, tp: TensorParallel) -> Decoder:
-    module, _, function = spec.loader.partition(":")
-    loader = getattr(importlib.import_module(module), function)
+    loader = resolve(spec.loader)
     return loader(spec.model_dir, torch.device(spec.device), getattr(torch, spec.dtype), tp, spec.quantization)
 
 

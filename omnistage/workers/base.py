@@ -10,7 +10,6 @@ registry (:class:`WorkerSpec.worker`), imported inside the replica.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Generic, TypeVar
 import torch
 
 from omnistage.config.pipeline import StageSpec
+from omnistage.importing import resolve
 from omnistage.engine import EngineConfig, EngineCore, RequestOutput
 from omnistage.engine.config import auto_device
 from omnistage.ipc.messages import ReplicaLoad, RequestFailed, StageInput, StageOutput
@@ -83,8 +83,7 @@ class WorkerSpec:
 
 def build_worker(spec: WorkerSpec) -> StageWorker:
     """The replica's worker factory (a module-level function, so ``partial(build_worker, spec)`` pickles)."""
-    module, _, name = spec.worker.partition(":")
-    cls = getattr(importlib.import_module(module), name)
+    cls = resolve(spec.worker)
     return cls(spec)
 
 

@@ -82,11 +82,13 @@ def test_tensor_parallel_and_quantization_per_stage() -> None:
     spec = parse_pipeline(data)
     assert (spec.stages[0].tensor_parallel_size, spec.stages[0].device, spec.stages[0].quantization) == \
         (2, "cuda:1", "int8")
-    spec = apply_overrides(spec, StageOverrides(quantization=(("talker", "int8"),), tensor_parallel_size=4))
+    spec = apply_overrides(spec, StageOverrides(quantization=(("talker", "int8"),), tensor_parallel_size=4),
+                           tensor_parallel_models=("thinker",))
     assert [s.quantization for s in spec.stages] == ["int8", "int8", "none"]
     assert [s.tensor_parallel_size for s in spec.stages] == [4, 1, 1]
-    for stage, key, value, message in [(1, "tensor_parallel_size", 2, "thinker stages only"),
-                                       (2, "quantization", "int8", "vocoder stays in full precision"),
+    with pytest.raises(ConfigError, match="can be sharded"):  # a family with no shardable stage
+        apply_overrides(spec, StageOverrides(tensor_parallel_size=2))
+    for stage, key, value, message in [(2, "quantization", "int8", "vocoder stays in full precision"),
                                        (0, "quantization", "int4", "must be one of")]:
         bad = copy.deepcopy(yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text()))
         bad["stages"][stage][key] = value

@@ -9,7 +9,7 @@ tests can check what reached it and that abandoned requests were aborted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +27,7 @@ from omnistage.pipeline.reports import (
     StageHealth,
 )
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
+from omnistage.families.qwen3_omni.voices import OPENAI_VOICES
 from omnistage.processing.video import Video
 
 WORDS: tuple[str, ...] = ("Hello", " from", " the", " fake", " engine", ".")
@@ -63,6 +64,8 @@ class FakeEngine:
     processor: Qwen3OmniPromptProcessor
     model_name: str = "fake-omni"
     voices: tuple[str, ...] = ("Chelsie", "Ethan", "Aiden")
+    openai_voices: Mapping[str, str] = field(default_factory=lambda: dict(OPENAI_VOICES))
+    default_voice: str = ""
     supports_audio: bool = True
     speech: SpeechFrontEnd | None = None
     max_model_len: int = 2048

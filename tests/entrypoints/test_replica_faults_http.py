@@ -9,8 +9,8 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import httpx
 import pytest
@@ -39,6 +39,8 @@ class _FakeStagePipeline:
     processor: Qwen3OmniPromptProcessor
     model_name: str = "fake-omni"
     voices: tuple[str, ...] = ("Ethan",)
+    openai_voices: Mapping[str, str] = field(default_factory=dict)
+    default_voice: str = "Ethan"
     supports_audio: bool = True
     max_model_len: int = 4096
     default_sampling: SamplingDefaults = SamplingDefaults()

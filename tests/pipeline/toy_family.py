@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 import msgspec
 import torch
@@ -129,15 +127,13 @@ class LettersToTones(RequestEdge):
 
 class ToyFamily(Family):
     name = "toy"
+    model_types = ("toy",)
     stage_models = MappingProxyType({
         "letters": StageModel("ar", f"{__name__}:LettersWorker", output=Modality.TEXT, entry=True),
         "tones": StageModel("generation", f"{__name__}:TonesWorker", output=Modality.AUDIO),
     })
     edges = MappingProxyType({"toy.letters_to_tones": EdgeModel("letters", "tones", LettersToTones)})
     payloads = PayloadTypes((LettersStart, ToneFeed))
-
-    def recognises(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") == "toy"
 
     def load_config(self, folder: Path) -> object:
         return None

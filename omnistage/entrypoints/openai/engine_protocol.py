@@ -7,7 +7,7 @@ are frozen dataclasses rather than dicts so both sides agree on every field.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from omnistage.config.generation_defaults import SamplingDefaults
@@ -32,6 +32,8 @@ class OmniEngine(Protocol):
     processor: PromptProcessor | None  # the chat prompt processor; None: the model takes no chat (a TTS model)
     speech: SpeechFrontEnd | None  # a text-to-speech model's input preparation; None: not a TTS model
     voices: Sequence[str]  # the checkpoint's speaker names, e.g. ("Chelsie", "Ethan", "Aiden")
+    openai_voices: Mapping[str, str]  # the family's table of OpenAI voice names → its speakers
+    default_voice: str  # the family's default speaker ("": the first of voices)
     supports_audio: bool  # False when the pipeline has no talker/code2wav stages
     max_model_len: int  # the thinker's context: prompt + completion tokens
     default_sampling: SamplingDefaults  # what a request's unset sampling knobs take

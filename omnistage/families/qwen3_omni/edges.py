@@ -17,6 +17,7 @@ from omnistage.families.sampling import stage_params
 from omnistage.ipc.payloads import TokenDelta
 from omnistage.models.qwen3_omni.inputs import PromptLayout
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
+from omnistage.families.qwen3_omni.voices import DEFAULT_VOICE
 
 
 class ThinkerToTalker(RequestEdge):
@@ -53,4 +54,4 @@ class ThinkerToTalker(RequestEdge):
             raise TypeError(f"a Qwen3-Omni request carries a Qwen3OmniPrompt, not {type(prompt).__name__}")
         sampling = stage_params(target.sampling, request.sampling.seed, self.context.min_new_tokens)
         layout = PromptLayout.of(prompt.token_ids, prompt.mm)
-        return TalkerStart(layout, first_token, request.voice, sampling, self.hidden)
+        return TalkerStart(layout, first_token, request.voice or DEFAULT_VOICE, sampling, self.hidden)

@@ -12,8 +12,9 @@ from omnistage.core import Modality
 from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
 from omnistage.families.qwen3_omni.edges import ThinkerToTalker
 from omnistage.families.qwen3_omni.payloads import PAYLOADS, ThinkerPrompt
+from omnistage.families.qwen3_omni.voices import DEFAULT_VOICE, OPENAI_VOICES
 from omnistage.families.sampling import request_params
-from omnistage.models.qwen3_omni.config import Qwen3OmniConfig, is_qwen3_omni
+from omnistage.models.qwen3_omni.config import MODEL_TYPE, Qwen3OmniConfig, is_qwen3_omni
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 
 PRESET = "qwen3_omni"  # Instruct: thinker → talker → code2wav
@@ -23,8 +24,10 @@ _WORKERS = "omnistage.families.qwen3_omni.workers"
 
 class Qwen3OmniFamily(Family):
     name = "qwen3_omni"
+    model_types = (MODEL_TYPE,)
     stage_models = MappingProxyType({
-        "thinker": StageModel("ar", f"{_WORKERS}:ThinkerWorker", output=Modality.TEXT, entry=True),
+        "thinker": StageModel("ar", f"{_WORKERS}:ThinkerWorker", output=Modality.TEXT, entry=True,
+                              tensor_parallel=True),
         "talker": StageModel("ar", f"{_WORKERS}:TalkerWorker"),
         "code2wav": StageModel("generation", f"{_WORKERS}:Code2WavWorker", output=Modality.AUDIO),
     })
@@ -38,6 +41,7 @@ class Qwen3OmniFamily(Family):
                   cached="omnistage.tools.make_tiny:cached_checkpoint", tiny_names=("tiny", "medium", "slice"))
 
     def recognises(self, raw: Mapping[str, Any]) -> bool:
+        """Its model_type, or (an older or hand-made config without one) a thinker config."""
         return is_qwen3_omni(raw)
 
     def load_config(self, folder: Path) -> Qwen3OmniConfig:
@@ -57,7 +61,9 @@ class Qwen3OmniFamily(Family):
 
         cfg = _config(config)
         processor = Qwen3OmniPromptProcessor(folder, cfg.processor)
-        return FrontEnd(processor.tokenizer, processor, cfg.voices, cfg.max_positions, cfg.num_code_groups)
+        default = next((v for v in cfg.voices if v.lower() == DEFAULT_VOICE.lower()), "")
+        return FrontEnd(processor.tokenizer, processor, cfg.voices, cfg.max_positions, cfg.num_code_groups,
+                        openai_voices=OPENAI_VOICES, default_voice=default)
 
     def entry_input(self, context: EdgeContext) -> ThinkerPrompt:
         request = context.request

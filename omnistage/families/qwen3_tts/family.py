@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 import torch
 
@@ -13,6 +11,7 @@ from omnistage.core import Modality, OmniRequest
 from omnistage.engine.sampling_params import SamplingParams
 from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
 from omnistage.families.qwen3_tts.payloads import PAYLOADS, TalkerSpeech
+from omnistage.families.qwen3_tts.openai_voices import OPENAI_VOICES
 from omnistage.models.qwen3_tts.config import MODEL_TYPE, Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec
 
@@ -23,6 +22,7 @@ _WORKERS = "omnistage.families.qwen3_tts.workers"
 
 class Qwen3TTSFamily(Family):
     name = "qwen3_tts"
+    model_types = (MODEL_TYPE,)
     stage_models = MappingProxyType({
         "talker": StageModel("ar", f"{_WORKERS}:TalkerWorker", entry=True),
         "codec": StageModel("generation", f"{_WORKERS}:CodecDecoderWorker", output=Modality.AUDIO),
@@ -37,9 +37,6 @@ class Qwen3TTSFamily(Family):
                   tiny_names=("tts-tiny", "tts-tiny-design", "tts-tiny-base", "tts-medium", "tts-medium-design",
                               "tts-medium-base"))
 
-    def recognises(self, raw: Mapping[str, Any]) -> bool:
-        return raw.get("model_type") == MODEL_TYPE
-
     def load_config(self, folder: Path) -> Qwen3TTSConfig:
         return Qwen3TTSConfig.from_folder(folder)
 
@@ -51,7 +48,8 @@ class Qwen3TTSFamily(Family):
 
         cfg = _config(config)
         speech = Qwen3TTSSpeech(folder, cfg)
-        return FrontEnd(None, None, speech.speakers, cfg.talker.max_positions, cfg.talker.num_code_groups, speech)
+        return FrontEnd(None, None, speech.speakers, cfg.talker.max_positions, cfg.talker.num_code_groups, speech,
+                        openai_voices=OPENAI_VOICES)
 
     def entry_input(self, context: EdgeContext) -> TalkerSpeech:
         """The talker's sampling is the request's (the speech API fills it from the served defaults), at least

@@ -20,7 +20,8 @@ class ServedModel:
     def of(cls, engine: OmniEngine, options: ServingOptions | None = None) -> ServedModel:
         options = options or ServingOptions()
         return cls(options.served_model_names or (engine.model_name,),
-                   VoiceBook(engine.voices, dict(options.voice_aliases)), options.default_modalities)
+                   VoiceBook(engine.voices, engine.openai_voices, dict(options.voice_aliases), engine.default_voice),
+                   options.default_modalities)
 
     def check(self, name: str) -> None:
         if name not in self.names:

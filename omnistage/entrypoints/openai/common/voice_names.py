@@ -1,22 +1,16 @@
 """Voice names a request may use: the checkpoint's speakers, and OpenAI's voice names mapped onto them.
 
 OpenAI's clients (and frameworks such as pipecat, which only allow OpenAI's names)
-send ``alloy``, ``marin``...; each maps to a checkpoint speaker by
-``OPENAI_VOICES`` (Qwen3-Omni's Chelsie is a female voice, Ethan and Aiden male
-ones; OpenAI's voices are matched by their usual pitch). A name whose speaker the
-checkpoint lacks falls back to the checkpoint's first speaker. ``--voice-alias
-NAME=SPEAKER`` adds or overrides an entry. Names match case-insensitively.
+send ``alloy``, ``marin``...; each maps to a checkpoint speaker by the served
+family's table (``FrontEnd.openai_voices``: each family knows its own speakers). A
+name whose speaker the checkpoint lacks falls back to the checkpoint's first
+speaker. ``--voice-alias NAME=SPEAKER`` adds or overrides an entry. Names match
+case-insensitively.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
-OPENAI_VOICES: Mapping[str, str] = {
-    "alloy": "Chelsie", "ash": "Ethan", "ballad": "Aiden", "coral": "Chelsie", "echo": "Ethan",
-    "fable": "Aiden", "onyx": "Ethan", "nova": "Chelsie", "sage": "Chelsie", "shimmer": "Chelsie",
-    "verse": "Aiden", "marin": "Chelsie", "cedar": "Ethan",
-}
 
 
 class UnknownVoice(ValueError):
@@ -24,11 +18,13 @@ class UnknownVoice(ValueError):
 
 
 class VoiceBook:
-    def __init__(self, speakers: Sequence[str], aliases: Mapping[str, str] = {}) -> None:  # noqa: B006 - read only
+    def __init__(self, speakers: Sequence[str], openai_voices: Mapping[str, str] = {},  # noqa: B006 - read only
+                 aliases: Mapping[str, str] = {}, default: str = "") -> None:  # noqa: B006
         self.speakers = tuple(speakers)
+        self._default = default
         by_key = {s.lower(): s for s in self.speakers}
         self._by_key = dict(by_key)
-        for name, target in {**OPENAI_VOICES, **{k.lower(): v for k, v in aliases.items()}}.items():
+        for name, target in {**openai_voices, **{k.lower(): v for k, v in aliases.items()}}.items():
             speaker = by_key.get(target.lower())
             if speaker is None and name in {k.lower() for k in aliases}:
                 raise ValueError(f"--voice-alias {name}={target}: the checkpoint has no speaker {target!r} "
@@ -40,7 +36,8 @@ class VoiceBook:
 
     @property
     def default(self) -> str:
-        return self.speakers[0] if self.speakers else "Ethan"
+        """The family's default speaker, else the first ("" for a model without speakers)."""
+        return self._default or (self.speakers[0] if self.speakers else "")
 
     @property
     def names(self) -> tuple[str, ...]:
