@@ -285,8 +285,10 @@ def load_pipeline(path: str | Path) -> PipelineSpec:
     return parse_pipeline(data)
 
 
-def load_preset(name: str) -> PipelineSpec:
-    return load_pipeline(PRESETS / f"{name}.yaml")
+def load_preset(preset: str | Path) -> PipelineSpec:
+    """A built-in preset by name (``config/presets/<name>.yaml``), or a family's own preset file by path (a
+    family package may ship its YAML beside its code)."""
+    return load_pipeline(preset if isinstance(preset, Path) else PRESETS / f"{preset}.yaml")
 
 
 # Command-line overrides ---------------------------------------------------------------------------

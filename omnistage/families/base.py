@@ -121,8 +121,9 @@ class Family(ABC):
         """The family's typed config of a checkpoint folder (parsed once, passed down)."""
 
     @abstractmethod
-    def preset(self, config: object) -> str:
-        """The preset (``omnistage/config/presets/<name>.yaml``) a checkpoint is served with by default."""
+    def preset(self, config: object) -> str | Path:
+        """The stage config a checkpoint is served with by default: a built-in preset's name
+        (``omnistage/config/presets/<name>.yaml``) or the path of a YAML in the family's own package."""
 
     def check_spec(self, spec: PipelineSpec, config: object) -> None:
         """Rejects a stage config this checkpoint cannot serve (``ConfigError``); default: anything goes."""
