@@ -3,7 +3,10 @@
 A text-to-speech checkpoint (its family gives a :class:`SpeechFrontEnd`) speaks
 the input itself: ``voice`` is one of its speakers (OpenAI's voice names map onto
 them), ``instructions`` say how to speak (a voice-design checkpoint's voice), and
-the talker's frames are bounded from the input's length. Qwen3-Omni has no
+the talker's frames are bounded from the input's length (and by ``max_new_tokens``).
+vLLM-Omni's fields: ``language`` picks the codec's language, ``task_type`` must
+name the served checkpoint's type, and ``ref_audio`` (with ``ref_text``, unless
+``x_vector_only_mode``) clones a voice for this request alone on a Base checkpoint. Qwen3-Omni has no
 text-to-speech entry point: the input goes to the thinker with a system turn
 asking it to repeat the text verbatim (``instructions`` replace that turn), and
 the talker speaks what it writes; the completion budget is sized from the input
@@ -14,16 +17,21 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from omnistage.audio.decode import decode_audio
 from omnistage.core import Modality, OmniRequest, Prompt, RequestSampling
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
-from omnistage.entrypoints.openai.common.errors import bad_request
+from omnistage.entrypoints.openai.common.errors import MediaError, bad_request
+from omnistage.entrypoints.openai.common.request_budget import over_budget
 from omnistage.entrypoints.openai.common.request_checks import completion_budget, make_sampling, resolve_voice
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.media.loaders import MediaFetcher
+from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest
+from omnistage.entrypoints.openai.speech.task_type import check_task_type
 from omnistage.entrypoints.openai.speech.voice_store import VoiceStore, VoiceStoreError
 from omnistage.families.speech import SpeechAsk, SpeechFrontEnd
 from omnistage.processing.prompt import ProcessedPrompt
@@ -34,9 +42,21 @@ _BUDGET_FACTOR = 2
 _BUDGET_MARGIN = 16
 
 
+@dataclass(frozen=True)
+class RefAudio:
+    """vLLM-Omni's one-off clone (``ref_audio``): the recording's bytes, its format hint, and what it says (None:
+    cloned from the speaker embedding alone, ``x_vector_only_mode``)."""
+
+    data: bytes
+    fmt: str | None
+    transcript: str | None
+
+
 class SpeechInputs(ABC):
-    def __init__(self, engine: OmniEngine, served: ServedModel, pool: DecodePool) -> None:
+    def __init__(self, engine: OmniEngine, served: ServedModel, pool: DecodePool,
+                 limits: ServerLimits | None = None) -> None:
         self.engine, self.served, self.pool = engine, served, pool
+        self.limits = limits or ServerLimits()
 
     @abstractmethod
     def check_voice(self, body: SpeechRequest) -> str | None:
@@ -45,31 +65,43 @@ class SpeechInputs(ABC):
     @abstractmethod
     async def request(self, body: SpeechRequest) -> OmniRequest: ...
 
-    async def _prompt(self, job, body: SpeechRequest, *args: object) -> Prompt:  # noqa: ANN001 - a pool job
+    async def _prompt(self, job, body: object, *args: object) -> Prompt:  # noqa: ANN001 - a pool job
         try:
             return await self.pool.run(job, body, *args)
         except ValueError as exc:
             raise bad_request(f"could not build the prompt: {exc}", param="input") from exc
 
 
-def speech_inputs(engine: OmniEngine, served: ServedModel, pool: DecodePool,
-                  voices: VoiceStore | None = None) -> SpeechInputs:
+def speech_inputs(engine: OmniEngine, served: ServedModel, pool: DecodePool, voices: VoiceStore | None = None,
+                  limits: ServerLimits | None = None, fetcher: MediaFetcher | None = None) -> SpeechInputs:
     speech = getattr(engine, "speech", None)
     if speech is None:
-        return RepeatedByThinker(engine, served, pool)
-    return TextToSpeech(engine, served, pool, speech, voices)
+        return RepeatedByThinker(engine, served, pool, limits)
+    return TextToSpeech(engine, served, pool, speech, voices, limits, fetcher)
 
 
 class TextToSpeech(SpeechInputs):
     """A text-to-speech checkpoint speaks the input (audio is its only output)."""
 
     def __init__(self, engine: OmniEngine, served: ServedModel, pool: DecodePool, speech: SpeechFrontEnd,
-                 voices: VoiceStore | None = None) -> None:
-        super().__init__(engine, served, pool)
+                 voices: VoiceStore | None = None, limits: ServerLimits | None = None,
+                 fetcher: MediaFetcher | None = None) -> None:
+        super().__init__(engine, served, pool, limits)
         self.speech, self.voices = speech, voices
+        # Without the server's media policy, only data: URLs (the default policy refuses files and the network).
+        self.fetcher = fetcher or MediaFetcher(MediaPolicy(), self.limits)
 
     def check_voice(self, body: SpeechRequest) -> str | None:
+        check_task_type(self.speech, body.task_type)
+        if body.ref_audio is not None:
+            if not self.speech.clones_voices:
+                raise bad_request("ref_audio clones a voice: that needs a Qwen3-TTS Base checkpoint",
+                                  param="ref_audio", code="voice_cloning_not_supported")
+            return None
         if self.speech.clones_voices:  # a registered voice
+            if body.voice_name is None:
+                raise bad_request("this Base checkpoint speaks in a cloned voice: give ref_audio, or name a voice "
+                                  "registered with POST /v1/audio/voices", param="voice", code="invalid_voice")
             return self._cloned(body.voice_name).name
         # A checkpoint without named speakers (voice design) takes its voice from the instructions.
         return resolve_voice(self.served.voices, body.voice_name, "voice") if self.speech.speakers else None
@@ -87,26 +119,43 @@ class TextToSpeech(SpeechInputs):
 
     async def request(self, body: SpeechRequest) -> OmniRequest:
         voice = self.check_voice(body)
-        clone = self._cloned(body.voice_name) if self.speech.clones_voices else None
-        ask = SpeechAsk(body.input, voice, body.instructions)
-        prompt = await self._prompt(self._make, ask, clone)
+        source = await self._voice_source(body, voice)
+        ask = SpeechAsk(body.input, voice, body.instructions, language=body.language or "auto")
+        prompt = await self._prompt(self._make, ask, source)
         try:
             frames = self.speech.max_frames(prompt, self.engine.max_model_len)
         except ValueError as exc:
             raise bad_request(str(exc), param="input", code="context_length_exceeded") from exc
         defaults = self.engine.default_sampling
-        if defaults.max_tokens is not None:
-            frames = min(frames, defaults.max_tokens)
+        for cap in (defaults.max_tokens, body.max_new_tokens):
+            frames = min(frames, cap) if cap is not None else frames
         return OmniRequest(request_id=f"speech-{uuid.uuid4().hex}", prompt=prompt,
                            modalities=frozenset({Modality.AUDIO}),
                            sampling=make_sampling(max_tokens=frames, defaults=defaults), voice=voice or "")
 
-    def _make(self, ask: SpeechAsk, clone: Path | None, token: CancelToken) -> Prompt:
-        if clone is not None:
+    async def _voice_source(self, body: SpeechRequest, voice: str | None) -> Path | RefAudio | None:
+        """Where a cloned voice comes from: a registered voice's folder, or the request's own recording."""
+        if body.ref_audio is None:
+            return self._cloned(voice) if self.speech.clones_voices and voice else None
+        try:
+            fetched = await self.fetcher.fetch(body.ref_audio)
+        except MediaError as exc:
+            raise bad_request(f"ref_audio: {exc}", param="ref_audio", code=exc.code) from exc
+        if len(fetched.data) > self.limits.max_voice_audio_bytes:
+            raise over_budget("max_voice_audio_bytes", f"the reference audio is over "
+                              f"{self.limits.max_voice_audio_bytes} bytes", "ref_audio")
+        transcript = None if body.x_vector_only_mode else (body.ref_text or None)
+        return RefAudio(fetched.data, fetched.audio_hint, transcript)
+
+    def _make(self, ask: SpeechAsk, source: Path | RefAudio | None, token: CancelToken) -> Prompt:
+        if isinstance(source, Path):
             try:
-                ask = replace(ask, clone=self.speech.load_voice(clone))
+                ask = replace(ask, clone=self.speech.load_voice(source))
             except OSError as exc:  # deleted since it was checked
-                raise ValueError(f"the voice {clone.name!r} is no longer registered") from exc
+                raise ValueError(f"the voice {source.name!r} is no longer registered") from exc
+        elif isinstance(source, RefAudio):
+            audio = decode_audio(source.data, source.fmt, self.limits.max_voice_seconds, token.check)
+            ask = replace(ask, clone=self.speech.clone_voice(audio.samples, audio.sample_rate, source.transcript))
         return self.speech.prompt(ask)
 
 
@@ -114,6 +163,9 @@ class RepeatedByThinker(SpeechInputs):
     """Qwen3-Omni: the thinker repeats the input, the talker speaks it."""
 
     def check_voice(self, body: SpeechRequest) -> str | None:
+        if body.task_type is not None or body.ref_audio is not None:
+            raise bad_request("task_type and ref_audio are Qwen3-TTS fields; this model is not a TTS checkpoint",
+                              param="task_type" if body.task_type is not None else "ref_audio")
         return resolve_voice(self.served.voices, body.voice_name, "voice")
 
     async def request(self, body: SpeechRequest) -> OmniRequest:

@@ -13,18 +13,31 @@ from omnistage.entrypoints.openai.common.protocol import StrictBody, VoiceRef
 # ---- speech -----------------------------------------------------------------------------------------
 
 
+TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
+
+
 class SpeechRequest(StrictBody):
-    model: str
+    """OpenAI's body, plus vLLM-Omni's Qwen3-TTS fields (``language`` ... ``stream``) so its clients run as they
+    are. ``model`` and ``voice`` may be left out: the served model, its default voice."""
+
+    model: str | None = None
     input: str = Field(min_length=1)
-    voice: str | VoiceRef
+    voice: str | VoiceRef | None = None
     instructions: str | None = None
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "pcm16"] = "mp3"
     speed: float = Field(1.0, ge=0.25, le=4.0, description="playback speed; the pitch is kept (WSOLA)")
     stream_format: Literal["sse", "audio"] = "audio"
+    language: str | None = Field(None, description="vLLM-Omni: Auto, English, Chinese... (None: auto)")
+    task_type: TaskType | None = Field(None, description="vLLM-Omni: must be the served checkpoint's type")
+    ref_audio: str | None = Field(None, description="vLLM-Omni: a recording to clone (data: or http(s) URL; Base)")
+    ref_text: str | None = Field(None, description="vLLM-Omni: what ref_audio says (in-context cloning)")
+    x_vector_only_mode: bool = Field(False, description="vLLM-Omni: clone from the speaker embedding alone")
+    max_new_tokens: int | None = Field(None, ge=1, description="vLLM-Omni: at most this many codec frames")
+    stream: bool = Field(False, description="vLLM-Omni: stream the audio; this server always streams it")
 
     @property
-    def voice_name(self) -> str:
-        return self.voice if isinstance(self.voice, str) else self.voice.id
+    def voice_name(self) -> str | None:
+        return self.voice if isinstance(self.voice, str) or self.voice is None else self.voice.id
 
     @property
     def audio_format(self) -> AudioFormat:
@@ -72,9 +85,19 @@ class VoiceObject(BaseModel):
     mode: Literal["in_context", "x_vector"]
 
 
+class UploadedVoice(BaseModel):
+    name: str
+    created_at: int
+
+
 class VoiceList(BaseModel):
+    """``data``: the cloned voices (Base checkpoints). ``voices`` and ``uploaded_voices``: vLLM-Omni's shape, the
+    built-in speakers (a CustomVoice checkpoint's) and the cloned voices by name."""
+
     object: Literal["list"] = "list"
     data: list[VoiceObject]
+    voices: list[str] = []
+    uploaded_voices: list[UploadedVoice] = []
 
 
 class VoiceDeleted(BaseModel):

@@ -42,6 +42,7 @@ from omnistage.entrypoints.openai.common.streaming import (
     sse_event,
 )
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.media.loaders import MediaFetcher
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.entrypoints.openai.speech.inputs import speech_inputs
 from omnistage.entrypoints.openai.speech.protocol import SpeechAudioDelta, SpeechAudioDone, SpeechRequest, SpeechUsage
@@ -51,14 +52,15 @@ from omnistage.entrypoints.openai.speech.voice_store import VoiceStore
 class SpeechService:
     def __init__(self, engine: OmniEngine, metrics: ServerMetrics, limits: ServerLimits,
                  admission: Admission | None = None, pool: DecodePool | None = None,
-                 served: ServedModel | None = None, voices: VoiceStore | None = None) -> None:
+                 served: ServedModel | None = None, voices: VoiceStore | None = None,
+                 fetcher: MediaFetcher | None = None) -> None:
         self.engine = engine
         self.served = served or ServedModel.of(engine)
         self.metrics = metrics
         self.limits = limits
         self.admission = admission or Admission(engine, limits.max_queued_requests)
         self.pool = pool or DecodePool(limits.decode_workers)
-        self.inputs = speech_inputs(engine, self.served, self.pool, voices)
+        self.inputs = speech_inputs(engine, self.served, self.pool, voices, limits, fetcher)
 
     async def create(self, body: SpeechRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
@@ -86,12 +88,16 @@ class SpeechService:
                                          upstream=encoded)
 
     def check(self, body: SpeechRequest) -> None:
-        self.served.check(body.model)
+        if body.model is not None:  # None: the served model
+            self.served.check(body.model)
         require_audio_support(self.engine, "model")
         self.inputs.check_voice(body)
         if len(body.input) > self.limits.max_speech_input_chars:
             raise over_budget("max_speech_input_chars", f"input is {len(body.input)} characters; the limit is "
                               f"{self.limits.max_speech_input_chars}", "input", "input_too_long")
+        if body.ref_text is not None and len(body.ref_text) > self.limits.max_speech_input_chars:
+            raise over_budget("max_speech_input_chars", f"ref_text is {len(body.ref_text)} characters; the limit is "
+                              f"{self.limits.max_speech_input_chars}", "ref_text", "input_too_long")
         if body.instructions is not None and len(body.instructions) > self.limits.max_instructions_chars:
             raise over_budget("max_instructions_chars", f"instructions are {len(body.instructions)} characters; "
                               f"the limit is {self.limits.max_instructions_chars}", "instructions", "input_too_long")

@@ -8,12 +8,14 @@ admitted under the same bound), while later text keeps arriving. Server events: 
 PCM16, 24 kHz mono, with its ``segment``), ``speech.segment.done`` (the segment's text), then
 ``speech.audio.done`` with the usage of all segments; a failure is an ``error`` event and closes the socket.
 The socket closes after ``--ws-idle-timeout`` seconds without an event.
+
+A first event ``session.config`` is vLLM-Omni's protocol for this route: the session is the same, its events
+are translated by :mod:`omnistage.entrypoints.openai.speech.vllm_omni` (a :class:`StreamDialect`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import re
@@ -21,13 +23,16 @@ from contextlib import aclosing
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from omnistage.audio import AudioFormat, StreamingAudioEncoder
+from omnistage.audio import StreamingAudioEncoder, TimeStretcher
 from omnistage.core import OUTPUT_SAMPLE_RATE
 from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.protocol import ErrorDetail
 from omnistage.entrypoints.openai.common.request_checks import engine_failure
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
-from omnistage.entrypoints.openai.speech.protocol import SpeechRequest
+from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
 from omnistage.entrypoints.openai.speech.service import SpeechService
+from omnistage.entrypoints.openai.speech.stream_dialect import Configure, StreamDialect
+from omnistage.entrypoints.openai.speech.vllm_omni import VllmOmniStreamDialect, speaks_vllm_omni
 
 router = APIRouter()
 # A sentence ends at . ! ? (or their full-width forms), ; or a newline, once what follows has begun.
@@ -53,9 +58,9 @@ def cut_segments(buffer: str, limit: int, final: bool = False) -> tuple[list[str
 
 class SpeechStream:
     def __init__(self, ws: WebSocket, service: SpeechService, model: str) -> None:
-        self.ws, self.service, self.model = ws, service, model
-        self.voice: str | None = None
-        self.instructions: str | None = None
+        self.ws, self.service = ws, service
+        self.dialect = StreamDialect(ws)
+        self.settings = SpeechRequest(model=model, input=" ")
         self.segments: asyncio.Queue[object] = asyncio.Queue()
         self.usage = [0, 0]
 
@@ -78,7 +83,7 @@ class SpeechStream:
                 await speaker
 
     async def _read(self, speaker: asyncio.Task) -> None:
-        buffer, limit = "", self.service.limits.max_speech_input_chars
+        buffer, limit, first = "", self.service.limits.max_speech_input_chars, True
         while True:
             async with asyncio.timeout(self.service.limits.ws_idle_timeout):
                 receive = asyncio.ensure_future(self.ws.receive_text())
@@ -86,25 +91,28 @@ class SpeechStream:
             if receive not in done:  # the speaker failed: stop reading
                 receive.cancel()
                 return
-            event = json.loads(receive.result())
-            kind = event.get("type") if isinstance(event, dict) else None
-            if kind == "session.update":
-                self.voice, self.instructions = event.get("voice", self.voice), event.get("instructions")
-            elif kind in ("input_text.delta", "input_text.done"):
-                buffer += str(event.get("delta") or "")
-                segments, buffer = cut_segments(buffer, limit, final=kind == "input_text.done")
-                for segment in segments:
-                    self._body(segment)  # checked now: a bad voice fails before any audio
-                    self.segments.put_nowait(segment)
-                if kind == "input_text.done":
-                    self.segments.put_nowait(END)
-                    return
-            else:
-                raise ValueError(f"unknown event type {kind!r} (session.update, input_text.delta, input_text.done)")
+            raw = json.loads(receive.result())
+            if first and speaks_vllm_omni(raw):  # the first event tells which protocol the client speaks
+                self.dialect = VllmOmniStreamDialect(self.ws)
+            first = False
+            event = self.dialect.parse(raw if isinstance(raw, dict) else {})
+            if isinstance(event, Configure):
+                self.settings = self.settings.model_copy(update={
+                    k: getattr(event.settings, k) for k in event.settings.model_fields_set - {"input"}})
+                continue
+            buffer += event.text
+            segments, buffer = cut_segments(buffer, limit, final=event.done)
+            for segment in segments:
+                self._body(segment)  # checked now: a bad voice fails before any audio
+                self.segments.put_nowait(segment)
+            if event.done:
+                self.segments.put_nowait(END)
+                return
 
     def _body(self, text: str) -> SpeechRequest:
-        body = SpeechRequest(model=self.model, input=text, voice=self.voice or "alloy",
-                             instructions=self.instructions, response_format="pcm")
+        fmt = self.settings.response_format if "response_format" in self.settings.model_fields_set \
+            else self.dialect.response_format
+        body = self.settings.model_copy(update={"input": text, "response_format": fmt})
         self.service.check(body)
         return body
 
@@ -113,39 +121,43 @@ class SpeechStream:
         while (segment := await self.segments.get()) is not END:
             await self._speak(index, str(segment))
             index += 1
-        await self.ws.send_json({"type": "speech.audio.done", "usage": {
-            "input_tokens": self.usage[0], "output_tokens": self.usage[1], "total_tokens": sum(self.usage)}})
+        await self.dialect.finished(SpeechUsage(input_tokens=self.usage[0], output_tokens=self.usage[1],
+                                                total_tokens=sum(self.usage)), index)
         await self.ws.close()
 
     async def _speak(self, index: int, text: str) -> None:
-        service = self.service
+        service, body = self.service, self._body(text)
         ticket = service.admission.admit()
         try:
-            request = await service.inputs.request(self._body(text))
+            request = await service.inputs.request(body)
         except BaseException:
             ticket.release()
             raise
-        encoder = StreamingAudioEncoder(AudioFormat.parse("pcm"), OUTPUT_SAMPLE_RATE)
+        await self.dialect.segment_started(index, text, body)
+        encoder, stretcher = StreamingAudioEncoder(body.audio_format, OUTPUT_SAMPLE_RATE), TimeStretcher(body.speed)
+        size = 0
         async with aclosing(engine_outputs(service.engine, request, timeout_s=service.limits.request_timeout,
                                            ticket=ticket)) as outputs:
             async for out in outputs:
-                if out.audio is not None and out.audio.size and (piece := encoder.feed(out.audio)):
-                    await self.ws.send_json({"type": "speech.audio.delta", "segment": index,
-                                             "audio": base64.b64encode(piece).decode("ascii")})
+                pieces = [encoder.feed(stretcher.feed(out.audio))] if out.audio is not None and out.audio.size else []
                 if out.finished:
                     failure = engine_failure(out)
                     if failure is not None:
                         raise failure
+                    pieces.append(encoder.feed(stretcher.finish()) + encoder.finish())
                     if out.usage is not None:
                         self.usage[0] += out.usage.prompt_tokens
                         self.usage[1] += out.usage.completion_tokens
-        await self.ws.send_json({"type": "speech.segment.done", "segment": index, "text": text})
+                for piece in filter(None, pieces):
+                    size += len(piece)
+                    await self.dialect.audio(index, piece)
+        await self.dialect.segment_done(index, text, size)
 
     async def _fail(self, exc: Exception) -> None:
-        detail = exc.detail.model_dump() if isinstance(exc, APIError) else {
-            "type": "invalid_request_error", "code": "invalid_event", "message": str(exc), "param": None}
+        detail = exc.detail if isinstance(exc, APIError) else ErrorDetail(
+            type="invalid_request_error", code="invalid_event", message=str(exc), param=None)
         with contextlib.suppress(Exception):
-            await self.ws.send_json({"type": "error", "error": detail})
+            await self.dialect.failed(detail)
             await self.ws.close(code=1008)
 
 

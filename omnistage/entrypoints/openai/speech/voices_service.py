@@ -4,7 +4,8 @@ Only a checkpoint whose speech front end clones voices (a Qwen3-TTS Base checkpo
 the operator named a folder for them (``--voices-dir``). A registration is bounded before any decoding (the
 encoded size, ``--max-voice-audio-bytes``; the declared length, ``--max-voice-seconds``), holds a place under
 the server's admission bound while it runs, and runs in the decode pool (the speaker and codec encoders).
-A speech request then names the voice in ``voice``.
+A speech request then names the voice in ``voice``. On a checkpoint with built-in speakers (CustomVoice), the
+listing gives them in ``voices``, as vLLM-Omni lists them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from omnistage.entrypoints.openai.common.errors import APIError, bad_request
 from omnistage.entrypoints.openai.common.request_budget import over_budget
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from omnistage.entrypoints.openai.speech.protocol import VoiceCreateRequest, VoiceDeleted, VoiceList, VoiceObject
+from omnistage.entrypoints.openai.speech.protocol import (
+    UploadedVoice,
+    VoiceCreateRequest,
+    VoiceDeleted,
+    VoiceList,
+    VoiceObject,
+)
 from omnistage.entrypoints.openai.speech.voice_store import StoredVoice, VoiceStore, VoiceStoreError
 from omnistage.families.speech import SpeechFrontEnd
 
@@ -86,8 +93,13 @@ class VoiceService:
             raise store_error(exc) from exc
 
     def list(self) -> VoiceList:
+        speech = getattr(self.engine, "speech", None)
+        if speech is not None and not speech.clones_voices:  # its built-in speakers, in vLLM-Omni's field
+            return VoiceList(data=[], voices=list(speech.speakers))
         _, store = self._ready()
-        return VoiceList(data=[_object(v) for v in store.list()])
+        stored = store.list()
+        return VoiceList(data=[_object(v) for v in stored],
+                         uploaded_voices=[UploadedVoice(name=v.name, created_at=v.created_at) for v in stored])
 
     def delete(self, name: str) -> VoiceDeleted:
         _, store = self._ready()
