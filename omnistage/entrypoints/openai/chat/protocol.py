@@ -201,6 +201,9 @@ class ChatCompletionRequest(LenientBody):
     mm_processor_kwargs: MMProcessorKwargs | None = None
     sampling_params_list: list[StageSamplingParams] | None = None
     speaker: str | None = Field(None, description="vLLM-Omni: the voice (an alias of audio.voice)")
+    choice_per_modality: bool | None = Field(
+        None, description="extension: vLLM-Omni's response shape, the text in choices[0] and the audio in choices[1] "
+                          "(not streamed). None: on when sampling_params_list (vLLM-Omni's own field) is given")
     initial_codec_chunk_frames: int | None = Field(
         None, ge=1, le=300, description="extension: codec frames (12.5 Hz) in the first audio chunk; "
                                         "smaller starts audio sooner. Default: chosen by load")
@@ -227,6 +230,12 @@ class ChatCompletionRequest(LenientBody):
     @property
     def choices(self) -> int:
         return self.n or 1
+
+    @property
+    def split_modalities(self) -> bool:
+        """vLLM-Omni's clients read one choice per modality; they say who they are with sampling_params_list."""
+        return self.choice_per_modality if self.choice_per_modality is not None \
+            else self.sampling_params_list is not None
 
     @field_validator("stop")
     @classmethod

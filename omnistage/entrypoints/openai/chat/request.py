@@ -44,7 +44,8 @@ class AudioOutput:
 @dataclass(frozen=True)
 class ChatPlan:
     """audio: speech asked for (None: text only); text: whether ``content`` carries the text (False for
-    ``modalities: ["audio"]``, where it is only the transcript)."""
+    ``modalities: ["audio"]``, where it is only the transcript); split: text and audio in separate choices
+    (vLLM-Omni's shape, non-streamed)."""
 
     audio: AudioOutput | None
     text: bool
@@ -52,6 +53,7 @@ class ChatPlan:
     choices: int
     template: TemplateOptions
     logprobs: int | None
+    split: bool = False
 
 
 def _log_ignored(body: ChatCompletionRequest) -> None:
@@ -100,7 +102,9 @@ def chat_plan(body: ChatCompletionRequest, engine: OmniEngine, served: ServedMod
     template = TemplateOptions(tools=tools.tools, kwargs=kwargs or None, assistant_prefix=tools.prefix,
                                use_audio_in_video=audio_in_video)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    return ChatPlan(audio, "text" in modalities or audio is None, tools, body.choices, template, logprobs)
+    text = "text" in modalities or audio is None
+    return ChatPlan(audio, text, tools, body.choices, template, logprobs,
+                    split=body.split_modalities and text and audio is not None and not body.stream)
 
 
 def chat_sampling(body: ChatCompletionRequest, engine: OmniEngine, prompt_len: int, plan: ChatPlan,

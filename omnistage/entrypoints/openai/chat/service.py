@@ -175,6 +175,8 @@ class ChatService:
     async def _reply(self, request_id: str, model: str, done: list[_Completion], plan: ChatPlan,
                      logprobs: LogprobWriter | None) -> ChatCompletionResponse:
         choices = [await self._choice(i, c, plan, logprobs) for i, c in enumerate(done)]
+        if plan.split:  # vLLM-Omni's shape: the text in one choice, the audio in the next
+            choices = [part for c in choices for part in _per_modality(c)]
         return ChatCompletionResponse(id=request_id, created=int(time.time()), model=model, choices=choices,
                                       usage=usage_info(_total_usage([c.usage for c in done])))
 
@@ -265,6 +267,15 @@ class ChatService:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _per_modality(choice: ChatCompletionChoice) -> list[ChatCompletionChoice]:
+    """One choice as two, text then audio, indexed in order (n is 1 when there is audio)."""
+    message = choice.message
+    text = choice.model_copy(update={"message": message.model_copy(update={"audio": None})})
+    audio = choice.model_copy(update={"index": choice.index + 1, "logprobs": None,
+                                      "message": message.model_copy(update={"content": None, "tool_calls": None})})
+    return [text, audio]
 
 
 def _tool_calls(calls: list[ParsedCall]) -> list[ToolCall]:
