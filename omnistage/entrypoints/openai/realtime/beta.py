@@ -4,8 +4,9 @@ A session speaks beta when its WebSocket was opened with ``OpenAI-Beta: realtime
 (what the 1.x SDK sends) or when its first ``session.update`` uses the beta shape
 (``modalities``/``input_audio_format``/``turn_detection`` at the top level). The
 session builds GA events and, for a beta session, each passes through here:
-renamed, content part types in their beta names, and the events beta has no
-counterpart for (``conversation.item.done``) dropped.
+renamed, an item's content types in their beta names (``audio``/``text`` for an
+assistant's ``output_audio``/``output_text``) wherever an item is carried, and the
+events beta has no counterpart for (``conversation.item.done``) dropped.
 """
 
 from __future__ import annotations
@@ -35,15 +36,25 @@ def beta_shaped(session: Any) -> bool:  # noqa: ANN401 - client JSON
         and "output_modalities" not in session and session.get("type") != "realtime"
 
 
+def _beta_item(item: Any) -> Any:  # noqa: ANN401 - an item as events carry it
+    """An assistant message's ``output_audio``/``output_text`` parts are ``audio``/``text`` in beta."""
+    if not isinstance(item, dict) or not isinstance(item.get("content"), list):
+        return item
+    return {**item, "content": [{**p, "type": PART_TYPES[p["type"]]} if p.get("type") in PART_TYPES else p
+                                for p in item["content"]]}
+
+
 def to_beta(event: dict[str, Any]) -> dict[str, Any] | None:
     kind = event["type"]
     if kind in DROPPED:
         return None
     event = {**event, "type": RENAMED.get(kind, kind)}
-    part = event.get("part")
-    if isinstance(part, dict) and part.get("type") in PART_TYPES:
-        event["part"] = {**part, "type": PART_TYPES[part["type"]]}
+    if "item" in event:
+        event["item"] = _beta_item(event["item"])
     response = event.get("response")
-    if isinstance(response, dict) and "output_modalities" in response:
-        event["response"] = {**response, "modalities": response["output_modalities"]}
+    if isinstance(response, dict):
+        response = {**response, "output": [_beta_item(i) for i in response.get("output") or []]}
+        if "output_modalities" in response:
+            response["modalities"] = response["output_modalities"]
+        event["response"] = response
     return event

@@ -39,20 +39,20 @@ class Item:
     status: str = "completed"
     transcript: str | None = None  # a user audio turn's transcript, once made
 
-    def describe(self, beta: bool = False) -> dict[str, Any]:
-        """The item as server events carry it."""
+    def describe(self) -> dict[str, Any]:
+        """The item as GA server events carry it (``beta.to_beta`` renames its content types for beta clients)."""
         base: dict[str, Any] = {"id": self.id, "object": "realtime.item", "type": self.type, "status": self.status}
         if self.type == "function_call":
             return {**base, "call_id": self.call_id, "name": self.name, "arguments": self.arguments}
         if self.type == "function_call_output":
             return {**base, "call_id": self.call_id, "output": self.output}
-        return {**base, "role": self.role, "content": self._content(beta)}
+        return {**base, "role": self.role, "content": self._content()}
 
-    def _content(self, beta: bool) -> list[dict[str, Any]]:
+    def _content(self) -> list[dict[str, Any]]:
         if self.role == "assistant":
             if self.spoken:
-                return [{"type": "audio" if beta else "output_audio", "transcript": self.text}]
-            return [{"type": "text" if beta else "output_text", "text": self.text}]
+                return [{"type": "output_audio", "transcript": self.text}]
+            return [{"type": "output_text", "text": self.text}]
         parts: list[dict[str, Any]] = []
         if self.audio is not None:
             parts.append({"type": "input_audio", "transcript": self.transcript})

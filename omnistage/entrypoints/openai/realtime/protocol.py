@@ -185,16 +185,16 @@ class SessionConfig:
 
     def describe(self, session_id: str, model: str, beta: bool = False) -> dict[str, Any]:
         detection = None if self.turn_detection is None else self.turn_detection.describe()
-        common = {"id": session_id, "model": model, "instructions": self.instructions,
-                  "tools": list(self.tools), "tool_choice": self.tool_choice}
+        common = {"id": session_id, "instructions": self.instructions, "tools": list(self.tools),
+                  "tool_choice": self.tool_choice}
         tokens = "inf" if self.max_output_tokens is None else self.max_output_tokens
-        if beta:
+        if beta:  # beta's session.model is a closed list of OpenAI's models: a served name would fail its check
             return {**common, "object": "realtime.session", "modalities": list(self.output_modalities),
                     "voice": self.voice, "input_audio_format": self.input_format.describe(True),
                     "output_audio_format": self.output_format.describe(True), "turn_detection": detection,
                     "input_audio_transcription": self.transcription, "max_response_output_tokens": tokens,
                     "temperature": 0.8 if self.temperature is None else self.temperature}
-        return {**common, "object": "realtime.session", "type": "realtime",
+        return {**common, "model": model, "object": "realtime.session", "type": "realtime",
                 "output_modalities": list(self.output_modalities), "max_output_tokens": tokens,
                 "audio": {"input": {"format": self.input_format.describe(False), "turn_detection": detection,
                                     "transcription": self.transcription},

@@ -85,17 +85,18 @@ class ResponseWriter:
         if self.conversation is not None:
             await self.send(server_event("conversation.item.done", item=item.describe()))
 
-    def _part(self, item: Item) -> dict[str, Any]:
-        return {"type": "output_audio", "transcript": item.text} if item.spoken else \
-            {"type": "output_text", "text": item.text}
+    @staticmethod
+    def _part(item: Item) -> dict[str, Any]:
+        # The content_part events name a part "audio"/"text" in GA too (the SDK's Part type), unlike the item's
+        # content, which says "output_audio"/"output_text".
+        return {"type": "audio", "transcript": item.text} if item.spoken else {"type": "text", "text": item.text}
 
     async def _open_message(self) -> Item:
         if self.message is None:
             self.message = Item(new_id("item"), "message", role="assistant", status="in_progress", spoken=self.speaks)
             await self._add(self.message)
             await self.send(server_event("response.content_part.added", **self._ids(self.message), content_index=0,
-                                         part={**self._part(self.message), "transcript": ""} if self.speaks
-                                         else {"type": "output_text", "text": ""}))
+                                         part=self._part(self.message)))
         return self.message
 
     async def delta(self, out: OmniOutput) -> None:

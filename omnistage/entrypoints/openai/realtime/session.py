@@ -93,14 +93,14 @@ class SessionState:
 
     def item_events(self, item: Item, previous: str | None) -> list[dict[str, Any]]:
         """What the server says when an item joins the conversation."""
-        return [server_event("conversation.item.added", previous_item_id=previous, item=item.describe(self.beta)),
-                server_event("conversation.item.done", previous_item_id=previous, item=item.describe(self.beta))]
+        return [server_event("conversation.item.added", previous_item_id=previous, item=item.describe()),
+                server_event("conversation.item.done", previous_item_id=previous, item=item.describe())]
 
     def retrieve(self, event: dict[str, Any]) -> dict[str, Any]:
         item = self.conversation.find(str(event.get("item_id")))
         if item is None:
             raise EventError("item_not_found", f"no item {event.get('item_id')!r}", "item_id")
-        return server_event("conversation.item.retrieved", item=item.describe(self.beta))
+        return server_event("conversation.item.retrieved", item=item.describe())
 
     def truncate(self, event: dict[str, Any]) -> dict[str, Any]:
         item_id, end = str(event.get("item_id")), event.get("audio_end_ms")

@@ -215,8 +215,8 @@ class RealtimeSession:
         elif kind == "output_audio_buffer.clear":
             writer = self.writer
             await self._cancel_response()
-            await self.send(server_event("output_audio_buffer.cleared",
-                                         response_id=writer.id if writer is not None else None))
+            # The SDK's event needs a string id: the latest response's (whose audio was cut), or "" before any.
+            await self.send(server_event("output_audio_buffer.cleared", response_id=writer.id if writer else ""))
 
     # -- session and audio -----------------------------------------------------------------------
     async def _update(self, event: dict[str, Any]) -> None:
