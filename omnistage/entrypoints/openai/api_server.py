@@ -62,6 +62,7 @@ from omnistage.entrypoints.openai.speech.service import SpeechService
 from omnistage.entrypoints.openai.speech.stream import router as speech_stream_router
 from omnistage.entrypoints.openai.speech.voice_store import VoiceStore
 from omnistage.entrypoints.openai.speech.voices_service import VoiceService
+from omnistage.entrypoints.openai.transcription.route import transcription_router
 from omnistage.pipeline.reports import HealthReport
 
 
@@ -207,6 +208,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
                                   metrics=metrics)
     app.include_router(api)
     app.include_router(speech_stream_router)  # WS /v1/audio/speech/stream
+    app.include_router(transcription_router(engine, limits, admission, pool, served, metrics))  # STT
     install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad))  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_landing(app, served, keyed=bool(access.api_keys))  # /, /docs, /redoc and their assets

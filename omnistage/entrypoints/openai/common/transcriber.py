@@ -1,0 +1,115 @@
+"""Speech to text by the thinker itself: one text-only request per piece of audio.
+
+There is no separate speech recogniser: the thinker hears audio, so a piece of
+audio is written down by a request whose system turn asks for the transcript (or
+an English translation) and whose user turn is the audio alone. The request asks
+for text only, so the talker and code2wav never see it; it is greedy unless the
+caller sets a temperature, and its length is bounded by the audio's. The realtime
+session's input transcription and ``/v1/audio/transcriptions`` share this core.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+import numpy as np
+
+from omnistage.core import Modality, OmniRequest, Usage
+from omnistage.entrypoints.openai.common.admission import Ticket
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken
+from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.request_checks import completion_budget, engine_failure, make_sampling
+from omnistage.entrypoints.openai.common.streaming import engine_outputs
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt, PromptProcessor
+
+TRANSCRIBE_INSTRUCTIONS = "Transcribe the user's audio verbatim. Reply with the transcript only."
+TRANSLATE_INSTRUCTIONS = ("Translate the speech in the user's audio into English. "
+                          "Reply with the English translation only.")
+TOKENS_PER_SECOND = 8  # generous for speech (about 3 words a second)
+BASE_TOKENS = 16  # room for a short piece's words and the end of turn
+
+
+def instructions(translate: bool = False, language: str | None = None, context: str | None = None) -> str:
+    """The system turn: the task, the audio's language when the caller knows it, and the caller's context
+    (OpenAI's ``prompt``: earlier text whose spelling and style the transcript should follow)."""
+    text = TRANSLATE_INSTRUCTIONS if translate else TRANSCRIBE_INSTRUCTIONS
+    if language:
+        text += f" The audio is in the language with ISO-639-1 code '{language}'."
+    if context:
+        text += f" Follow the spelling and style of this earlier text: {context}"
+    return text
+
+
+@dataclass(frozen=True)
+class TranscriptionAsk:
+    """One piece of audio to write down (16 kHz mono float32) and how."""
+
+    audio: np.ndarray
+    instructions: str = TRANSCRIBE_INSTRUCTIONS
+    temperature: float = 0.0
+    logprobs: bool = False  # the sampled tokens' log-probabilities (a segment's ``avg_logprob``)
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / AUDIO_SAMPLE_RATE
+
+
+def render_transcription(processor: PromptProcessor, ask: TranscriptionAsk, token: CancelToken) -> ProcessedPrompt:
+    """The prompt (chat template, audio features) as a ``DecodePool`` job."""
+    token.check()
+    messages: list[dict[str, object]] = [{"role": "system", "content": ask.instructions},
+                                         {"role": "user", "content": [{"type": "audio"}]}]
+    ids = processor.apply_chat_template(messages)
+    return processor.process(ids, audios=[ask.audio])
+
+
+def transcription_request(engine: OmniEngine, prompt: ProcessedPrompt, ask: TranscriptionAsk,
+                          request_id: str | None = None, param: str = "file") -> OmniRequest:
+    """A text-only thinker request for ``prompt``, its completion bounded by the audio's length (``param``: the
+    request field a context overflow is blamed on)."""
+    budget = completion_budget(int(BASE_TOKENS + TOKENS_PER_SECOND * ask.seconds), len(prompt.token_ids),
+                               engine.max_model_len, param)
+    sampling = make_sampling(max_tokens=budget, temperature=ask.temperature, logprobs=0 if ask.logprobs else None)
+    return OmniRequest(request_id or f"transcribe-{uuid.uuid4().hex}", prompt, frozenset({Modality.TEXT}), sampling)
+
+
+@dataclass(frozen=True)
+class TranscriptDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class TranscriptDone:
+    """How one piece ended: its whole text (stripped), the thinker's tokens and their log-probabilities,
+    the usage, or the failure to answer with instead."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    usage: Usage
+    failure: APIError | None = None
+
+
+async def transcript_events(engine: OmniEngine, request: OmniRequest, *, timeout_s: float | None,
+                            ticket: Ticket | None = None) -> AsyncGenerator[TranscriptDelta | TranscriptDone, None]:
+    """The request's text deltas as they come, then one ``TranscriptDone``."""
+    texts: list[str] = []
+    token_ids: list[int] = []
+    logprobs: list[float] = []
+    final = None
+    async with aclosing(engine_outputs(engine, request, timeout_s=timeout_s, ticket=ticket)) as outputs:
+        async for out in outputs:
+            final = out
+            token_ids.extend(out.token_ids)
+            logprobs.extend(lp.logprob for lp in out.logprobs)
+            if out.text:
+                texts.append(out.text)
+                yield TranscriptDelta(out.text)
+    failure = engine_failure(final)
+    usage = final.usage if final is not None and final.usage is not None else \
+        Usage(len(request.prompt.token_ids), len(token_ids))
+    yield TranscriptDone("".join(texts).strip(), tuple(token_ids), tuple(logprobs), usage, failure)

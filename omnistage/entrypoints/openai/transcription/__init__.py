@@ -1,0 +1,1 @@
+"""``/v1/audio/transcriptions`` and ``/v1/audio/translations``: the thinker as the speech recogniser."""

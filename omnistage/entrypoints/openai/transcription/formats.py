@@ -1,0 +1,160 @@
+"""A transcript's segments in the form the client asked for: json, text, srt, vtt or verbose_json.
+
+Every timing is a segment boundary in the uploaded audio (``segments.py``), never an estimate inside one: a
+subtitle cue spans the piece of audio its text was transcribed from.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from omnistage.core import Usage
+from omnistage.entrypoints.openai.common.transcriber import TranscriptDone
+from omnistage.entrypoints.openai.transcription.protocol import (
+    Transcription,
+    TranscriptionDurationUsage,
+    TranscriptionForm,
+    TranscriptionSegment,
+    TranscriptionTokenUsage,
+    TranscriptionVerbose,
+    Translation,
+    TranslationVerbose,
+)
+from omnistage.entrypoints.openai.transcription.segments import Segment
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class SegmentText:
+    """One segment of the audio and how the thinker wrote it down."""
+
+    segment: Segment
+    done: TranscriptDone
+
+    @property
+    def start(self) -> float:
+        return self.segment.start / AUDIO_SAMPLE_RATE
+
+    @property
+    def end(self) -> float:
+        return self.segment.end / AUDIO_SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class TranscriptResult:
+    segments: tuple[SegmentText, ...]
+    duration: float  # seconds of the decoded audio
+
+    @property
+    def text(self) -> str:
+        return join_texts(s.done.text for s in self.segments)
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(sum(s.done.usage.prompt_tokens for s in self.segments),
+                     sum(s.done.usage.completion_tokens for s in self.segments))
+
+
+def join_texts(texts: Iterable[str]) -> str:
+    """Segments' texts joined by one space (each already stripped; empty ones dropped)."""
+    return " ".join(t for t in texts if t)
+
+
+class DeltaJoiner:
+    """Streamed deltas of several segments made into the text ``TranscriptResult.text`` is: each segment's
+    text stripped, segments joined by one space. Trailing spaces are held back until more text follows."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self._segment = -1
+        self._opened = False  # the current segment has shown text
+        self._held = ""
+
+    def feed(self, index: int, text: str) -> str:
+        """The delta to send for ``text`` of segment ``index`` ("" when nothing is to be sent yet)."""
+        if index != self._segment:
+            self._segment, self._opened, self._held = index, False, ""
+        if not self._opened:
+            text = text.lstrip()
+        body = text.rstrip()
+        if not body:
+            self._held += text if self._opened else ""
+            return ""
+        lead = self._held if self._opened else (" " if self.parts else "")
+        self._opened, self._held = True, text[len(body):]
+        self.parts.append(lead + body)
+        return self.parts[-1]
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def token_usage(usage: Usage) -> TranscriptionTokenUsage:
+    return TranscriptionTokenUsage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
+                                   total_tokens=usage.total_tokens)
+
+
+def _compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def verbose_segments(result: TranscriptResult, temperature: float) -> list[TranscriptionSegment]:
+    out = []
+    for i, piece in enumerate(result.segments):
+        logprobs = piece.done.logprobs
+        out.append(TranscriptionSegment(
+            id=i, seek=round(piece.start * 100), start=round(piece.start, 3), end=round(piece.end, 3),
+            text=piece.done.text, tokens=list(piece.done.token_ids), temperature=temperature,
+            avg_logprob=sum(logprobs) / len(logprobs) if logprobs else 0.0,
+            compression_ratio=_compression_ratio(piece.done.text)))
+    return out
+
+
+def _clock(seconds: float, decimal: str) -> str:
+    ms = round(seconds * 1000)
+    hours, ms = divmod(ms, 3_600_000)
+    minutes, ms = divmod(ms, 60_000)
+    secs, ms = divmod(ms, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal}{ms:03d}"
+
+
+def srt(result: TranscriptResult) -> str:
+    cues = [s for s in result.segments if s.done.text]
+    return "".join(f"{n}\n{_clock(s.start, ',')} --> {_clock(s.end, ',')}\n{s.done.text}\n\n"
+                   for n, s in enumerate(cues, start=1))
+
+
+def vtt(result: TranscriptResult) -> str:
+    cues = [s for s in result.segments if s.done.text]
+    return "WEBVTT\n\n" + "".join(f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.done.text}\n\n"
+                                  for s in cues)
+
+
+def _verbose(result: TranscriptResult, form: TranscriptionForm) -> TranscriptionVerbose | TranslationVerbose:
+    segments = verbose_segments(result, form.sampling_temperature)
+    duration = round(result.duration, 3)
+    if form.translate:
+        return TranslationVerbose(duration=duration, text=result.text, segments=segments)
+    return TranscriptionVerbose(duration=duration, language=form.language or "unknown", text=result.text,
+                                segments=segments, usage=TranscriptionDurationUsage(seconds=duration))
+
+
+def render(result: TranscriptResult, form: TranscriptionForm) -> Response:
+    """The whole response for ``form.response_format``."""
+    if form.response_format == "text":
+        return PlainTextResponse(result.text)
+    if form.response_format == "srt":
+        return PlainTextResponse(srt(result))
+    if form.response_format == "vtt":
+        return PlainTextResponse(vtt(result), media_type="text/vtt")
+    if form.response_format == "verbose_json":
+        return JSONResponse(_verbose(result, form).model_dump(exclude_none=True))
+    body = Translation(text=result.text) if form.translate else \
+        Transcription(text=result.text, usage=token_usage(result.usage))
+    return JSONResponse(body.model_dump(exclude_none=True))

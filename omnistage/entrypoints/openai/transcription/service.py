@@ -1,0 +1,216 @@
+"""``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``: an uploaded file written down by the thinker.
+
+A request is bounded before any decoding: the body by ``--max-request-bytes`` (the body-limit middleware), the
+file by ``--max-media-bytes``, and what its header declares (sample rate, seconds) by the request budget, probed
+in the decode pool. Only then is it admitted; the file is decoded to 16 kHz mono in the decode pool, cut into
+segments (``segments.py``), and each segment is one text-only thinker request (``common/transcriber.py``), one
+after another under the request's one admission ticket, so a long file holds one place, not one per segment.
+The talker never runs. Whole answers are rendered by ``formats.py``; ``stream=true`` sends each thinker delta as
+a ``transcript.text.delta`` event and ends with ``transcript.text.done``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import Request, UploadFile
+from fastapi.responses import Response
+
+from omnistage.core import Usage
+from omnistage.entrypoints.openai.common.admission import Admission, Ticket
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
+from omnistage.entrypoints.openai.common.errors import APIError, MediaError, bad_request
+from omnistage.entrypoints.openai.common.metrics import RequestTimer, ServerMetrics
+from omnistage.entrypoints.openai.common.protocol import ErrorResponse
+from omnistage.entrypoints.openai.common.request_budget import MediaBudget, over_budget
+from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.common.streaming import (
+    AbortingStreamingResponse,
+    ClientDisconnected,
+    peek,
+    prepare_admitted,
+    run_until_disconnect,
+    sse_event,
+)
+from omnistage.entrypoints.openai.common.transcriber import (
+    TranscriptDone,
+    TranscriptionAsk,
+    instructions,
+    render_transcription,
+    transcript_events,
+    transcription_request,
+)
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.media.loaders import decode_audio_item
+from omnistage.entrypoints.openai.media.probe import probe_audio
+from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.entrypoints.openai.transcription.formats import (
+    DeltaJoiner,
+    SegmentText,
+    TranscriptResult,
+    render,
+    token_usage,
+)
+from omnistage.entrypoints.openai.transcription.protocol import (
+    TranscriptionForm,
+    TranscriptTextDelta,
+    TranscriptTextDone,
+)
+from omnistage.entrypoints.openai.transcription.segments import split
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+
+NO_TRANSCRIPTION = ("this model cannot transcribe: it is a text-to-speech checkpoint, with no thinker to hear "
+                    "audio; serve a Qwen3-Omni checkpoint for /v1/audio/transcriptions and /v1/audio/translations")
+ROUTES = {False: "/v1/audio/transcriptions", True: "/v1/audio/translations"}
+
+
+@dataclass(frozen=True)
+class SegmentDelta:
+    """New text of segment ``index``, as the thinker streams it."""
+
+    index: int
+    text: str
+
+
+Event = SegmentDelta | SegmentText
+
+
+class TranscriptionService:
+    def __init__(self, engine: OmniEngine, limits: ServerLimits, admission: Admission, pool: DecodePool,
+                 served: ServedModel, metrics: ServerMetrics) -> None:
+        self.engine, self.limits, self.admission, self.pool = engine, limits, admission, pool
+        self.served, self.metrics = served, metrics
+
+    async def create(self, form: TranscriptionForm, upload: UploadFile, raw: Request) -> Response:
+        arrived = time.perf_counter()
+        self.check(form)
+        data = await self._read(upload)
+        await self.pool.run(self._check_header, data)
+        ticket = self.admission.admit()
+        try:
+            audio = await prepare_admitted(raw, ticket, self.pool.run(self._decode, data))
+        except ClientDisconnected:
+            return Response(status_code=499)
+        timer = self.metrics.track(ROUTES[form.translate], arrived, streamed=form.stream)
+        events = self._events(audio, form, ticket, timer)
+        if form.stream:
+            return await self._stream(raw, events, ticket)
+        try:
+            result = await run_until_disconnect(raw, _collect(events, len(audio) / AUDIO_SAMPLE_RATE))
+        except ClientDisconnected:
+            return Response(status_code=499)
+        finally:  # the events generator releases both, unless it never started
+            ticket.release()
+            timer.finish("client_disconnected")
+        return render(result, form)
+
+    def check(self, form: TranscriptionForm) -> None:
+        self.served.check(form.model)
+        if self.engine.processor is None:
+            raise bad_request(NO_TRANSCRIPTION, param="model", code="transcription_not_supported")
+        form.check()
+        if form.prompt is not None and len(form.prompt) > self.limits.max_text_chars:
+            raise over_budget("max_text_chars", f"prompt is {len(form.prompt)} characters; the limit is "
+                              f"{self.limits.max_text_chars}", "prompt", "input_too_long")
+
+    async def _read(self, upload: UploadFile) -> bytes:
+        limit = self.limits.max_media_bytes
+        if upload.size is None or upload.size <= limit:
+            data = await upload.read(limit + 1)
+            if len(data) <= limit:
+                return data
+        raise over_budget("max_media_bytes", f"the file is larger than {limit} bytes", "file", "media_too_large")
+
+    def _check_header(self, data: bytes, token: CancelToken) -> None:
+        """The file's header (rate, seconds) against the request's budget, before anything is decoded."""
+        try:
+            info = probe_audio(data, None)
+        except MediaError as exc:
+            raise bad_request(f"the file is not audio this server can read: {exc}", "file", exc.code) from exc
+        MediaBudget(self.limits).add_audio(info.sample_rate, info.seconds, "file")
+
+    def _decode(self, data: bytes, token: CancelToken) -> np.ndarray:
+        try:
+            return decode_audio_item(data, None, self.limits.max_audio_seconds, token.check)
+        except MediaError as exc:
+            if exc.code == "audio_too_long":  # the header understated it: the decoder stopped at the limit
+                raise over_budget("max_audio_seconds", str(exc), "file", exc.code) from exc
+            raise bad_request(f"could not decode the file: {exc}", "file", exc.code) from exc
+
+    async def _events(self, audio: np.ndarray, form: TranscriptionForm, ticket: Ticket,
+                      timer: RequestTimer) -> AsyncGenerator[Event, None]:
+        """Each segment's deltas, then its ``SegmentText``; a failed segment ends the stream.
+
+        This generator owns the request's ticket and timer: however it ends, its ``finally`` releases them."""
+        outcome = "client_disconnected"
+        deadline = time.monotonic() + self.limits.request_timeout
+        system = instructions(form.translate, form.language, form.prompt)
+        try:
+            for index, segment in enumerate(split(audio, AUDIO_SAMPLE_RATE)):
+                ask = TranscriptionAsk(audio[segment.start:segment.end], system, form.sampling_temperature,
+                                       logprobs=form.response_format == "verbose_json")
+                try:
+                    prompt = await self.pool.run(render_transcription, self.engine.processor, ask)
+                    request = transcription_request(self.engine, prompt, ask)
+                except APIError as exc:
+                    outcome = "client_error"
+                    yield SegmentText(segment, TranscriptDone("", (), (), Usage(0, 0), exc))
+                    return
+                events = transcript_events(self.engine, request, timeout_s=max(deadline - time.monotonic(), 0.0))
+                async with aclosing(events):
+                    async for event in events:
+                        if isinstance(event, TranscriptDone):
+                            if event.failure is not None:
+                                outcome = "engine_error"  # before the yield: the reader may close us there
+                            yield SegmentText(segment, event)
+                            if event.failure is not None:
+                                return
+                        else:
+                            yield SegmentDelta(index, event.text)
+            outcome = "ok"
+        finally:
+            ticket.release()
+            timer.finish(outcome)
+
+    async def _stream(self, raw: Request, events: AsyncGenerator[Event, None], ticket: Ticket) -> Response:
+        try:
+            first, rest = await peek(raw, events)
+        except ClientDisconnected:
+            return Response(status_code=499)
+        # A request that fails before its first text still gets a JSON error, not an event stream.
+        if isinstance(first, SegmentText) and first.done.failure is not None:
+            await events.aclose()
+            raise first.done.failure
+        return AbortingStreamingResponse(_sse(rest), media_type="text/event-stream", upstream=events, ticket=ticket)
+
+
+async def _collect(events: AsyncGenerator[Event, None], duration: float) -> TranscriptResult:
+    pieces: list[SegmentText] = []
+    async with aclosing(events):
+        async for event in events:
+            if isinstance(event, SegmentText):
+                if event.done.failure is not None:
+                    raise event.done.failure
+                pieces.append(event)
+    return TranscriptResult(tuple(pieces), duration)
+
+
+async def _sse(events: AsyncGenerator[Event, None]) -> AsyncIterator[str]:
+    joiner = DeltaJoiner()
+    usage = Usage(0, 0)
+    async with aclosing(events):
+        async for event in events:
+            if isinstance(event, SegmentDelta):
+                if delta := joiner.feed(event.index, event.text):
+                    yield sse_event(TranscriptTextDelta(delta=delta))
+                continue
+            if event.done.failure is not None:
+                yield sse_event(ErrorResponse(error=event.done.failure.detail))
+                return
+            usage = Usage(usage.prompt_tokens + event.done.usage.prompt_tokens,
+                          usage.completion_tokens + event.done.usage.completion_tokens)
+    yield sse_event(TranscriptTextDone(text=joiner.text, usage=token_usage(usage)))
