@@ -4,7 +4,9 @@
 client shows and the calls it runs; a call is emitted whole once its closing
 tag arrives (OpenAI's clients accumulate argument deltas, so one delta holding
 all of them is valid). Text between calls that is only whitespace is dropped.
-A call whose body is not JSON with a string ``name`` stays content, as written.
+A closed call whose body is not JSON with a string ``name`` stays content, as
+written; an unclosed one (the answer cut inside it, e.g. at ``max_tokens``) is
+dropped: a half-written call is never shown, nor spoken (the talker skips it too).
 
 ``ToolSetup`` is what a request's ``tools``/``tool_choice`` ask of the prompt and
 the answer: ``auto`` shows the tools to the model; ``required`` opens the answer
@@ -91,7 +93,8 @@ class ToolCallParser:
         return "".join(content), made
 
     def finish(self) -> tuple[str, list[ParsedCall]]:
-        """At the end of the answer: an unclosed call whose body parses still counts, anything else is content."""
+        """At the end of the answer: an unclosed call whose body parses still counts, one that does not is dropped;
+        text held back (a possible tag's start) is content."""
         content: list[str] = []
         made: list[ParsedCall] = []
         if self._inside:
@@ -107,7 +110,10 @@ class ToolCallParser:
     def _close(self, body: str, content: list[str], made: list[ParsedCall], closed: bool = True) -> None:
         parsed = _parse_call(body.strip())
         if parsed is None:
-            content.append(self._shown(OPEN + body + (CLOSE if closed else "")))
+            if closed:
+                content.append(self._shown(OPEN + body + CLOSE))
+            else:
+                self._space = ""  # the space before the call goes with it, as before a call that completes
             return
         self._space = ""
         if self.calls and not self.parallel:
