@@ -118,7 +118,11 @@ def chat_sampling(body: ChatCompletionRequest, engine: OmniEngine, prompt_len: i
         return value if value is not None or stage is None else getattr(stage, name)
 
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    requested = body.max_completion_tokens or body.max_tokens or (stage.max_tokens if stage else None)
+    requested = body.max_completion_tokens or body.max_tokens
+    if requested is None and stage is not None and stage.max_tokens is not None:
+        # A stage default, as vLLM-Omni's clients send it (16384 for a 64k-context model): a cap, clamped to the
+        # room the prompt leaves, as vLLM clamps it, not a request refused on a smaller model.
+        requested = max(1, min(stage.max_tokens, engine.max_model_len - prompt_len))
     defaults = engine.default_sampling
     budget = completion_budget(requested, prompt_len, engine.max_model_len, param, defaults.max_tokens)
     ignore_eos = body.ignore_eos or bool(stage and stage.ignore_eos)

@@ -62,6 +62,8 @@ from omnistage.entrypoints.openai.realtime.protocol import (
 from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
+from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
+from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
@@ -96,6 +98,7 @@ class RealtimeSession:
         self._send_lock = asyncio.Lock()
         self.closed = False
         self._reader: asyncio.Task[Any] | None = None  # the read loop's task, while it waits for a message
+        self.dialect: VllmOmniDialect | None = None  # vLLM-Omni's protocol, translated (realtime/vllm_omni.py)
 
     @property
     def config(self):  # noqa: ANN201 - SessionConfig
@@ -103,6 +106,10 @@ class RealtimeSession:
 
     # -- sending ---------------------------------------------------------------------------------
     async def send(self, event: dict[str, Any]) -> None:
+        for out in self.dialect.outgoing(event) if self.dialect is not None else (event,):
+            await self._send_one(out)
+
+    async def _send_one(self, event: dict[str, Any]) -> None:
         if self.state.beta:
             beta = to_beta(event)
             if beta is None:
@@ -145,7 +152,9 @@ class RealtimeSession:
                 event: dict[str, Any] = {}
                 try:
                     event = parse_event(raw or b"")
-                    await self.handle(event)
+                    self.dialect = self.dialect or detect_vllm_omni(event, self.service.served)
+                    for each in self.dialect.incoming(event) if self.dialect is not None else (event,):
+                        await self.handle(each)
                 except EventError as exc:
                     exc.event_id = exc.event_id or event_id(event)
                     await self.fail(exc)
