@@ -221,9 +221,21 @@ def _assert_wav(data: bytes, what: str) -> None:
     assert data[:4] == b"RIFF" and data[8:12] == b"WAVE" and len(data) > 44 + 2400, f"{what} is not speech as WAV"
 
 
+def _write_uploads(argv: list[str], folder: Path) -> None:
+    """A second of tone for each file a curl uploads (``-F file=@NAME``, as the speech example's output)."""
+    import numpy as np
+    import soundfile as sf
+
+    for arg in argv:
+        if arg.startswith("file=@"):
+            tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(16000) / 16000)
+            sf.write(folder / arg[len("file=@"):], tone.astype(np.float32), 16000, subtype="PCM_16")
+
+
 @pytest.mark.parametrize("cmd", _with_commands("curl"), ids=_ids(_with_commands("curl")))
 def test_curl_commands(cmd: Command, served: Served, tmp_path: Path) -> None:
     argv = [served.rewrite(arg) for arg in cmd.argv]
+    _write_uploads(argv, tmp_path)
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=120)
     assert done.returncode == 0, f"README.md:{cmd.line}: curl exited {done.returncode}: {done.stderr.decode()}"
     if "-o" in argv:
@@ -231,6 +243,11 @@ def test_curl_commands(cmd: Command, served: Served, tmp_path: Path) -> None:
         return
     reply = json.loads(done.stdout)
     assert "error" not in reply, reply
+    if any("/v1/audio/transcriptions" in arg or "/v1/audio/translations" in arg for arg in argv):
+        assert isinstance(reply["text"], str), reply
+        if any(arg.endswith("verbose_json") for arg in argv):
+            assert reply["segments"] and all(s["end"] > s["start"] for s in reply["segments"]), reply
+        return
     message = reply["choices"][0]["message"]
     assert message["content"] or message["audio"]["transcript"]
     if "audio" in " ".join(argv):
