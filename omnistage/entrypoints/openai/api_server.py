@@ -193,7 +193,8 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     served = ServedModel.of(engine, serving)
     metrics = ServerMetrics(engine)
     pool = DecodePool(limits.decode_workers)  # decoding and preprocessing of every endpoint, bounded
-    builder = ChatPromptBuilder(engine.processor, MediaFetcher(media or MediaPolicy(), limits), limits, pool)
+    fetcher = MediaFetcher(media or MediaPolicy(), limits)  # one media policy for chat and speech references
+    builder = ChatPromptBuilder(engine.processor, fetcher, limits, pool)
     access = access or AccessPolicy()
     # docs_url/redoc_url None: FastAPI's pages load from a CDN; install_landing serves them from local assets.
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server",
@@ -203,7 +204,8 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     app.state.limits = limits
     app.state.services = Services(engine=engine, served=served,
                                   chat=ChatService(engine, builder, metrics, admission, served),
-                                  speech=SpeechService(engine, metrics, limits, admission, pool, served, store),
+                                  speech=SpeechService(engine, metrics, limits, admission, pool, served, store,
+                                                       fetcher=fetcher),
                                   voices=VoiceService(engine, limits, store, admission, pool),
                                   metrics=metrics)
     app.include_router(api)
