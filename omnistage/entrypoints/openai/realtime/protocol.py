@@ -22,6 +22,7 @@ import numpy as np
 from omnistage.audio import float_to_pcm16, resample
 from omnistage.audio.g711 import G711_RATE, decode_g711, encode_g711
 from omnistage.audio.vad import VadConfig
+from omnistage.core import Usage
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 PCM_RATES = (16000, 24000)  # PCM16 mono rates accepted by input_audio_buffer.append
@@ -56,6 +57,13 @@ def server_event(type_: str, **fields: Any) -> dict[str, Any]:
 def error_event(exc: EventError) -> dict[str, Any]:
     return server_event("error", error={"type": exc.error_type, "code": exc.code, "message": str(exc),
                                         "param": exc.param, "event_id": exc.event_id})
+
+
+def transcript_usage(usage: Usage) -> dict[str, Any]:
+    """``conversation.item.input_audio_transcription.completed``'s ``usage`` (required by OpenAI's SDKs): the
+    thinker's tokens, as OpenAI bills its token-based transcription models."""
+    return {"type": "tokens", "input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens}
 
 
 def parse_event(raw: str | bytes) -> dict[str, Any]:

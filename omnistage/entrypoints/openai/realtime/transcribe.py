@@ -23,7 +23,7 @@ from omnistage.entrypoints.openai.common.transcriber import (
     transcription_request,
 )
 from omnistage.entrypoints.openai.realtime.items import Item
-from omnistage.entrypoints.openai.realtime.protocol import EventError, new_id, server_event
+from omnistage.entrypoints.openai.realtime.protocol import EventError, new_id, server_event, transcript_usage
 
 if TYPE_CHECKING:
     from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
@@ -64,4 +64,4 @@ async def transcribe(session: RealtimeSession, item: Item) -> None:
             else:
                 item.transcript = event.text
                 await session.send(server_event("conversation.item.input_audio_transcription.completed", **ids,
-                                                transcript=event.text))
+                                                transcript=event.text, usage=transcript_usage(event.usage)))
