@@ -310,6 +310,7 @@ def test_split_covers_the_audio_in_windows_cut_at_silence() -> None:
     assert segments[0].start == 0 and segments[-1].end == len(audio)
     assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
     assert all(s.end - s.start <= 30 * RATE for s in segments) and len(segments) == 3
+    assert all(lo * RATE < s.end < hi * RATE for s, (lo, hi) in zip(segments, GAPS))  # cut in the silences
     assert split(np.zeros(0, np.float32), RATE) == []
     assert [(s.start, s.end) for s in split(babble(10.0), RATE)] == [(0, 10 * RATE)]
     no_silence = split(babble(61.0), RATE)  # no quiet moment: cuts still within each window's last 5 s
