@@ -1,8 +1,10 @@
 """How many KV blocks a stage gets, from a memory budget, as vLLM sizes its cache.
 
 * ``kv_cache_memory`` (any device): the bytes the block pool may take, e.g. ``2GiB``.
-* ``gpu_memory_utilization`` (CUDA): the fraction of the device this stage may use in all; the weights and
-  the peak activations of a worst-case forward (profiled at start-up) come out of it, the rest is KV.
+* ``gpu_memory_utilization`` (CUDA): the fraction of the device this stage may use in all; the weights, the
+  peak activations of a worst-case forward (profiled at start-up), what torch's allocator does not count (the
+  CUDA context, cuBLAS and Triton's modules, NCCL's buffers on a tensor-parallel rank) and the decode CUDA
+  graphs' pool (captured after the KV cache) come out of it, the rest is KV. docs/memory_plan.md explains the figures.
 * neither: the configured ``num_blocks``.
 
 A budget that cannot hold one request of ``max_model_len`` is refused at start-up with the figures.
@@ -45,13 +47,40 @@ def blocks_for_budget(spec: tuple[int, int, int], block_size: int, dtype: torch.
     return usable + 1
 
 
-def gpu_kv_budget(utilization: float, total: int, free: int, weights: int, activation_peak: int) -> int:
-    """KV bytes for a stage allowed ``utilization`` of a device of ``total`` bytes (vLLM's rule).
+MIB = 1 << 20
+# Memory a CUDA process holds outside torch's allocator counts: the context and the kernel images loaded into it
+# (CUDA's lazy loading keeps this to a few hundred MiB on Hopper), cuBLAS/cuBLASLt handles, Triton's modules.
+CUDA_CONTEXT_BYTES = 1024 * MIB
+# A tensor-parallel rank's NCCL communicator: its channels' buffers, outside torch's allocator.
+NCCL_BYTES = 512 * MIB
+# Per captured batch size: the graph's kept output and the allocator's segment rounding in the graphs' pool.
+GRAPH_SEGMENT_BYTES = 2 * MIB
 
-    Its weights and the peak activations of a worst-case forward come out of its share; the result never
-    exceeds what is free now less room for those activations (other processes may hold the rest).
+
+def graph_pool_bytes(activation_peak: int, profiled_tokens: int, graph_sizes: list[int]) -> int:
+    """An estimate of the decode graphs' shared pool: the largest captured batch's share of the profiled
+    activations (a decode row's activations are a prefill token's: both scale with tokens; the paged kernels
+    allocate nothing per context), plus one segment per captured size."""
+    if not graph_sizes:
+        return 0
+    return -(-activation_peak * max(graph_sizes) // max(profiled_tokens, 1)) + len(graph_sizes) * GRAPH_SEGMENT_BYTES
+
+
+def outside_torch_bytes(tensor_parallel: bool) -> int:
+    """Bytes a CUDA stage holds outside torch's allocator counts: the context, and NCCL's on a sharded stage."""
+    return CUDA_CONTEXT_BYTES + (NCCL_BYTES if tensor_parallel else 0)
+
+
+def gpu_kv_budget(utilization: float, total: int, free: int, weights: int, activation_peak: int,
+                  outside_torch: int = 0, graph_pool: int = 0) -> int:
+    """KV bytes for a stage allowed ``utilization`` of a device of ``total`` bytes (vLLM's rule, with reserves).
+
+    Its weights, the peak activations of a worst-case forward, what it holds outside torch's allocator
+    (:func:`outside_torch_bytes`) and the decode graphs' pool still to be captured (:func:`graph_pool_bytes`)
+    come out of its share. The result never exceeds what is free now less room for the activations and that
+    pool (other processes may hold the rest; ``free`` already lacks this process's context).
     """
     if not 0.0 < utilization <= 1.0:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
-    share = int(total * utilization) - weights - activation_peak
-    return max(min(share, free - activation_peak), 0)
+    share = int(total * utilization) - weights - activation_peak - outside_torch - graph_pool
+    return max(min(share, free - activation_peak - graph_pool), 0)

@@ -49,6 +49,8 @@ class ReplicaLoad(msgspec.Struct, frozen=True):
     kv_blocks_used: int = 0
     kv_blocks_total: int = 0
     kv_block_bytes: int = 0  # one block over all layers; the pool's bytes = (total + null block) * this
+    graphs_captured: int = 0  # CUDA graph sets captured at start-up (decode, code predictor)
+    graph_capture_failures: int = 0  # sets whose capture failed: those steps run eagerly
 
 
 class StageOutput(msgspec.Struct, Generic[P], tag=True):

@@ -159,7 +159,8 @@ class Orchestrator:
     def stats(self) -> EngineStats:
         return EngineStats(tuple(
             ReplicaStats(link.stage, link.index, link.load.kv_blocks_used, link.load.kv_blocks_total,
-                         link.load.waiting, link.load.running, kv_cache_bytes(link.load))
+                         link.load.waiting, link.load.running, kv_cache_bytes(link.load),
+                         link.load.graphs_captured, link.load.graph_capture_failures)
             for link in self.links.values()))
 
     def health(self) -> HealthReport:

@@ -47,6 +47,8 @@ class ReplicaStats:
     queue_depth: int  # requests waiting to be scheduled
     running: int  # requests scheduled
     kv_cache_bytes: int = 0  # memory the KV pool holds (null block included)
+    graphs_captured: int = 0  # CUDA graph sets captured at start-up
+    graph_capture_failures: int = 0  # sets that failed to capture: their steps run eagerly
 
 
 @dataclass(frozen=True)

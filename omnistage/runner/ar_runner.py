@@ -21,7 +21,8 @@ from omnistage.engine.request import Request
 from omnistage.layers.attention.base import AttentionBackend
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.runner.base import ARModel, model_uses_mrope
-from omnistage.runner.cuda_graph import CudaGraphRunner
+from omnistage.runner.cuda_graph import CaptureOutcome, CudaGraphRunner
+from omnistage.runner.device import bind_device
 from omnistage.runner.input_batch import InputBatch, StepInputs
 from omnistage.runner.memory_profile import kv_pool_blocks
 from omnistage.engine.logprobs import TokenLogprob
@@ -63,12 +64,13 @@ class ARModelRunner:
         self.model = model
         self.config = config
         self.device = torch.device(config.device)
+        bind_device(self.device)  # before the hook's and our own captures, and every launch after them
         self.hook = hook or StepHook()
         self.hook.bind(config)
         self.backend = backend or default_backend(self.device, config.block_size)
         self.mrope = model_uses_mrope(model)
         spec = tuple(model.kv_cache_spec())
-        self.num_blocks = kv_pool_blocks(self, spec)
+        self.num_blocks = kv_pool_blocks(self, spec, tensor_parallel=tp is not None)
         self.kv_caches = allocate_kv_caches(spec, config, self.num_blocks)
         self.kv_block_bytes = kv_block_bytes(spec, config.block_size, config.dtype)
         if tp is not None:
@@ -76,8 +78,10 @@ class ARModelRunner:
         self.batch = InputBatch(config, self.mrope, self.device, self.hook.feeds_output_embeds)
         self.sampler = Sampler()
         self.graphs: CudaGraphRunner | None = None
+        self.capture_outcomes: tuple[CaptureOutcome, ...] = self.hook.capture_outcomes
         if self.device.type == "cuda" and not config.enforce_eager and config.cuda_graph_max_batch > 0 and tp is None:
-            self.graphs = CudaGraphRunner.try_capture(self)
+            self.graphs, outcome = CudaGraphRunner.try_capture(self)
+            self.capture_outcomes += (outcome,)
 
     def is_ready(self, request: Request) -> bool:
         return self.hook.is_ready(request)

@@ -6,12 +6,18 @@ held in a static buffer. Padded rows write their keys/values into the null
 block (slot -1 → block 0) and read a context of one token, so they never touch
 a real request's cache. All graphs share one memory pool, largest captured
 first. Shapes not captured (prefill, mixed, or larger batches) run eagerly.
+
+A capture that fails leaves the stage eager and says so: a warning in the log, a :class:`CaptureOutcome` the
+replica reports on ``/metrics`` (``omnistage_cuda_graphs_captured``, ``omnistage_cuda_graph_capture_failures``)
+and ``scripts/gpu_check.sh`` writes into its JSON, so eager figures are never taken for graph ones.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,6 +30,32 @@ if TYPE_CHECKING:
     from omnistage.runner.input_batch import StepInputs
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CaptureOutcome:
+    """What became of one set of CUDA graphs at start-up."""
+
+    graphs: str  # which set: "decode", "code predictor"
+    captured: bool
+    error: str = ""  # why the capture failed ("" when captured)
+
+
+def capture_or_eager(graphs: str, capture: Callable[[], None]) -> CaptureOutcome:
+    """Runs ``capture``; a failure is logged at warning and returned (the stage then runs eagerly)."""
+    try:
+        capture()
+    except Exception as exc:  # a host sync in the model, an out-of-memory, a kernel that cannot be captured
+        error = f"{type(exc).__name__}: {exc}"
+        logger.warning("%s CUDA graph capture failed (%s); running eagerly", graphs, error)
+        return CaptureOutcome(graphs, False, error)
+    return CaptureOutcome(graphs, True)
+
+
+def describe(outcomes: Iterable[CaptureOutcome]) -> str:
+    """One line for logs and reports: ``decode: captured; code predictor: FAILED (RuntimeError: ...)``."""
+    parts = [f"{o.graphs}: " + ("captured" if o.captured else f"FAILED ({o.error})") for o in outcomes]
+    return "; ".join(parts) or "eager (no graphs asked for)"
 
 
 def graph_batch_sizes(max_batch: int) -> list[int]:
@@ -53,15 +85,11 @@ class CudaGraphRunner:
         self.outputs: dict[int, torch.Tensor] = {}
 
     @classmethod
-    def try_capture(cls, runner: ARModelRunner) -> CudaGraphRunner | None:
-        """Captures all sizes, or returns None (eager) if the model cannot be captured."""
+    def try_capture(cls, runner: ARModelRunner) -> tuple[CudaGraphRunner | None, CaptureOutcome]:
+        """Captures all sizes; None (eager) with the failure when the model cannot be captured."""
         graphs = cls(runner)
-        try:
-            graphs.capture()
-        except Exception as exc:  # a data-dependent op (host sync) in the model cannot be captured
-            logger.warning("CUDA graph capture failed (%s); running eagerly", exc)
-            return None
-        return graphs
+        outcome = capture_or_eager("decode", graphs.capture)
+        return (graphs if outcome.captured else None), outcome
 
     def _meta(self, bs: int) -> AttentionMetadata:
         return AttentionMetadata(

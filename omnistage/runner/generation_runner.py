@@ -12,12 +12,14 @@ import torch
 
 from omnistage.engine.generation_engine import ChunkRef
 from omnistage.runner.base import Code2WavModel
+from omnistage.runner.device import bind_device
 
 
 class GenerationRunner:
     def __init__(self, model: Code2WavModel, device: torch.device | str = "cpu") -> None:
         self.model = model
         self.device = torch.device(device)
+        bind_device(self.device)
         self.streams = callable(getattr(model, "decode_streams", None))
         self.pads_rows = self.streams or callable(getattr(model, "decode_rows", None))
         # 0 when the vocoder does not say: its chunks cannot ask for frames to be discarded.

@@ -4,7 +4,10 @@ On CUDA with ``gpu_memory_utilization`` the runner first runs the largest
 forward a step can ask for (``max_num_batched_tokens`` new tokens of one
 sequence, no cache, then the logits of ``max_num_seqs`` rows) and records the
 peak of allocated memory above the weights: what must stay free beside the KV
-cache.
+cache. Two reserves come out of the share too: what the process holds outside
+torch's allocator (context, cuBLAS, Triton, NCCL) and an estimate of the decode
+graphs' pool, which is captured only after the cache is allocated
+(docs/memory_plan.md).
 """
 
 from __future__ import annotations
@@ -13,33 +16,56 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from omnistage.engine.kv_sizing import blocks_for_budget, gpu_kv_budget
+from omnistage.engine.kv_sizing import blocks_for_budget, gpu_kv_budget, graph_pool_bytes, outside_torch_bytes
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
+from omnistage.runner.cuda_graph import graph_batch_sizes
 
 if TYPE_CHECKING:
+    from omnistage.engine.config import EngineConfig
     from omnistage.runner.ar_runner import ARModelRunner
 
 
-def kv_pool_blocks(runner: ARModelRunner, spec: tuple[int, int, int]) -> int:
+def kv_pool_blocks(runner: ARModelRunner, spec: tuple[int, int, int], tensor_parallel: bool = False) -> int:
     """Blocks (the null block included) for the runner's KV pool."""
     config = runner.config
     if config.kv_cache_memory:
         budget = config.kv_cache_memory
     elif config.gpu_memory_utilization and runner.device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(runner.device)
-        weights = sum(t.numel() * t.element_size() for t in (*runner.model.parameters(), *runner.model.buffers()))
-        budget = gpu_kv_budget(config.gpu_memory_utilization, total, free, weights, activation_peak(runner))
+        budget = cuda_kv_budget(runner, tensor_parallel)
     else:
         return config.num_blocks
     return blocks_for_budget(spec, config.block_size, config.dtype, budget, config.max_model_len)
+
+
+def captured_sizes(runner: ARModelRunner, tensor_parallel: bool) -> list[int]:
+    """The decode graph batch sizes the runner will capture after sizing (none when it runs eagerly)."""
+    config = runner.config
+    if config.enforce_eager or config.cuda_graph_max_batch <= 0 or tensor_parallel:
+        return []
+    return graph_batch_sizes(min(config.cuda_graph_max_batch, config.max_num_seqs))
+
+
+def cuda_kv_budget(runner: ARModelRunner, tensor_parallel: bool) -> int:
+    config = runner.config
+    free, total = torch.cuda.mem_get_info(runner.device)
+    weights = sum(t.numel() * t.element_size() for t in (*runner.model.parameters(), *runner.model.buffers()))
+    peak = activation_peak(runner)
+    pool = graph_pool_bytes(peak, profiled_tokens(config), captured_sizes(runner, tensor_parallel))
+    return gpu_kv_budget(config.gpu_memory_utilization, total, free, weights, peak,
+                         outside_torch_bytes(tensor_parallel), pool)
+
+
+def profiled_tokens(config: EngineConfig) -> int:
+    """Tokens of the worst-case forward :func:`activation_peak` runs."""
+    return min(config.max_num_batched_tokens, config.max_model_len)
 
 
 @torch.inference_mode()
 def activation_peak(runner: ARModelRunner) -> int:
     """Bytes allocated at the peak of a worst-case forward beyond what was allocated before it (CUDA)."""
     config, device = runner.config, runner.device
-    num_tokens = min(config.max_num_batched_tokens, config.max_model_len)
+    num_tokens = profiled_tokens(config)
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)

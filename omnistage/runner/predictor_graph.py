@@ -13,15 +13,13 @@ the largest bucket, or a row using top-p or a top-k wider than the captured widt
 from __future__ import annotations
 
 import bisect
-import logging
 
 import torch
 
 from omnistage.runner.base import TalkerModel
-from omnistage.runner.cuda_graph import graph_batch_sizes
+from omnistage.runner.cuda_graph import CaptureOutcome, capture_or_eager, graph_batch_sizes
 from omnistage.runner.sampler import ResidualSampling, Sampler, SamplingBatch
 
-logger = logging.getLogger(__name__)
 CAPTURED_TOP_K = 64  # the top-k width of the captured sampling (the talker's default is 50)
 
 
@@ -44,14 +42,11 @@ class PredictorGraphs:
 
     @classmethod
     def try_capture(cls, model: TalkerModel, max_batch: int, device: torch.device,
-                    dtype: torch.dtype) -> PredictorGraphs | None:
+                    dtype: torch.dtype) -> tuple[PredictorGraphs | None, CaptureOutcome]:
+        """The loop's graphs; None (eager) with the failure, logged at warning, when it cannot be captured."""
         graphs = cls(model, max_batch, device, dtype)
-        try:
-            graphs.capture()
-        except Exception as exc:  # a host sync somewhere in the loop cannot be captured
-            logger.warning("code predictor CUDA graph capture failed (%s); running it eagerly", exc)
-            return None
-        return graphs
+        outcome = capture_or_eager("code predictor", graphs.capture)
+        return (graphs if outcome.captured else None), outcome
 
     def _sampling(self, bs: int) -> ResidualSampling:
         b = self.batch

@@ -16,6 +16,7 @@ import torch
 from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
 from omnistage.runner.base import ARModel
+from omnistage.runner.cuda_graph import CaptureOutcome
 
 if TYPE_CHECKING:
     from omnistage.runner.input_batch import StepInputs
@@ -34,6 +35,8 @@ class OutputSpan:
 class StepHook:
     # True when generated positions are fed as hook-made embeddings rather than as ids.
     feeds_output_embeds: bool = False
+    # The CUDA graphs the hook captured in ``bind`` (the runner reports them with its own).
+    capture_outcomes: tuple[CaptureOutcome, ...] = ()
 
     def bind(self, config: EngineConfig) -> None:
         """Called once by the runner, before any step, with the engine's sizes (KV blocks, block size)."""

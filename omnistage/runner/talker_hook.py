@@ -71,7 +71,8 @@ class TalkerStepHook(StepHook):
         device = torch.device(config.device)
         if device.type == "cuda" and not config.enforce_eager and config.cuda_graph_max_batch > 0:
             max_batch = min(config.cuda_graph_max_batch, config.max_num_seqs)
-            self.graphs = PredictorGraphs.try_capture(self.model, max_batch, device, config.dtype)
+            self.graphs, outcome = PredictorGraphs.try_capture(self.model, max_batch, device, config.dtype)
+            self.capture_outcomes = (outcome,)
 
     def is_ready(self, request: Request) -> bool:
         n = request.num_output_tokens

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from omnistage.runner.device import bind_device
+
 # Rank 0 waits this long for the other ranks to join at start-up (they join before loading any weights).
 JOIN_TIMEOUT = datetime.timedelta(seconds=300)
 # Collectives may wait this long: idle servers park the other ranks on a broadcast.
@@ -44,6 +46,7 @@ class TPGroup:
 
     def __init__(self, store: dist.Store, rank: int, size: int, device: torch.device) -> None:
         self.rank, self.size, self.device = rank, size, device
+        bind_device(device)  # NCCL binds its communicator, and every later launch goes, to the current device
         self._store = store  # the groups keep using it
         self.cpu = dist.ProcessGroupGloo(dist.PrefixStore("cpu", store), rank, size, IDLE_TIMEOUT)
         if device.type == "cuda":

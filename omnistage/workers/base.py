@@ -109,9 +109,12 @@ def engine_config(stage: StageSpec, device: str, dtype: torch.dtype, max_positio
 def kv_load(engine: EngineCore) -> ReplicaLoad:
     sched = engine.scheduler
     total = sched.kv.usable_blocks
+    graphs = getattr(engine.runner, "capture_outcomes", ())  # a runner without graphs (tests' fakes) has none
     return ReplicaLoad(waiting=len(sched.waiting), running=len(sched.running),
                        kv_blocks_used=total - sched.kv.num_free_blocks, kv_blocks_total=total,
-                       kv_block_bytes=getattr(engine.runner, "kv_block_bytes", 0))
+                       kv_block_bytes=getattr(engine.runner, "kv_block_bytes", 0),
+                       graphs_captured=sum(o.captured for o in graphs),
+                       graph_capture_failures=sum(not o.captured for o in graphs))
 
 
 _Held = TypeVar("_Held")

@@ -112,3 +112,42 @@ def test_worker_reports_blocks_and_bytes(tiny_dir) -> None:  # noqa: ANN001
     assert load.kv_block_bytes > 0
     assert load.kv_blocks_total == (4 << 20) // load.kv_block_bytes - 1
     assert kv_cache_bytes(load) <= 4 << 20
+
+
+def test_graph_pool_estimate_scales_with_the_largest_captured_batch() -> None:
+    from omnistage.engine.kv_sizing import GRAPH_SEGMENT_BYTES, graph_pool_bytes
+
+    mib = 1 << 20
+    assert graph_pool_bytes(512 * mib, 512, []) == 0  # eager: no pool
+    assert graph_pool_bytes(512 * mib, 512, [1, 2, 4, 8, 16]) == 16 * mib + 5 * GRAPH_SEGMENT_BYTES
+
+
+def test_gpu_budget_keeps_room_outside_torch_and_for_the_graph_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake 80 GiB device on CPU: the runner's sizing takes the context and the graphs' pool out of its share."""
+    from types import SimpleNamespace
+
+    from omnistage.engine.kv_sizing import CUDA_CONTEXT_BYTES, NCCL_BYTES, graph_pool_bytes
+    from omnistage.runner import memory_profile
+
+    gib = 1 << 30
+    model = ToyLM()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (76 * gib, 80 * gib))
+    monkeypatch.setattr(memory_profile, "activation_peak", lambda runner: 256 << 20)
+    cfg = config(gpu_memory_utilization=0.5, cuda_graph_max_batch=16, max_num_batched_tokens=256)
+    runner = SimpleNamespace(config=cfg, device=torch.device("cuda"), model=model)
+    spec = tuple(model.kv_cache_spec())
+    per_block = kv_block_bytes(spec, cfg.block_size, cfg.dtype)
+    pool = graph_pool_bytes(256 << 20, 128, [1, 2, 4, 8, 16])  # profiled tokens: min(256, max_model_len=128)
+    assert pool == (256 << 20) * 16 // 128 + 5 * (2 << 20)
+    budget = 40 * gib - weights - (256 << 20) - CUDA_CONTEXT_BYTES - pool
+    assert memory_profile.kv_pool_blocks(runner, spec) == budget // per_block
+    plain = gpu_kv_budget(0.5, 80 * gib, 76 * gib, weights, 256 << 20)  # the rule without reserves
+    assert plain - budget == CUDA_CONTEXT_BYTES + pool
+    # A tensor-parallel rank captures no graphs but holds NCCL's buffers.
+    sharded = 40 * gib - weights - (256 << 20) - CUDA_CONTEXT_BYTES - NCCL_BYTES
+    assert memory_profile.kv_pool_blocks(runner, spec, tensor_parallel=True) == sharded // per_block
+    # Eager: no pool to keep.
+    eager = SimpleNamespace(config=config(gpu_memory_utilization=0.5, enforce_eager=True), device=runner.device,
+                            model=model)
+    assert memory_profile.kv_pool_blocks(eager, spec) == (budget + pool) // per_block

@@ -134,7 +134,7 @@ def test_batches_the_graph_cannot_replay_run_eagerly(talker: Talker) -> None:
 def test_captured_loop_equals_eager_on_cuda(tiny_dir: Path) -> None:
     """Five frames replay in the bucket of 8; eager runs the same 8 rows (padding included): same computation."""
     talker = Talker.from_checkpoint(tiny_dir, "cuda", torch.float32)
-    graphs = PredictorGraphs.try_capture(talker, 8, torch.device("cuda"), torch.float32)
+    graphs, _ = PredictorGraphs.try_capture(talker, 8, torch.device("cuda"), torch.float32)
     assert graphs is not None and graphs.sizes == [1, 2, 4, 8]
     hidden = torch.randn(5, 32, device="cuda") * 3
     code0 = torch.tensor([1, 2, 3, 4, 5], device="cuda")

@@ -35,7 +35,8 @@ import torch
 
 from omnistage.engine import EngineConfig, EngineCore, SamplingParams
 from omnistage.runner import ARModelRunner
-from omnistage.tools.bench.engine import load_stage
+from omnistage.runner.cuda_graph import describe
+from omnistage.tools.bench.engine import StageUnderTest, load_stage
 from omnistage.tools.bench.step_bytes import ByteTally, StepBytes
 
 
@@ -56,6 +57,7 @@ class RooflineRow:
     matmul_flops: int
     compute_floor_ms: float  # matmul FLOPs / the measured matmul rate
     roofline_ratio: float  # step time / max(floor_ms, compute_floor_ms)
+    graphs: str = ""  # the timed engine's CUDA graphs: captured, failed (eager) or none asked for
 
 
 def _sync(device: str) -> None:
@@ -95,6 +97,7 @@ class Timing:
     median_ms: float
     min_ms: float
     bandwidth_gbps: float
+    graphs: str = ""
 
 
 def _timed(step: Callable[[], object], steps: int, device: str) -> Timing:
@@ -124,7 +127,12 @@ def _counted(model: torch.nn.Module, step: Callable[[], object], steps: int) -> 
 def measure_ar(model_dir: str, stage_name: str, batches: list[int], steps: int, prompt_len: int, device: str,
                dtype: torch.dtype) -> list[tuple[int, Timing, ByteTally]]:
     """(batch, step timing, bytes per step) for the thinker or the talker."""
-    stage = load_stage(model_dir, stage_name, device, dtype)
+    return measure_stage(load_stage(model_dir, stage_name, device, dtype), batches, steps, prompt_len, device, dtype)
+
+
+def measure_stage(stage: StageUnderTest, batches: list[int], steps: int, prompt_len: int, device: str,
+                  dtype: torch.dtype) -> list[tuple[int, Timing, ByteTally]]:
+    """:func:`measure_ar` on a stage already built (scripts/gpu_check.py builds its stages in memory)."""
     rows = []
     for batch in batches:
         max_len = prompt_len + 2 * steps + 16
@@ -139,6 +147,7 @@ def measure_ar(model_dir: str, stage_name: str, batches: list[int], steps: int, 
         for _ in range(4):  # prefill (one step: the budget covers every prompt), then warm-up decodes
             core.step()
         timing = _timed(core.step, steps, device)
+        timing.graphs = describe(core.runner.capture_outcomes)
         core.runner.graphs = None  # a graph replay runs no Python hooks: count the bytes on eager steps
         rows.append((batch, timing, _counted(stage.model, core.step, steps)))
         del core
@@ -173,21 +182,26 @@ def roofline(args: argparse.Namespace) -> dict:
     else:
         measured = measure_ar(args.model, args.stage, args.batch, args.steps, args.prompt_len, args.device, dtype)
     gflops = matmul_gflops(args.device, dtype)
+    bandwidth = statistics.mean(t.bandwidth_gbps for _, t, _ in measured)
+    return {"bandwidth_gbps": round(bandwidth, 2), "matmul_gflops": round(gflops, 1), "device": args.device,
+            "dtype": args.dtype, "threads": torch.get_num_threads(),
+            "model": str(args.model), "results": [asdict(r) for r in roofline_rows(args.stage, measured, gflops)]}
+
+
+def roofline_rows(stage: str, measured: list[tuple[int, Timing, ByteTally]], gflops: float) -> list[RooflineRow]:
+    """Each batch's step time against its memory floor (bytes / bandwidth) and compute floor (FLOPs / rate)."""
     results = []
     for batch, timing, tally in measured:
         floor_ms = 1000 * tally.total / (timing.bandwidth_gbps * 1e9)
         compute_ms = 1000 * tally.matmul_flops / (gflops * 1e9)
         active = statistics.mean(tally.active_experts) if tally.active_experts else 0.0
-        results.append(RooflineRow(args.stage, batch, round(timing.median_ms, 3), tally.total,
+        results.append(RooflineRow(stage, batch, round(timing.median_ms, 3), tally.total,
                                    round(timing.median_ms / floor_ms, 3), round(floor_ms, 3),
                                    round(timing.bandwidth_gbps, 2), round(timing.min_ms, 3),
                                    tally.weights + tally.embedding_rows, tally.experts, tally.kv_cache,
                                    round(active, 2), tally.matmul_flops, round(compute_ms, 3),
-                                   round(timing.median_ms / max(floor_ms, compute_ms), 3)))
-    bandwidth = statistics.mean(t.bandwidth_gbps for _, t, _ in measured)
-    return {"bandwidth_gbps": round(bandwidth, 2), "matmul_gflops": round(gflops, 1), "device": args.device,
-            "dtype": args.dtype, "threads": torch.get_num_threads(),
-            "model": str(args.model), "results": [asdict(r) for r in results]}
+                                   round(timing.median_ms / max(floor_ms, compute_ms), 3), timing.graphs))
+    return results
 
 
 def main(args: argparse.Namespace) -> int:

@@ -33,6 +33,10 @@ class _EngineCollector(Collector):
         kv_bytes = GaugeMetricFamily("omnistage_kv_cache_bytes", "memory held by the KV cache", labels=labels)
         queued = GaugeMetricFamily("omnistage_queue_depth", "requests waiting to be scheduled", labels=labels)
         running = GaugeMetricFamily("omnistage_requests_running", "requests scheduled in a stage", labels=labels)
+        graphs = GaugeMetricFamily("omnistage_cuda_graphs_captured", "CUDA graph sets captured at start-up",
+                                   labels=labels)
+        failed = GaugeMetricFamily("omnistage_cuda_graph_capture_failures",
+                                   "CUDA graph sets whose capture failed (those steps run eagerly)", labels=labels)
         stats = self.engine.stats()
         yield GaugeMetricFamily("omnistage_shm_segments", "shared-memory tensors in flight between stages",
                                 value=stats.shm_segments)
@@ -43,7 +47,9 @@ class _EngineCollector(Collector):
             kv_bytes.add_metric(key, r.kv_cache_bytes)
             queued.add_metric(key, r.queue_depth)
             running.add_metric(key, r.running)
-        yield from (used, total, kv_bytes, queued, running)
+            graphs.add_metric(key, r.graphs_captured)
+            failed.add_metric(key, r.graph_capture_failures)
+        yield from (used, total, kv_bytes, queued, running, graphs, failed)
 
 
 class ServerMetrics:
