@@ -32,6 +32,10 @@ CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buf
                  "input_audio_buffer.clear", "conversation.item.create", "conversation.item.retrieve",
                  "conversation.item.truncate", "conversation.item.delete", "response.create", "response.cancel",
                  "output_audio_buffer.clear")
+# What a transcription session has no use for: it keeps no conversation and never answers.
+CONVERSATION_EVENTS = frozenset({"conversation.item.create", "conversation.item.retrieve", "conversation.item.truncate",
+                                 "conversation.item.delete", "response.create", "response.cancel",
+                                 "output_audio_buffer.clear"})
 # semantic_vad's eagerness as the silence that ends a turn (its stand-in here is the VAD: low waits longest).
 EAGERNESS_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 300}
 
@@ -185,14 +189,24 @@ class SessionConfig:
     temperature: float | None = None
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: str | dict[str, Any] = "auto"
-    transcription: dict[str, Any] | None = None  # None: no input transcription events
+    transcription: dict[str, Any] | None = None  # None: no input transcription events (in a realtime session)
+    kind: str = "realtime"  # "transcription": committed audio is written down, never answered
 
     @property
     def input_rate(self) -> int:
         return self.input_format.rate
 
+    @property
+    def transcribes(self) -> bool:
+        return self.transcription is not None or self.kind == "transcription"
+
     def describe(self, session_id: str, model: str, beta: bool = False) -> dict[str, Any]:
         detection = None if self.turn_detection is None else self.turn_detection.describe()
+        if self.kind == "transcription":  # the shape of OpenAI's RealtimeTranscriptionSessionCreateRequest
+            return {"id": session_id, "object": "realtime.transcription_session", "type": "transcription",
+                    "audio": {"input": {"format": self.input_format.describe(False), "turn_detection": detection,
+                                        "transcription": self.transcription or {"model": model},
+                                        "noise_reduction": None}}, "include": None}
         common = {"id": session_id, "instructions": self.instructions, "tools": list(self.tools),
                   "tool_choice": self.tool_choice}
         tokens = "inf" if self.max_output_tokens is None else self.max_output_tokens
@@ -297,6 +311,12 @@ def _output_format(value: Any, param: str) -> OutputFormat:  # noqa: ANN401
     return OutputFormat(kind)
 
 
+def _kind(value: Any, param: str) -> str:  # noqa: ANN401
+    if value not in ("realtime", "transcription"):
+        raise EventError("invalid_value", f"{param} must be 'realtime' or 'transcription'", param)
+    return value
+
+
 def _transcription(value: Any, param: str) -> dict[str, Any] | None:  # noqa: ANN401
     if value is not None and not isinstance(value, dict):
         raise EventError("invalid_value", f"{param} must be null or an object", param)
@@ -314,6 +334,7 @@ def _session_fields(session: dict[str, Any]) -> list[tuple[str, str, Any]]:  # n
                 found.append((name, param, holder[key]))
                 return
 
+    pick("kind", (session, "type", "session.type"))
     pick("voice", (audio_out, "voice", "session.audio.output.voice"), (session, "voice", "session.voice"))
     pick("output_modalities", (session, "output_modalities", "session.output_modalities"),
          (session, "modalities", "session.modalities"))
@@ -339,7 +360,7 @@ def update_session(config: SessionConfig, event: dict[str, Any]) -> tuple[Sessio
     session = event.get("session")
     if not isinstance(session, dict):
         raise EventError("invalid_event", "session.update needs a 'session' object", "session", event_id(event))
-    parsers = {"voice": _string, "output_modalities": _modalities, "instructions": _string,
+    parsers = {"kind": _kind, "voice": _string, "output_modalities": _modalities, "instructions": _string,
                "turn_detection": lambda v, p: _turn_detection(v, config.turn_detection, p),
                "input_format": _input_format, "output_format": _output_format, "transcription": _transcription,
                "max_output_tokens": _max_tokens, "temperature": _temperature, "tools": _tools,

@@ -33,7 +33,9 @@ async def realtime(ws: WebSocket) -> None:
         await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
         await ws.close(code=1008)
         return
-    await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers))).run()
+    # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update).
+    kind = "transcription" if ws.query_params.get("intent") == "transcription" else "realtime"
+    await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers)), kind=kind).run()
 
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,

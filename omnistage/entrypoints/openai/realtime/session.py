@@ -41,10 +41,11 @@ def check_output(engine: OmniEngine, voices: VoiceBook, modalities: tuple[str, .
 
 
 class SessionState:
-    def __init__(self, engine: OmniEngine, voices: VoiceBook, limits: ServerLimits, beta: bool) -> None:
+    def __init__(self, engine: OmniEngine, voices: VoiceBook, limits: ServerLimits, beta: bool,
+                 kind: str = "realtime") -> None:
         self.engine, self.voices, self.limits, self.beta = engine, voices, limits, beta
         modalities = ("text", "audio") if engine.supports_audio else ("text",)
-        self.config = SessionConfig(voice=voices.default, output_modalities=modalities)
+        self.config = SessionConfig(voice=voices.default, output_modalities=modalities, kind=kind)
         self.conversation = Conversation()
         self.updates = 0
 

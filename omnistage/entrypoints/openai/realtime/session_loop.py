@@ -49,6 +49,7 @@ from omnistage.entrypoints.openai.realtime.beta import to_beta
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer, PromptSpec, chat_tools, render_prompt_job
 from omnistage.entrypoints.openai.realtime.items import Item, parse_item
 from omnistage.entrypoints.openai.realtime.protocol import (
+    CONVERSATION_EVENTS,
     EventError,
     ResponseOptions,
     decode_base64_audio,
@@ -84,11 +85,12 @@ class RealtimeService:
 
 
 class RealtimeSession:
-    def __init__(self, ws: WebSocket, service: RealtimeService, beta: bool = False) -> None:
+    def __init__(self, ws: WebSocket, service: RealtimeService, beta: bool = False, kind: str = "realtime") -> None:
+        """``kind``: "transcription" for a transcription session (``?intent=transcription``)."""
         self.ws, self.service = ws, service
         self.engine, self.limits = service.engine, service.limits
         self.id = new_id("sess")
-        self.state = SessionState(self.engine, service.served.voices, self.limits, beta)
+        self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind)
         self.buffer = InputBuffer(self.state.config.input_format, self.limits.max_audio_seconds)
         self.vad = service.vad.make(self._vad_config(), self.buffer.rate)
         self.speech_start, self.speech_item = 0, ""
@@ -195,6 +197,9 @@ class RealtimeSession:
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind = event["type"]
+        if self.config.kind == "transcription" and kind in CONVERSATION_EVENTS:
+            raise EventError("invalid_event", f"a transcription session only writes down its input audio: "
+                             f"{kind} has nothing to act on", "type")
         if kind == "session.update":
             await self._update(event)
         elif kind == "input_audio_buffer.append":
@@ -270,7 +275,7 @@ class RealtimeSession:
                 detection = self.config.turn_detection
                 pad = (detection.vad.prefix_padding_ms if detection else 0) * self.buffer.rate // 1000
                 await self._commit(self.speech_item, start=max(0, self.speech_start - pad))
-                if detection is not None and detection.create_response:
+                if detection is not None and detection.create_response and self.config.kind == "realtime":
                     await self._start_response(response_options(self.config, {}), None)
 
     async def _commit(self, item_id: str | None, start: int = 0) -> None:
@@ -278,11 +283,14 @@ class RealtimeSession:
             raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
         item = Item(item_id or new_id("item"), "message", role="user", audio=self.buffer.take(start))
         self._reset_vad()
-        previous = self.state.conversation.add(item)
-        await self.send(server_event("input_audio_buffer.committed", item_id=item.id, previous_item_id=previous))
-        for out in self.state.item_events(item, previous):
-            await self.send(out)
-        if self.config.transcription is not None:
+        if self.config.kind == "transcription":  # no conversation: the item lives as long as its transcription
+            await self.send(server_event("input_audio_buffer.committed", item_id=item.id, previous_item_id=None))
+        else:
+            previous = self.state.conversation.add(item)
+            await self.send(server_event("input_audio_buffer.committed", item_id=item.id, previous_item_id=previous))
+            for out in self.state.item_events(item, previous):
+                await self.send(out)
+        if self.config.transcribes:
             task = asyncio.create_task(transcribe(self, item))
             self.side_tasks.add(task)
             task.add_done_callback(self.side_tasks.discard)
