@@ -40,6 +40,8 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
     "qwen3_tts": FamilyEntry("omnistage.families.qwen3_tts.family:FAMILY", ("qwen3_tts",),
                              ("tts-tiny", "tts-tiny-design", "tts-tiny-base", "tts-medium", "tts-medium-design",
                               "tts-medium-base"), sizes=("tiny", "medium")),
+    "qwen2_5_omni": FamilyEntry("omnistage.families.qwen2_5_omni.family:FAMILY", ("qwen2_5_omni",),
+                                ("omni25-tiny",), sizes=("tiny",)),
 })
 
 

@@ -1,0 +1,110 @@
+"""Qwen2.5-Omni's chat prompt processing: the family's :class:`omnistage.processing.prompt.PromptProcessor`.
+
+transformers' ``Qwen2_5OmniProcessor`` cannot be built without torchvision (its video processor), so this does
+its work from the parts that load without it: the tokenizer (and its chat template), the Whisper feature
+extractor, the PIL image processor. Each ``<|audio_pad|>``/``<|image_pad|>`` placeholder is expanded to its
+item's encoder rows as the processor does (audio: ``((frames - 1) // 2 + 1 - 2) // 2 + 1``; image: grid / merge²).
+Videos are not processed yet (they need the frame pairing of the video processor): a video is refused by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from omnistage.models.qwen2_5_omni.inputs import OmniInputs
+from omnistage.models.qwen2_5_omni.tmrope import audio_output_length
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+from omnistage.processing.video import Video
+
+
+@dataclass(frozen=True)
+class Qwen25OmniPrompt:
+    """A Qwen2.5-Omni request's prompt: template applied, placeholders expanded, encoder inputs made."""
+
+    token_ids: list[int]
+    mm: OmniInputs = field(default_factory=OmniInputs)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+class Qwen25OmniPromptProcessor:
+    def __init__(self, folder: str | Path, thinker_config: object) -> None:
+        from transformers import AutoTokenizer, WhisperFeatureExtractor
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        self.folder = Path(folder)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.features = WhisperFeatureExtractor.from_pretrained(self.folder)
+        self.images = Qwen2VLImageProcessorPil.from_pretrained(self.folder)
+        self.audio_token_id = thinker_config.audio_token_index
+        self.image_token_id = thinker_config.image_token_index
+        self.video_token_id = thinker_config.video_token_index
+        self.merge_size = thinker_config.vision_config.spatial_merge_size
+
+    def apply_chat_template(self, messages: list[dict[str, object]], tools: list[dict[str, object]] | None = None,
+                            template_kwargs: Mapping[str, object] | None = None, assistant_prefix: str = "",
+                            ) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
+                                                  **dict(template_kwargs or {}))
+        return self.tokenizer.encode(text + assistant_prefix, add_special_tokens=False)
+
+    def process(self, token_ids: list[int], audios: Sequence[np.ndarray] = (), images: Sequence[object] = (),
+                videos: Sequence[Video] = (), use_audio_in_video: bool = False) -> Qwen25OmniPrompt:
+        if videos or use_audio_in_video:
+            raise NotImplementedError("Qwen2.5-Omni video prompts are not supported yet (text, audio, images are)")
+        audio = self._audio_inputs(audios)
+        image = self._image_inputs(images)
+        counts = {self.audio_token_id: _audio_rows(audio), self.image_token_id: _image_rows(image, self.merge_size)}
+        ids = _expand(token_ids, counts)
+        return Qwen25OmniPrompt(ids, OmniInputs(**audio, **image))
+
+    def _audio_inputs(self, audios: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+        if not audios:
+            return {}
+        # Each audio alone (the processor pads them together, changing the last mel frame of shorter ones).
+        feats = [self.features(a, sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True, padding="max_length",
+                               return_tensors="pt") for a in audios]
+        return {"input_features": torch.cat([f["input_features"] for f in feats]),
+                "feature_attention_mask": torch.cat([f["attention_mask"] for f in feats])}
+
+    def _image_inputs(self, images: Sequence[object]) -> dict[str, torch.Tensor]:
+        if not images:
+            return {}
+        out = self.images(images=list(images), return_tensors="pt")
+        return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
+
+
+def _audio_rows(audio: Mapping[str, torch.Tensor]) -> list[int]:
+    mask = audio.get("feature_attention_mask")
+    return [] if mask is None else [audio_output_length(int(n)) for n in mask.sum(-1)]
+
+
+def _image_rows(image: Mapping[str, torch.Tensor], merge: int) -> list[int]:
+    grid = image.get("image_grid_thw")
+    return [] if grid is None else [int(g.prod()) // merge**2 for g in grid]
+
+
+def _expand(token_ids: list[int], counts: Mapping[int, list[int]]) -> list[int]:
+    """Each placeholder token repeated for its item's rows, items taken in order per kind."""
+    taken = {token: 0 for token in counts}
+    out: list[int] = []
+    for tok in token_ids:
+        if tok not in counts:
+            out.append(tok)
+            continue
+        items = counts[tok]
+        if taken[tok] >= len(items):
+            raise ValueError(f"the prompt has more placeholders {tok} than items ({len(items)})")
+        out += [tok] * items[taken[tok]]
+        taken[tok] += 1
+    for tok, items in counts.items():
+        if taken[tok] != len(items):
+            raise ValueError(f"{len(items)} items but {taken[tok]} placeholders {tok} in the prompt")
+    return out
