@@ -36,11 +36,12 @@ class Recorder:
     async def send(self, event: dict[str, Any]) -> None:
         await self.ws.send(json.dumps(event))
 
-    async def until(self, kind: str) -> dict[str, Any]:
+    async def until(self, *kinds: str) -> dict[str, Any]:
+        """The next event of one of ``kinds`` (every event read on the way is kept)."""
         while True:
             event = json.loads(await asyncio.wait_for(self.ws.recv(), TIMEOUT_S))
             self.events.append(event)
-            if event["type"] == kind:
+            if event["type"] in kinds:
                 return event
 
     async def update(self, session: dict[str, Any]) -> dict[str, Any]:

@@ -166,6 +166,11 @@ class Conversation:
             raise EventError("item_not_found", f"no item {item_id!r}", "item_id")
         self.items.remove(item)
 
+    def drop(self, items: tuple[Item, ...]) -> None:
+        """Removes ``items`` (the oldest, which the session's truncation dropped to fit the context)."""
+        gone = {item.id for item in items}
+        self.items[:] = [item for item in self.items if item.id not in gone]
+
     def truncate(self, item_id: str, audio_end_ms: int) -> Item:
         """Cuts an assistant message at what was played: its transcript kept in proportion to the audio heard, at a
         word boundary (the text is not aligned to the audio word by word)."""

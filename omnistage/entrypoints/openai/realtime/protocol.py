@@ -23,6 +23,7 @@ from omnistage.audio import float_to_pcm16, resample
 from omnistage.audio.g711 import G711_RATE, decode_g711, encode_g711
 from omnistage.audio.vad import VadConfig
 from omnistage.core import Usage
+from omnistage.entrypoints.openai.realtime.truncation import Truncation, parse_truncation
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 PCM_RATES = (16000, 24000)  # PCM16 mono rates accepted by input_audio_buffer.append
@@ -191,6 +192,7 @@ class SessionConfig:
     tool_choice: str | dict[str, Any] = "auto"
     transcription: dict[str, Any] | None = None  # None: no input transcription events (in a realtime session)
     kind: str = "realtime"  # "transcription": committed audio is written down, never answered
+    truncation: Truncation = field(default_factory=Truncation)  # past the context: drop the oldest items
 
     @property
     def input_rate(self) -> int:
@@ -218,6 +220,7 @@ class SessionConfig:
                     "temperature": 0.8 if self.temperature is None else self.temperature}
         return {**common, "model": model, "object": "realtime.session", "type": "realtime",
                 "output_modalities": list(self.output_modalities), "max_output_tokens": tokens,
+                "truncation": self.truncation.describe(),
                 "audio": {"input": {"format": self.input_format.describe(False), "turn_detection": detection,
                                     "transcription": self.transcription},
                           "output": {"format": self.output_format.describe(False), "voice": self.voice}}}
@@ -311,6 +314,13 @@ def _output_format(value: Any, param: str) -> OutputFormat:  # noqa: ANN401
     return OutputFormat(kind)
 
 
+def _truncation(value: Any, param: str) -> Truncation:  # noqa: ANN401
+    try:
+        return parse_truncation(value)
+    except ValueError as exc:
+        raise EventError("invalid_value", f"{param}: {exc}", param) from exc
+
+
 def _kind(value: Any, param: str) -> str:  # noqa: ANN401
     if value not in ("realtime", "transcription"):
         raise EventError("invalid_value", f"{param} must be 'realtime' or 'transcription'", param)
@@ -352,6 +362,7 @@ def _session_fields(session: dict[str, Any]) -> list[tuple[str, str, Any]]:  # n
     pick("temperature", (session, "temperature", "session.temperature"))
     pick("tools", (session, "tools", "session.tools"))
     pick("tool_choice", (session, "tool_choice", "session.tool_choice"))
+    pick("truncation", (session, "truncation", "session.truncation"))
     return found
 
 
@@ -364,7 +375,7 @@ def update_session(config: SessionConfig, event: dict[str, Any]) -> tuple[Sessio
                "turn_detection": lambda v, p: _turn_detection(v, config.turn_detection, p),
                "input_format": _input_format, "output_format": _output_format, "transcription": _transcription,
                "max_output_tokens": _max_tokens, "temperature": _temperature, "tools": _tools,
-               "tool_choice": _tool_choice}
+               "tool_choice": _tool_choice, "truncation": _truncation}
     changes: dict[str, Any] = {}
     errors: list[EventError] = []
     for name, param, raw in _session_fields(session):

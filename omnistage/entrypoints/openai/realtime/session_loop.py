@@ -63,10 +63,11 @@ from omnistage.entrypoints.openai.realtime.protocol import (
 from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
+from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt
 from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
 from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt
 
 logger = logging.getLogger(__name__)
 VAD_WORKERS = 2  # threads running model-based VAD for every session: its CPU is bounded by them
@@ -354,12 +355,20 @@ class RealtimeSession:
 
     async def _request(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
                        event_id: str | None) -> OmniRequest:
-        spec = PromptSpec(options.instructions, items, tools.tools, tools.prefix)
+        async def render(kept: tuple[Item, ...]) -> ProcessedPrompt:
+            spec = PromptSpec(options.instructions, kept, tools.tools, tools.prefix)
+            return await self.service.pool.run(render_prompt_job, self.engine.processor, spec)
+
+        requested = options.max_output_tokens
+        # The answer's room, kept free when the conversation is truncated: its own cap, else a share of the context.
+        reserve = requested or min(DEFAULT_MAX_OUTPUT_TOKENS, self.engine.max_model_len // 4)
+        truncation = self.config.truncation if options.input is None else Truncation("disabled")
         try:
-            prompt = await self.service.pool.run(render_prompt_job, self.engine.processor, spec)
+            prompt, dropped = await fit_prompt(items, render, truncation, self.engine.max_model_len - reserve)
         except ValueError as exc:
             raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
-        requested = options.max_output_tokens
+        if dropped and options.in_conversation:  # gone from the session too: its memory stays bounded
+            self.state.conversation.drop(items[:dropped])
         try:
             budget = completion_budget(requested, len(prompt.token_ids), self.engine.max_model_len,
                                        "max_output_tokens")
