@@ -367,8 +367,6 @@ class RealtimeSession:
             prompt, dropped = await fit_prompt(items, render, truncation, self.engine.max_model_len - reserve)
         except ValueError as exc:
             raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
-        if dropped and options.in_conversation:  # gone from the session too: its memory stays bounded
-            self.state.conversation.drop(items[:dropped])
         try:
             budget = completion_budget(requested, len(prompt.token_ids), self.engine.max_model_len,
                                        "max_output_tokens")
@@ -377,6 +375,8 @@ class RealtimeSession:
         except APIError as exc:
             raise EventError(exc.detail.code or "invalid_request", exc.detail.message, exc.detail.param,
                              event_id) from exc
+        if dropped and options.in_conversation:  # gone from the session too (its memory stays bounded), once the
+            self.state.conversation.drop(items[:dropped])  # response is sure to run: a refused one drops nothing
         wants_audio = "audio" in options.output_modalities
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
         unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
