@@ -42,7 +42,7 @@ from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.landing import PUBLIC_PATHS, PUBLIC_PREFIX, install_landing
 from omnistage.entrypoints.openai.media.loaders import MediaFetcher
-from omnistage.entrypoints.openai.realtime.route import install_realtime
+from omnistage.entrypoints.openai.realtime.route import EPHEMERAL_ROUTES, install_realtime
 from omnistage.entrypoints.openai.server_config import (
     AccessPolicy,
     MediaPolicy,
@@ -215,7 +215,8 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_landing(app, served, keyed=bool(access.api_keys))  # /, /docs, /redoc and their assets
     # Outermost: refused before any read. The landing's pages (no secret in them) stay open.
-    app.add_middleware(AccessMiddleware, policy=access, public_paths=PUBLIC_PATHS, public_prefix=PUBLIC_PREFIX)
+    app.add_middleware(AccessMiddleware, policy=access, public_paths=PUBLIC_PATHS, public_prefix=PUBLIC_PREFIX,
+                       ephemeral_keys=app.state.ephemeral_keys, ephemeral_routes=EPHEMERAL_ROUTES)
     install_error_handlers(app)
     app.openapi = lambda: _openapi_schema(app, bool(access.api_keys))  # type: ignore[method-assign]
     return app

@@ -6,7 +6,9 @@ except ``/health`` (and ``/metrics`` unless ``--protect-metrics``), as vLLM
 does, and the pages that hold no secret (``/``, the docs, their schema and
 assets: see ``landing.py``); a WebSocket may carry the key in that header
 or, as OpenAI's browser SDKs send it, as the subprotocol
-``openai-insecure-api-key.KEY``. Refusals are
+``openai-insecure-api-key.KEY``. An ephemeral key (``ek_...``, see
+``ephemeral_keys.py``) opens only the realtime routes named for it, once;
+its settings are left in the connection's scope for the route. Refusals are
 401s in OpenAI's error shape; a WebSocket is refused before its handshake
 completes (an HTTP response, where the server supports ASGI's denial
 response). Keys are compared through their SHA-256 digests in constant time.
@@ -27,6 +29,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys, is_ephemeral, remember_claim
 from omnistage.entrypoints.openai.common.errors import APIError
 from omnistage.entrypoints.openai.server_config import AccessPolicy
 
@@ -58,11 +61,15 @@ def host_name(value: str) -> str:
 
 
 class AccessMiddleware:
-    def __init__(self, app: ASGIApp, policy: AccessPolicy, public_paths: frozenset[str], public_prefix: str) -> None:
+    def __init__(self, app: ASGIApp, policy: AccessPolicy, public_paths: frozenset[str], public_prefix: str,
+                 ephemeral_keys: EphemeralKeys | None = None,
+                 ephemeral_routes: frozenset[tuple[str, str]] = frozenset()) -> None:
         """``public_paths``, ``public_prefix``: the pages that hold no secret, named by whoever serves them
-        (``landing.py``), so this guard knows no route."""
+        (``landing.py``), so this guard knows no route. ``ephemeral_routes``: the ``(scope type, path)`` pairs an
+        ephemeral key from ``ephemeral_keys`` opens (named by the realtime routes)."""
         self.app = app
         self.policy = policy
+        self._ephemeral, self._ephemeral_routes = ephemeral_keys, ephemeral_routes
         self._open_paths = frozenset({"/health", *public_paths})
         self._public_prefix = public_prefix
         self._keys = tuple(_digest(k) for k in policy.api_keys)
@@ -87,15 +94,28 @@ class AccessMiddleware:
         if scope["type"] == "websocket" and not self._origin_allowed(headers):
             return APIError(403, "WebSocket connections from this Origin are not allowed (see --allowed-origins)",
                             code="origin_not_allowed")
-        if not self._keys or self._open(scope["path"]):
-            return None
         given = bearer_token(headers)
         if given is None and scope["type"] == "websocket":
             given = subprotocol_key(scope)
+        if given is not None and is_ephemeral(given) and self._takes_ephemeral(scope):
+            return self._claim(scope, given)  # elsewhere an ephemeral key matches no API key below
+        if not self._keys or self._open(scope["path"]):
+            return None
         if given is None:
             return Unauthorized("You didn't provide an API key: send it as 'Authorization: Bearer KEY'")
         if not self._key_matches(given):
             return Unauthorized("Incorrect API key provided")
+        return None
+
+    def _takes_ephemeral(self, scope: Scope) -> bool:
+        return self._ephemeral is not None and (scope["type"], scope["path"]) in self._ephemeral_routes \
+            and scope.get("method", "POST") == "POST"  # a WebSocket has no method; the calls route is POST only
+
+    def _claim(self, scope: Scope, given: str) -> APIError | None:
+        key = self._ephemeral.claim(given) if self._ephemeral is not None else None
+        if key is None:
+            return Unauthorized("Incorrect, expired or already used ephemeral key")
+        remember_claim(scope, key)
         return None
 
     def _open(self, path: str) -> bool:

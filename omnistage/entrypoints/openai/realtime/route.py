@@ -8,18 +8,23 @@ from fastapi import APIRouter, FastAPI, WebSocket
 from omnistage.audio.vad_backend import VadBackend, vad_backend
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
+from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys, claimed_session
 from omnistage.entrypoints.openai.common.request_checks import NO_CHAT
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import wants_beta
+from omnistage.entrypoints.openai.realtime.client_secrets import router as client_secrets_router
 from omnistage.entrypoints.openai.realtime.protocol import EventError, error_event
 from omnistage.entrypoints.openai.realtime.session_loop import VAD_WORKERS, RealtimeService, RealtimeSession
 from omnistage.entrypoints.openai.server_config import ServerLimits
 
 router = APIRouter()
+REALTIME_PATH, CALLS_PATH = "/v1/realtime", "/v1/realtime/calls"
+# Where an ephemeral key opens a session (the access middleware's (scope type, path) pairs).
+EPHEMERAL_ROUTES = frozenset({("websocket", REALTIME_PATH), ("http", CALLS_PATH)})
 
 
-@router.websocket("/v1/realtime")
+@router.websocket(REALTIME_PATH)
 async def realtime(ws: WebSocket) -> None:
     service: RealtimeService = ws.app.state.realtime
     # OpenAI's browser SDKs offer "realtime" beside the key subprotocol and expect it back, as OpenAI answers.
@@ -35,7 +40,8 @@ async def realtime(ws: WebSocket) -> None:
         return
     # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update).
     kind = "transcription" if ws.query_params.get("intent") == "transcription" else "realtime"
-    await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers)), kind=kind).run()
+    await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers)), kind=kind,
+                          settings=claimed_session(ws.scope)).run()
 
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
@@ -43,8 +49,11 @@ def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
                      served: ServedModel | None = None, vad: VadBackend | None = None) -> None:
     """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
     takes a place like a request, its prompt is built in the same pool). ``vad``: the server_vad detector
-    (default: Silero, or the energy detector when its model cannot load)."""
+    (default: Silero, or the energy detector when its model cannot load). Ephemeral keys are minted into
+    ``app.state.ephemeral_keys`` (``POST /v1/realtime/client_secrets``)."""
     app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
                                          pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine),
                                          vad or vad_backend(), DecodePool(VAD_WORKERS, "vad"))
+    app.state.ephemeral_keys = EphemeralKeys()
     app.include_router(router)
+    app.include_router(client_secrets_router)

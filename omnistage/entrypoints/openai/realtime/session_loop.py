@@ -86,9 +86,11 @@ class RealtimeService:
 
 
 class RealtimeSession:
-    def __init__(self, ws: WebSocket, service: RealtimeService, beta: bool = False, kind: str = "realtime") -> None:
-        """``kind``: "transcription" for a transcription session (``?intent=transcription``)."""
-        self.ws, self.service = ws, service
+    def __init__(self, ws: WebSocket, service: RealtimeService, beta: bool = False, kind: str = "realtime",
+                 settings: dict[str, Any] | None = None) -> None:
+        """``kind``: "transcription" for a transcription session (``?intent=transcription``). ``settings``: the
+        session object of the ephemeral key that opened it, applied before ``session.created``."""
+        self.ws, self.service, self.settings = ws, service, settings
         self.engine, self.limits = service.engine, service.limits
         self.id = new_id("sess")
         self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind)
@@ -145,7 +147,10 @@ class RealtimeSession:
 
     # -- the read loop ---------------------------------------------------------------------------
     async def run(self) -> None:
+        errors = self._apply({"type": "session.update", "session": self.settings}) if self.settings else []
         await self.send(server_event("session.created", session=self._describe()))
+        for error in errors:  # checked when the key was minted: only a server changed since then gets here
+            await self.fail(error)
         try:
             while not self.closed:
                 message = await self._receive()
@@ -235,13 +240,16 @@ class RealtimeSession:
 
     # -- session and audio -----------------------------------------------------------------------
     async def _update(self, event: dict[str, Any]) -> None:
-        errors = self.state.update(event, buffered=self.buffer.samples > 0)
-        for error in errors:
+        for error in self._apply(event):
             await self.fail(error)
+        await self.send(server_event("session.updated", session=self._describe()))
+
+    def _apply(self, event: dict[str, Any]) -> list[EventError]:
+        errors = self.state.update(event, buffered=self.buffer.samples > 0)
         if self.buffer.format != self.config.input_format:
             self.buffer = InputBuffer(self.config.input_format, self.limits.max_audio_seconds)
         self._reset_vad(rebuild=True)
-        await self.send(server_event("session.updated", session=self._describe()))
+        return errors
 
     def _vad_config(self):  # noqa: ANN202 - VadConfig | None
         detection = self.state.config.turn_detection
