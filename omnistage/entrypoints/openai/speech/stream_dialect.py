@@ -1,0 +1,66 @@
+"""The events of a speech-stream session, apart from the session: what a client's event means (typed), and how
+each step of the session is told to the client. :class:`StreamDialect` is this server's own protocol; another
+protocol for the same route is a subclass that translates (``vllm_omni.py``)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import WebSocket
+
+from omnistage.entrypoints.openai.common.protocol import ErrorDetail
+from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
+
+
+@dataclass(frozen=True)
+class Configure:
+    """Session settings: the fields of ``settings`` the client set (its ``input`` is a placeholder)."""
+
+    settings: SpeechRequest
+
+
+@dataclass(frozen=True)
+class TextIn:
+    text: str
+    done: bool = False
+
+
+ClientEvent = Configure | TextIn
+
+
+class StreamDialect:
+    """This server's own events. A client speaking another protocol gets a subclass that translates both ways
+    (:mod:`omnistage.entrypoints.openai.speech.vllm_omni`); the session itself is the same."""
+
+    response_format = "pcm"  # what each segment is encoded as, unless the session sets response_format
+
+    def __init__(self, ws: WebSocket) -> None:
+        self.ws = ws
+
+    def parse(self, event: dict[str, Any]) -> ClientEvent:
+        kind = event.get("type")
+        if kind == "session.update":
+            fields = {"instructions": event.get("instructions"), **({"voice": event["voice"]} if "voice" in event
+                                                                     else {})}
+            return Configure(SpeechRequest.model_validate({"input": " ", **fields}))
+        if kind in ("input_text.delta", "input_text.done"):
+            return TextIn(str(event.get("delta") or ""), done=kind == "input_text.done")
+        raise ValueError(f"unknown event type {kind!r} (session.update, input_text.delta, input_text.done)")
+
+    async def segment_started(self, index: int, text: str, body: SpeechRequest) -> None:
+        pass
+
+    async def audio(self, index: int, piece: bytes) -> None:
+        await self.ws.send_json({"type": "speech.audio.delta", "segment": index,
+                                 "audio": base64.b64encode(piece).decode("ascii")})
+
+    async def segment_done(self, index: int, text: str, size: int) -> None:
+        await self.ws.send_json({"type": "speech.segment.done", "segment": index, "text": text})
+
+    async def finished(self, usage: SpeechUsage, segments: int) -> None:
+        await self.ws.send_json({"type": "speech.audio.done", "usage": usage.model_dump()})
+
+    async def failed(self, detail: ErrorDetail) -> None:
+        await self.ws.send_json({"type": "error", "error": detail.model_dump()})
