@@ -43,6 +43,7 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.landing import PUBLIC_PATHS, PUBLIC_PREFIX, install_landing
 from omnistage.entrypoints.openai.media.loaders import MediaFetcher
 from omnistage.entrypoints.openai.realtime.route import EPHEMERAL_ROUTES, install_realtime
+from omnistage.entrypoints.openai.responses.route import responses_router
 from omnistage.entrypoints.openai.server_config import (
     AccessPolicy,
     MediaPolicy,
@@ -211,6 +212,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     app.include_router(api)
     app.include_router(speech_stream_router)  # WS /v1/audio/speech/stream
     app.include_router(transcription_router(engine, limits, admission, pool, served, metrics))  # STT
+    app.include_router(responses_router(engine, builder, admission, served, metrics))  # /v1/responses
     install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad))  # WS /v1/realtime
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_landing(app, served, keyed=bool(access.api_keys))  # /, /docs, /redoc and their assets

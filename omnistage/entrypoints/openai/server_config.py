@@ -58,6 +58,9 @@ class ServerLimits:
     max_voices: int = _limit(256, "voices kept under --voices-dir")
     ws_idle_timeout: float = _limit(300.0, "seconds a realtime WebSocket may stay silent with no response "
                                            "running before it is closed")
+    max_stored_responses: int = _limit(1024, "/v1/responses kept in memory for previous_response_id and GET "
+                                             "(least recently used dropped first; store: false keeps none)")
+    stored_response_ttl: float = _limit(3600.0, "seconds a stored /v1/responses response is kept after its last use")
 
     def __post_init__(self) -> None:
         for f in fields(self):

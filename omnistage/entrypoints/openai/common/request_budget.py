@@ -84,7 +84,61 @@ def prescan_chat(body: bytes, limits: ServerLimits) -> None:
                                              f"{limits.max_media_items}", "messages", "too_many_media_items")
 
 
-PRESCANS: dict[str, Callable[[bytes, ServerLimits], None]] = {"/v1/chat/completions": prescan_chat}
+RESPONSES_MEDIA_TYPES = frozenset({"input_audio", "input_image", "input_file"})
+
+
+class _ResponsesCount(msgspec.Struct, gc=False):
+    input: str | list[msgspec.Raw] | None = None
+    instructions: Any = None
+
+
+class _Item(msgspec.Struct, gc=False):
+    content: str | list[_Part] | None = None
+    output: str | list[_Part] | None = None
+    arguments: Any = None
+
+
+_RESPONSES = msgspec.json.Decoder(_ResponsesCount)
+_ITEM = msgspec.json.Decoder(_Item)
+
+
+def _text_len(value: object) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+def prescan_responses(body: bytes, limits: ServerLimits) -> None:
+    """A ``/v1/responses`` body's input items (against ``--max-messages``), text and media parts, from raw bytes."""
+    try:
+        scan = _RESPONSES.decode(body)
+    except msgspec.DecodeError:  # pydantic says what is wrong
+        return
+    items = [] if scan.input is None or isinstance(scan.input, str) else scan.input
+    if len(items) > limits.max_messages:
+        raise over_budget("max_messages", f"the request has {len(items)} input items; the limit is "
+                                          f"{limits.max_messages}", "input", "too_many_messages")
+    chars = _text_len(scan.input) + _text_len(scan.instructions)
+    media = 0
+    for raw in items:
+        try:
+            item = _ITEM.decode(raw)
+        except msgspec.DecodeError:
+            continue
+        chars += _text_len(item.arguments)
+        for value in (item.content, item.output):
+            chars += _text_len(value)
+            for part in value if isinstance(value, list) else ():
+                chars += _text_len(part.text)
+                media += part.type in RESPONSES_MEDIA_TYPES
+    if chars > limits.max_text_chars:
+        raise over_budget("max_text_chars", f"the input holds {chars} characters of text; the limit is "
+                                            f"{limits.max_text_chars}", "input", "input_too_long")
+    if media > limits.max_media_items:
+        raise over_budget("max_media_items", f"the input holds {media} media items; the limit is "
+                                             f"{limits.max_media_items}", "input", "too_many_media_items")
+
+
+PRESCANS: dict[str, Callable[[bytes, ServerLimits], None]] = {"/v1/chat/completions": prescan_chat,
+                                                              "/v1/responses": prescan_responses}
 
 
 class BudgetedRoute(APIRoute):

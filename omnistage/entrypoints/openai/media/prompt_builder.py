@@ -1,0 +1,186 @@
+"""A request's media and template messages → the thinker's prompt, in two steps either side of admission.
+
+Every API that sends a conversation to the thinker (chat completions, responses) first turns its own input shape
+into a ``PromptPlan``: template messages with one placeholder part per media item, and the items' bytes
+(``fetch``/``inline`` read them under the media policy, decoding nothing). Before admission ``check`` reads each
+item's header against the request's budget (``MediaBudget``); after admission ``build`` decodes the items and runs
+the chat template and the processor in one job of the bounded ``DecodePool``; the client leaving cancels it.
+
+The processor's chat template places one placeholder per audio/image/video part,
+and ``PromptProcessor.process`` expands them in order, so each kind is collected
+in the order its parts appear. A video part reaches the processor as its sampled
+frames and their rate; with ``use_audio_in_video`` also its sound track, which
+counts against the request's audio budget like any audio part (checked from the
+header before admission, and again while decoding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from jinja2 import TemplateError
+from PIL import Image
+
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
+from omnistage.entrypoints.openai.common.errors import APIError, bad_request
+from omnistage.entrypoints.openai.common.request_budget import MIN_FRAME_COST, MediaBudget, over_budget
+from omnistage.entrypoints.openai.media.loaders import (
+    FetchedMedia,
+    MediaError,
+    MediaFetcher,
+    decode_audio_item,
+    decode_base64,
+    decode_image,
+    decode_video,
+)
+from omnistage.entrypoints.openai.media.probe import probe_audio, probe_image, probe_video, probe_video_audio
+from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt, PromptProcessor
+from omnistage.processing.video import Video
+
+# The processor's chat-template input; only the APIs' prompt planners build it.
+TemplatePart = dict[str, str]
+TemplateMessage = dict[str, object]
+
+
+@dataclass(frozen=True)
+class MediaItem:
+    """One media part's bytes, not yet decoded; ``param`` names it in errors."""
+
+    kind: Literal["audio", "image", "video"]
+    data: bytes
+    param: str
+    audio_hint: str | None = None
+
+
+@dataclass(frozen=True)
+class TemplateOptions:
+    """How the prompt is built for one request: the tools the chat template shows, extra template variables
+    (``chat_template_kwargs``), text the answer is made to start with (a forced tool call), and whether each
+    video's sound track joins the prompt (``mm_processor_kwargs.use_audio_in_video``)."""
+
+    tools: list[dict[str, object]] | None = None
+    kwargs: dict[str, object] | None = None
+    assistant_prefix: str = ""
+    use_audio_in_video: bool = False
+
+
+@dataclass
+class PromptPlan:
+    """A prompt before any decoding: template messages, and media items whose headers fit the budget."""
+
+    messages: list[TemplateMessage]
+    items: list[MediaItem] = field(default_factory=list)
+    options: TemplateOptions = field(default_factory=TemplateOptions)
+
+
+@dataclass
+class _Decoded:
+    audios: list[np.ndarray] = field(default_factory=list)
+    images: list[Image.Image] = field(default_factory=list)
+    videos: list[Video] = field(default_factory=list)
+    audio_seconds: float = 0.0
+    decode_pixels: int = 0
+
+
+def media_error(exc: MediaError, param: str) -> APIError:
+    return bad_request(str(exc), param=param, code=exc.code)
+
+
+class PromptBuilder:
+    def __init__(self, processor: PromptProcessor, fetcher: MediaFetcher, limits: ServerLimits,
+                 pool: DecodePool | None = None) -> None:
+        self.processor = processor
+        self.fetcher = fetcher
+        self.limits = limits
+        self.pool = pool or DecodePool(limits.decode_workers)
+
+    # -- before admission -------------------------------------------------------------------------
+    async def fetch(self, url: str, param: str) -> FetchedMedia:
+        """A data:, file:// or http(s) URL's bytes under the server's media policy."""
+        try:
+            return await self.fetcher.fetch(url)
+        except MediaError as exc:
+            raise media_error(exc, param) from exc
+
+    def inline(self, data: str, param: str) -> bytes:
+        """An inline item's base64 text, bounded by ``--max-base64-bytes``."""
+        try:
+            return decode_base64(data, self.limits)
+        except MediaError as exc:
+            raise media_error(exc, param) from exc
+
+    async def check(self, plan: PromptPlan) -> PromptPlan:
+        """Each item's header against the request's budget, in the pool; decodes nothing."""
+        if plan.items:
+            await self.pool.run(self._check_headers, plan.items, plan.options.use_audio_in_video)
+        return plan
+
+    def _check_headers(self, items: list[MediaItem], audio_in_video: bool, token: CancelToken) -> None:
+        budget = MediaBudget(self.limits)
+        for item in items:
+            token.check()
+            try:
+                if item.kind == "audio":
+                    info = probe_audio(item.data, item.audio_hint)
+                    budget.add_audio(info.sample_rate, info.seconds, item.param)
+                elif item.kind == "image":
+                    budget.add_image(*probe_image(item.data), item.param)
+                else:
+                    video = probe_video(item.data)
+                    budget.add_video(video.width, video.height, video.frames, item.param)
+                    if audio_in_video:
+                        track = probe_video_audio(item.data)
+                        budget.add_audio(track.sample_rate, track.seconds, item.param)
+            except MediaError as exc:
+                raise media_error(exc, item.param) from exc
+
+    # -- after admission --------------------------------------------------------------------------
+    async def build(self, plan: PromptPlan) -> ProcessedPrompt:
+        """Decodes the media and builds the prompt, in the pool (cancelled with the calling task)."""
+        return await self.pool.run(self._build, plan)
+
+    def _build(self, plan: PromptPlan, token: CancelToken) -> ProcessedPrompt:
+        decoded = _Decoded()
+        for item in plan.items:
+            token.check()
+            try:
+                self._decode(item, decoded, plan.options.use_audio_in_video, token)
+            except MediaError as exc:
+                raise media_error(exc, item.param) from exc
+        token.check()
+        try:
+            options = plan.options
+            ids = self.processor.apply_chat_template(plan.messages, options.tools, options.kwargs,
+                                                     options.assistant_prefix)
+            return self.processor.process(ids, audios=decoded.audios, images=decoded.images, videos=decoded.videos,
+                                          use_audio_in_video=options.use_audio_in_video)
+        except (ValueError, TemplateError) as exc:
+            raise bad_request(f"could not build the prompt: {exc}", param="messages") from exc
+
+    def _decode(self, item: MediaItem, out: _Decoded, audio_in_video: bool, token: CancelToken) -> None:
+        """One item, with the budget enforced again while decoding: a header may understate what follows."""
+        limits = self.limits
+        if item.kind == "audio":
+            left = limits.max_audio_seconds - out.audio_seconds
+            audio = decode_audio_item(item.data, item.audio_hint, left, token.check)
+            out.audio_seconds += len(audio) / AUDIO_SAMPLE_RATE
+            out.audios.append(audio)
+        elif item.kind == "image":
+            out.images.append(decode_image(item.data, limits))
+        else:
+            def on_frame(width: int, height: int) -> None:
+                token.check()
+                out.decode_pixels += max(width * height, MIN_FRAME_COST)
+                if out.decode_pixels > limits.max_video_decode_pixels:
+                    raise over_budget("max_video_decode_pixels", "the request's videos decode to more frame pixels "
+                                      f"than the limit of {limits.max_video_decode_pixels}", item.param,
+                                      "video_too_large")
+
+            left = limits.max_audio_seconds - out.audio_seconds if audio_in_video else None
+            video = decode_video(item.data, limits, on_frame, left, token.check)
+            if video.audio is not None:
+                out.audio_seconds += len(video.audio) / AUDIO_SAMPLE_RATE
+            out.videos.append(video)

@@ -1,0 +1,1 @@
+"""``/v1/responses``: OpenAI's Responses API on the thinker (text out, text/audio/image in, function tools)."""
