@@ -89,6 +89,7 @@ class InputBuffer:
         self.max_seconds = max_seconds
         self.pieces: list[np.ndarray] = []
         self.samples = 0
+        self.dropped = 0  # samples dropped from the front since the last clear: positions stay the VAD's
 
     @property
     def rate(self) -> int:
@@ -99,7 +100,10 @@ class InputBuffer:
         return int(self.max_seconds * self.rate)
 
     def append(self, raw: bytes) -> np.ndarray:
-        piece = self.format.decode(raw)
+        return self.append_samples(self.format.decode(raw))
+
+    def append_samples(self, piece: np.ndarray) -> np.ndarray:
+        """Float32 samples already at this buffer's rate (a WebRTC microphone)."""
         if self.samples + len(piece) > self.max_samples:
             raise EventError("input_audio_buffer_too_long",
                              f"the input audio buffer would exceed {self.max_seconds:g} s; commit or clear it", "audio")
@@ -108,10 +112,20 @@ class InputBuffer:
         return piece
 
     def take(self, start: int = 0, end: int | None = None) -> np.ndarray:
-        """The buffered audio in samples ``[start, end)``, at 16 kHz; the buffer is emptied."""
+        """The buffered audio in samples ``[start, end)`` (counted since the last clear), at 16 kHz; the buffer is
+        emptied."""
+        start, end = max(0, start - self.dropped), None if end is None else max(0, end - self.dropped)
         audio = np.concatenate(self.pieces)[start:end] if self.pieces else np.zeros(0, np.float32)
         self.clear()
         return self.format.to_16k(audio)
 
+    def keep_last(self, samples: int) -> None:
+        """Drops all but the latest ``samples`` (a microphone that never stops: what no turn will need)."""
+        excess = self.samples - max(0, samples)
+        if excess <= 0:
+            return
+        audio = np.concatenate(self.pieces)[excess:]
+        self.pieces, self.samples, self.dropped = [audio], len(audio), self.dropped + excess
+
     def clear(self) -> None:
-        self.pieces, self.samples = [], 0
+        self.pieces, self.samples, self.dropped = [], 0, 0

@@ -16,10 +16,12 @@ from omnistage.entrypoints.openai.realtime.beta import wants_beta
 from omnistage.entrypoints.openai.realtime.client_secrets import router as client_secrets_router
 from omnistage.entrypoints.openai.realtime.protocol import EventError, error_event
 from omnistage.entrypoints.openai.realtime.session_loop import VAD_WORKERS, RealtimeService, RealtimeSession
+from omnistage.entrypoints.openai.realtime.transport import WebSocketTransport
 from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.entrypoints.openai.webrtc.route import CALLS_PATH, install_webrtc
 
 router = APIRouter()
-REALTIME_PATH, CALLS_PATH = "/v1/realtime", "/v1/realtime/calls"
+REALTIME_PATH = "/v1/realtime"
 # Where an ephemeral key opens a session (the access middleware's (scope type, path) pairs).
 EPHEMERAL_ROUTES = frozenset({("websocket", REALTIME_PATH), ("http", CALLS_PATH)})
 
@@ -40,7 +42,7 @@ async def realtime(ws: WebSocket) -> None:
         return
     # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update).
     kind = "transcription" if ws.query_params.get("intent") == "transcription" else "realtime"
-    await RealtimeSession(ws, service, beta=wants_beta(dict(ws.headers)), kind=kind,
+    await RealtimeSession(WebSocketTransport(ws), service, beta=wants_beta(dict(ws.headers)), kind=kind,
                           settings=claimed_session(ws.scope)).run()
 
 
@@ -57,3 +59,4 @@ def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
     app.state.ephemeral_keys = EphemeralKeys()
     app.include_router(router)
     app.include_router(client_secrets_router)
+    install_webrtc(app)  # the same sessions over WebRTC: POST /v1/realtime/calls

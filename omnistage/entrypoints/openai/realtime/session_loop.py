@@ -1,4 +1,9 @@
-"""``WS /v1/realtime``: OpenAI Realtime (GA) voice sessions over one WebSocket; the beta protocol too.
+"""OpenAI Realtime (GA) voice sessions, the beta protocol too, over a WebSocket (``WS /v1/realtime``) or WebRTC.
+
+The session reads and writes through a ``Transport`` (``transport.py``): the
+WebSocket's JSON messages, or a WebRTC call's data channel and tracks
+(``entrypoints/openai/webrtc/``), whose microphone audio enters the input
+buffer as an ``input_audio_buffer.append`` would.
 
 A session holds its settings (``session.py``), an input audio buffer
 (PCM16 at 16/24 kHz or G.711 at 8 kHz), and the conversation's items. Server VAD
@@ -31,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from fastapi import WebSocket, WebSocketDisconnect
 
+from omnistage.audio.decode import resample
 from omnistage.audio.vad import VadEvent
 from omnistage.audio.vad_backend import Vad, VadBackend
 from omnistage.core import Modality, OmniOutput, OmniRequest
@@ -63,6 +68,7 @@ from omnistage.entrypoints.openai.realtime.protocol import (
 from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
+from omnistage.entrypoints.openai.realtime.transport import ClientAudio, Incoming, Transport
 from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt
 from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
 from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
@@ -72,6 +78,7 @@ from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt
 logger = logging.getLogger(__name__)
 VAD_WORKERS = 2  # threads running model-based VAD for every session: its CPU is bounded by them
 DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf" (the context may allow more)
+IDLE_AUDIO_S = 2.0  # microphone audio kept while no one speaks (beyond any turn's prefix padding)
 
 
 @dataclass
@@ -86,11 +93,11 @@ class RealtimeService:
 
 
 class RealtimeSession:
-    def __init__(self, ws: WebSocket, service: RealtimeService, beta: bool = False, kind: str = "realtime",
+    def __init__(self, transport: Transport, service: RealtimeService, beta: bool = False, kind: str = "realtime",
                  settings: dict[str, Any] | None = None) -> None:
         """``kind``: "transcription" for a transcription session (``?intent=transcription``). ``settings``: the
         session object of the ephemeral key that opened it, applied before ``session.created``."""
-        self.ws, self.service, self.settings = ws, service, settings
+        self.transport, self.service, self.settings = transport, service, settings
         self.engine, self.limits = service.engine, service.limits
         self.id = new_id("sess")
         self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind)
@@ -125,13 +132,13 @@ class RealtimeSession:
                 return
             try:
                 async with asyncio.timeout(self.limits.send_timeout):
-                    await self.ws.send_json(event)
+                    await self.transport.send(event)
             except TimeoutError:
                 # The client stopped reading: end the session rather than buffer for it or hold its place.
                 logger.warning("realtime session %s: the client read nothing for %g s (--send-timeout); closing",
                                self.id, self.limits.send_timeout)
                 self._end_session()
-            except (WebSocketDisconnect, RuntimeError, OSError):
+            except ConnectionError:
                 self.closed = True  # the client left; the read loop ends the session
 
     def _end_session(self) -> None:
@@ -154,12 +161,14 @@ class RealtimeSession:
         try:
             while not self.closed:
                 message = await self._receive()
-                if message is None or message["type"] == "websocket.disconnect":
+                if message is None:
                     break
-                raw = message.get("text") if message.get("text") is not None else message.get("bytes")
                 event: dict[str, Any] = {}
                 try:
-                    event = parse_event(raw or b"")
+                    if isinstance(message, ClientAudio):
+                        await self._hear(message)
+                        continue
+                    event = parse_event(message.raw)
                     self.dialect = self.dialect or detect_vllm_omni(event, self.service.served)
                     for each in self.dialect.incoming(event) if self.dialect is not None else (event,):
                         await self.handle(each)
@@ -172,7 +181,7 @@ class RealtimeSession:
             for task in list(self.side_tasks):
                 task.cancel()
 
-    async def _receive(self) -> dict[str, Any] | None:
+    async def _receive(self) -> Incoming | None:
         """The next client message; None when the session ends first: idle past ``--ws-idle-timeout`` with no
         response running, or ended by ``_end_session`` while waiting."""
         self._reader = asyncio.current_task()
@@ -180,7 +189,7 @@ class RealtimeSession:
             while True:
                 try:
                     async with asyncio.timeout(self.limits.ws_idle_timeout):
-                        return await self.ws.receive()
+                        return await self.transport.receive()
                 except TimeoutError:
                     if self.response is None or self.response.done():
                         await self._close_idle()
@@ -197,9 +206,9 @@ class RealtimeSession:
         await self.fail(EventError("idle_timeout", f"no event for {self.limits.ws_idle_timeout:g} s "
                                                    "(--ws-idle-timeout); closing the session"))
         self.closed = True
-        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.limits.send_timeout):
-                await self.ws.close(code=1000, reason="idle timeout")
+                await self.transport.close("idle timeout")
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -263,7 +272,19 @@ class RealtimeSession:
         self.speech_item = ""
 
     async def _append(self, event: dict[str, Any]) -> None:
-        piece = self.buffer.append(decode_base64_audio(event))
+        await self._detect(self.buffer.append(decode_base64_audio(event)))
+
+    async def _hear(self, audio: ClientAudio) -> None:
+        """Microphone audio from a track: it never stops, so what no turn will need is dropped as it goes."""
+        piece = resample(audio.samples, audio.rate, self.buffer.rate)
+        idle = self.vad is not None and not self.vad.in_speech
+        keep = self.buffer.max_samples
+        if idle:
+            keep = min(keep, int(self.buffer.rate * (IDLE_AUDIO_S + self._vad_config().prefix_padding_ms / 1000)))
+        self.buffer.keep_last(keep - len(piece))
+        await self._detect(self.buffer.append_samples(piece))
+
+    async def _detect(self, piece: np.ndarray) -> None:
         if self.vad is None:
             return
         # The read loop waits for the detector, so one session's pieces are fed in order, one at a time.

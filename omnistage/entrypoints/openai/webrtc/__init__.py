@@ -1,0 +1,1 @@
+"""WebRTC realtime calls (``POST /v1/realtime/calls``): aiortc peers running the realtime session loop."""
