@@ -279,3 +279,29 @@ def test_litellm_responses(served: Served) -> None:
     result = litellm.responses(model=f"openai/{MODEL}", input="Hi", api_base=f"{served.url}/v1", api_key="unused")
     text = "".join(part.text for item in result.output if item.type == "message" for part in item.content)
     assert text == "Hello from the fake engine." and result.usage.output_tokens == 6
+
+
+def test_engine_failure_fails_the_response(served: Served) -> None:
+    served.engine.fail_with = "boom"
+    events = served.events({"input": "Hi"})
+    assert events[-1].type == "response.failed" and "boom" in events[-1].response.error.message
+    reply = served.post({"input": "Hi"})
+    assert reply.status_code == 500 and reply.json()["error"]["type"] == "server_error"
+
+
+def test_store_forgets_after_its_ttl() -> None:
+    from omnistage.entrypoints.openai.responses.protocol import ResponseObject
+    from omnistage.entrypoints.openai.responses.store import ResponseStore, StoredResponse
+    from omnistage.entrypoints.openai.common.errors import APIError
+
+    now = [0.0]
+    store = ResponseStore(max_entries=10, ttl_s=60.0, clock=lambda: now[0])
+    for name in ("a", "b"):
+        store.put(StoredResponse(ResponseObject(id=name, created_at=0, status="completed", model=MODEL), ()))
+    now[0] = 50.0
+    store.get("a")  # used: its minute starts again
+    now[0] = 100.0
+    assert store.get("a").response.id == "a"
+    with pytest.raises(APIError) as caught:
+        store.get("b")
+    assert caught.value.status_code == 404 and len(store) == 1
