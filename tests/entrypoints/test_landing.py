@@ -67,16 +67,20 @@ def test_openapi_still_describes_the_api_and_not_the_pages(open_client: TestClie
     assert not {"/", "/docs", "/redoc"} & set(schema["paths"])
 
 
-def test_landing_html_names_the_server_model_and_links(open_client: TestClient) -> None:
+def test_a_browser_gets_the_playground_with_only_local_assets(open_client: TestClient) -> None:
     r = open_client.get("/", headers={"Accept": BROWSER_ACCEPT})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     page = r.text
-    assert "omnistage" in page and "fake-omni" in page and "curl " in page
+    assert "playground" in page and 'id="connect"' in page and 'id="tts"' in page
     for path in ("/docs", "/redoc", "/health", "/metrics", "/v1/models"):
         assert f'href="{path}"' in page
-    # The only absolute URLs are the server's own (in the curl to paste).
-    assert all(url.startswith("http://testserver") for url in re.findall(r"https?://[^\s\"'<]+", page))
-    assert "<script" not in page and "<link" not in page and "src=" not in page
+    assert not re.search(r"https?://", page), "the playground must not reach another host"
+    urls = [u for u in referenced_urls(page) if u.startswith("/static/")]
+    assert {u.rsplit(".", 1)[-1] for u in urls} == {"js", "css", "svg"}
+    for url in urls:
+        asset = open_client.get(url)
+        assert asset.status_code == 200, url
+        assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", asset.text), f"{url} reaches another host"
 
 
 def test_landing_json_has_the_same_facts(open_client: TestClient) -> None:
@@ -84,6 +88,7 @@ def test_landing_json_has_the_same_facts(open_client: TestClient) -> None:
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     body = r.json()
     assert body["name"] == "omnistage" and body["models"] == ["fake-omni"] and body["version"]
+    assert {"Chelsie", "Ethan"} <= set(body["voices"])
     assert {"/docs", "/redoc", "/health", "/metrics", "/v1/models"} <= set(body["links"])
     assert body["try"].startswith("curl http://testserver/v1/chat/completions") and "fake-omni" in body["try"]
 
@@ -104,7 +109,8 @@ def test_content_negotiation(accept: str, json_wanted: bool) -> None:
 
 @pytest.mark.parametrize("path", ["/", "/docs", "/redoc", "/openapi.json", "/static/docs/swagger-ui-bundle.js",
                                   "/static/docs/swagger-ui.css", "/static/docs/redoc.standalone.js",
-                                  "/static/docs/favicon.png"])
+                                  "/static/docs/favicon.png", "/static/playground/playground.js",
+                                  "/static/playground/playground.css"])
 def test_docs_and_landing_are_open_under_api_key(keyed_client: TestClient, path: str) -> None:
     assert keyed_client.get(path).status_code == 200
     assert keyed_client.get(path, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
@@ -123,9 +129,10 @@ def test_api_key_still_guards_the_api(keyed_client: TestClient) -> None:
 def test_landing_under_api_key_names_no_model(keyed_client: TestClient) -> None:
     """The model list is what the key guards: the open landing page points at it instead."""
     body = keyed_client.get("/", headers={"Accept": "application/json"}).json()
-    assert body["models"] is None and "Authorization: Bearer" in body["try"] and "/v1/models" in body["try"]
+    assert body["models"] is None and body["voices"] is None
+    assert "Authorization: Bearer" in body["try"] and "/v1/models" in body["try"]
     page = keyed_client.get("/").text
-    assert "fake-omni" not in page and "needs the API key" in page
+    assert "fake-omni" not in page and 'id="key-form"' in page  # the playground asks for the key instead
     assert "fake-omni" not in keyed_client.get("/openapi.json").text
 
 

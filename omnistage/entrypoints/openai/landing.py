@@ -1,4 +1,4 @@
-"""The pages a person meets first: ``/`` (what this server is) and the API docs, with no network needed.
+"""The pages a person meets first: ``/`` (the playground) and the API docs, with no network needed.
 
 FastAPI's own ``/docs`` and ``/redoc`` load Swagger UI and ReDoc from a CDN, so
 on an offline machine they are blank. The same files ship in the
@@ -10,20 +10,21 @@ access middleware lets them through without the API key (as vLLM does): a
 browser cannot attach ``Authorization`` to a page it opens. ``/`` then names
 no model when the server has a key, as ``/v1/models`` is what the key guards.
 
-``/`` answers HTML, or JSON with the same facts when the client prefers
-``application/json``. Its links are data (``Landing.links``), so a page
-added later (a playground) is one more ``Link``.
+``/`` answers the playground (``playground/``: static HTML, script and
+style shipped in the package, no build step) to a browser, or JSON with what
+the server is when the client prefers ``application/json``; the playground
+reads that JSON too. Its links are data (``Landing.links``).
 """
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from omnistage.entrypoints.openai.common.served_model import ServedModel
@@ -33,9 +34,10 @@ ASSETS_URL = "/static/docs"
 SWAGGER_JS, SWAGGER_CSS = "swagger-ui-bundle.js", "swagger-ui.css"
 REDOC_JS, FAVICON = "redoc.standalone.js", "favicon.png"
 DOCS_URL, REDOC_URL, OPENAPI_URL = "/docs", "/redoc", "/openapi.json"
-# What anyone may read without the key: the docs, their schema and assets, and the landing page.
+PLAYGROUND_DIR, PLAYGROUND_URL = Path(__file__).parent / "playground", "/static/playground"
+# What anyone may read without the key: the docs, their schema and assets, and the playground (no secret in them).
 PUBLIC_PATHS = frozenset({"/", DOCS_URL, REDOC_URL, OPENAPI_URL})
-PUBLIC_PREFIX = ASSETS_URL + "/"
+PUBLIC_PREFIX = (ASSETS_URL + "/", PLAYGROUND_URL + "/")
 
 
 @dataclass(frozen=True)
@@ -51,17 +53,20 @@ LINKS = (Link(DOCS_URL, "API docs (Swagger UI)"), Link(REDOC_URL, "API reference
 
 @dataclass(frozen=True)
 class Landing:
-    """What ``/`` tells: the server, its model(s) (None when the key hides them), where to go, one command."""
+    """What ``/`` tells: the server, its model(s) and voices (None when the key hides them), where to go, one
+    command."""
 
     name: str
     version: str
     models: tuple[str, ...] | None
+    voices: tuple[str, ...] | None
     links: tuple[Link, ...]
     try_command: str
 
     def as_json(self) -> dict[str, object]:
         return {"object": "server", "name": self.name, "version": self.version,
                 "models": list(self.models) if self.models is not None else None,
+                "voices": list(self.voices) if self.voices is not None else None,
                 "links": {link.path: link.label for link in self.links}, "try": self.try_command}
 
 
@@ -75,21 +80,8 @@ def try_command(base_url: str, models: tuple[str, ...] | None) -> str:
 
 def landing_for(app: FastAPI, served: ServedModel, keyed: bool, base_url: str) -> Landing:
     models = None if keyed else served.names
-    return Landing(app.title, app.version, models, LINKS, try_command(base_url, models))
-
-
-def render_html(landing: Landing) -> str:
-    """A self-contained page: inline style, relative links, nothing fetched from another host."""
-    e = html.escape
-    models = ("<p>Serving " + ", ".join(f"<code>{e(m)}</code>" for m in landing.models) + "</p>"
-              if landing.models is not None else "<p>Models: see <code>/v1/models</code> (needs the API key).</p>")
-    links = "".join(f'<li><a href="{e(link.path)}">{e(link.path)}</a> {e(link.label)}</li>' for link in landing.links)
-    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{e(landing.name)}</title>"
-            "<style>body{font-family:sans-serif;max-width:46em;margin:2em auto;padding:0 1em}"
-            "pre{background:#f4f4f4;padding:1em;white-space:pre-wrap;word-break:break-all}</style></head><body>"
-            f"<h1>{e(landing.name)} {e(landing.version)}</h1>"
-            "<p>An OpenAI-compatible server for Qwen3-Omni and Qwen3-TTS models.</p>"
-            f"{models}<ul>{links}</ul><p>Try:</p><pre>{e(landing.try_command)}</pre></body></html>")
+    voices = None if keyed else tuple(served.voices.names)
+    return Landing(app.title, app.version, models, voices, LINKS, try_command(base_url, models))
 
 
 def wants_json(accept: str) -> bool:
@@ -139,11 +131,13 @@ def _docs_pages(app: FastAPI) -> None:
 def install_landing(app: FastAPI, served: ServedModel, keyed: bool) -> None:
     """``/``, ``/docs``, ``/redoc`` and their assets; build the app with ``docs_url=None, redoc_url=None``."""
     _docs_pages(app)
+    app.mount(PLAYGROUND_URL, StaticFiles(directory=PLAYGROUND_DIR), name="playground")
 
     @app.get("/", include_in_schema=False)
     async def landing(request: Request) -> Response:
         base_url = str(request.base_url).rstrip("/")
         page = landing_for(app, served, keyed, base_url)
+        vary = {"Vary": "Accept"}  # one URL, two answers: a cache must not hand the page to the script
         if wants_json(request.headers.get("accept", "")):
-            return JSONResponse(page.as_json())
-        return HTMLResponse(render_html(page))
+            return JSONResponse(page.as_json(), headers=vary)
+        return FileResponse(PLAYGROUND_DIR / "index.html", media_type="text/html", headers=vary)

@@ -61,7 +61,8 @@ def host_name(value: str) -> str:
 
 
 class AccessMiddleware:
-    def __init__(self, app: ASGIApp, policy: AccessPolicy, public_paths: frozenset[str], public_prefix: str,
+    def __init__(self, app: ASGIApp, policy: AccessPolicy, public_paths: frozenset[str],
+                 public_prefix: str | tuple[str, ...],
                  ephemeral_keys: EphemeralKeys | None = None,
                  ephemeral_routes: frozenset[tuple[str, str]] = frozenset()) -> None:
         """``public_paths``, ``public_prefix``: the pages that hold no secret, named by whoever serves them
