@@ -81,7 +81,9 @@ def test_openapi_matches_what_is_served(server: LiveServer) -> None:
                       ("/v1/audio/voices", "post"), ("/v1/audio/voices", "get"), ("/v1/audio/voices/{name}", "delete"),
                       ("/v1/audio/transcriptions", "post"), ("/v1/audio/translations", "post"),
                       ("/v1/realtime/client_secrets", "post"), ("/v1/responses", "post"),
-                      ("/v1/responses/{response_id}", "get"), ("/v1/responses/{response_id}", "delete")}
+                      ("/v1/responses/{response_id}", "get"), ("/v1/responses/{response_id}", "delete"),
+                      ("/v1/realtime/calls", "post"), ("/v1/realtime/calls/{call_id}", "delete"),
+                      ("/v1/realtime/calls/{call_id}/hangup", "post")}
     chat = schema["paths"]["/v1/chat/completions"]["post"]
     assert "422" not in chat["responses"]
     assert chat["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
