@@ -51,7 +51,8 @@ class UnknownFamily(ValueError):
 
 class FamilyRegistry:
     def __init__(self, families: Mapping[str, FamilyEntry | Family] = BUILTIN) -> None:
-        self._entries = dict(families)
+        self._entries = dict(families)  # never rewritten: the data stays readable after a family is imported
+        self._loaded: dict[str, Family] = {}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -78,9 +79,11 @@ class FamilyRegistry:
         entry = self._entries.get(name)
         if entry is None:
             raise UnknownFamily(f"unknown model family {name!r} (known: {', '.join(self._entries)})")
-        if isinstance(entry, FamilyEntry):
-            entry = self._entries[name] = resolve(entry.target)
-        return entry
+        if not isinstance(entry, FamilyEntry):
+            return entry
+        if name not in self._loaded:
+            self._loaded[name] = resolve(entry.target)
+        return self._loaded[name]
 
     def for_config(self, raw: Mapping[str, object], where: str = "config.json") -> Family:
         """The family serving a parsed config.json: the one declaring its ``model_type`` (only that family is

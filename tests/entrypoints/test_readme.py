@@ -42,6 +42,8 @@ NOT_RUN = {
     ("make", "test"): "runs the whole suite, this file included; CI runs it",
     ("export",): "sets the reader's shell environment (the API key); tests/entrypoints/test_auth.py covers keys",
     ("scripts/gpu_check.sh",): "needs a GPU (--cpu: minutes of interpreted Triton); run by hand on a GPU machine",
+    ("scripts/gpu_rehearsal.sh",): "downloads and builds a second virtualenv of the GPU image's versions (~2 min, "
+                                   "~1 GB); run by hand before a GPU window (docs/gpu.md)",
 }
 # `make-tiny` options too large or slow to run here: parsed only.
 MAKE_TINY_HEAVY = ("--size", "--fp8", "--confident-head")

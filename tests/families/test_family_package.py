@@ -50,6 +50,8 @@ def test_the_registry_data_is_each_familys_own() -> None:
         family = DEFAULT_REGISTRY.family(name)
         assert entry.model_types == family.model_types
         assert entry.embedded == family.hooks.tiny_names
+    # the data stays readable once the families are imported (make-tiny's --size choices come from it)
+    assert DEFAULT_REGISTRY.sizes()["qwen3_omni"] == ("tiny", "medium", "slice")
     with pytest.raises(UnknownFamily, match="'llama' is no known family's"):
         DEFAULT_REGISTRY.for_config({"model_type": "llama"})
 
