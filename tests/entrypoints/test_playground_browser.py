@@ -68,7 +68,8 @@ def wait_for(page: Any, condition: str, timeout_ms: int = 20_000) -> None:  # no
     page.wait_for_function(f"() => {{ const s = window.omnistage.stats; return {condition}; }}", timeout=timeout_ms)
 
 
-def test_talk_to_the_model_and_hear_the_tts_in_a_browser(browser: Any, server: tuple[str, FakeEngine]) -> None:  # noqa: ANN401
+def test_talk_to_the_model_and_hear_the_tts_in_a_browser(browser: Any,  # noqa: ANN401 - Playwright's Browser
+                                                          server: tuple[str, FakeEngine]) -> None:
     base_url, _ = server
     page = browser.new_page(viewport={"width": 1000, "height": 900})
     errors: list[str] = []

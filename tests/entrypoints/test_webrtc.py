@@ -8,7 +8,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -18,6 +18,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
+from omnistage.entrypoints.openai.realtime.protocol import InputFormat
 from omnistage.entrypoints.openai.server_config import AccessPolicy, ServingOptions
 from omnistage.entrypoints.openai.webrtc.tracks import RATE, ReplyTrack
 from tests.entrypoints.conftest import TEST_LIMITS
@@ -101,7 +103,8 @@ class Client:
             await self.pc.setRemoteDescription(RTCSessionDescription(r.text, "answer"))
         return r
 
-    async def event(self, kind: str, timeout: float = 10.0, after: int = 0, **match: Any) -> dict[str, Any]:  # noqa: ANN401
+    async def event(self, kind: str, timeout: float = 10.0, after: int = 0,
+                    **match: Any) -> dict[str, Any]:  # noqa: ANN401 - JSON values
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for event in self.events[after:]:
@@ -224,3 +227,44 @@ def test_an_ephemeral_key_opens_one_call(keyed_server: Server) -> None:
             await again.pc.close()
 
     asyncio.run(scenario())
+
+
+class MutedMicrophone(MediaStreamTrack):
+    """A microphone that never sends a frame: a peer gone quiet (its network dropped) without hanging up."""
+
+    kind = "audio"
+
+    async def recv(self) -> Any:  # noqa: ANN401
+        await asyncio.Event().wait()
+
+
+def test_a_call_that_goes_quiet_ends_at_the_idle_timeout(processor: RecordingProcessor) -> None:
+    engine = FakeEngine(processor=processor)
+    app = build_app(engine, replace(TEST_LIMITS, ws_idle_timeout=1.0), serving=ServingOptions(vad="energy"))
+    thread = ServerThread(app)
+    base_url = thread.start()
+
+    async def scenario() -> None:
+        client = Client(mic=MutedMicrophone())  # type: ignore[arg-type]
+        async with httpx.AsyncClient(base_url=base_url, timeout=20) as http:
+            assert (await client.connect(http)).status_code == 201
+            await client.event("session.created")
+            error = await client.event("error", timeout=5)
+            assert error["error"]["code"] == "idle_timeout"
+            await _until(lambda: not app.state.webrtc_calls.live, timeout=5)
+            await client.pc.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        thread.stop()
+
+
+def test_the_input_buffer_drops_old_audio_but_keeps_the_detector_positions() -> None:
+    buffer = InputBuffer(InputFormat("pcm16", 16_000), max_seconds=5.0)
+    buffer.append_samples(np.zeros(16_000, np.float32))
+    buffer.keep_last(4_000)  # a second of silence, mostly dropped as it came
+    buffer.append_samples(np.ones(8_000, np.float32))  # speech from sample 16000 (the detector's count)
+    audio = buffer.take(start=16_000 - 1_600)  # the turn with 100 ms of padding before it
+    assert len(audio) == 1_600 + 8_000 and audio[:1_600].max() == 0.0 and audio[1_600:].min() == 1.0
+    assert buffer.samples == 0 and buffer.dropped == 0

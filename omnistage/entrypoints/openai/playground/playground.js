@@ -104,7 +104,8 @@ async function connect() {
   setStatus("connecting…");
   try {
     const minted = await api("/v1/realtime/client_secrets", {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ session: sessionSettings() }),
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ session: sessionSettings() }),
     });
     if (!minted.ok) throw new Error(await errorText(minted));
     const ephemeral = (await minted.json()).value;
