@@ -71,6 +71,7 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
             await server.serve(sockets=[sock])
         finally:
             announce.cancel()
+            await app.state.webrtc_calls.close_all()  # WebRTC calls outlive their HTTP request: hang them up first
     finally:
         await engine.shutdown()
     return 0
