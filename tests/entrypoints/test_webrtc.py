@@ -24,6 +24,7 @@ from omnistage.entrypoints.openai.server_config import AccessPolicy, ServingOpti
 from omnistage.entrypoints.openai.webrtc.tracks import RATE, ReplyTrack
 from tests.entrypoints.conftest import TEST_LIMITS
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.realtime_validators import sdk_problems
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.speech_sample import speech
 
@@ -154,6 +155,7 @@ def test_a_spoken_turn_is_answered_on_the_reply_track_and_barge_in_silences_it(s
             assert "response.output_audio_transcript.delta" in kinds
             assert "response.output_audio.delta" not in kinds  # the audio travels on the track, as OpenAI's
             assert started["response_id"] == first
+            assert not sdk_problems(client.events), sdk_problems(client.events)  # the openai SDK reads them all
 
             # Barge-in: the user speaks while the reply still plays; the track is silent at once.
             server.engine.delay_s = 0.3  # the next answer takes ~2 s to generate: hung up in the middle
@@ -176,29 +178,37 @@ def test_a_spoken_turn_is_answered_on_the_reply_track_and_barge_in_silences_it(s
             await _until(lambda: running in server.engine.closed)
             assert running in server.engine.aborted
             assert (await http.delete(client.location)).status_code == 404
+            assert not sdk_problems(client.events), sdk_problems(client.events)
             await client.pc.close()
 
     asyncio.run(scenario())
 
 
-def test_the_form_sets_the_session_and_the_peer_closing_ends_the_call(server: Server) -> None:
+def test_the_form_sets_the_session_and_the_peer_closing_ends_the_call(server: Server, spoken: np.ndarray) -> None:
     server.engine.reset()
 
     async def scenario() -> None:
         client = Client()
         async with httpx.AsyncClient(base_url=server.base_url, timeout=20) as http:
-            r = await client.connect(http, session={"type": "realtime", "instructions": "Be brief.",
-                                                    "audio": {"output": {"voice": "Aiden"}}})
+            r = await client.connect(http, session={"type": "realtime", "instructions": "Be brief.", "audio": {
+                "input": {"format": {"type": "audio/pcm", "rate": 16000}}, "output": {"voice": "Aiden"}}})
             assert r.status_code == 201, r.text
             created = await client.event("session.created")
             assert created["session"]["instructions"] == "Be brief."
             assert created["session"]["audio"]["output"]["voice"] == "Aiden"
+            assert created["session"]["audio"]["input"]["format"]["rate"] == 16000
             client.channel.send(json.dumps({"type": "conversation.item.create", "item": {
                 "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}}))
             client.channel.send(json.dumps({"type": "response.create",
                                             "response": {"output_modalities": ["text"]}}))
             done = await client.event("response.done")
             assert done["response"]["status"] == "completed"
+            mark = len(client.events)
+            client.mic.push(spoken)  # the microphone reaches a 16 kHz session at its rate
+            await client.event("input_audio_buffer.committed", after=mark)
+            await client.event("response.done", after=mark, response__status="completed")
+            heard = server.engine.processor.seen_audios[-1]  # the turn as the prompt got it, at 16 kHz
+            assert 0.7 * len(spoken) / RATE < len(heard) / 16_000 < len(spoken) / RATE + 1.5
             await client.pc.close()  # the browser tab closes
             await _until(lambda: not server.app.state.webrtc_calls.live)
             bad = await http.post("/v1/realtime/calls", content="hello", headers={"Content-Type": "application/sdp"})

@@ -4,8 +4,7 @@
 PCM, paced by the clock, silence whenever nothing is queued (a WebRTC track
 never pauses). ``clear`` drops what is queued, so a barge-in is silent from
 the next frame. :func:`microphone_pcm` turns the browser's Opus (48 kHz,
-decoded by aiortc) into mono 24 kHz float32, the rate OpenAI's sessions take
-by default; the session resamples further when its input format asks.
+decoded by aiortc) into mono float32 at the session's input rate.
 """
 
 from __future__ import annotations
@@ -13,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import fractions
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-RATE = 24_000  # the reply's rate (the session's output) and the microphone's after resampling
+RATE = 24_000  # the reply's rate (the session's output)
 FRAME_SAMPLES = RATE // 50  # 20 ms, Opus' usual packet
 _TIME_BASE = fractions.Fraction(1, RATE)
 
@@ -66,13 +65,18 @@ class ReplyTrack(MediaStreamTrack):
         return frame
 
 
-async def microphone_pcm(track: MediaStreamTrack) -> AsyncIterator[np.ndarray]:
-    """The remote audio track as mono float32 pieces at 24 kHz, until it ends."""
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+async def microphone_pcm(track: MediaStreamTrack, rate: Callable[[], int]) -> AsyncIterator[tuple[np.ndarray, int]]:
+    """The remote audio track as mono float32 pieces at ``rate()`` (the session's input rate, read per frame: a
+    ``session.update`` may change it), until it ends. One resampler runs across frames: resampling each 20 ms
+    piece alone would click at every edge."""
+    resampler, current = None, 0
     while True:
         try:
             frame = await track.recv()
         except MediaStreamError:
             return
+        if resampler is None or rate() != current:
+            current = rate()
+            resampler = av.AudioResampler(format="s16", layout="mono", rate=current)
         for out in resampler.resample(frame):
-            yield out.to_ndarray().reshape(-1).astype(np.float32) / 32768.0
+            yield out.to_ndarray().reshape(-1).astype(np.float32) / 32768.0, current

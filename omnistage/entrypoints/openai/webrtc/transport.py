@@ -73,13 +73,13 @@ class WebRtcTransport:
             self._spawn(self._listen(track))
 
     async def _listen(self, track: MediaStreamTrack) -> None:
-        async for samples in microphone_pcm(track):
+        async for samples, rate in microphone_pcm(track, lambda: self._config().input_format.rate):
             if self.closed:
                 return
             if self._audio_queued >= MAX_QUEUED_AUDIO:
                 continue  # the session is behind (a slow VAD): drop rather than grow without bound
             self._audio_queued += 1
-            self._incoming.put_nowait(ClientAudio(samples, RATE))
+            self._incoming.put_nowait(ClientAudio(samples, rate))
 
     def _on_state(self) -> None:
         if self.pc.connectionState in ("failed", "closed"):  # ICE failure, consent lost, or the peer hung up
