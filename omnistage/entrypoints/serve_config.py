@@ -72,7 +72,7 @@ class ServeConfig:
             return cls(model=model, host=args.host, port=args.port, log_level=args.log_level,
                        pipeline=pipeline_config_from_args(args, model, names[0] if names else None),
                        limits=limits_from_args(args), media=media_policy_from_args(args),
-                       access=access_policy_from_args(args, environ), serving=serving_options_from_args(args),
+                       access=access_policy_from_args(args, environ), serving=serving_options_from_args(args, environ),
                        ssl_keyfile=args.ssl_keyfile, ssl_certfile=args.ssl_certfile)
         except (UsageError, ConfigError):  # already say what is wrong, and where
             raise

@@ -17,10 +17,16 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from omnistage.entrypoints.cli import build_parser
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
 from omnistage.entrypoints.openai.realtime.protocol import InputFormat
-from omnistage.entrypoints.openai.server_config import AccessPolicy, ServingOptions
+from omnistage.entrypoints.openai.server_config import (
+    AccessPolicy,
+    IceServer,
+    ServingOptions,
+    serving_options_from_args,
+)
 from omnistage.entrypoints.openai.webrtc.tracks import RATE, ReplyTrack
 from tests.entrypoints.conftest import TEST_LIMITS
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
@@ -278,3 +284,18 @@ def test_the_input_buffer_drops_old_audio_but_keeps_the_detector_positions() -> 
     audio = buffer.take(start=16_000 - 1_600)  # the turn with 100 ms of padding before it
     assert len(audio) == 1_600 + 8_000 and audio[:1_600].max() == 0.0 and audio[1_600:].min() == 1.0
     assert buffer.samples == 0 and buffer.dropped == 0
+
+
+def test_stun_and_turn_flags_reach_every_call(processor: RecordingProcessor) -> None:
+    args = build_parser().parse_args([
+        "serve", "--model", "tiny", "--webrtc-stun", "stun:stun.example.com:3478",
+        "--webrtc-turn", "turns:turn.example.com:5349", "--webrtc-turn-username", "omni"])
+    serving = serving_options_from_args(args, {"OMNISTAGE_WEBRTC_TURN_CREDENTIAL": "secret"})
+    assert serving.ice_servers == (IceServer("stun:stun.example.com:3478"),
+                                   IceServer("turns:turn.example.com:5349", "omni", "secret"))
+    app = build_app(FakeEngine(processor=processor), TEST_LIMITS, serving=serving)
+    assert [(s.urls, s.username, s.credential) for s in app.state.webrtc_calls.ice_servers] == [
+        ("stun:stun.example.com:3478", None, None), ("turns:turn.example.com:5349", "omni", "secret")]
+    wrong = build_parser().parse_args(["serve", "--model", "tiny", "--webrtc-stun", "turn:turn.example.com"])
+    with pytest.raises(ValueError, match="--webrtc-stun"):
+        serving_options_from_args(wrong, {})

@@ -116,19 +116,34 @@ class AccessPolicy:
 
 
 @dataclass(frozen=True)
+class IceServer:
+    """A STUN or TURN server WebRTC calls may use to reach peers beyond one network (``--webrtc-stun/turn``)."""
+
+    url: str
+    username: str | None = None
+    credential: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("stun:", "stuns:", "turn:", "turns:")):
+            raise ValueError(f"an ICE server URL starts with stun:, stuns:, turn: or turns:, got {self.url!r}")
+
+
+@dataclass(frozen=True)
 class ServingOptions:
     """What the API calls the model and how it answers by default (not limits: nothing here bounds work).
 
     served_model_names: the names requests may use (the first is listed first; empty: the engine's own);
     voice_aliases: ``(name, speaker)`` pairs over the OpenAI voice table; default_modalities: the output of a
     chat request that names none (OpenAI's: text); vad: the realtime ``server_vad`` detector (auto, silero,
-    energy: ``omnistage/audio/vad_backend.py``)."""
+    energy: ``omnistage/audio/vad_backend.py``); ice_servers: STUN/TURN for WebRTC calls (none: host candidates
+    only, enough on loopback and one network)."""
 
     served_model_names: tuple[str, ...] = ()
     voice_aliases: tuple[tuple[str, str], ...] = ()
     default_modalities: tuple[str, ...] = ("text",)
     voices_dir: Path | None = None  # where cloned voices are kept (None: registration off)
     vad: str = "auto"
+    ice_servers: tuple[IceServer, ...] = ()
 
     def __post_init__(self) -> None:
         if self.vad not in ("auto", "silero", "energy"):
@@ -145,10 +160,22 @@ def parse_alias(text: str) -> tuple[str, str]:
     return name.strip(), speaker.strip()
 
 
-def serving_options_from_args(args: argparse.Namespace) -> ServingOptions:
+def serving_options_from_args(args: argparse.Namespace,
+                              environ: Mapping[str, str] = os.environ) -> ServingOptions:
     return ServingOptions(served_model_names=tuple(args.served_model_name or ()),
                           voice_aliases=tuple(parse_alias(a) for a in args.voice_alias or ()),
-                          default_modalities=tuple(args.default_modalities), voices_dir=args.voices_dir, vad=args.vad)
+                          default_modalities=tuple(args.default_modalities), voices_dir=args.voices_dir, vad=args.vad,
+                          ice_servers=ice_servers_from_args(args, environ))
+
+
+def ice_servers_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[IceServer, ...]:
+    credential = environ.get("OMNISTAGE_WEBRTC_TURN_CREDENTIAL")  # a secret: not on the command line
+    turns = tuple(IceServer(url, args.webrtc_turn_username, credential) for url in args.webrtc_turn or ())
+    stuns = tuple(IceServer(url) for url in args.webrtc_stun or ())
+    if any(not s.url.startswith(("stun:", "stuns:")) for s in stuns) or any(
+            not t.url.startswith(("turn:", "turns:")) for t in turns):
+        raise ValueError("--webrtc-stun takes stun:/stuns: URLs, --webrtc-turn turn:/turns: URLs")
+    return stuns + turns
 
 
 def _flag(name: str) -> str:
@@ -190,6 +217,14 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                          help="realtime server_vad detector: Silero VAD's model on CPU (silero), an RMS level "
                               "(energy), or Silero with the energy detector as fallback when its model cannot load "
                               "(auto, the default)")
+    webrtc = parser.add_argument_group("WebRTC calls (POST /v1/realtime/calls)")
+    webrtc.add_argument("--webrtc-stun", action="append", default=None, metavar="URL",
+                        help="a STUN server (stun:HOST:PORT) calls use to find their public address (repeatable; "
+                             "default: none, host candidates only)")
+    webrtc.add_argument("--webrtc-turn", action="append", default=None, metavar="URL",
+                        help="a TURN relay (turn:HOST:PORT) for peers behind NAT (repeatable); its password is read "
+                             "from $OMNISTAGE_WEBRTC_TURN_CREDENTIAL")
+    webrtc.add_argument("--webrtc-turn-username", default=None, help="the TURN relay's user name")
     access = parser.add_argument_group("access (see README: Exposing the server)")
     access.add_argument("--api-key", action="append", default=None,
                         help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; "

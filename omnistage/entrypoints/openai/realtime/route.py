@@ -17,7 +17,7 @@ from omnistage.entrypoints.openai.realtime.client_secrets import router as clien
 from omnistage.entrypoints.openai.realtime.protocol import EventError, error_event
 from omnistage.entrypoints.openai.realtime.session_loop import VAD_WORKERS, RealtimeService, RealtimeSession
 from omnistage.entrypoints.openai.realtime.transport import WebSocketTransport
-from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.entrypoints.openai.server_config import IceServer, ServerLimits
 from omnistage.entrypoints.openai.webrtc.route import CALLS_PATH, install_webrtc
 
 router = APIRouter()
@@ -48,15 +48,16 @@ async def realtime(ws: WebSocket) -> None:
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
                      admission: Admission | None = None, pool: DecodePool | None = None,
-                     served: ServedModel | None = None, vad: VadBackend | None = None) -> None:
+                     served: ServedModel | None = None, vad: VadBackend | None = None,
+                     ice_servers: tuple[IceServer, ...] = ()) -> None:
     """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
     takes a place like a request, its prompt is built in the same pool). ``vad``: the server_vad detector
     (default: Silero, or the energy detector when its model cannot load). Ephemeral keys are minted into
-    ``app.state.ephemeral_keys`` (``POST /v1/realtime/client_secrets``)."""
+    ``app.state.ephemeral_keys`` (``POST /v1/realtime/client_secrets``). ``ice_servers``: STUN/TURN for WebRTC."""
     app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
                                          pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine),
                                          vad or vad_backend(), DecodePool(VAD_WORKERS, "vad"))
     app.state.ephemeral_keys = EphemeralKeys()
     app.include_router(router)
     app.include_router(client_secrets_router)
-    install_webrtc(app)  # the same sessions over WebRTC: POST /v1/realtime/calls
+    install_webrtc(app, ice_servers)  # the same sessions over WebRTC: POST /v1/realtime/calls

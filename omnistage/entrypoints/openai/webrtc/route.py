@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from omnistage.entrypoints.openai.common.ephemeral_keys import claimed_session
 from omnistage.entrypoints.openai.common.errors import APIError
 from omnistage.entrypoints.openai.common.request_checks import NO_CHAT
+from omnistage.entrypoints.openai.server_config import IceServer
 from omnistage.entrypoints.openai.webrtc.calls import Calls, TooManyCalls
 
 logger = logging.getLogger(__name__)
@@ -91,8 +92,9 @@ async def hangup_call(call_id: str, request: Request) -> JSONResponse:
     return await _hang_up(call_id, request)
 
 
-def install_webrtc(app: FastAPI, ice_servers: tuple[RTCIceServer, ...] = ()) -> None:
+def install_webrtc(app: FastAPI, ice_servers: tuple[IceServer, ...] = ()) -> None:
     """After ``install_realtime`` (the calls run its service). ``ice_servers``: STUN/TURN for peers beyond one
-    network (none: host candidates only)."""
-    app.state.webrtc_calls = Calls(app.state.realtime, ice_servers)
+    network (``--webrtc-stun/turn``; none: host candidates only)."""
+    servers = tuple(RTCIceServer(s.url, s.username, s.credential) for s in ice_servers)
+    app.state.webrtc_calls = Calls(app.state.realtime, servers)
     app.include_router(router)
