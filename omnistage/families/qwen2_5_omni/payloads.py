@@ -1,8 +1,15 @@
-"""What only Qwen2.5-Omni's stages exchange (the generic tokens, frames, chunks and audio aside)."""
+"""What only Qwen2.5-Omni's stages exchange (the generic tokens, frames, chunks and audio aside).
+
+Thinker → talker (through :class:`omnistage.families.qwen2_5_omni.edges.ThinkerToTalker`): the thinker sends a
+capturing request's new hidden rows (:class:`ReplyHidden`) before each of its token outputs; the edge starts the
+talker (:class:`TalkerStart`) once the first reply token's own row exists and feeds it the rest
+(:class:`ReplyFeed`). Talker → token2wav: one :class:`Token2WavJob` per reply (whole-utterance decode).
+"""
 
 from __future__ import annotations
 
 import msgspec
+import torch
 
 from omnistage.engine.sampling_params import SamplingParams
 from omnistage.ipc.messages import PayloadTypes
@@ -10,11 +17,51 @@ from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 
 
 class ThinkerPrompt(msgspec.Struct, tag="qwen2_5_omni.ThinkerPrompt"):
-    """The thinker's start: the processed prompt (placeholders expanded), its encoder inputs and sampling."""
+    """The thinker's start: the processed prompt (placeholders expanded), its encoder inputs and sampling.
+    ``capture_hidden``: a talker will speak the reply, so every row's last-layer state is sent on."""
 
     token_ids: list[int]
     sampling: SamplingParams
     mm: OmniInputs = msgspec.field(default_factory=OmniInputs)
+    capture_hidden: bool = False
 
 
-PAYLOADS = PayloadTypes((ThinkerPrompt,))
+class ReplyHidden(msgspec.Struct, tag="qwen2_5_omni.ReplyHidden"):
+    """Last-layer (normed) states ``[k, H]`` of the rows the thinker computed since its previous output (the
+    prompt's rows first, then one per fed reply token), sent just before a token output."""
+
+    rows: torch.Tensor
+
+
+class TalkerStart(msgspec.Struct, tag="qwen2_5_omni.TalkerStart"):
+    """The talker's start: the prompt's ids and layout (encoder grids only), its rows' states ``[P, H]``, the
+    first reply token and its state ``[H]``, the voice and the talker's sampling."""
+
+    token_ids: list[int]
+    layout: OmniInputs
+    prompt_hidden: torch.Tensor
+    first_token: int
+    first_hidden: torch.Tensor
+    voice: str
+    sampling: SamplingParams
+
+
+class ReplyFeed(msgspec.Struct, tag="qwen2_5_omni.ReplyFeed"):
+    """More fed reply tokens with their states ``[k, H]`` (None when k = 0); ``finished`` once the thinker is done
+    (the talker then reads text-eos, then text-pad)."""
+
+    token_ids: list[int]
+    hidden: torch.Tensor | None = None
+    finished: bool = False
+
+
+class Token2WavJob(msgspec.Struct, tag="qwen2_5_omni.Token2WavJob"):
+    """One reply's codes ``[T]`` to decode whole, in ``voice`` (its DiT conditioning and reference mel), the ODE's
+    noise drawn from ``seed``."""
+
+    codes: torch.Tensor
+    voice: str
+    seed: int = 0
+
+
+PAYLOADS = PayloadTypes((ThinkerPrompt, ReplyHidden, TalkerStart, ReplyFeed, Token2WavJob))

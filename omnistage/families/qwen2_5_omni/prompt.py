@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.tmrope import audio_output_length
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+from omnistage.processing.user_text import guard_for
 from omnistage.processing.video import Video
 
 
@@ -28,6 +30,7 @@ class Qwen25OmniPrompt:
 
     token_ids: list[int]
     mm: OmniInputs = field(default_factory=OmniInputs)
+    speech_system_prompt: bool = False  # the prompt holds the system prompt the talker was trained under
 
     @property
     def num_tokens(self) -> int:
@@ -47,13 +50,13 @@ class Qwen25OmniPromptProcessor:
         self.image_token_id = thinker_config.image_token_index
         self.video_token_id = thinker_config.video_token_index
         self.merge_size = thinker_config.vision_config.spatial_merge_size
+        self.system_ids = self.tokenizer.encode(SYSTEM_PROMPT, add_special_tokens=False)
 
     def apply_chat_template(self, messages: list[dict[str, object]], tools: list[dict[str, object]] | None = None,
                             template_kwargs: Mapping[str, object] | None = None, assistant_prefix: str = "",
                             ) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
-                                                  **dict(template_kwargs or {}))
-        return self.tokenizer.encode(text + assistant_prefix, add_special_tokens=False)
+        # Client strings stay ordinary text, their control-token strings included (processing/user_text.py).
+        return guard_for(self.tokenizer).chat_ids(messages, tools, template_kwargs, assistant_prefix)
 
     def process(self, token_ids: list[int], audios: Sequence[np.ndarray] = (), images: Sequence[object] = (),
                 videos: Sequence[Video] = (), use_audio_in_video: bool = False) -> Qwen25OmniPrompt:
@@ -63,7 +66,7 @@ class Qwen25OmniPromptProcessor:
         image = self._image_inputs(images)
         counts = {self.audio_token_id: _audio_rows(audio), self.image_token_id: _image_rows(image, self.merge_size)}
         ids = _expand(token_ids, counts)
-        return Qwen25OmniPrompt(ids, OmniInputs(**audio, **image))
+        return Qwen25OmniPrompt(ids, OmniInputs(**audio, **image), _contains(ids, self.system_ids))
 
     def _audio_inputs(self, audios: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
         if not audios:
@@ -108,3 +111,8 @@ def _expand(token_ids: list[int], counts: Mapping[int, list[int]]) -> list[int]:
         if taken[tok] != len(items):
             raise ValueError(f"{len(items)} items but {taken[tok]} placeholders {tok} in the prompt")
     return out
+
+
+def _contains(ids: list[int], part: list[int]) -> bool:
+    n = len(part)
+    return any(ids[i:i + n] == part for i in range(len(ids) - n + 1) if ids[i] == part[0])

@@ -1,18 +1,34 @@
-"""Qwen2.5-Omni's stage workers: the thinker on omnistage's AR engine (paged KV, continuous batching)."""
+"""Qwen2.5-Omni's stage workers: the thinker on omnistage's AR engine (paged KV, continuous batching).
+
+A prompt whose reply the talker speaks (``ThinkerPrompt.capture_hidden``) runs with its hidden states captured
+(:class:`ThinkerHiddenHook`); each of its token outputs is preceded by a :class:`ReplyHidden` with the rows computed
+since the previous one.
+"""
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
+
 import torch
+from torch import nn
 
 from omnistage.engine import FinishReason, Request
-from omnistage.families.qwen2_5_omni.payloads import ThinkerPrompt
+from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, ThinkerPrompt, Token2WavJob
+from omnistage.families.qwen2_5_omni.talker_stage import TalkerContext, build_talker_request, feed_reply, finish_reply
+from omnistage.families.qwen2_5_omni.thinker_hook import HiddenCapture, ThinkerHiddenHook
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
-from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
-from omnistage.ipc.payloads import TokenDelta
+from omnistage.families.qwen2_5_omni.voices import load_speakers, speaker
+from omnistage.ipc.messages import ReplicaLoad, RequestFailed, StageInput, StageOutput
+from omnistage.ipc.payloads import AudioChunk, CodecFrames, TokenDelta
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
+from omnistage.models.qwen2_5_omni.talker import Talker
 from omnistage.models.qwen2_5_omni.thinker import Thinker
+from omnistage.models.qwen2_5_omni.token2wav import Token2Wav
+from omnistage.models.weights import Checkpoint
 from omnistage.runner import build_ar_engine
-from omnistage.workers.base import ARWorker, StepResult, WorkerSpec, engine_config, resolve_device
+from omnistage.workers.base import ARWorker, StageWorker, StepResult, WorkerSpec, engine_config, resolve_device
+from omnistage.workers.talker import TalkerWorker as FramesWorker
 
 
 class ThinkerWorker(ARWorker[Request]):
@@ -21,7 +37,8 @@ class ThinkerWorker(ARWorker[Request]):
         config = Qwen25OmniConfig.from_folder(spec.model_dir)
         self.model = Thinker.from_checkpoint(spec.model_dir, device, dtype, config=config)
         self.eos_token_id = config.eos_token_id
-        super().__init__(build_ar_engine(self.model, engine_config(spec.stage, device, dtype, config.max_positions)))
+        super().__init__(build_ar_engine(self.model, engine_config(spec.stage, device, dtype, config.max_positions),
+                                         ThinkerHiddenHook()))
 
     @torch.inference_mode()
     def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
@@ -29,7 +46,7 @@ class ThinkerWorker(ARWorker[Request]):
         if not isinstance(prompt, ThinkerPrompt):
             raise TypeError(f"the Qwen2.5-Omni thinker does not take {type(prompt).__name__}")
         request = build_thinker_request(self.model, message.request_id, prompt.token_ids, prompt.mm,
-                                        prompt.sampling, self.eos_token_id)
+                                        prompt.sampling, self.eos_token_id, capture=prompt.capture_hidden)
         self.engine.add_request(request)
         self.requests[message.request_id] = request
         return []
@@ -43,9 +60,123 @@ class ThinkerWorker(ARWorker[Request]):
             if out.finish_reason is FinishReason.ERROR:
                 outputs.append(self.failed(out))
                 continue
+            if isinstance(request.stage_data, HiddenCapture) and (rows := request.stage_data.drain()) is not None:
+                outputs.append(StageOutput(out.request_id, ReplyHidden(rows)))
             delta = TokenDelta(out.new_token_ids, request.num_prompt_tokens, max(request.num_cached_tokens, 0),
                                out.logprobs)
             outputs.append(StageOutput(out.request_id, delta, out.finished, out.finish_reason))
             if out.finished:
                 self.requests.pop(out.request_id, None)
         return StepResult(outputs, progressed=self.progressed())
+
+
+def load_thinker_embedding(folder: str, device: str, dtype: torch.dtype) -> nn.Embedding:
+    """The thinker's token embedding table alone (the talker's process holds no thinker)."""
+    names = ("thinker.model.embed_tokens.weight", "thinker.model.language_model.embed_tokens.weight")
+    with Checkpoint(folder) as ckpt:
+        name = next((n for n in names if ckpt.has(n)), None)
+        if name is None:
+            raise KeyError(f"{folder} holds no thinker embedding table ({' or '.join(names)})")
+        weight = ckpt.get(name)
+    return nn.Embedding.from_pretrained(weight.to(device, dtype), freeze=True)
+
+
+class TalkerWorker(FramesWorker):
+    """One codebook per step; every sampled code is audio up to the first codec pad/eos (transformers'
+    ``talker_code_lengths``): a reply stopped at max tokens keeps its last code, unlike the generic talker's rule."""
+
+    num_groups = 1
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
+        config = Qwen25OmniConfig.from_folder(spec.model_dir)
+        if not config.has_talker:
+            raise ValueError(f"{spec.model_dir} has no talker (enable_audio_output false or no spk_dict.pt)")
+        talker = Talker.from_checkpoint(spec.model_dir, device, dtype, config=config)
+        tc = config.hf.thinker_config
+        media = (tc.audio_token_index, tc.image_token_index, tc.video_token_index)
+        self.ctx = TalkerContext(talker, load_thinker_embedding(spec.model_dir, device, dtype), media)
+        self.speakers = load_speakers(spec.model_dir)
+        positions = int(talker.config.max_position_embeddings)
+        super().__init__(build_ar_engine(talker, engine_config(spec.stage, device, dtype, positions),
+                                         self.ctx.step_hook()))
+
+    @torch.inference_mode()
+    def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
+        payload, rid = message.payload, message.request_id
+        if isinstance(payload, TalkerStart):
+            bos = speaker(self.speakers, payload.voice).bos_token
+            request = build_talker_request(self.ctx, rid, payload.token_ids, payload.layout, payload.prompt_hidden,
+                                           bos, payload.first_token, payload.first_hidden, payload.sampling)
+            self.engine.add_request(request)
+            self.requests[rid] = request
+        elif isinstance(payload, ReplyFeed):
+            request = self.requests.get(rid)
+            if request is not None:  # None: the talker already stopped (a stop code before the text ran out)
+                if payload.token_ids and payload.hidden is not None:
+                    feed_reply(self.ctx, request, payload.token_ids, payload.hidden)
+                if payload.finished:
+                    finish_reply(self.ctx, request)
+        else:
+            raise TypeError(f"the Qwen2.5-Omni talker does not take {type(payload).__name__}")
+        return []
+
+    def step(self) -> StepResult:
+        outputs: list[StageOutput | RequestFailed] = []
+        for out in self.engine.step():
+            if out.finish_reason is FinishReason.ERROR:
+                outputs.append(self.failed(out))
+                continue
+            frames = out.new_frames
+            if frames is None:
+                frames = torch.empty(0, 1, dtype=torch.long)
+            elif out.finished and frames.shape[0] and int(frames[-1, 0]) in self.ctx.stop_codes:
+                frames = frames[:-1]
+            outputs.append(StageOutput(out.request_id, CodecFrames(frames), out.finished, out.finish_reason))
+            if out.finished:
+                self.requests.pop(out.request_id, None)
+        return StepResult(outputs, progressed=self.progressed())
+
+
+class Token2WavWorker(StageWorker):
+    """Whole-utterance decodes, one reply per step in arrival order (chunked decoding differs from the whole: see
+    :mod:`omnistage.models.qwen2_5_omni.token2wav`). fp32 unless the stage sets ``dtype`` (its ODE runs in
+    fp32, as transformers')."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
+        dtype = torch.float32 if spec.stage.dtype == "auto" else dtype
+        config = Qwen25OmniConfig.from_folder(spec.model_dir)
+        self.model = Token2Wav.from_checkpoint(spec.model_dir, device, dtype, config=config)
+        self.speakers = load_speakers(spec.model_dir)
+        self.jobs: OrderedDict[str, Token2WavJob] = OrderedDict()
+
+    def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
+        job = message.payload
+        if not isinstance(job, Token2WavJob):
+            raise TypeError(f"Qwen2.5-Omni's token2wav does not take {type(job).__name__}")
+        self.jobs[message.request_id] = job
+        return []
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.jobs.pop(rid, None)
+
+    def has_work(self) -> bool:
+        return bool(self.jobs)
+
+    def step(self) -> StepResult:
+        if not self.jobs:
+            return StepResult([], progressed=False)
+        rid, job = self.jobs.popitem(last=False)
+        voice = speaker(self.speakers, job.voice)
+        start = time.perf_counter()
+        wav = self.model(job.codes, voice.cond, voice.ref_mel, job.seed).float().cpu()
+        chunk = AudioChunk(0, wav, is_last=True, busy_s=time.perf_counter() - start)
+        return StepResult([StageOutput(rid, chunk, finished=True)])
+
+    def load(self) -> ReplicaLoad:
+        return ReplicaLoad(waiting=len(self.jobs))
+
+    def request_ids(self) -> list[str]:
+        return list(self.jobs)

@@ -1,5 +1,6 @@
-"""A Qwen2.5-Omni checkpoint served through the generic pipeline (its preset, front end, entry input, worker):
-chat text and an image prompt, greedy, equal to the thinker's engine run alone."""
+"""A Qwen2.5-Omni checkpoint served through the generic pipeline (its preset, front end, entry input, workers,
+edges): chat text and an image prompt, greedy, equal to the thinker's engine run alone; a spoken reply (greedy
+talker) whose waveform equals the offline path's (thinker, talker, token2wav run one after the other)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
+from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.pipeline.omni import Omni
 from omnistage.pipeline.options import PipelineOptions
+from tests.families.qwen2_5_omni.specs import TALKER_TOKENS, small_spec
 
 
 @pytest.fixture(scope="module")
-def omni(omni25_dir: Path):
-    with Omni(omni25_dir, options=PipelineOptions(in_process=True)) as omni:
+def omni(omni25_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    spec = small_spec(tmp_path_factory.mktemp("stages"))
+    with Omni(omni25_dir, spec, options=PipelineOptions(in_process=True)) as omni:
         yield omni
 
 
@@ -37,3 +42,32 @@ def test_image_prompt_through_the_pipeline(omni: Omni) -> None:
     assert prompt.mm.image_grid_thw is not None
     out = list(omni.generate(messages, images=[image], max_tokens=4, ignore_eos=True))[-1]
     assert out.finished and out.error is None and out.usage.completion_tokens == 4
+
+
+@pytest.mark.parametrize("voice", ("Ethan", ""))
+def test_spoken_reply_equals_the_offline_path(voice: str, omni: Omni, omni25_dir: Path) -> None:
+    from omnistage.engine import SamplingParams
+    from omnistage.families.qwen2_5_omni.offline import generate_spoken, load_talker_context
+    from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT, load_speakers
+    from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
+    from omnistage.models.qwen2_5_omni.thinker import Thinker
+    from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE, Token2Wav
+
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Hello, how are you?"}]
+    out = list(omni.generate(messages, modalities=("text", "audio"), max_tokens=6, ignore_eos=True, seed=3,
+                             voice=voice))[-1]
+    assert out.error is None and out.finished and out.audio is not None
+    assert omni.prompt(messages).speech_system_prompt
+    config = Qwen25OmniConfig.from_folder(omni25_dir)
+    thinker = Thinker.from_checkpoint(omni25_dir, config=config)
+    speaker = load_speakers(omni25_dir)[voice or "Chelsie"]
+    ctx = load_talker_context(omni25_dir, thinker, config)
+    reply = generate_spoken(thinker, ctx, list(omni.prompt(messages).token_ids), OmniInputs(), speaker.bos_token,
+                            SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True),
+                            SamplingParams(temperature=0.0, max_tokens=TALKER_TOKENS, repetition_penalty=1.05),
+                            None)
+    codes = reply.audio_codes(ctx.stop_codes)
+    wav = Token2Wav.from_checkpoint(omni25_dir, config=config)(torch.tensor(codes), speaker.cond, speaker.ref_mel, 3)
+    audio = torch.from_numpy(out.audio).reshape(-1)
+    assert audio.shape == wav.shape == (len(codes) * SAMPLES_PER_CODE,)
+    assert (audio - wav).abs().max().item() < 1e-5

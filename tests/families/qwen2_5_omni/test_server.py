@@ -1,0 +1,54 @@
+"""Qwen2.5-Omni through the same OpenAI server code as every family (tiny checkpoint, real pipeline in process):
+chat with text + audio answers a WAV in the requested voice, and the voices listed are the checkpoint's."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import wave
+from pathlib import Path
+
+import httpx
+import pytest
+
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
+from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE
+from omnistage.pipeline.async_omni import AsyncOmni
+from omnistage.pipeline.runtime import PipelineOptions
+from tests.entrypoints.server_thread import ServerThread
+from tests.families.qwen2_5_omni.specs import TALKER_TOKENS, small_spec
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def base_url(omni25_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    engine = AsyncOmni(omni25_dir, small_spec(tmp_path_factory.mktemp("stages")), PipelineOptions(in_process=True),
+                       "omni25")
+    thread = ServerThread(build_app(engine))
+    try:
+        yield thread.start()
+    finally:
+        thread.stop()
+        asyncio.run(engine.shutdown())
+
+
+def test_chat_with_audio_answers_a_wav(base_url: str) -> None:
+    body = {"model": "omni25", "modalities": ["text", "audio"], "audio": {"voice": "Chelsie", "format": "wav"},
+            "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "hi"}],
+            "max_tokens": 6, "seed": 1}
+    reply = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    message = reply.json()["choices"][0]["message"]
+    assert message["content"]
+    with wave.open(io.BytesIO(base64.b64decode(message["audio"]["data"]))) as wav:
+        assert wav.getframerate() == 24000 and wav.getnchannels() == 1
+        assert 0 < wav.getnframes() <= TALKER_TOKENS * SAMPLES_PER_CODE
+
+
+def test_the_checkpoints_voices_are_served(base_url: str) -> None:
+    body = {"model": "omni25", "modalities": ["text", "audio"], "audio": {"voice": "Nobody", "format": "wav"},
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    assert httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=60).status_code == 400
