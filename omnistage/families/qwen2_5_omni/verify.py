@@ -1,26 +1,36 @@
-"""``omnistage verify`` on a Qwen2.5-Omni folder: the thinker on omnistage's engine against transformers.
+"""``omnistage verify`` on a Qwen2.5-Omni folder: omnistage's stages against transformers.
 
-Greedy text tokens of a chat prompt must be identical and the prompt's logits within ``LOGIT_ATOL``. The talker's
-codes and the waveform are not compared yet: those stages are not ported (the command says so).
+Greedy text tokens of a chat prompt must be identical. With a talker: the spoken reply (greedy thinker and talker,
+transformers' repetition penalty 1.05) run through the offline path (thinker, talker, token2wav one after the
+other, as the pipeline's test holds the served audio against) must give the talker codes transformers' ``generate``
+gives, identical, and its waveform within ``WAV_ATOL`` of transformers' under ``torch.manual_seed(SEED)``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from omnistage.engine import EngineConfig, SamplingParams
+from omnistage.families.qwen2_5_omni.offline import generate_spoken, load_talker_context
+from omnistage.families.qwen2_5_omni.reference import reference_reply
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
+from omnistage.families.qwen2_5_omni.voices import DEFAULT_VOICE, load_speakers
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.thinker import Thinker
+from omnistage.models.qwen2_5_omni.token2wav import Token2Wav
 from omnistage.runner import build_ar_engine
 
 PROMPT = [{"role": "user", "content": "Hello, how are you today? Tell me a short story."}]
 NEW_TOKENS = 12
+TALKER_TOKENS = 40
+WAV_ATOL = 1e-5
+SEED = 0
 
 
 def greedy_tokens(thinker: Thinker, ids: list[int], eos: int | None, new_tokens: int) -> list[int]:
@@ -38,12 +48,10 @@ def greedy_tokens(thinker: Thinker, ids: list[int], eos: int | None, new_tokens:
 
 def verify_folder(folder: Path, new_tokens: int = NEW_TOKENS) -> tuple[list[int], list[int]]:
     """(ours, transformers') greedy tokens of the chat prompt on ``folder``."""
-    from transformers import AutoTokenizer, Qwen2_5OmniForConditionalGeneration
+    from transformers import Qwen2_5OmniForConditionalGeneration
 
     config = Qwen25OmniConfig.from_folder(folder)
-    ids = AutoTokenizer.from_pretrained(folder).apply_chat_template(PROMPT, add_generation_prompt=True,
-                                                                    tokenize=True, return_dict=False)
-    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    ids = _chat_ids(folder)
     ours = greedy_tokens(Thinker.from_checkpoint(folder, config=config), ids, config.eos_token_id, new_tokens)
     reference = Qwen2_5OmniForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
@@ -52,11 +60,64 @@ def verify_folder(folder: Path, new_tokens: int = NEW_TOKENS) -> tuple[list[int]
     return ours, out[0, len(ids):].tolist()
 
 
+@dataclass(frozen=True)
+class SpokenCheck:
+    speaker: str
+    codes: tuple[list[int], list[int]]  # (ours, transformers') talker codes
+    wav_error: float  # max |ours - transformers'| (inf when the decoded codes or lengths differ)
+
+    @property
+    def ok(self) -> bool:
+        return self.codes[0] == self.codes[1] and self.wav_error < WAV_ATOL
+
+
+def verify_spoken(folder: Path, speaker: str = DEFAULT_VOICE, new_tokens: int = NEW_TOKENS,
+                  talker_tokens: int = TALKER_TOKENS, seed: int = SEED) -> SpokenCheck:
+    """The chat prompt spoken in ``speaker`` by the offline path and by transformers' ``generate``."""
+    from transformers import Qwen2_5OmniForConditionalGeneration
+
+    config = Qwen25OmniConfig.from_folder(folder)
+    ids = _chat_ids(folder)
+    thinker = Thinker.from_checkpoint(folder, config=config)
+    ctx = load_talker_context(folder, thinker, config)
+    voice = load_speakers(folder)[speaker]
+    ours = generate_spoken(thinker, ctx, ids, OmniInputs(), voice.bos_token,
+                           SamplingParams(temperature=0.0, max_tokens=new_tokens),
+                           SamplingParams(temperature=0.0, max_tokens=talker_tokens, repetition_penalty=1.05),
+                           config.eos_token_id)
+    reference = Qwen2_5OmniForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    theirs = reference_reply(reference, ids, {}, speaker, new_tokens, talker_tokens, seed=seed)
+    codes = ours.audio_codes(ctx.stop_codes)
+    error = float("inf")
+    if codes == theirs.wav_codes and codes:
+        wav = Token2Wav.from_checkpoint(folder, config=config)(torch.tensor(codes), voice.cond, voice.ref_mel, seed)
+        if wav.shape == theirs.wav.shape:
+            error = (wav - theirs.wav).abs().max().item()
+    return SpokenCheck(speaker, (ours.codes, theirs.codes), error)
+
+
+def _chat_ids(folder: Path) -> list[int]:
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(folder).apply_chat_template(PROMPT, add_generation_prompt=True,
+                                                                    tokenize=True, return_dict=False)
+    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+
 def run_verify(args: argparse.Namespace, folder: Path) -> int:
     """The family's ``verify`` hook."""
     ours, theirs = verify_folder(Path(folder))
     print(f"thinker greedy tokens: {'identical' if ours == theirs else 'DIFFER'} ({len(ours)} tokens)")
     if ours != theirs:
         print(f"  omnistage:    {ours}\n  transformers: {theirs}", file=sys.stderr)
-    print("talker codes and waveform: not compared (Qwen2.5-Omni's talker and token2wav are not ported yet)")
-    return 0 if ours == theirs else 1
+    if not Qwen25OmniConfig.from_folder(folder).has_talker:
+        print("talker codes and waveform: not compared (this checkpoint has no talker)")
+        return 0 if ours == theirs else 1
+    spoken = verify_spoken(Path(folder))
+    same = spoken.codes[0] == spoken.codes[1]
+    print(f"talker codes ({spoken.speaker}): {'identical' if same else 'DIFFER'} ({len(spoken.codes[0])} codes)")
+    if not same:
+        print(f"  omnistage:    {spoken.codes[0]}\n  transformers: {spoken.codes[1]}", file=sys.stderr)
+    print(f"waveform: max |diff| {spoken.wav_error:.3g} ({'within' if spoken.wav_error < WAV_ATOL else 'OVER'} "
+          f"{WAV_ATOL:g})")
+    return 0 if ours == theirs and spoken.ok else 1

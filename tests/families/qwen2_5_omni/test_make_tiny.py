@@ -49,3 +49,10 @@ def test_greedy_margins_are_wide(omni25_dir: Path, reference: torch.nn.Module) -
 def test_verify_hook_thinker_tokens_identical(omni25_dir: Path) -> None:
     ours, theirs = verify_folder(omni25_dir, new_tokens=6)
     assert ours == theirs and len(ours) == 6
+
+
+def test_verify_hook_talker_codes_and_waveform(omni25_dir: Path) -> None:
+    from omnistage.families.qwen2_5_omni.verify import verify_spoken
+
+    check = verify_spoken(omni25_dir, new_tokens=6, talker_tokens=12)
+    assert check.ok and len(check.codes[0]) == 12, check
