@@ -27,6 +27,7 @@ from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 from omnistage.families.qwen3_omni.audio_in_video import AudioInVideoTokens, audio_order, interleaved_placeholder
 from omnistage.families.qwen3_omni.video_processor import VideoProcessor
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+from omnistage.processing.user_text import guard_for
 from omnistage.processing.video import Video
 
 
@@ -116,12 +117,11 @@ class Qwen3OmniPromptProcessor:
                             ) -> list[int]:
         """The chat as prompt ids, the assistant turn opened. ``tools``: function schemas the template renders;
         ``template_kwargs``: extra template variables (vLLM's ``chat_template_kwargs``, e.g. ``enable_thinking``);
-        ``assistant_prefix``: text the answer is made to start with (a forced tool call)."""
+        ``assistant_prefix``: text the answer is made to start with (a forced tool call). Every client string
+        stays ordinary text, its control-token strings included (``processing/user_text.py``)."""
         if self.tokenizer is None:
             raise ValueError(f"{self.folder} has no tokenizer: pass prompt token ids instead of messages")
-        kwargs = {"add_generation_prompt": True, **(template_kwargs or {})}
-        text = self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, **kwargs)
-        return list(self.tokenizer(text + assistant_prefix, add_special_tokens=False).input_ids)
+        return guard_for(self.tokenizer).chat_ids(messages, tools, template_kwargs, assistant_prefix)
 
     def process(self, token_ids: list[int], audios: list[np.ndarray] = (), images: list = (),
                 videos: list[Video] = (), use_audio_in_video: bool = False) -> Qwen3OmniPrompt:

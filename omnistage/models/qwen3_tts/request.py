@@ -3,7 +3,8 @@
 One typed input per utterance, :class:`SpeechInput`: the text, and a voice as the checkpoint's type takes it:
 CustomVoice a named ``speaker`` (plus ``instructions``, except on 0.6B models, where the reference drops them),
 VoiceDesign ``instructions`` describing the voice, Base a :class:`VoiceClone` made from a reference recording
-by :func:`make_voice_clone`. Texts are wrapped and tokenised as ``qwen_tts``'s ``Qwen3TTSModel`` does.
+by :func:`make_voice_clone`. Texts are wrapped and tokenised as ``qwen_tts``'s ``Qwen3TTSModel`` does, except that
+the caller's text, transcript and instructions stay ordinary text (``processing/user_text.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels, VoiceEncoders
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec, VoiceClone
+from omnistage.processing.user_text import UserTextGuard
 
 # The reference wrapper's default per model type: CustomVoice and VoiceDesign put the whole text in the prompt,
 # voice cloning feeds it one token per step.
@@ -45,18 +47,20 @@ class TextTokenizer:
         from transformers import Qwen2Tokenizer
 
         self._tok = Qwen2Tokenizer.from_pretrained(str(folder))
+        self._guard = UserTextGuard(self._tok)
 
     def ids(self, text: str) -> list[int]:
         return list(self._tok(text)["input_ids"])
 
+    # The caller's text stays ordinary text: a "<|im_end|>" or "<tts_pad>" in it is not a control token.
     def assistant(self, text: str) -> list[int]:
-        return self.ids(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
+        return self._guard.wrapped_ids("<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n", text=text)
 
     def reference(self, transcript: str) -> list[int]:
-        return self.ids(f"<|im_start|>assistant\n{transcript}<|im_end|>\n")
+        return self._guard.wrapped_ids("<|im_start|>assistant\n{text}<|im_end|>\n", text=transcript)
 
     def instruction(self, instructions: str) -> list[int]:
-        return self.ids(f"<|im_start|>user\n{instructions}<|im_end|>\n")
+        return self._guard.wrapped_ids("<|im_start|>user\n{text}<|im_end|>\n", text=instructions)
 
 
 def prompt_spec(config: Qwen3TTSConfig, tokenizer: TextTokenizer, request: SpeechInput) -> PromptSpec:
