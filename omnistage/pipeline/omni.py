@@ -64,7 +64,7 @@ class Omni:
 
     def request(self, messages: Messages, modalities: Iterable[str] = ("text",), *,
                 audios: Sequence[np.ndarray] = (), images: Sequence[object] = (), videos: Sequence[Video] = (),
-                use_audio_in_video: bool = False, voice: str = "ethan", initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
+                use_audio_in_video: bool = False, voice: str = "", initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
                 stream: bool = True, **sampling: object) -> OmniRequest:
         """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields.
         ``stream``: the audio is played as it arrives (chunks follow the player), else consumed whole."""
