@@ -80,6 +80,10 @@ HOSTILE: list[tuple[str, Body, int]] = [
     ("seed 2**64", {"seed": 2**64}, 400),
     ("top_k 1e23", {"top_k": 1e23}, 400),
     ("top_k past the vocabulary", {"top_k": 10**6}, 400),
+    ("a PNG header over garbage", {"messages": _user({"type": "image_url", "image_url": {
+        "url": data_url("image/png", _png_header(64, 64) + b"garbage" * 100)}})}, 400),
+    ("not an image at all", {"messages": _user({"type": "image_url", "image_url": {
+        "url": data_url("image/png", b"GIF89a" + b"\0" * 100)}})}, 400),
 ]
 
 
@@ -96,6 +100,7 @@ def test_hostile_chat_bodies_are_4xx_json(server: LiveServer, case: str, fields:
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["message"] and error["type"] == "invalid_request_error"
+    assert " object at 0x" not in error["message"]  # no heap addresses, no object reprs
     assert server.engine.requests == []  # nothing hostile reached the engine
     assert httpx.get(f"{server.base_url}/v1/models", timeout=10).status_code == 200
 
@@ -129,3 +134,79 @@ def test_schemathesis_finds_no_server_error(server: LiveServer) -> None:
         check()
     assert failures == [] and len(calls) >= 50
     assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
+
+
+def _deep(depth: int) -> bytes:
+    return b'{"model": "fake-omni", "messages": [{"role": "user", "content": ' + b"[" * depth + b"]" * depth + b"}]}"
+
+
+# (case id, raw body): malformed at the JSON level, each a 400 in OpenAI's shape that shows no object repr
+MALFORMED: list[tuple[str, bytes]] = [
+    ("JSON nested 1000 deep", _deep(1000)),
+    ("JSON nested 100000 deep", _deep(100_000)),
+    ("a lone surrogate in content", b'{"model": "fake-omni", "messages": [{"role": "user", "content": "\\ud800"}]}'),
+    ("a lone surrogate in a part", b'{"model": "fake-omni", "messages": [{"role": "user", "content": '
+                                   b'[{"type": "text", "text": "a\\udfffb"}]}]}'),
+    ("invalid UTF-8", b'{"model": "fake-omni", "messages": [{"role": "user", "content": "\xff\xfe"}]}'),
+]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", None])
+@pytest.mark.parametrize(("case", "raw"), MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_malformed_json_is_a_400_without_reprs(server: LiveServer, case: str, raw: bytes,
+                                               content_type: str | None) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    response = httpx.post(f"{server.base_url}/v1/chat/completions", content=raw, timeout=30, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert " object at 0x" not in response.text and "<" not in response.json()["error"]["message"]
+    assert server.engine.requests == []
+    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize(("path", "raw"), [
+    ("/v1/audio/speech", b'{"model": "fake-omni", "input": "hi \\ud800"}'),
+    ("/v1/responses", b'{"model": "fake-omni", "input": "\\udc00"}'),
+    ("/v1/chat/completions", b'{"model": "fake-omni", "messages": [{"role": "user", "content": "hi"}], '
+                             b'"tools": [{"type": "function", "function": {"name": "f", "description": "\\ud83d"}}]}'),
+])
+def test_a_lone_surrogate_is_a_400_on_every_json_route(server: LiveServer, path: str, raw: bytes) -> None:
+    response = httpx.post(f"{server.base_url}{path}", content=raw, timeout=30,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize("raw", [
+    '{"type": "conversation.item.create", "item": {"type": "message", "role": "user", '
+    '"content": [{"type": "input_text", "text": "hi \\ud800"}]}}',
+    '{"type": "session.update", "session": {"instructions": "\\udfff"}}',
+    '{"type": "session.update", "session": ' + "[" * 100_000 + "]" * 100_000 + "}",
+])
+def test_malformed_realtime_events_are_error_events_not_dropped_sockets(server: LiveServer, raw: str) -> None:
+    import asyncio
+
+    from tests.entrypoints.test_realtime import open_session, send, until
+
+    async def scenario() -> None:
+        async with await open_session(server) as ws:
+            await ws.send(raw)
+            error, _ = await until(ws, "error")
+            assert error["error"]["code"] == "invalid_json" and " object at 0x" not in error["error"]["message"]
+            await send(ws, {"type": "session.update", "session": {"instructions": "be brief"}})
+            updated, _ = await until(ws, "session.updated")
+            assert updated["session"]["instructions"] == "be brief"
+    asyncio.run(scenario())
+
+
+def test_stray_folders_in_the_voices_dir_are_no_voices(tmp_path) -> None:
+    from omnistage.entrypoints.openai.speech.voice_store import META, VoiceStore
+
+    store = VoiceStore(tmp_path, max_voices=4)
+    (tmp_path / "stray").mkdir()  # no meta.json
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / META).write_text("{not json")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / META).write_text('{"name": "half"}')
+    store.add("good", "x_vector", lambda folder: None)
+    assert [v.name for v in store.list()] == ["good"]

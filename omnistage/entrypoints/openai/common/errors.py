@@ -7,6 +7,7 @@ parameters, and Starlette's 404/405 keep their status but take the same body.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
@@ -22,11 +23,20 @@ INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
 
 
+_OBJECT_REPR = re.compile(r"<([\w.]+) object at 0x[0-9a-fA-F]+>")
+
+
+def scrub_reprs(message: str) -> str:
+    """``message`` without heap addresses: a library's ``<_io.BytesIO object at 0x7f...>`` becomes ``the data``."""
+    return _OBJECT_REPR.sub("the data", message)
+
+
 class APIError(Exception):
-    """An error the server answers with; raised anywhere below a route."""
+    """An error the server answers with; raised anywhere below a route. Its message never shows an object repr."""
 
     def __init__(self, status_code: int, message: str, *, type: str = INVALID_REQUEST,
                  param: str | None = None, code: str | None = None) -> None:
+        message = scrub_reprs(message)
         super().__init__(message)
         self.status_code = status_code
         self.detail = ErrorDetail(message=message, type=type, param=param, code=code)

@@ -24,6 +24,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
 from omnistage.entrypoints.openai.server_config import ServerLimits
 
 MEDIA_PART_TYPES = frozenset({"input_audio", "image_url", "audio_url", "video_url"})
@@ -141,18 +142,34 @@ PRESCANS: dict[str, Callable[[bytes, ServerLimits], None]] = {"/v1/chat/completi
                                                               "/v1/responses": prescan_responses}
 
 
+def check_json_text(body: bytes) -> None:
+    """A JSON body holds valid text: no lone surrogate escape (``common/json_text.py``)."""
+    if lone_surrogate(body):
+        raise APIError(400, LONE_SURROGATE, code="invalid_json")
+
+
+def _nested_too_deep() -> APIError:
+    return APIError(400, "the JSON is nested too deep to read", code="invalid_json")
+
+
 class BudgetedRoute(APIRoute):
-    """Runs the route's prescan on the raw body before FastAPI parses and validates it (the body is
-    read once: Starlette keeps it on the request for FastAPI's own read)."""
+    """Checks a JSON body's text, then runs the route's prescan on the raw body, before FastAPI parses and validates
+    it (the body is read once: Starlette keeps it on the request for FastAPI's own read)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         prescan = PRESCANS.get(self.path)
-        if prescan is None:
-            return handler
 
         async def budgeted(request: Request) -> Response:
-            prescan(await request.body(), request.app.state.limits)
+            kind = request.headers.get("content-type", "")
+            if prescan is not None or "json" in kind or (not kind and request.method in ("POST", "PUT", "PATCH")):
+                body = await request.body()  # FastAPI reads a body without a content type as JSON too
+                check_json_text(body)
+                try:
+                    if prescan is not None:
+                        prescan(body, request.app.state.limits)
+                except RecursionError:  # msgspec's depth limit: Python's json would fail the same way
+                    raise _nested_too_deep() from None
             return await handler(request)
 
         return budgeted

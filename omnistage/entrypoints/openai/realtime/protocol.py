@@ -23,6 +23,8 @@ from omnistage.audio import float_to_pcm16, resample
 from omnistage.audio.g711 import G711_RATE, decode_g711, encode_g711
 from omnistage.audio.vad import VadConfig
 from omnistage.core import Usage
+from omnistage.entrypoints.openai.common.errors import scrub_reprs
+from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
 from omnistage.entrypoints.openai.realtime.truncation import Truncation, parse_truncation
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
@@ -60,7 +62,7 @@ def server_event(type_: str, **fields: Any) -> dict[str, Any]:
 
 
 def error_event(exc: EventError) -> dict[str, Any]:
-    return server_event("error", error={"type": exc.error_type, "code": exc.code, "message": str(exc),
+    return server_event("error", error={"type": exc.error_type, "code": exc.code, "message": scrub_reprs(str(exc)),
                                         "param": exc.param, "event_id": exc.event_id})
 
 
@@ -76,6 +78,10 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
         event = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise EventError("invalid_json", f"the event is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise EventError("invalid_json", "the event is nested too deep to read") from None
+    if lone_surrogate(raw):
+        raise EventError("invalid_json", LONE_SURROGATE)
     if not isinstance(event, dict):
         raise EventError("invalid_event", "an event must be a JSON object")
     kind = event.get("type")

@@ -8,6 +8,7 @@ business (:meth:`omnistage.families.speech.SpeechFrontEnd.save_voice`), plus ``m
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -19,6 +20,8 @@ from pathlib import Path
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 META = "meta.json"
+
+logger = logging.getLogger(__name__)
 
 
 class VoiceStoreError(ValueError):
@@ -67,10 +70,19 @@ class VoiceStore:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def names(self) -> list[str]:
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and NAME.fullmatch(p.name))
+        """The registered voices: folders with a voice name and a ``meta.json`` (a stray folder is no voice)."""
+        return sorted(p.name for p in self.root.iterdir()
+                      if p.is_dir() and NAME.fullmatch(p.name) and (p / META).is_file())
 
     def list(self) -> list[StoredVoice]:
-        return [self.get(name) for name in self.names()]
+        """The voices whose ``meta.json`` reads; one that does not is left out (and logged), not a 500."""
+        voices = []
+        for name in self.names():
+            try:
+                voices.append(self.get(name))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                logger.warning("voice %r left out of the listing: unreadable %s (%s)", name, META, exc)
+        return voices
 
     def get(self, name: str) -> StoredVoice:
         folder = self.folder(name)
