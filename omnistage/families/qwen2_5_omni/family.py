@@ -62,12 +62,12 @@ class Qwen25OmniFamily(Family):
         processor = Qwen25OmniPromptProcessor(folder, cfg.hf.thinker_config)
         if not cfg.has_talker:
             return FrontEnd(processor.tokenizer, processor, (), cfg.max_positions)
-        from omnistage.families.qwen2_5_omni.voices import load_speakers
+        from omnistage.families.qwen2_5_omni.voices import OPENAI_VOICES, load_speakers
 
         voices = tuple(load_speakers(folder))
         default = DEFAULT_VOICE if DEFAULT_VOICE in voices else ""
         return FrontEnd(processor.tokenizer, processor, voices, cfg.max_positions, num_code_groups=1,
-                        default_voice=default)
+                        openai_voices=OPENAI_VOICES, default_voice=default)
 
     def entry_input(self, context: EdgeContext) -> ThinkerPrompt:
         request = context.request

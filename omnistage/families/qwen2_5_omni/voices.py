@@ -8,14 +8,22 @@ speech), so the family logs a warning once when audio is asked under another one
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 
 from omnistage.models.qwen2_5_omni.config import SPEAKER_FILE
 
 DEFAULT_VOICE = "Chelsie"
+# OpenAI's voice names on its two speakers (Chelsie female, Ethan male), for clients that allow only those.
+OPENAI_VOICES: Mapping[str, str] = MappingProxyType({
+    "alloy": "Chelsie", "ash": "Ethan", "ballad": "Ethan", "coral": "Chelsie", "echo": "Ethan", "fable": "Ethan",
+    "onyx": "Ethan", "nova": "Chelsie", "sage": "Chelsie", "shimmer": "Chelsie", "verse": "Ethan",
+    "marin": "Chelsie", "cedar": "Ethan",
+})
 SYSTEM_PROMPT = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "
                  "auditory and visual inputs, as well as generating text and speech.")
 

@@ -52,3 +52,12 @@ def test_the_checkpoints_voices_are_served(base_url: str) -> None:
     body = {"model": "omni25", "modalities": ["text", "audio"], "audio": {"voice": "Nobody", "format": "wav"},
             "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     assert httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=60).status_code == 400
+
+
+def test_openai_voice_names_map_onto_the_checkpoints_speakers(base_url: str) -> None:
+    models = httpx.get(f"{base_url}/", headers={"Accept": "application/json"}, timeout=10).json()
+    assert {"Chelsie", "Ethan", "alloy", "onyx"} <= set(models["voices"])
+    body = {"model": "omni25", "modalities": ["text", "audio"], "audio": {"voice": "onyx", "format": "wav"},
+            "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "hi"}],
+            "max_tokens": 4, "seed": 1}
+    assert httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).status_code == 200
