@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -74,7 +75,7 @@ def _save_weights(out: Path, seed: int, confident_tokens: int) -> None:
     torch.manual_seed(seed)
     model = Qwen3OmniMoeForConditionalGeneration._from_config(config, dtype=dtype).eval()
     _init_experts(model, std=config.initializer_range)
-    _audible_vocoder(model.code2wav)
+    audible_vocoder(model.code2wav)
     state = {name: t.detach().contiguous() for name, t in sorted(model.state_dict().items())}
     if confident_tokens:
         confident_head_(state, confident_tokens, seed)
@@ -95,7 +96,7 @@ def _init_experts(model: torch.nn.Module, std: float) -> None:
 
 
 @torch.no_grad()
-def _audible_vocoder(code2wav: torch.nn.Module) -> None:
+def audible_vocoder(code2wav: torch.nn.Module) -> None:
     """Re-draws the vocoder's convolutions with fan-in scaling.
 
     transformers' default std of 0.02 shrinks the signal ~10x per conv, leaving
@@ -151,27 +152,32 @@ def cache_root() -> Path:
     return Path(os.environ.get("OMNISTAGE_CACHE", Path.home() / ".cache" / "omnistage"))
 
 
-def tiny_model_dir(seed: int = 0, size: CheckpointSize = TINY) -> Path:
-    """The embedded checkpoint of ``size`` (the tiny one by default), made on first use under the cache folder.
+def cached_build(name: str, build: Callable[[Path], object], marker: str = "model.safetensors") -> Path:
+    """``cache_root()/name``, built by ``build(folder)`` on first use (every family's embedded checkpoints).
 
-    Built in a temporary sibling folder and renamed into place, so a crash or a
-    concurrent builder never leaves a half-written checkpoint behind.
+    Built in a temporary sibling folder and renamed into place, so a crash or a concurrent builder never leaves
+    a half-written checkpoint behind; ``marker``, a file written last, says the folder is complete.
     """
-    target = cache_root() / f"{size.name}-v{TINY_VERSION}-seed{seed}"
-    if (target / "model.safetensors").exists():
+    target = cache_root() / name
+    if (target / marker).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{size.name}-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
-        make_tiny(tmp, seed=seed, size=size)
+        build(tmp)
         try:
             tmp.rename(target)
         except OSError:
-            if not (target / "model.safetensors").exists():
+            if not (target / marker).exists():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def tiny_model_dir(seed: int = 0, size: CheckpointSize = TINY) -> Path:
+    """The embedded checkpoint of ``size`` (the tiny one by default), made on first use under the cache folder."""
+    return cached_build(f"{size.name}-v{TINY_VERSION}-seed{seed}", lambda out: make_tiny(out, seed=seed, size=size))
 
 
 def cached_checkpoint(name: str) -> Path:

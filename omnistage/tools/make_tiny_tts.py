@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -27,7 +25,7 @@ from torch import nn
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.config import TOKENIZER_FOLDER, Qwen3TTSConfig
 from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
-from omnistage.tools.make_tiny import cache_root
+from omnistage.tools.make_tiny import cached_build
 from omnistage.tools.tiny_tokenizer import save_tokenizer
 from omnistage.tools.tts_checkpoint_config import (FEATURE_EXTRACTOR, GENERATION_CONFIG, TINY, TTS_SIZES, TTSSize,
                                                    model_config, speech_tokenizer_config)
@@ -66,21 +64,9 @@ def cached_checkpoint(name: str) -> Path:
     (built aside and renamed into place, so a crash or a concurrent builder never leaves half a checkpoint)."""
     size, _, kind = name.removeprefix("tts-").partition("-")
     tts_model_type = TYPE_SUFFIXES[f"-{kind}" if kind else ""]
-    target = cache_root() / f"{name}-v{CACHE_VERSION}-seed0"
-    if (target / TOKENIZER_FOLDER / "model.safetensors").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    try:
-        make_tiny_tts(tmp, size=TTS_SIZES[size], tts_model_type=tts_model_type)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / TOKENIZER_FOLDER / "model.safetensors").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return cached_build(f"{name}-v{CACHE_VERSION}-seed0",
+                        lambda out: make_tiny_tts(out, size=TTS_SIZES[size], tts_model_type=tts_model_type),
+                        marker=f"{TOKENIZER_FOLDER}/model.safetensors")
 
 
 def make_tiny_command(args: argparse.Namespace) -> int:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -27,7 +25,7 @@ from safetensors.torch import save_file
 from omnistage.families.qwen2_5_omni.tiny_config import CODEC, SPEAKERS, speaker_bos_ids, tiny_config_dict
 from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
 from omnistage.tools.confident_head import EMBED_KEY, HEAD_KEY, confident_head_
-from omnistage.tools.make_tiny import _audible_vocoder, cache_root
+from omnistage.tools.make_tiny import audible_vocoder, cached_build
 from omnistage.tools.tiny_tokenizer import ROLE_WORDS, TokenizerLayout, save_tokenizer
 
 BPE_SIZE = 960
@@ -62,7 +60,7 @@ def _save_weights(out: Path, seed: int, layout: TokenizerLayout) -> None:
     model = Qwen2_5OmniForConditionalGeneration._from_config(Qwen2_5OmniConfig.from_pretrained(out),
                                                              dtype=torch.float32).eval()
     _wide_talker_head(model.talker.codec_head.weight, seed)
-    _audible_vocoder(model.token2wav.code2wav_bigvgan_model)
+    audible_vocoder(model.token2wav.code2wav_bigvgan_model)
     state = {name: t.detach().contiguous() for name, t in sorted(model.state_dict().items())}
     # The shared tool names Qwen3-Omni's tensors; Qwen2.5-Omni's runtime layout uses the same two names.
     assert (EMBED_KEY, HEAD_KEY) == (THINKER_EMBED, THINKER_HEAD)
@@ -111,23 +109,8 @@ def _save_processor(out: Path) -> None:
 
 
 def tiny_dir(seed: int = 0) -> Path:
-    """The embedded tiny checkpoint under ``$OMNISTAGE_CACHE``, made on first use (in a temporary sibling
-    folder renamed into place, so a crash or a concurrent builder never leaves half a checkpoint)."""
-    target = cache_root() / f"omni25-tiny-v{TINY_VERSION}-seed{seed}"
-    if (target / "model.safetensors").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".omni25-tiny-", dir=target.parent))
-    try:
-        make_tiny(tmp, seed=seed)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / "model.safetensors").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    """The embedded tiny checkpoint under ``$OMNISTAGE_CACHE``, made on first use."""
+    return cached_build(f"omni25-tiny-v{TINY_VERSION}-seed{seed}", lambda out: make_tiny(out, seed=seed))
 
 
 def cached_checkpoint(name: str) -> Path:
