@@ -86,9 +86,9 @@ class ReplicaReady(msgspec.Struct, tag=True):
 
 
 class Heartbeat(msgspec.Struct, tag=True):
-    """The replica's engine loop is turning (sent when it had nothing else to send for a while)."""
+    """The replica is alive (its pulse thread sends one every ``HEARTBEAT_S``, whatever the engine is doing)."""
 
-    passes: int  # loop passes so far
+    passes: int  # engine loop passes begun so far: unchanged between beats for long means a step never ends
 
 
 class ReplicaFailed(msgspec.Struct, tag=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, HEARTBEAT_S
+from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, DEFAULT_STEP_TIMEOUT_S, StallBounds
 
 BACKENDS = ("local", "ray")
 CONNECTORS = ("inproc", "shm", "frames")  # how tensors cross stages (pipeline/connectors/)
@@ -26,8 +26,10 @@ class PipelineOptions:
         connector then applies only where a replica shares this machine, tensors to others go in the frames).
     ray_address: the cluster to join (``ray.init(address=...)``); None joins the one started on this
         machine, else starts a local one. Ignored when this process already called ``ray.init``.
-    stage_stall_timeout_s: a ready replica silent this long (no output, no heartbeat from its engine loop) is
-        declared stalled: its requests fail, it is killed and restarted.
+    stage_stall_timeout_s: a ready replica silent this long (no output, no heartbeat from its pulse thread) is
+        declared stalled (stopped or gone): its requests fail, it is killed and restarted.
+    stage_step_timeout_s: a ready replica whose engine loop finishes no pass this long (one step that never
+        ends) is declared stalled the same way; much longer, so a long prefill is not mistaken for a hang.
     """
 
     in_process: bool = False
@@ -39,11 +41,10 @@ class PipelineOptions:
     backend: str = "local"
     ray_address: str | None = None
     stage_stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    stage_step_timeout_s: float = DEFAULT_STEP_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        if not self.stage_stall_timeout_s > HEARTBEAT_S:
-            raise ValueError(f"the stage stall timeout must be longer than the {HEARTBEAT_S:g} s heartbeat, "
-                             f"got {self.stage_stall_timeout_s}")
+        StallBounds(self.stage_stall_timeout_s, self.stage_step_timeout_s)  # a bad pair raises here, not at start
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.backend == "ray" and (self.in_process or self.connector == "inproc"):
@@ -55,6 +56,10 @@ class PipelineOptions:
             # Replicas connect back to this process's sockets, so it must run on a cluster node itself.
             raise ValueError("ray_address: Ray Client (ray://) is not supported; run the server on a cluster node "
                              "and give the cluster's GCS address (HOST:6379) or 'auto'")
+
+    @property
+    def stall_bounds(self) -> StallBounds:
+        return StallBounds(self.stage_stall_timeout_s, self.stage_step_timeout_s)
 
     @property
     def connector_kind(self) -> str:

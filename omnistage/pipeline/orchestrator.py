@@ -28,6 +28,7 @@ from omnistage.pipeline.reports import (
     StageHealth,
 )
 from omnistage.ipc.messages import (
+    Heartbeat,
     PayloadTypes,
     ReplicaFailed,
     ReplicaInput,
@@ -43,7 +44,7 @@ from omnistage.ipc.serialization import TensorStore
 from omnistage.pipeline.detokenizer import Tokenizer
 from omnistage.pipeline.flow import FlowSettings, RequestFlows
 from omnistage.pipeline.launcher import ReplicaHandle
-from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, Liveness
+from omnistage.pipeline.liveness import Liveness, StallBounds
 from omnistage.pipeline.replica import ReplicaAddresses
 from omnistage.pipeline.request_state import OutputSink, RequestTrace
 from omnistage.pipeline.router import StageRouter
@@ -116,8 +117,8 @@ class _Abort:
 
 class Orchestrator:
     def __init__(self, settings: FlowSettings, links: list[ReplicaLink], tokenizer: Tokenizer | None,
-                 ctx: zmq.Context, stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S) -> None:
-        self.stall_timeout_s = stall_timeout_s
+                 ctx: zmq.Context, stall: StallBounds = StallBounds()) -> None:
+        self.stall = stall
         self.links = {(link.stage, link.index): link for link in links}
         stages = dict.fromkeys(link.stage for link in links)
         self.routers = {s: StageRouter(s, sum(1 for link in links if link.stage == s)) for s in stages}
@@ -240,7 +241,10 @@ class Orchestrator:
                 self.flows.submit(command.request, command.sink)
 
     def _on_message(self, link: ReplicaLink, message: ReplicaMessage) -> None:
-        link.liveness.seen(time.monotonic())
+        if isinstance(message, Heartbeat):
+            link.liveness.beat(time.monotonic(), message.passes)
+        else:
+            link.liveness.progressed(time.monotonic())
         if isinstance(message, StepBatch):
             link.load = message.load
             for output in message.outputs:
@@ -291,14 +295,13 @@ class Orchestrator:
                 for message in link.receiver.drain():  # its last words (e.g. why it failed) come first
                     self._on_message(link, message)
                 self._replica_down(link, f"replica exited ({link.handle.exit_detail})")
-            elif link.healthy and link.liveness.silent_for(now) > self.stall_timeout_s:
-                self._stalled(link, now)
+            elif link.healthy and (why := link.liveness.hung(now, self.stall)):
+                self._stalled(link, why)
 
-    def _stalled(self, link: ReplicaLink, now: float) -> None:
-        """Alive but silent (hung, or stopped): its requests fail now, and the process goes, to be restarted."""
-        silent = link.liveness.silent_for(now)
-        self._replica_down(link, f"stalled: no progress for {silent:.1f} s (--stage-stall-timeout "
-                                 f"{self.stall_timeout_s:g} s); killed, restarting")
+    def _stalled(self, link: ReplicaLink, why: str) -> None:
+        """Alive but hung (stopped, or a step that never ends): its requests fail now, and the process goes, to
+        be restarted."""
+        self._replica_down(link, f"{why}; killed, restarting")
         link.handle.kill()
 
     def _replica_down(self, link: ReplicaLink, error: str) -> None:

@@ -3,7 +3,10 @@
 The input thread receives and decodes messages while the engine computes;
 the output thread encodes and sends what a pass produced, so serialisation
 overlaps the next step (vLLM v1's engine-core layout). The loop itself only
-moves typed messages between two local queues and the ``StageWorker``.
+moves typed messages between two local queues and the ``StageWorker``. A
+pulse thread sends a ``Heartbeat`` carrying the loop's pass count every
+``HEARTBEAT_S``, so a long step never silences the replica, while a step that
+never ends shows as a count that stops moving (``liveness.py``).
 A replica runs in its own process (``ProcessReplica``), as threads of the
 caller's process (``ThreadReplica``, tests and debugging) or in a Ray actor
 (``RayReplica``, possibly on another machine); all run this loop.
@@ -14,7 +17,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 import traceback
 from dataclasses import dataclass
 
@@ -64,11 +66,13 @@ class ReplicaLoop:
         self.stop = threading.Event()
         self.inbox: queue.Queue[ReplicaInput] = queue.Queue()
         self.outbox: queue.Queue[ReplicaMessage | object] = queue.Queue()
+        self.passes = 0  # engine loop passes begun; the pulse thread reads it (an int: one atomic read)
 
     def run(self) -> None:
         """Runs until ``Shutdown`` arrives or the worker cannot be built; returns after the threads stop."""
         threads = [threading.Thread(target=self._input_thread, name="replica-in", daemon=True),
-                   threading.Thread(target=self._output_thread, name="replica-out", daemon=True)]
+                   threading.Thread(target=self._output_thread, name="replica-out", daemon=True),
+                   threading.Thread(target=self._pulse_thread, name="replica-pulse", daemon=True)]
         for t in threads:
             t.start()
         try:
@@ -93,10 +97,8 @@ class ReplicaLoop:
     def _engine_loop(self, worker: StageWorker) -> None:
         last_load: ReplicaLoad | None = None
         busy = False
-        passes = 0
-        last_sent = time.monotonic()
         while not self.stop.is_set():
-            passes += 1
+            self.passes += 1
             outputs: list[StageOutput] = []
             for message in self._take_inputs(block=not busy):
                 if isinstance(message, Shutdown):
@@ -106,14 +108,9 @@ class ReplicaLoop:
             if worker.has_work():
                 busy = self._step(worker, outputs)
             load = worker.load()
-            now = time.monotonic()
             if outputs or load != last_load:
                 self.outbox.put(StepBatch(outputs, load))
-                last_load, last_sent = load, now
-            elif now - last_sent >= HEARTBEAT_S:
-                # Sent from this loop, not the I/O threads: silence means the engine itself is stuck.
-                self.outbox.put(Heartbeat(passes))
-                last_sent = now
+                last_load = load
 
     def _take_inputs(self, block: bool) -> list[ReplicaInput]:
         messages = []
@@ -162,6 +159,12 @@ class ReplicaLoop:
                     return  # nothing after it matters; returning now spares the shutdown an idle wait
         finally:
             receiver.close()
+
+    def _pulse_thread(self) -> None:
+        # Its own thread, so a long step cannot delay it; the pass count it carries tells a long step
+        # (the count moves between beats over time) from one that never ends (it stops).
+        while not self.stop.wait(HEARTBEAT_S):
+            self.outbox.put(Heartbeat(self.passes))
 
     def _output_thread(self) -> None:
         sender = Sender(self.ctx, self.addresses.outputs, self.payloads.replica_message(), self.store, bind=False)

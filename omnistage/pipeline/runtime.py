@@ -66,7 +66,7 @@ class PipelineRuntime:
         try:
             links = self._make_links(factories)
             settings = FlowSettings(graph, num_code_groups, options.talker_min_new_tokens)
-            self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx, options.stage_stall_timeout_s)
+            self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx, options.stall_bounds)
             for link in links:
                 link.handle.start()
             self.orchestrator.wait_ready(options.ready_timeout_s)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from omnistage.config.memory import parse_bytes
 from omnistage.config.pipeline import DTYPES, QUANTIZATIONS, PipelineSpec, StageOverrides, load_pipeline, per_stage
-from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S
+from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, DEFAULT_STEP_TIMEOUT_S
 from omnistage.pipeline.options import BACKENDS, CONNECTORS, PipelineOptions
 
 
@@ -32,9 +32,13 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="where stage replicas run: local processes (default) or Ray actors placed by each "
                             "stage's `placement` (docs/ray.md)")
     group.add_argument("--stage-stall-timeout", type=float, default=DEFAULT_STALL_TIMEOUT_S,
-                       help="seconds a ready stage replica may go without progress (no output, no heartbeat from "
-                            "its engine loop) before it is marked unhealthy, its requests fail, and it is killed and "
-                            f"restarted (default {DEFAULT_STALL_TIMEOUT_S:g})")
+                       help="seconds a ready stage replica may go silent (no output, no heartbeat: stopped or "
+                            "gone) before it is marked unhealthy, its requests fail, and it is killed and restarted "
+                            f"(default {DEFAULT_STALL_TIMEOUT_S:g})")
+    group.add_argument("--stage-step-timeout", type=float, default=DEFAULT_STEP_TIMEOUT_S,
+                       help="seconds one engine step of a stage replica may run (its heartbeats going on) before it "
+                            "is taken for hung and handled as a stall; raise it for very long prefills on slow "
+                            f"hosts (default {DEFAULT_STEP_TIMEOUT_S:g})")
     group.add_argument("--dtype", choices=DTYPES, default=None,
                        help="weights and activations of every stage (default: the stage config's; auto = "
                             "bfloat16 on CUDA, float32 on CPU; norms and RoPE compute in float32 either way)")
@@ -121,7 +125,8 @@ def options_from_args(args: argparse.Namespace) -> PipelineOptions:
     """The flags of :func:`add_pipeline_args` as options; ``ValueError`` names a bad combination."""
     return PipelineOptions(in_process=args.in_process, connector=args.connector,
                            talker_min_new_tokens=args.talker_min_new_tokens, backend=args.backend,
-                           ray_address=args.ray_address, stage_stall_timeout_s=args.stage_stall_timeout)
+                           ray_address=args.ray_address, stage_stall_timeout_s=args.stage_stall_timeout,
+                           stage_step_timeout_s=args.stage_step_timeout)
 
 
 def pipeline_config_from_args(args: argparse.Namespace, model: str, model_name: str | None) -> PipelineConfig:
