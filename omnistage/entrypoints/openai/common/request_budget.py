@@ -76,7 +76,7 @@ def prescan_chat(body: bytes, limits: ServerLimits) -> None:
             continue
         for part in content or ():
             chars += len(part.text) if isinstance(part.text, str) else 0
-            media += part.type in MEDIA_PART_TYPES
+            media += isinstance(part.type, str) and part.type in MEDIA_PART_TYPES  # a list type is unhashable
     if chars > limits.max_text_chars:
         raise over_budget("max_text_chars", f"the messages hold {chars} characters of text; the limit is "
                                             f"{limits.max_text_chars}", "messages", "input_too_long")
@@ -129,7 +129,7 @@ def prescan_responses(body: bytes, limits: ServerLimits) -> None:
             chars += _text_len(value)
             for part in value if isinstance(value, list) else ():
                 chars += _text_len(part.text)
-                media += part.type in RESPONSES_MEDIA_TYPES
+                media += isinstance(part.type, str) and part.type in RESPONSES_MEDIA_TYPES
     if chars > limits.max_text_chars:
         raise over_budget("max_text_chars", f"the input holds {chars} characters of text; the limit is "
                                             f"{limits.max_text_chars}", "input", "input_too_long")
