@@ -25,6 +25,7 @@ from omnistage.audio.vad import VadConfig
 from omnistage.core import Usage
 from omnistage.entrypoints.openai.common.errors import scrub_reprs
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
+from omnistage.entrypoints.openai.realtime.event_types import COMMON, EVENTS, SESSION, mistyped, without
 from omnistage.entrypoints.openai.realtime.truncation import Truncation, parse_truncation
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
@@ -90,6 +91,9 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
     if kind not in CLIENT_EVENTS:
         raise EventError("unknown_event_type", f"unknown event type {kind!r} (known: {', '.join(CLIENT_EVENTS)})",
                          param="type", event_id=event_id(event))
+    faults = mistyped(event, {**COMMON, **EVENTS.get(kind, {})})
+    if faults:
+        raise EventError("invalid_type", faults[0].message, faults[0].param, event_id(event))
     return event
 
 
@@ -382,8 +386,10 @@ def update_session(config: SessionConfig, event: dict[str, Any]) -> tuple[Sessio
                "input_format": _input_format, "output_format": _output_format, "transcription": _transcription,
                "max_output_tokens": _max_tokens, "temperature": _temperature, "tools": _tools,
                "tool_choice": _tool_choice, "truncation": _truncation}
+    faults = mistyped({"session": session}, {"session": SESSION})  # each mistyped field fails alone, too
+    session = without({"session": session}, faults).get("session", {})
     changes: dict[str, Any] = {}
-    errors: list[EventError] = []
+    errors = [EventError("invalid_type", f.message, f.param, event_id(event)) for f in faults]
     for name, param, raw in _session_fields(session):
         try:
             changes[name] = parsers[name](raw, param)

@@ -91,7 +91,10 @@ class SpeechStream:
             if receive not in done:  # the speaker failed: stop reading
                 receive.cancel()
                 return
-            raw = json.loads(receive.result())
+            try:
+                raw = json.loads(receive.result())
+            except (KeyError, RecursionError):  # a binary frame (receive_text finds no text), or JSON nested too deep
+                raise ValueError("an event must be a JSON object in a text frame, not nested too deep") from None
             if first and speaks_vllm_omni(raw):  # the first event tells which protocol the client speaks
                 self.dialect = VllmOmniStreamDialect(self.ws)
             first = False

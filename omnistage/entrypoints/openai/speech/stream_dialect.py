@@ -30,6 +30,14 @@ class TextIn:
 ClientEvent = Configure | TextIn
 
 
+def text_field(event: dict[str, Any], key: str) -> str:
+    """An event's text (absent or null: none); a number or an object there is a client's mistake, not text."""
+    value = event.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"'{key}' must be a string")
+    return value or ""
+
+
 class StreamDialect:
     """This server's own events. A client speaking another protocol gets a subclass that translates both ways
     (:mod:`omnistage.entrypoints.openai.speech.vllm_omni`); the session itself is the same."""
@@ -46,7 +54,7 @@ class StreamDialect:
                                                                      else {})}
             return Configure(SpeechRequest.model_validate({"input": " ", **fields}))
         if kind in ("input_text.delta", "input_text.done"):
-            return TextIn(str(event.get("delta") or ""), done=kind == "input_text.done")
+            return TextIn(text_field(event, "delta"), done=kind == "input_text.done")
         raise ValueError(f"unknown event type {kind!r} (session.update, input_text.delta, input_text.done)")
 
     async def segment_started(self, index: int, text: str, body: SpeechRequest) -> None:

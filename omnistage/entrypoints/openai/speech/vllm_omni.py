@@ -14,7 +14,13 @@ from typing import Any
 from omnistage.core import OUTPUT_SAMPLE_RATE
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
-from omnistage.entrypoints.openai.speech.stream_dialect import ClientEvent, Configure, StreamDialect, TextIn
+from omnistage.entrypoints.openai.speech.stream_dialect import (
+    ClientEvent,
+    Configure,
+    StreamDialect,
+    TextIn,
+    text_field,
+)
 
 # session.config keys that are not SpeechRequest fields under the same name: stream_audio is ``stream``.
 RENAMED = {"stream_audio": "stream"}
@@ -34,7 +40,7 @@ class VllmOmniStreamDialect(StreamDialect):
             fields = {RENAMED.get(k, k): v for k, v in event.items() if k not in IGNORED}
             return Configure(SpeechRequest.model_validate({"input": " ", **fields}))
         if kind in ("input.text", "input.done"):
-            return TextIn(str(event.get("text") or ""), done=kind == "input.done")
+            return TextIn(text_field(event, "text"), done=kind == "input.done")
         raise ValueError(f"unknown message type {kind!r} (session.config, input.text, input.done)")
 
     async def segment_started(self, index: int, text: str, body: SpeechRequest) -> None:
