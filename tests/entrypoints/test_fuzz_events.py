@@ -132,7 +132,8 @@ def test_a_mistyped_session_field_fails_alone_while_the_others_apply(server: Liv
     assert [(e["code"], e["param"]) for e in errors] == [("invalid_type", "session.temperature"),
                                                          ("invalid_type", "session.audio.input"),
                                                          ("invalid_type", "session.audio.output.speed")]
-    assert errors[0]["message"] == "Invalid type for 'session.temperature': expected a number, but got a string instead."
+    assert errors[0]["message"] == ("Invalid type for 'session.temperature': expected a number, but got a string "
+                                    "instead.")
     session = events[-1]["session"]
     assert events[-1]["type"] == "session.updated" and session["instructions"] == "kept"
     assert session["audio"]["output"]["voice"] == "Aiden"

@@ -99,7 +99,11 @@ CLIENT_SECRET: Json = {
 }
 VOICE: Json = {"name": "v", "audio": {"data": b64(WAV), "format": "wav"}, "transcript": "hello"}
 JSON_ROUTES = [("/v1/chat/completions", CHAT), ("/v1/responses", RESPONSES), ("/v1/audio/speech", SPEECH),
-               ("/v1/realtime/client_secrets", CLIENT_SECRET)]
+               ("/v1/realtime/client_secrets", CLIENT_SECRET),
+               ("/v1/chat/completions", {**CHAT, "stream": True, "stream_options": {"include_usage": True}}),
+               ("/v1/responses", {**RESPONSES, "stream": True})]
+ROUTE_IDS = ["chat", "responses", "speech", "client_secrets", "chat-streamed", "responses-streamed"]
+STREAM_ENDS = ("[DONE]", "response.completed", "response.incomplete", "response.failed")
 NOT_FUZZED = frozenset({"model"})  # a wrong model is a 404 before anything else: it would hide the other fields
 _names = itertools.count()
 
@@ -117,7 +121,21 @@ def problem(response: httpx.Response, what: str) -> str | None:
             return f"{what}: {status} is not an OpenAI error: {text[:200]}"
         if not isinstance(message, str) or " object at 0x" in message:
             return f"{what}: {status} error message {message!r:.200}"
+    elif response.headers.get("content-type", "").startswith("text/event-stream") and \
+            _last_event(text) not in STREAM_ENDS:
+        return f"{what}: the stream was cut: ...{text[-200:]}"
     return None
+
+
+def _last_event(sse: str) -> str:
+    """The type of a stream's last event (``[DONE]`` for a chat stream's end)."""
+    data = [line[len("data: "):] for line in sse.splitlines() if line.startswith("data: ")]
+    if not data or data[-1] == "[DONE]":
+        return "[DONE]" if data else ""
+    try:
+        return str(json.loads(data[-1]).get("type"))
+    except (ValueError, AttributeError):
+        return ""
 
 
 def _post(client: httpx.Client, path: str, body: Json) -> httpx.Response:
@@ -173,7 +191,7 @@ def _fuzz_every_field(base_url: str, path: str, body: Json) -> list[str]:
     return [f for f in failures if f]
 
 
-@pytest.mark.parametrize(("path", "body"), JSON_ROUTES, ids=[p for p, _ in JSON_ROUTES])
+@pytest.mark.parametrize(("path", "body"), JSON_ROUTES, ids=ROUTE_IDS)
 def test_every_field_of_every_json_route_with_every_wrong_type_is_a_4xx(server: LiveServer, path: str,
                                                                         body: Json) -> None:
     assert _fuzz_every_field(server.base_url, path, body) == []
@@ -186,7 +204,7 @@ def test_every_field_of_a_voice_upload_with_every_wrong_type_is_a_4xx(voices_url
 
 
 @pytest.mark.parametrize(("path", "body"), [*JSON_ROUTES, ("/v1/audio/voices", VOICE)],
-                         ids=[*(p for p, _ in JSON_ROUTES), "/v1/audio/voices"])
+                         ids=[*ROUTE_IDS, "voices"])
 def test_arbitrary_json_anywhere_in_a_body_is_never_a_5xx(server: LiveServer, voices_url: str, path: str,
                                                           body: Json) -> None:
     base_url = voices_url if path == "/v1/audio/voices" else server.base_url
@@ -208,7 +226,8 @@ GARBAGE_FIELDS = ["", "-1", "1e999", "nan", "[]", "{\"a\": 1}", "x" * 5000, "\x0
 TRANSCRIPTION_FIELDS = {"model": "fake-omni", "language": "en", "prompt": "p", "response_format": "verbose_json",
                         "temperature": "0.2", "timestamp_granularities[]": "segment", "stream": "false",
                         "chunking_strategy": "auto"}
-GARBAGE_FILES = [b"", b"RIFF", WAV[:60], WAV[:44] + b"\xff" * 100, b"\x00" * 4096, b"fLaC\x00\x00\x00\x22" + b"\xff" * 64,
+GARBAGE_FILES = [b"", b"RIFF", WAV[:60], WAV[:44] + b"\xff" * 100, b"\x00" * 4096,
+                 b"fLaC\x00\x00\x00\x22" + b"\xff" * 64,
                  b"OggS" + b"\x00" * 60, b"ID3\x04" + b"\x00" * 60, wav_bytes(0.1, rate=8000, channels=2)]
 
 
