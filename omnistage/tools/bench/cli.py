@@ -48,6 +48,35 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_roofline_parser(targets)
     add_quant_parser(targets)
     add_serve_parser(targets)
+    add_realtime_parser(targets)
+
+
+def _seconds(text: str) -> list[float]:
+    values = [float(x) for x in text.split(",") if x.strip()]
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"--utterance-seconds wants positive lengths like 2,8,20, got {text!r}")
+    return values
+
+
+def add_realtime_parser(targets: argparse._SubParsersAction) -> None:
+    rt = targets.add_parser("realtime", help="voice-agent latency: end of speech to first audio over WS /v1/realtime")
+    rt.add_argument("--model", default="tiny", help=MODEL_HELP)
+    rt.add_argument("--url", default=None, help="drive a running server (http://HOST:PORT); default: start "
+                                               "`omnistage serve MODEL` for the run")
+    rt.add_argument("--served-model-name", dest="served_model", default=None, help="with --url: the model id")
+    rt.add_argument("--server-args", default="", help="extra `omnistage serve` flags for the started server")
+    rt.add_argument("--concurrency", type=_batches, default=[1, 4], help="concurrent sessions per level")
+    rt.add_argument("--utterance-seconds", type=_seconds, default=[2.0, 8.0, 20.0], help="user turn lengths")
+    rt.add_argument("--turns", type=int, default=3, help="measured turns per session (default 3)")
+    rt.add_argument("--reply-tokens", type=int, default=24, help="max_output_tokens of each reply (default 24)")
+    rt.add_argument("--streaming-input", choices=["on", "off", "both", "server"], default="both",
+                    help="measure with the server's streaming input prefill, without it, or both alternating "
+                         "(server: send no per-session option)")
+    rt.add_argument("--barge-in", action=argparse.BooleanOptionalAction, default=True,
+                    help="end each session with an interrupted reply (barge-in stop time)")
+    rt.add_argument("--underrun-tolerance", type=float, default=0.0, help="shortfall (s) a stream may have")
+    rt.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
+    rt.set_defaults(func=_lazy_main("omnistage.tools.bench.realtime"))
 
 
 def add_quant_parser(targets: argparse._SubParsersAction) -> None:

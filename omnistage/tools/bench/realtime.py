@@ -1,0 +1,176 @@
+"""``omnistage bench realtime``: voice-agent latency over ``WS /v1/realtime`` with server VAD.
+
+N concurrent sessions (``realtime_session.py``) each speak several turns of
+espeak-ng speech at real-time pace and let server VAD end each turn. Per level
+(concurrency × utterance length × streaming input): end of speech → first audio
+delta and → first text delta (p50, p95), the reply's RTF (wall seconds per audio
+second after its first audio), streams that would underrun a player, the
+prompt tokens each turn prefilled (``usage``: input minus cached), and the
+barge-in stop time. ``--streaming-input both`` (default) measures every level
+with and without the server's streaming input prefill, alternating which goes
+first, so the two share the machine's state.
+
+The server is ``--url`` (a running ``omnistage serve``), or else one started
+here for the run (``omnistage serve MODEL`` on a free local port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from omnistage.tools.bench.realtime_session import BenchSession, SessionPlan, TurnRecord
+from omnistage.tools.bench.realtime_speech import shorten_pauses, synthesize
+
+SERVER_START_TIMEOUT_S = 900.0  # a first run may build the embedded checkpoint
+
+
+def _modes(choice: str) -> list[bool | None]:
+    return {"on": [True], "off": [False], "both": [False, True], "server": [None]}[choice]
+
+
+def _pct(values: list[float], p: float) -> float | None:
+    return float(np.percentile(values, p)) if values else None
+
+
+def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sessions: list[list[TurnRecord]],
+              barges: list[float | None], underrun_tolerance_s: float) -> dict[str, object]:
+    """One level's figures; ``sessions``: each session's turns in order."""
+    turns = [t for session in sessions for t in session]
+    ok = [t for t in turns if t.ok]
+    audio_ms = [(t.first_audio - t.eos) * 1000 for t in ok]
+    text_ms = [(t.first_text - t.eos) * 1000 for t in ok if t.first_text is not None]
+    rtf = [(t.done - t.first_audio) / s for t in ok if (s := t.stream().audio_seconds) > 0]
+    per_turn: dict[int, list[int]] = {}
+    for session in sessions:
+        for i, t in enumerate(session):
+            if t.ok:
+                per_turn.setdefault(i, []).append(t.prefill_tokens)
+    stops = [b for b in barges if b is not None]
+    return {
+        "concurrency": concurrency, "utterance_s": utterance_s, "streaming_input": streaming,
+        "turns": len(turns), "failed_turns": len(turns) - len(ok),
+        "errors": sorted({t.error for t in turns if t.error})[:3],
+        "eos_to_first_audio_ms_p50": _pct(audio_ms, 50), "eos_to_first_audio_ms_p95": _pct(audio_ms, 95),
+        "eos_to_first_text_ms_p50": _pct(text_ms, 50), "eos_to_first_text_ms_p95": _pct(text_ms, 95),
+        "reply_rtf_p50": _pct(rtf, 50),
+        "underrun_streams": sum(1 for t in ok if t.stream().underrun_s() > underrun_tolerance_s),
+        "barge_in_stop_ms_p50": _pct(stops, 50), "barge_ins": len(stops),
+        "prefill_tokens_per_turn": [float(np.mean(per_turn[i])) for i in sorted(per_turn)],
+    }
+
+
+async def run_level(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
+                    speech: np.ndarray) -> tuple[list[list[TurnRecord]], list[float | None]]:
+    sessions = [BenchSession(SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in,
+                                         speech, offset_s=3.7 * i)) for i in range(concurrency)]
+    results = await asyncio.gather(*(s.run() for s in sessions), return_exceptions=True)
+    for session, result in zip(sessions, results):
+        if isinstance(result, BaseException):
+            session.turns.append(TurnRecord(utterance_s, error=f"{type(result).__name__}: {result}"))
+    return [s.turns for s in sessions], [s.barge.stop_ms if s.barge else None for s in sessions]
+
+
+@contextlib.contextmanager
+def local_server(model: str, extra: list[str]) -> Iterator[str]:
+    """``omnistage serve MODEL`` on a free port for the run; yields its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-c", "from omnistage.entrypoints.cli import main; raise SystemExit(main())",
+           "serve", model, "--host", "127.0.0.1", "--port", str(port), *extra]
+    proc = subprocess.Popen(cmd)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_healthy(base: str, proc: subprocess.Popen) -> None:
+    import httpx
+
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {proc.returncode} before it was ready")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                return
+        time.sleep(1.0)
+    raise RuntimeError(f"the server was not ready after {SERVER_START_TIMEOUT_S:g} s")
+
+
+def _served_name(base: str) -> str:
+    import httpx
+
+    return httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 10 else f"{v:.2f}"
+    return "-" if v is None else str(v)
+
+
+def print_table(levels: list[dict[str, object]]) -> None:
+    cols = ("concurrency", "utterance_s", "streaming_input", "eos_to_first_audio_ms_p50", "eos_to_first_audio_ms_p95",
+            "eos_to_first_text_ms_p50", "reply_rtf_p50", "underrun_streams", "barge_in_stop_ms_p50", "failed_turns",
+            "prefill_tokens_per_turn")
+    short = ("conc", "utt_s", "stream", "audio_p50", "audio_p95", "text_p50", "rtf", "underrun", "barge_p50", "fail",
+             "prefill/turn")
+    print(" ".join(f"{c:>10}" for c in short))
+    for level in levels:
+        cells = [", ".join(f"{x:.0f}" for x in level[c]) if c == "prefill_tokens_per_turn" else _fmt(level[c])
+                 for c in cols]
+        print(" ".join(f"{c:>10}" for c in cells))
+        if level["errors"]:
+            print(f"{'':>10} errors: {level['errors']}")
+
+
+async def _bench(base: str, args: argparse.Namespace) -> list[dict[str, object]]:
+    name = args.served_model or _served_name(base)
+    url = base.replace("http", "ws", 1) + f"/v1/realtime?model={name}"
+    speech, source = synthesize()
+    speech = shorten_pauses(speech)
+    print(f"speech: {source}, {len(speech) / 24000:.1f} s paragraph")
+    levels: list[dict[str, object]] = []
+    k = 0
+    for concurrency in args.concurrency:
+        for utterance_s in args.utterance_seconds:
+            modes = _modes(args.streaming_input)
+            for streaming in modes if k % 2 == 0 else modes[::-1]:  # alternate which mode runs first
+                turns, barges = await run_level(url, concurrency, utterance_s, streaming, args, speech)
+                levels.append(summarize(concurrency, utterance_s, streaming, turns, barges, args.underrun_tolerance))
+                print_table(levels[-1:])
+            k += 1
+    return levels
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.url:
+        levels = asyncio.run(_bench(args.url.rstrip("/"), args))
+    else:
+        with local_server(args.model, shlex.split(args.server_args)) as base:
+            levels = asyncio.run(_bench(base, args))
+    print("\nall levels:")
+    print_table(levels)
+    if args.json_out:
+        payload = {"model": str(args.model), "turns": args.turns, "reply_tokens": args.reply_tokens, "levels": levels}
+        Path(args.json_out).write_text(json.dumps(payload, indent=2))
+    return 0 if all(level["failed_turns"] == 0 for level in levels) else 1

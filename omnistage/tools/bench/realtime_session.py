@@ -1,0 +1,219 @@
+"""One benchmark voice session of ``omnistage bench realtime``: a client speaking turns over ``WS /v1/realtime``.
+
+The client behaves as a microphone does: 100 ms PCM16 appends at real-time pace,
+speech then silence, for ever, while server VAD decides where turns end and
+starts each response. A turn's *end of speech* is when its last speech packet
+was sent; the reply's first ``response.output_audio.delta`` and first text delta
+are timed from it. The barge-in turn speaks again once the reply's audio has
+started: its stop time runs from the new speech's onset (the packet that
+carried it) to the interrupted reply's last audio delta.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from omnistage.tools.bench.metrics import StreamRecord
+from omnistage.tools.bench.realtime_speech import APPEND_S, appends, silence_packet, utterance
+
+BARGE_REPLY_TOKENS = 400  # the interrupted reply's cap
+REPLY_TIMEOUT_S = 300.0  # a reply that never finishes fails the turn instead of hanging the run
+
+
+@dataclass
+class TurnRecord:
+    """One user turn and the reply it drew (times are ``time.perf_counter()`` seconds)."""
+
+    utterance_s: float
+    eos: float = 0.0  # when the last speech packet went out
+    first_audio: float | None = None
+    first_text: float | None = None
+    audio: list[tuple[float, int]] = field(default_factory=list)  # (arrival, samples) per audio delta
+    done: float | None = None
+    status: str = ""
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        # "incomplete": the reply reached max_output_tokens, as the benchmark bounds every reply.
+        return self.error is None and self.status in ("completed", "incomplete") and self.first_audio is not None
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens the thinker computed for this reply (the rest came from its prefix cache)."""
+        return self.input_tokens - self.cached_tokens
+
+    def stream(self) -> StreamRecord:
+        record = StreamRecord(self.eos, end=self.done)
+        record.audio = list(self.audio)
+        return record
+
+
+@dataclass
+class BargeIn:
+    onset: float  # when the packet carrying the new speech's first sound went out
+    last_audio: float | None = None  # the interrupted reply's last audio delta
+    status: str = ""
+
+    @property
+    def stop_ms(self) -> float | None:
+        if self.last_audio is None:
+            return None
+        return max(0.0, self.last_audio - self.onset) * 1000.0
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    url: str  # ws://host:port/v1/realtime?model=...
+    utterance_s: float
+    turns: int
+    streaming_input: bool | None  # None: the server's default (no per-session option sent)
+    reply_tokens: int
+    barge_in: bool
+    speech: np.ndarray  # the paragraph utterances are cut from (24 kHz float32)
+    offset_s: float  # where this session's speech starts in it (sessions say different things)
+
+
+class BenchSession:
+    def __init__(self, plan: SessionPlan) -> None:
+        self.plan = plan
+        self.turns: list[TurnRecord] = []
+        self.barge: BargeIn | None = None
+        self._by_response: dict[str, TurnRecord] = {}
+        self._pending: TurnRecord | None = None  # the turn whose response has not been created yet
+        self._finished: asyncio.Event = asyncio.Event()
+        self._ws: Any = None
+        self._barged: TurnRecord | None = None  # the reply the barge-in interrupts
+        self._clock = 0.0  # when the next microphone packet is due
+
+    async def run(self) -> None:
+        import websockets
+
+        async with websockets.connect(self.plan.url, max_size=None) as ws:
+            self._ws = ws
+            await ws.send(json.dumps({"type": "session.update", "session": self._session()}))
+            reader = asyncio.create_task(self._read())
+            try:
+                self._clock = time.perf_counter()
+                for i in range(self.plan.turns):
+                    await self._turn(i)
+                if self.plan.barge_in:
+                    await self._barge_in()
+            finally:
+                reader.cancel()
+
+    def _session(self) -> dict[str, Any]:
+        session: dict[str, Any] = {
+            "type": "realtime", "output_modalities": ["audio"], "max_output_tokens": self.plan.reply_tokens,
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
+                                "turn_detection": {"type": "server_vad"}}}}
+        if self.plan.streaming_input is not None:
+            session["streaming_input"] = self.plan.streaming_input
+        return session
+
+    async def _send_packet(self, pcm: bytes) -> float:
+        """Sends one packet when a microphone would (at the end of the 100 ms it recorded)."""
+        self._clock += len(pcm) / 2 / 24000
+        delay = self._clock - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        else:
+            self._clock = time.perf_counter()  # the client fell behind: real time restarts here
+        await self._ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                        "audio": base64.b64encode(pcm).decode()}))
+        return time.perf_counter()
+
+    async def _speak(self, seconds: float, offset_s: float) -> list[float]:
+        sent = []
+        for pcm in appends(utterance(self.plan.speech, seconds, offset_s)):
+            sent.append(await self._send_packet(pcm))
+        return sent
+
+    async def _silence_until(self, done: asyncio.Event, timeout_s: float) -> bool:
+        deadline = time.perf_counter() + timeout_s
+        while not done.is_set():
+            if time.perf_counter() > deadline:
+                return False
+            await self._send_packet(silence_packet())
+        return True
+
+    async def _turn(self, index: int) -> None:
+        turn = TurnRecord(self.plan.utterance_s)
+        self.turns.append(turn)
+        await self._silence_for(0.5)  # a breath between turns
+        self._pending, self._finished = turn, asyncio.Event()
+        turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s + index * turn.utterance_s))[-1]
+        if not await self._silence_until(self._finished, REPLY_TIMEOUT_S):
+            turn.error = turn.error or "no response.done"
+
+    async def _silence_for(self, seconds: float) -> None:
+        for _ in range(max(1, round(seconds / APPEND_S))):
+            await self._send_packet(silence_packet())
+
+    async def _barge_in(self) -> None:
+        """One more turn, interrupted: new speech starts once the reply's audio is flowing."""
+        turn = TurnRecord(self.plan.utterance_s)
+        # A long reply, so the new speech lands while it is still being generated.
+        await self._ws.send(json.dumps({"type": "session.update",
+                                        "session": {"type": "realtime", "max_output_tokens": BARGE_REPLY_TOKENS}}))
+        await self._silence_for(0.5)
+        self._pending, self._finished = turn, asyncio.Event()
+        turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s))[-1]
+        while turn.first_audio is None and not self._finished.is_set():
+            await self._send_packet(silence_packet())
+            if time.perf_counter() - turn.eos > REPLY_TIMEOUT_S:
+                return
+        if self._finished.is_set():
+            return  # the reply ended before it could be interrupted
+        self._finished, self._barged = asyncio.Event(), turn
+        packets = appends(utterance(self.plan.speech, 1.5, self.plan.offset_s + 3.0))
+        self.barge = BargeIn(await self._send_packet(packets[0]))
+        for pcm in packets[1:]:
+            await self._send_packet(pcm)
+        await self._silence_until(self._finished, REPLY_TIMEOUT_S)
+
+    async def _read(self) -> None:
+        async for raw in self._ws:
+            self._on_event(json.loads(raw), time.perf_counter())
+
+    def _on_event(self, event: dict[str, Any], now: float) -> None:
+        kind = event.get("type", "")
+        if kind == "response.created" and self._pending is not None:
+            self._by_response[event["response"]["id"]] = self._pending
+            self._pending = None
+            return
+        turn = self._by_response.get(event.get("response_id") or event.get("response", {}).get("id", ""))
+        if kind == "error":
+            target = turn or (self.turns[-1] if self.turns else None)
+            if target is not None and target.error is None:
+                target.error = event.get("error", {}).get("message", "error")
+        if turn is None:
+            return
+        if kind == "response.output_audio.delta":
+            turn.first_audio = turn.first_audio or now
+            turn.audio.append((now, len(base64.b64decode(event["delta"])) // 2))
+        elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
+            turn.first_text = turn.first_text or now
+        elif kind == "response.done":
+            self._response_done(turn, event["response"], now)
+
+    def _response_done(self, turn: TurnRecord, response: dict[str, Any], now: float) -> None:
+        turn.done, turn.status = now, response.get("status", "")
+        usage = response.get("usage") or {}
+        turn.input_tokens = int(usage.get("input_tokens", 0))
+        turn.cached_tokens = int((usage.get("input_token_details") or {}).get("cached_tokens", 0))
+        if self.barge is not None and turn is self._barged:
+            self.barge.status = turn.status
+            self.barge.last_audio = turn.audio[-1][0] if turn.audio else None
+        if turn.status == "failed" and turn.error is None:
+            turn.error = str((response.get("status_details") or {}).get("error", "failed"))
+        self._finished.set()
