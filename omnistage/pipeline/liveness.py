@@ -4,7 +4,7 @@ A process that is alive is not necessarily working: a replica that is
 SIGSTOPped, deadlocked or wedged in a kernel still passes ``is_alive``. Two
 signs are watched, each with its own bound:
 
-* **Pulse** (``stall_timeout_s``, default ``DEFAULT_STALL_TIMEOUT_S`` = 10 s): a
+* **Pulse** (``stall_timeout_s``, default ``DEFAULT_STALL_TIMEOUT_S`` = 8 s): a
   heartbeat thread of the replica (``replica.Pulse``) sends a ``Heartbeat``
   every ``HEARTBEAT_S`` whatever the engine is doing. A replica silent this
   long is stopped or gone (SIGSTOP freezes every thread, the pulse too), or
@@ -12,9 +12,12 @@ signs are watched, each with its own bound:
   the engine step runs on another thread, torch releases the GIL inside its
   kernels, and between bytecodes CPython hands the GIL over every
   ``sys.getswitchinterval()`` (5 ms), so the pulse thread waits milliseconds,
-  not seconds. The default is ten heartbeat periods: a pulse late by 9 s would
+  not seconds. The default is eight heartbeat periods: a pulse late by 7 s would
   need one C call holding the GIL that long, which nothing in a replica's step
-  does (a step's work is bounded by its token budget and runs in torch).
+  does (a step's work is bounded by its token budget and runs in torch). The
+  orchestrator checks every ``LIVENESS_EVERY_S`` (0.5 s) and stamps a message
+  when it drains it (a busy orchestrator cannot make a replica look silent), so
+  a stopped replica is seen within 8.5 s, under the 10 s a voice client bears.
 * **Progress** (``step_timeout_s``, default ``DEFAULT_STEP_TIMEOUT_S`` = 300 s):
   each heartbeat carries the engine loop's pass count, which grows every pass
   (at least every ``IDLE_WAIT_S`` when idle). A count unchanged this long
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 HEARTBEAT_S = 1.0  # a replica's pulse thread reports this often
 RESTART_BACKOFF_S = (0.5, 30.0)  # first wait before restarting a dead replica, and the cap as it doubles
 BACKOFF_RESET_S = 60.0  # healthy this long: the next failure restarts after the first wait again
-DEFAULT_STALL_TIMEOUT_S = 10.0  # no heartbeat this long: stopped or gone (a voice client notices in seconds)
+DEFAULT_STALL_TIMEOUT_S = 8.0  # no heartbeat this long: stopped or gone (a voice client notices in seconds)
 DEFAULT_STEP_TIMEOUT_S = 300.0  # heartbeats but no engine pass this long: a step that never ends
 
 
