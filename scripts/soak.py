@@ -1,18 +1,29 @@
-"""Soak: a bounded mixed load against an omnistage server, checking for error responses and flat memory.
+"""Soak: a bounded mixed load against an omnistage server, with issue 28's hostile probes interleaved, checking for
+errors, flat memory and a responsive event loop.
 
-    .venv/bin/python scripts/soak.py --minutes 10                 # starts `omnistage serve --model tiny` itself
+    .venv/bin/python scripts/soak.py --minutes 10 --json soak.json   # starts `omnistage serve tiny` (and a tiny
+                                                                      # Qwen3-TTS Base server for voice uploads)
     .venv/bin/python scripts/soak.py --url http://127.0.0.1:8000 --server-pid PID --minutes 10
       (that server started with --api-key soak-key --send-timeout 5 --header-timeout 5)
 
-The mix, per client loop: whole text chats, streamed text+speech chats, /v1/audio/speech, streams the client
-leaves early (disconnects), and hostile cases: bad bodies (sampling extremes, odd sample rates, pixel bombs,
-bad paths: must be 4xx), a 16 MB body of a million empty messages (400), requests without the API key (401),
-streams whose client never reads (the server must cut them after --send-timeout) and slowloris headers (cut
-after --header-timeout). Any 5xx, any unexpected status or a stream without its end counts as an error.
-Memory is the summed RSS of the server and its stage processes, sampled every few seconds; "flat" compares the
-mean of the last quarter of the run with the first quarter after warm-up.
-At the end /metrics must show no KV blocks, queued/running requests or shared-memory segments left.
-Exit status 0 only when there were no errors, memory grew less than --max-growth-mib, and nothing leaked.
+Normal traffic, per client loop: whole text chats, streamed text+speech chats, /v1/audio/speech, streams the
+client leaves early (disconnects), and small hostile cases: bad bodies (must be 4xx), requests without the API
+key (401), streams whose client never reads (cut after --send-timeout) and slowloris headers (cut after
+--header-timeout). Meanwhile one prober runs issue 28's probes in turn (``soak_probes.py``): control tokens in
+user text, JSON 100k deep, lone surrogates (HTTP and realtime), a million empty parts, 200k tool calls, 20 MB of
+arguments, a 599 s 192 kHz 8-channel FLAC, realtime commits of 600 s without a response, a 4 MB speech-stream
+delta, a voice upload declaring 5 MHz, four 60 MB data: media at once; 100 connections trickle a 200 MB body a
+byte every 5 s; and once, at 40% of the run, the talker is SIGSTOPped (/health must turn 503 within the stall
+timeout and recover; normal requests failing meanwhile are counted apart as ``during_fault``).
+Any 5xx, unexpected status, dropped socket or stream without its end counts as an error. Memory is the summed
+RSS of the server and its stage processes every --sample-s (the timeline is in the JSON); "flat" compares the
+last quarter of the run with the first quarter after warm-up. Event-loop lag: p99 of the server's
+``omnistage_event_loop_lag_seconds`` histogram over the run when /metrics has it, and always the soak's own
+canary (/health every 0.25 s): its p99, and its worst latency during each probe. At the end /metrics must show
+no KV blocks, queued/running requests or shared-memory segments left.
+The run lasts --minutes, or longer until every probe has run once.
+Exit status 0 only when there were no errors, memory grew less than --max-growth-mib, the lag p99 stayed under
+--max-lag-ms, and nothing leaked.
 """
 
 from __future__ import annotations
@@ -20,10 +31,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import itertools
 import json
 import os
 import random
-import signal
 import socket
 import struct
 import subprocess
@@ -34,10 +45,24 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from soak_probes import ProbeSizes, Probes
+from soak_server import (
+    API_KEY,
+    HEADER_TIMEOUT_S,
+    SEND_TIMEOUT_S,
+    histogram,
+    leftovers,
+    memory_figures,
+    p99,
+    rss_kib,
+    start_server,
+    start_voices_server,
+    stop,
+)
 
-API_KEY = "soak-key"
-SEND_TIMEOUT_S = 5.0  # the server this script starts uses these; a --url server should too
-HEADER_TIMEOUT_S = 5.0
+NORMAL = frozenset({"chat", "stream", "disconnect", "speech", "hostile", "million_messages", "no_key",
+                    "stalled_reader", "slowloris", "transport"})
+LAG = "omnistage_event_loop_lag_seconds"
 
 
 def _wav(rate: int, frames: int) -> str:
@@ -78,24 +103,8 @@ HOSTILE = [
 MILLION_EMPTY = json.dumps({"model": "tiny", "messages": [{"role": "user"}] * 1_000_000}).encode()
 
 
-def _rss_kib(pid: int) -> int:
-    """RSS of ``pid`` and all its descendants, from /proc."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total
-
-
 class Soak:
-    def __init__(self, url: str, model: str, seed: int) -> None:
+    def __init__(self, url: str, model: str, seed: int, probes: Probes) -> None:
         self.url = url
         self.host, self.port = url.removeprefix("http://").rsplit(":", 1)
         self.model = model
@@ -103,14 +112,22 @@ class Soak:
         self.counts: Counter[str] = Counter()
         self.errors: list[str] = []
         self.latencies: dict[str, list[float]] = {}
+        self.probes = probes
+        self.canary: list[tuple[float, float]] = []  # (when, /health latency)
+        self.sigstop: dict[str, float | None] = {}
 
     def _record(self, kind: str, started: float, ok: bool, detail: str = "") -> None:
         self.counts[kind] += 1
         self.latencies.setdefault(kind, []).append(time.monotonic() - started)
-        if not ok:
-            self.counts["errors"] += 1
-            if len(self.errors) < 20:
-                self.errors.append(f"{kind}: {detail[:300]}")
+        if ok:
+            return
+        fault_start, fault_end = self.probes.fault
+        if kind in NORMAL and started <= fault_end and time.monotonic() >= fault_start:
+            self.counts["during_fault"] += 1  # the talker was stopped on purpose: its requests may fail
+            return
+        self.counts["errors"] += 1
+        if len(self.errors) < 30:
+            self.errors.append(f"{kind}: {detail[:300]}")
 
     def _chat(self, **extra: object) -> dict[str, object]:
         return {"model": self.model, "messages": [{"role": "user", "content": f"soak {self.rng.random():.6f}"}],
@@ -241,86 +258,114 @@ class Soak:
             self._record("transport", time.monotonic(), False, repr(exc))
 
     async def run(self, seconds: float, concurrency: int) -> None:
+        """Normal traffic and the canary until ``seconds`` have passed and every probe has run at least once."""
         deadline = time.monotonic() + seconds
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        finished = asyncio.Event()
 
         async def loop() -> None:
-            async with httpx.AsyncClient(base_url=self.url, timeout=120,
-                                         headers={"Authorization": f"Bearer {API_KEY}"}) as client:
-                while time.monotonic() < deadline:
+            async with httpx.AsyncClient(base_url=self.url, timeout=120, headers=headers) as client:
+                while not finished.is_set():
                     await self.one(client)
 
-        await asyncio.gather(*(loop() for _ in range(concurrency)))
+        async def probe_in_turn() -> None:
+            async with httpx.AsyncClient(base_url=self.url, timeout=300, headers=headers) as client:
+                for rounds in itertools.count():
+                    for name, probe in self.probes.all():
+                        if rounds and time.monotonic() >= deadline:
+                            return
+                        await self.probes.run(name, probe, client)
+
+        async def trickle() -> None:
+            while not self.counts["trickled_bodies"] or time.monotonic() < deadline - self.probes.sizes.trickle_wait_s:
+                await self.probes.trickle()
+
+        async def stop_talker_once() -> None:
+            await asyncio.sleep(seconds * 0.4)
+            async with httpx.AsyncClient(base_url=self.url, timeout=10, headers=headers) as client:
+                self.sigstop = await self.probes.stop_talker(client)
+
+        async def probes() -> None:
+            await asyncio.gather(probe_in_turn(), trickle(), stop_talker_once())
+            finished.set()
+
+        await asyncio.gather(*(loop() for _ in range(concurrency)), probes(), self._canary(finished))
+
+    async def _canary(self, finished: asyncio.Event) -> None:
+        """/health every 0.25 s, timed from here: a frozen event loop shows as a slow answer."""
+        async with httpx.AsyncClient(base_url=self.url, timeout=60) as client:
+            while not finished.is_set():
+                started = time.monotonic()
+                try:
+                    await client.get("/health")
+                except httpx.HTTPError:
+                    pass
+                self.canary.append((started, time.monotonic() - started))
+                await asyncio.sleep(0.25)
+
+    def lag_figures(self, server_p99: float | None) -> dict[str, object]:
+        latencies = sorted(lat for _, lat in self.canary) or [0.0]
+        per_probe = {}
+        for name, start, end in self.probes.windows:
+            during = [lat for t, lat in self.canary if start <= t <= end]
+            per_probe[name] = max(per_probe.get(name, 0.0), round(max(during, default=0.0) * 1000, 1))
+        return {"server_lag_p99_ms": None if server_p99 is None else round(server_p99 * 1000, 1),
+                "canary_p50_ms": round(latencies[len(latencies) // 2] * 1000, 1),
+                "canary_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 1),
+                "canary_max_ms": round(latencies[-1] * 1000, 1),
+                "canary_over_250ms": sum(lat > 0.25 for lat in latencies),
+                "canary_max_ms_during_probe": per_probe}
 
 
-def _leftovers(url: str) -> dict[str, float]:
-    """Non-zero KV / queue / running / shm gauges from /metrics."""
-    text = httpx.get(f"{url}/metrics", timeout=10, headers={"Authorization": f"Bearer {API_KEY}"}).text
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(("omnistage_kv_blocks_used", "omnistage_queue_depth", "omnistage_requests_running",
-                            "omnistage_shm_segments")):
-            name, value = line.rsplit(" ", 1)
-            if float(value):
-                out[name] = float(value)
-    return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(model: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    exe = Path(sys.executable).with_name("omnistage")
-    proc = subprocess.Popen([str(exe), "serve", "--model", model, "--port", str(port), "--talker-min-new-tokens",
-                             "8", "--api-key", API_KEY, "--send-timeout", str(SEND_TIMEOUT_S), "--header-timeout",
-                             str(HEADER_TIMEOUT_S)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
-        time.sleep(1)
-    raise SystemExit("the server did not become healthy")
-
-
-def main() -> int:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default=None, help="a running server (default: start one)")
-    parser.add_argument("--server-pid", type=int, default=None, help="its pid, for memory (with --url)")
+    parser.add_argument("--server-pid", type=int, default=None, help="its pid, for memory and the talker SIGSTOP")
+    parser.add_argument("--voices-url", default=None, help="a running server that clones voices (with --url)")
+    parser.add_argument("--no-voices-server", action="store_true", help="start no Qwen3-TTS Base server")
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--warmup-s", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--max-growth-mib", type=float, default=64.0)
+    parser.add_argument("--max-lag-ms", type=float, default=250.0, help="event-loop lag p99 allowed")
+    parser.add_argument("--stall-timeout-s", type=float, default=8.0, help="the server's --stage-stall-timeout")
+    parser.add_argument("--realtime-commits", type=int, default=25)
+    parser.add_argument("--realtime-commit-s", type=float, default=600.0)
+    parser.add_argument("--trickle-connections", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    proc = None
-    if args.url is None:
-        proc, url = _start_server(args.model)
-        pid = proc.pid
-    else:
-        url, pid = args.url.rstrip("/"), args.server_pid
-    soak = Soak(url, args.model, args.seed)
-    samples: list[tuple[float, int]] = []
+
+def main() -> int:
+    args = _args()
+    servers: list[subprocess.Popen] = []
+    voices_url = args.voices_url
     try:
+        if args.url is None:
+            proc, url = start_server(args.model, "--stage-stall-timeout", str(args.stall_timeout_s))
+            servers.append(proc)
+            pid = proc.pid
+            if not args.no_voices_server:
+                voices, voices_url = start_voices_server(Path(os.environ.get("TMPDIR", "/tmp")) / f"soak-{pid}")
+                servers.append(voices)
+        else:
+            url, pid = args.url.rstrip("/"), args.server_pid
+        sizes = ProbeSizes(realtime_commits=args.realtime_commits, realtime_commit_s=args.realtime_commit_s,
+                           trickle_connections=args.trickle_connections, stall_timeout_s=args.stall_timeout_s)
+        soak = Soak(url, args.model, args.seed, Probes(url, args.model, API_KEY, lambda *a: None, sizes, pid,
+                                                        voices_url))
+        soak.probes.record = soak._record
+        samples: list[tuple[float, int]] = []
+
         async def run() -> None:
             async def sample() -> None:
                 start = time.monotonic()
                 while True:
                     if pid is not None:
-                        samples.append((time.monotonic() - start, _rss_kib(pid)))
+                        samples.append((time.monotonic() - start, await asyncio.to_thread(rss_kib, pid)))
                     await asyncio.sleep(args.sample_s)
 
             sampler = asyncio.ensure_future(sample())
@@ -329,40 +374,34 @@ def main() -> int:
             finally:
                 sampler.cancel()
 
+        lag_before = histogram(url, LAG)
         started = time.monotonic()
         asyncio.run(run())
         elapsed = time.monotonic() - started
         time.sleep(2)
-        leftovers = _leftovers(url)
+        server_p99 = p99(lag_before, histogram(url, LAG))
+        left = leftovers(url)
         healthy = httpx.get(f"{url}/health", timeout=10).status_code == 200
     finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in servers:
+            stop(proc)
 
-    steady = [(t, kib) for t, kib in samples if t >= args.warmup_s] or samples
-    quarter = max(len(steady) // 4, 1)
-    first = sum(k for _, k in steady[:quarter]) / quarter / 1024 if steady else 0.0
-    last = sum(k for _, k in steady[-quarter:]) / quarter / 1024 if steady else 0.0
-    requests = sum(v for k, v in soak.counts.items() if k != "errors")
+    memory = memory_figures(samples, args.warmup_s)
+    lag = soak.lag_figures(server_p99)
+    requests = sum(v for k, v in soak.counts.items() if k not in ("errors", "during_fault"))
     figures = {
-        "seconds": round(elapsed, 1), "requests": requests, "per_kind": {k: v for k, v in soak.counts.items()},
-        "errors": soak.counts["errors"], "error_samples": soak.errors,
+        "seconds": round(elapsed, 1), "requests": requests, "per_kind": dict(soak.counts),
+        "errors": soak.counts["errors"], "error_samples": soak.errors, "during_fault": soak.counts["during_fault"],
         "p50_s": {k: round(sorted(v)[len(v) // 2], 3) for k, v in soak.latencies.items()},
         "p95_s": {k: round(sorted(v)[int(len(v) * 0.95)], 3) for k, v in soak.latencies.items()},
-        "rss_mib_first_quarter": round(first, 1), "rss_mib_last_quarter": round(last, 1),
-        "rss_growth_mib": round(last - first, 1),
-        "rss_mib_min_max": [round(min(k for _, k in samples) / 1024, 1), round(max(k for _, k in samples) / 1024, 1)]
-        if samples else None,
-        "leftovers": leftovers, "healthy_after": healthy,
+        "sigstop": soak.sigstop, "event_loop_lag": lag, **memory, "leftovers": left, "healthy_after": healthy,
     }
-    print(json.dumps(figures, indent=2))
+    print(json.dumps({k: v for k, v in figures.items() if k != "rss_timeline_mib"}, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2))
-    ok = not soak.counts["errors"] and not leftovers and healthy and (pid is None or last - first < args.max_growth_mib)
+    lag_p99 = lag["server_lag_p99_ms"] if lag["server_lag_p99_ms"] is not None else lag["canary_p99_ms"]
+    ok = (not soak.counts["errors"] and not left and healthy and lag_p99 < args.max_lag_ms
+          and (pid is None or memory["rss_growth_mib"] < args.max_growth_mib))
     return 0 if ok else 1
 
 

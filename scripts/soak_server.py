@@ -1,0 +1,121 @@
+"""The server under soak, for ``soak.py``: started (and stopped) by the soak, its processes' memory, and what its
+/metrics says (a histogram's p99, the gauges that must be back to zero)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+API_KEY = "soak-key"
+SEND_TIMEOUT_S = 5.0  # the server this script starts uses these; a --url server should too
+HEADER_TIMEOUT_S = 5.0
+
+
+def rss_kib(pid: int) -> int:
+    """RSS of ``pid`` and all its descendants, from /proc."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def histogram(url: str, name: str) -> dict[float, float]:
+    """A /metrics histogram's cumulative counts by upper bound (all label sets summed); empty without it."""
+    text = httpx.get(f"{url}/metrics", timeout=10, headers={"Authorization": f"Bearer {API_KEY}"}).text
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket") and 'le="' in line:
+            bound = float(line.split('le="', 1)[1].split('"', 1)[0])
+            buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def p99(before: dict[float, float], after: dict[float, float]) -> float | None:
+    """The bucket bound under which 99% of the observations between two snapshots fell."""
+    delta = sorted((bound, count - before.get(bound, 0.0)) for bound, count in after.items())
+    total = delta[-1][1] if delta else 0.0
+    return next((bound for bound, count in delta if count >= 0.99 * total), None) if total else None
+
+
+def leftovers(url: str) -> dict[str, float]:
+    """Non-zero KV / queue / running / shm gauges from /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=10, headers={"Authorization": f"Bearer {API_KEY}"}).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(("omnistage_kv_blocks_used", "omnistage_queue_depth", "omnistage_requests_running",
+                            "omnistage_shm_segments")):
+            name, value = line.rsplit(" ", 1)
+            if float(value):
+                out[name] = float(value)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    exe = Path(sys.executable).with_name("omnistage")
+    proc = subprocess.Popen([str(exe), "serve", model, "--port", str(port), "--talker-min-new-tokens", "8",
+                             "--api-key", API_KEY, "--send-timeout", str(SEND_TIMEOUT_S), "--header-timeout",
+                             str(HEADER_TIMEOUT_S), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}")
+        time.sleep(1)
+    raise SystemExit("the server did not become healthy")
+
+
+def start_voices_server(folder: Path) -> tuple[subprocess.Popen, str]:
+    """A tiny Qwen3-TTS Base server (it clones voices), so the voice-upload probe reaches the audio decoding."""
+    exe = Path(sys.executable).with_name("omnistage")
+    made = subprocess.run([str(exe), "make-tiny", "--model-type", "qwen3_tts", "--tts-model-type", "base",
+                           "--cached"], check=True, capture_output=True, text=True)
+    return start_server(made.stdout.strip().splitlines()[-1], "--voices-dir", str(folder))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def memory_figures(samples: list[tuple[float, int]], warmup_s: float) -> dict[str, object]:
+    """RSS over the run: "flat" compares the mean of its last quarter with its first quarter after warm-up."""
+    steady = [(t, kib) for t, kib in samples if t >= warmup_s] or samples
+    quarter = max(len(steady) // 4, 1)
+    first = sum(k for _, k in steady[:quarter]) / quarter / 1024 if steady else 0.0
+    last = sum(k for _, k in steady[-quarter:]) / quarter / 1024 if steady else 0.0
+    return {"rss_mib_first_quarter": round(first, 1), "rss_mib_last_quarter": round(last, 1),
+            "rss_growth_mib": round(last - first, 1),
+            "rss_mib_min_max": [round(min(k for _, k in samples) / 1024, 1),
+                                round(max(k for _, k in samples) / 1024, 1)] if samples else None,
+            "rss_timeline_mib": [[round(t), round(k / 1024, 1)] for t, k in samples]}
