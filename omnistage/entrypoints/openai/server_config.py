@@ -144,6 +144,7 @@ class ServingOptions:
     voices_dir: Path | None = None  # where cloned voices are kept (None: registration off)
     vad: str = "auto"
     ice_servers: tuple[IceServer, ...] = ()
+    streaming_input: bool = True  # realtime: prefill a turn while it is spoken (realtime/listening.py)
 
     def __post_init__(self) -> None:
         if self.vad not in ("auto", "silero", "energy"):
@@ -165,7 +166,7 @@ def serving_options_from_args(args: argparse.Namespace,
     return ServingOptions(served_model_names=tuple(args.served_model_name or ()),
                           voice_aliases=tuple(parse_alias(a) for a in args.voice_alias or ()),
                           default_modalities=tuple(args.default_modalities), voices_dir=args.voices_dir, vad=args.vad,
-                          ice_servers=ice_servers_from_args(args, environ))
+                          ice_servers=ice_servers_from_args(args, environ), streaming_input=args.streaming_input)
 
 
 def ice_servers_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[IceServer, ...]:
@@ -217,6 +218,9 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                          help="realtime server_vad detector: Silero VAD's model on CPU (silero), an RMS level "
                               "(energy), or Silero with the energy detector as fallback when its model cannot load "
                               "(auto, the default)")
+    serving.add_argument("--streaming-input", action=argparse.BooleanOptionalAction, default=True,
+                         help="realtime sessions encode and prefill the user's turn window by window while it is "
+                              "spoken (default on; a session's streaming_input overrides it)")
     webrtc = parser.add_argument_group("WebRTC calls (POST /v1/realtime/calls)")
     webrtc.add_argument("--webrtc-stun", action="append", default=None, metavar="URL",
                         help="a STUN server (stun:HOST:PORT) calls use to find their public address (repeatable; "

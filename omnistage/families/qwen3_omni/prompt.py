@@ -26,6 +26,7 @@ from omnistage.models.qwen3_omni.config import ProcessorSettings, Qwen3OmniConfi
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 from omnistage.families.qwen3_omni.audio_in_video import AudioInVideoTokens, audio_order, interleaved_placeholder
 from omnistage.families.qwen3_omni.video_processor import VideoProcessor
+from omnistage.processing.listened_audio import ListenedAudio, WindowedLogMel
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.user_text import guard_for
 from omnistage.processing.video import Video
@@ -60,6 +61,7 @@ class Qwen3OmniPromptProcessor:
         self.image_token_id = settings.image_token_id
         self.video_token_id = settings.video_token_id
         self.n_window = settings.n_window
+        self.n_window_infer = settings.n_window_infer
         self.merge_size = settings.merge_size
         self.position_id_per_seconds = settings.position_id_per_seconds
         self.tokenizer = self._load_tokenizer()
@@ -98,6 +100,14 @@ class Qwen3OmniPromptProcessor:
             return WhisperFeatureExtractor.from_pretrained(self.folder)
         return WhisperFeatureExtractor(feature_size=mel_bins, sampling_rate=AUDIO_SAMPLE_RATE, hop_length=160,
                                        chunk_length=300, n_fft=400, return_attention_mask=True)
+
+    def listener(self) -> WindowedLogMel | None:
+        """Features of a growing audio, frozen window by window as the encoder's windows complete (streaming
+        input); None when its encoder does not attend in windows of whole conv chunks."""
+        chunk = 2 * self.n_window
+        if self.n_window_infer <= 0 or self.n_window_infer % chunk or getattr(self.features, "dither", 0.0):
+            return None
+        return WindowedLogMel(self.features, self.n_window_infer)
 
     def _load_image_processor(self, settings: ProcessorSettings):  # noqa: ANN202
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -178,8 +188,7 @@ class Qwen3OmniPromptProcessor:
         # One audio at a time, then padded: batched, the extractor pads the waveforms first and a shorter
         # audio's last frame sees zeros instead of its own reflection, so its features (and every KV row
         # after it) would depend on the other audios of the prompt and a next turn could not reuse them.
-        outs = [self.features(a.astype(np.float32), sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True,
-                              padding=True, truncation=False, return_tensors="pt") for a in audios]
+        outs = [self._features(a) for a in audios]
         frames = max(out["input_features"].shape[-1] for out in outs)
         features = torch.zeros(len(outs), outs[0]["input_features"].shape[1], frames)
         mask = torch.zeros(len(outs), frames, dtype=outs[0]["attention_mask"].dtype)
@@ -189,6 +198,20 @@ class Qwen3OmniPromptProcessor:
             mask[i, :n] = out["attention_mask"][0]
         counts = audio_token_count(mask.sum(-1), self.n_window).tolist()
         return (features, mask), [int(c) for c in counts]
+
+    def _features(self, audio: np.ndarray | ListenedAudio) -> dict[str, torch.Tensor]:
+        """One audio's features; a listened one keeps the frames frozen while it was spoken (its leading windows:
+        the ones its prompt's earlier requests prefilled)."""
+        samples = audio.samples if isinstance(audio, ListenedAudio) else audio
+        out = self.features(samples.astype(np.float32), sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True,
+                            padding=True, truncation=False, return_tensors="pt")
+        if isinstance(audio, ListenedAudio):
+            head = audio.head.to(out["input_features"].dtype)
+            if head.shape[0] != out["input_features"].shape[1] or head.shape[1] > out["input_features"].shape[2]:
+                raise ValueError(f"listened features {tuple(head.shape)} do not fit the audio's "
+                                 f"{tuple(out['input_features'].shape[1:])}")
+            out["input_features"][0, :, :head.shape[1]] = head
+        return out
 
     def _images(self, images: list) -> tuple[tuple, list[int]]:
         if not images:

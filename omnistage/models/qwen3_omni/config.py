@@ -100,6 +100,7 @@ class ProcessorSettings:
     position_id_per_seconds: float = 25.0
     audio_start_token_id: int | None = None  # an interleaved video's markers (None: from the tokenizer, or none)
     audio_end_token_id: int | None = None
+    n_window_infer: int = 0  # mel frames per attention window of the audio encoder (0: the whole audio)
 
     @classmethod
     def from_dict(cls, thinker: Mapping[str, Any]) -> ProcessorSettings:
@@ -109,7 +110,8 @@ class ProcessorSettings:
                    int(audio.get("n_window", 50)), int(audio.get("num_mel_bins", 128)),
                    int(vision.get("patch_size", 16)), int(vision.get("temporal_patch_size", 2)),
                    int(vision.get("spatial_merge_size", 2)), float(thinker.get("position_id_per_seconds", 25)),
-                   None if start is None else int(start), None if end is None else int(end))
+                   None if start is None else int(start), None if end is None else int(end),
+                   int(audio.get("n_window_infer", 0) or 0))
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ class MRopeTokens:
     spatial_merge_size: int
     position_id_per_seconds: float
     audio_n_window: int
+    # Mel frames per attention window of the audio encoder (AuT): each window's rows depend on its frames alone,
+    # so an audio is keyed and encoded window by window (0: one window, the whole audio).
+    audio_n_window_infer: int = 0
 
     @classmethod
     def from_thinker_config(cls, cfg: PretrainedConfig) -> MRopeTokens:
@@ -49,6 +52,7 @@ class MRopeTokens:
             audio_start_token_id=cfg.audio_start_token_id,
             spatial_merge_size=cfg.vision_config.spatial_merge_size,
             position_id_per_seconds=cfg.position_id_per_seconds, audio_n_window=cfg.audio_config.n_window,
+            audio_n_window_infer=int(getattr(cfg.audio_config, "n_window_infer", 0) or 0),
         )
 
 

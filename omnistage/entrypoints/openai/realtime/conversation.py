@@ -18,6 +18,7 @@ import numpy as np
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.protocol import EventError, InputFormat
+from omnistage.processing.listened_audio import ListenedAudio
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
 
 
@@ -44,9 +45,9 @@ def _arguments(text: str) -> object:
         return text
 
 
-def _messages(spec: PromptSpec) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+def _messages(spec: PromptSpec) -> tuple[list[dict[str, Any]], list[np.ndarray | ListenedAudio]]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": spec.instructions}] if spec.instructions else []
-    audios: list[np.ndarray] = []
+    audios: list[np.ndarray | ListenedAudio] = []
     for item in spec.items:
         if item.type == "function_call":
             call = {"id": item.call_id, "type": "function",
@@ -59,7 +60,7 @@ def _messages(spec: PromptSpec) -> tuple[list[dict[str, Any]], list[np.ndarray]]
         elif item.type == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
         elif item.audio is not None:
-            audios.append(item.audio)
+            audios.append(item.listened or item.audio)  # streamed input: the frames its prefill used
             parts: list[dict[str, str]] = [{"type": "audio"}]
             if item.text:
                 parts.append({"type": "text", "text": item.text})

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from omnistage.entrypoints.openai.realtime.protocol import EventError, InputFormat, new_id
+from omnistage.processing.listened_audio import ListenedAudio
 
 ROLES = ("system", "user", "assistant")
 MAX_ID_CHARS = 64
@@ -38,6 +39,7 @@ class Item:
     output: str = ""
     status: str = "completed"
     transcript: str | None = None  # a user audio turn's transcript, once made
+    listened: ListenedAudio | None = None  # its audio with the features frozen while it was spoken (listening.py)
 
     def describe(self) -> dict[str, Any]:
         """The item as GA server events carry it (``beta.to_beta`` renames its content types for beta clients)."""

@@ -203,6 +203,7 @@ class SessionConfig:
     transcription: dict[str, Any] | None = None  # None: no input transcription events (in a realtime session)
     kind: str = "realtime"  # "transcription": committed audio is written down, never answered
     truncation: Truncation = field(default_factory=Truncation)  # past the context: drop the oldest items
+    streaming_input: bool | None = None  # omnistage's: prefill the turn while it is spoken (None: the server's)
 
     @property
     def input_rate(self) -> int:
@@ -373,6 +374,7 @@ def _session_fields(session: dict[str, Any]) -> list[tuple[str, str, Any]]:  # n
     pick("tools", (session, "tools", "session.tools"))
     pick("tool_choice", (session, "tool_choice", "session.tool_choice"))
     pick("truncation", (session, "truncation", "session.truncation"))
+    pick("streaming_input", (session, "streaming_input", "session.streaming_input"))
     return found
 
 
@@ -385,7 +387,7 @@ def update_session(config: SessionConfig, event: dict[str, Any]) -> tuple[Sessio
                "turn_detection": lambda v, p: _turn_detection(v, config.turn_detection, p),
                "input_format": _input_format, "output_format": _output_format, "transcription": _transcription,
                "max_output_tokens": _max_tokens, "temperature": _temperature, "tools": _tools,
-               "tool_choice": _tool_choice, "truncation": _truncation}
+               "tool_choice": _tool_choice, "truncation": _truncation, "streaming_input": lambda v, p: v}
     faults = mistyped({"session": session}, {"session": SESSION})  # each mistyped field fails alone, too
     session = without({"session": session}, faults).get("session", {})
     changes: dict[str, Any] = {}

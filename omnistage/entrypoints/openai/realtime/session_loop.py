@@ -53,6 +53,7 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import to_beta
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer, PromptSpec, chat_tools, render_prompt_job
 from omnistage.entrypoints.openai.realtime.items import Item, parse_item
+from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.protocol import (
     CONVERSATION_EVENTS,
     EventError,
@@ -73,6 +74,7 @@ from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_pro
 from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
 from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
 from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.processing.listened_audio import ListenedAudio
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt
 
 logger = logging.getLogger(__name__)
@@ -90,6 +92,7 @@ class RealtimeService:
     served: ServedModel
     vad: VadBackend  # the server_vad detector (--vad)
     vad_pool: DecodePool  # where a model-based detector runs, off the event loop
+    streaming_input: bool = True  # sessions prefill their user's turn while it is spoken (realtime/listening.py)
 
 
 class RealtimeSession:
@@ -111,6 +114,7 @@ class RealtimeSession:
         self.closed = False
         self._reader: asyncio.Task[Any] | None = None  # the read loop's task, while it waits for a message
         self.dialect: VllmOmniDialect | None = None  # vLLM-Omni's protocol, translated (realtime/vllm_omni.py)
+        self.listener = Listener(self.engine, service.pool, self._prefill_request)
 
     @property
     def config(self):  # noqa: ANN201 - SessionConfig
@@ -177,6 +181,7 @@ class RealtimeSession:
                     await self.fail(exc)
         finally:
             self.closed = True
+            await self.listener.close()
             await self._cancel_response()
             for task in list(self.side_tasks):
                 task.cancel()
@@ -224,6 +229,7 @@ class RealtimeSession:
         elif kind == "input_audio_buffer.clear":
             self.buffer.clear()
             self._reset_vad()
+            self.listener.discard()
             await self.send(server_event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
             item, previous = self.state.create_item(event)
@@ -270,6 +276,7 @@ class RealtimeSession:
         elif self.vad is not None:
             self.vad.reset()
         self.speech_item = ""
+        self.listener.discard()
 
     async def _append(self, event: dict[str, Any]) -> None:
         await self._detect(self.buffer.append(decode_base64_audio(event)))
@@ -290,20 +297,22 @@ class RealtimeSession:
         # The read loop waits for the detector, so one session's pieces are fed in order, one at a time.
         pool = self.service.vad_pool
         events = self.vad.feed(piece) if self.vad.inline else await pool.run(_feed_job, self.vad, piece)
+        self.listener.heard(self.buffer.pieces, self.buffer.dropped, self.buffer.format.to_16k, self.buffer.rate)
         for vad_event in events:
             ms = vad_event.sample * 1000 // self.buffer.rate
+            detection = self.config.turn_detection
+            pad = (detection.vad.prefix_padding_ms if detection else 0) * self.buffer.rate // 1000
             if vad_event.kind == "speech_started":
                 self.speech_start, self.speech_item = vad_event.sample, new_id("item")
+                if self.service.streaming_input if self.config.streaming_input is None else self.config.streaming_input:
+                    self.listener.begin(max(0, self.speech_start - pad))  # where _commit will cut the item
                 await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
                                              item_id=self.speech_item))
-                detection = self.config.turn_detection
                 if detection is not None and detection.interrupt_response:
                     await self._cancel_response("turn_detected")  # barge-in
             elif self.speech_item:
                 await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms,
                                              item_id=self.speech_item))
-                detection = self.config.turn_detection
-                pad = (detection.vad.prefix_padding_ms if detection else 0) * self.buffer.rate // 1000
                 await self._commit(self.speech_item, start=max(0, self.speech_start - pad))
                 if detection is not None and detection.create_response and self.config.kind == "realtime":
                     await self._start_response(response_options(self.config, {}), None)
@@ -311,7 +320,8 @@ class RealtimeSession:
     async def _commit(self, item_id: str | None, start: int = 0) -> None:
         if self.buffer.samples == 0:
             raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
-        item = Item(item_id or new_id("item"), "message", role="user", audio=self.buffer.take(start))
+        audio = self.buffer.take(start)
+        item = Item(item_id or new_id("item"), "message", role="user", audio=audio, listened=self.listener.take(audio))
         self._reset_vad()
         if self.config.kind == "transcription":  # no conversation: the item lives as long as its transcription
             await self.send(server_event("input_audio_buffer.committed", item_id=item.id, previous_item_id=None))
@@ -411,6 +421,18 @@ class RealtimeSession:
         unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
         return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
                            voice=self.config.voice, unspoken=unspoken)
+
+    async def _prefill_request(self, audio: ListenedAudio) -> OmniRequest:
+        """The prompt the VAD's response would get if the user stopped at ``audio``'s end, as a one-token text
+        request: what streaming input prefills while the user speaks (``listening.py``)."""
+        options = response_options(self.config, {})
+        live = Item(new_id("item"), "message", role="user", audio=audio.samples, listened=audio)
+        tools = self._tools(options)
+        spec = PromptSpec(options.instructions, (*self._items(options), live), tools.tools, tools.prefix)
+        prompt = await self.service.pool.run(render_prompt_job, self.engine.processor, spec)
+        sampling = make_sampling(max_tokens=1, defaults=self.engine.default_sampling, temperature=0.0)
+        return OmniRequest(request_id=new_id("prefill"), prompt=prompt, modalities=frozenset({Modality.TEXT}),
+                           sampling=sampling, voice=self.config.voice)
 
     async def _respond(self, writer: ResponseWriter, ticket: Ticket) -> None:
         final: OmniOutput | None = None

@@ -1,0 +1,134 @@
+"""Streaming input: a realtime session's user turn is encoded and prefilled while the user is still speaking.
+
+From the VAD's speech start, each time the input audio completes one of the
+audio encoder's attention windows (Qwen3-Omni: 8 s), its log-mel is frozen
+(:class:`~omnistage.processing.listened_audio.WindowedLogMel`) and a
+*prefill request* goes to the engine: the prompt the turn's response would
+have if the user stopped now at that window (the conversation so far, the
+live item's audio cut at the window), text only, one token. It runs in the
+engine's ordinary batched steps (chunked prefill beside other sessions'
+decodes) and leaves its blocks in the thinker's prefix cache, keyed by the
+windows' content, when it finishes. At the end of the turn the committed item
+carries the frozen windows (:class:`ListenedAudio`), so the response's prompt
+has the same features and keys for them: the prefix cache serves the
+conversation and the completed windows, and only the last partial window and
+the assistant prefix are encoded and prefilled after the user stops.
+
+One prefill request runs per session at a time; a later window supersedes a
+pending one. A cleared buffer, a VAD reset, or a commit cancels the one in
+flight (its engine request is aborted in every stage and its blocks freed).
+The switch is per session (``session.streaming_input``) over the server's
+default (``serve --no-streaming-input``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+
+import numpy as np
+
+from omnistage.core import OmniRequest
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
+from omnistage.entrypoints.openai.common.streaming import engine_outputs
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.processing.listened_audio import ListenedAudio, StreamingAudioInput, WindowedLogMel
+
+logger = logging.getLogger(__name__)
+
+# Builds a prefill request for the live item's audio so far (None: nothing to prefill, e.g. no conversation).
+PrefillRequest = Callable[[ListenedAudio], Awaitable[OmniRequest | None]]
+
+
+class Listener:
+    """One session's streaming input: the frozen windows of the live item and its prefill requests."""
+
+    def __init__(self, engine: OmniEngine, pool: DecodePool, prefill: PrefillRequest) -> None:
+        self.engine, self.pool, self.prefill = engine, pool, prefill
+        processor = engine.processor
+        self.processor = processor if isinstance(processor, StreamingAudioInput) else None
+        self._mel: WindowedLogMel | None = None
+        self._start = 0  # the buffer sample (since its last clear) where the live item starts
+        self._task: asyncio.Task[None] | None = None
+        self.prefilled_windows = 0  # windows whose prefill request finished (all sessions' turns)
+
+    @property
+    def active(self) -> bool:
+        return self._mel is not None
+
+    def begin(self, start: int) -> None:
+        """Speech started: the item will begin at buffer sample ``start`` (its prefix padding included)."""
+        self.discard()
+        if self.processor is not None:
+            self._mel = self.processor.listener()
+            self._start = start
+
+    def heard(self, pieces: list[np.ndarray], dropped: int, to_16k: Callable[[np.ndarray], np.ndarray],
+              rate: int) -> None:
+        """The buffer grew: starts freezing and prefilling any window it completed (one job at a time)."""
+        mel = self._mel
+        if mel is None or (self._task is not None and not self._task.done()):
+            return
+        available = sum(len(p) for p in pieces) + dropped - self._start
+        if mel.completed(available * 16000 // rate) <= len(mel.windows):
+            return
+        audio = np.concatenate(pieces)[max(0, self._start - dropped):]
+        self._task = asyncio.create_task(self._prefill(mel, audio, to_16k))
+
+    async def _prefill(self, mel: WindowedLogMel, audio: np.ndarray,
+                       to_16k: Callable[[np.ndarray], np.ndarray]) -> None:
+        try:
+            samples = await self.pool.run(_freeze_job, mel, audio, to_16k)
+            head = mel.head()
+            if head is None:
+                return
+            cut = ListenedAudio(samples[:head.shape[1] * mel.extractor.hop_length], head)
+            request = await self.prefill(cut)
+            if request is None:
+                return
+            async with aclosing(engine_outputs(self.engine, request)) as outputs:
+                async for _ in outputs:
+                    pass
+            self.prefilled_windows += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - speculative work: the turn's own response still runs without it
+            logger.exception("streaming input prefill failed; the turn is prefilled when it ends")
+
+    def take(self, audio: np.ndarray) -> ListenedAudio | None:
+        """At commit, the item's 16 kHz audio with its frozen windows (None when none completed); the in-flight
+        prefill is cancelled (what it finished stays cached), and listening stops until the next speech."""
+        mel, self._mel = self._mel, None
+        self._cancel()
+        head = None if mel is None else mel.head()
+        if head is None or head.shape[1] * mel.extractor.hop_length > len(audio):
+            return None
+        return ListenedAudio(audio, head)
+
+    def discard(self) -> None:
+        """The live item is gone (buffer cleared, VAD reset): its frozen windows and in-flight prefill too."""
+        self._mel = None
+        self._cancel()
+
+    def _cancel(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()  # aclosing(engine_outputs) aborts the request in every stage
+
+    async def close(self) -> None:
+        task = self._task
+        self.discard()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _freeze_job(mel: WindowedLogMel, audio: np.ndarray, to_16k: Callable[[np.ndarray], np.ndarray],
+                token: CancelToken) -> np.ndarray:
+    token.check()
+    samples = to_16k(audio)
+    mel.advance(samples)
+    return samples
