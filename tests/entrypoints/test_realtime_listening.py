@@ -1,0 +1,110 @@
+"""A realtime session listening while the user speaks (``realtime/listening.py``), against the fake engine.
+
+A turn longer than one audio-encoder window (8 s) sends a one-token text
+prefill request once the window completes, and the turn's response prompt
+carries the same frozen features for that window (so the thinker's prefix cache
+serves it); a cleared buffer drops the frozen windows, and ``streaming_input:
+false`` sends nothing early. Equality of the prefilled KV with the
+whole-utterance pass is ``test_realtime_streaming_input.py``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from omnistage.core import Modality
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.processing.listened_audio import ListenedAudio
+from tests.audio.signals import speech_like
+from tests.entrypoints.conftest import LiveServer
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.server_thread import ServerThread
+from tests.entrypoints.test_realtime import open_session, send, stream_audio, until
+
+RATE = 16000
+WAIT_S = 20.0  # how long a step may take on a loaded machine before the test gives up (not a timing check)
+VAD = {"format": {"rate": RATE}, "turn_detection": {"type": "server_vad", "silence_duration_ms": 800}}
+
+
+@pytest.fixture(scope="module")
+def long_turns(processor: RecordingProcessor, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The fake engine behind a server whose input buffer holds turns longer than one encoder window."""
+    engine = FakeEngine(processor=processor)
+    thread = ServerThread(build_app(engine, ServerLimits(max_audio_seconds=30.0)))
+    yield LiveServer(thread.start(), engine, tmp_path_factory.mktemp("media"))
+    thread.stop()
+
+
+@pytest.fixture()
+def server(long_turns: LiveServer, processor: RecordingProcessor) -> LiveServer:
+    long_turns.engine.reset()
+    processor.seen_audios.clear()
+    return long_turns
+
+
+def _prefills(server: LiveServer) -> list:
+    return [r for r in server.engine.requests if r.request_id.startswith("prefill")]
+
+
+async def _wait_for_prefill(server: LiveServer) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while not _prefills(server):
+            await asyncio.sleep(0.05)
+
+
+def test_a_long_turn_is_prefilled_while_spoken(server: LiveServer, processor) -> None:  # noqa: ANN001
+    speech = speech_like(9.0, RATE, seed=3)
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], audio={"input": VAD}) as ws:
+            await stream_audio(ws, np.concatenate([np.zeros(RATE // 2, np.float32), speech[:int(8.6 * RATE)]]),
+                               RATE)
+            await _wait_for_prefill(server)  # the first 8 s window completed while the user still speaks
+            await stream_audio(ws, np.concatenate([speech[int(8.6 * RATE):], np.zeros(2 * RATE, np.float32)]), RATE)
+            done, _ = await until(ws, "response.done")
+            assert done["response"]["status"] == "completed"
+    asyncio.run(scenario())
+    (early,) = _prefills(server)
+    assert early.modalities == frozenset({Modality.TEXT}) and early.sampling.max_tokens == 1
+    final = server.engine.requests[-1]
+    heard = processor.seen_audios[-1]
+    assert isinstance(heard, ListenedAudio) and heard.head.shape[1] == 800
+    # The response's prompt repeats the prefill's up to its last audio row, with the same features there.
+    audio_rows = [i for i, t in enumerate(early.prompt.token_ids) if t == processor.audio_token_id]
+    end = audio_rows[-1] + 1
+    assert list(final.prompt.token_ids[:end]) == list(early.prompt.token_ids[:end])
+    assert torch.equal(final.prompt.mm.input_features[-1][:, :800], early.prompt.mm.input_features[-1][:, :800])
+
+
+def test_a_cleared_buffer_drops_the_frozen_windows(server: LiveServer, processor) -> None:  # noqa: ANN001
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], audio={"input": VAD}) as ws:
+            await stream_audio(ws, np.concatenate([np.zeros(RATE // 2, np.float32),
+                                                   speech_like(8.6, RATE, seed=4)]), RATE)
+            await _wait_for_prefill(server)
+            await send(ws, {"type": "input_audio_buffer.clear"})
+            await until(ws, "input_audio_buffer.cleared")
+            await stream_audio(ws, np.concatenate([speech_like(1.0, RATE, seed=5), np.zeros(2 * RATE, np.float32)]),
+                               RATE)
+            await until(ws, "response.done")
+    asyncio.run(scenario())
+    heard = processor.seen_audios[-1]
+    assert not isinstance(heard, ListenedAudio) and len(heard) < 3 * RATE
+
+
+def test_streaming_input_off_prefills_nothing_early(server: LiveServer, processor) -> None:  # noqa: ANN001
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], streaming_input=False,
+                                      audio={"input": VAD}) as ws:
+            await stream_audio(ws, np.concatenate([np.zeros(RATE // 2, np.float32), speech_like(9.0, RATE, seed=6),
+                                                   np.zeros(2 * RATE, np.float32)]), RATE)
+            await until(ws, "response.done")
+    asyncio.run(scenario())
+    assert not _prefills(server)
+    assert not isinstance(processor.seen_audios[-1], ListenedAudio)
