@@ -12,6 +12,7 @@ Every error is OpenAI-shaped and shows no object repr. Derandomized and bounded,
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 
 import numpy as np
@@ -174,9 +175,10 @@ def _speech_round(server: LiveServer, frames: list[str | bytes], what: str, must
     problems: list[str] = []
     with connect(url, open_timeout=TIMEOUT_S, close_timeout=1) as ws:
         errors = 0
-        try:
+        with contextlib.suppress(ConnectionClosed):  # closed already, after an error: read what it said first
             for frame in frames:
-                ws.send(frame)  # (the server may have closed already, after an error)
+                ws.send(frame)
+        try:
             while True:
                 message = ws.recv(TIMEOUT_S)
                 event = json.loads(message) if isinstance(message, str) else {}
