@@ -40,19 +40,15 @@ import numpy as np
 from omnistage.audio.decode import resample
 from omnistage.audio.vad import VadEvent
 from omnistage.audio.vad_backend import Vad, VadBackend
-from omnistage.core import Modality, OmniOutput, OmniRequest
+from omnistage.core import OmniOutput
 from omnistage.entrypoints.openai.common.admission import Admission, Overloaded, Ticket
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
-from omnistage.entrypoints.openai.common.errors import APIError
-from omnistage.entrypoints.openai.common.request_budget import turns_over_budget
-from omnistage.entrypoints.openai.common.request_checks import completion_budget, make_sampling
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
-from omnistage.entrypoints.openai.common.tool_calls import ToolSetup, tool_setup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import to_beta
-from omnistage.entrypoints.openai.realtime.conversation import InputBuffer, PromptSpec, chat_tools, render_prompt_job
-from omnistage.entrypoints.openai.realtime.items import Item, parse_item
+from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
+from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.protocol import (
     CONVERSATION_EVENTS,
@@ -70,16 +66,13 @@ from omnistage.entrypoints.openai.realtime.response import CancelReason, Respons
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
 from omnistage.entrypoints.openai.realtime.transport import ClientAudio, Incoming, Transport
-from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt
+from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
 from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
 from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from omnistage.processing.listened_audio import ListenedAudio
-from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt
 
 logger = logging.getLogger(__name__)
 VAD_WORKERS = 2  # threads running model-based VAD for every session: its CPU is bounded by them
-DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf" (the context may allow more)
 IDLE_AUDIO_S = 2.0  # microphone audio kept while no one speaks (beyond any turn's prefix padding)
 
 
@@ -114,7 +107,8 @@ class RealtimeSession:
         self.closed = False
         self._reader: asyncio.Task[Any] | None = None  # the read loop's task, while it waits for a message
         self.dialect: VllmOmniDialect | None = None  # vLLM-Omni's protocol, translated (realtime/vllm_omni.py)
-        self.listener = Listener(self.engine, service.pool, self._prefill_request)
+        self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state)
+        self.listener = Listener(self.engine, service.pool, self.requests.prefill)
 
     @property
     def config(self):  # noqa: ANN201 - SessionConfig
@@ -345,14 +339,14 @@ class RealtimeSession:
             raise EventError("input_too_long", f"instructions are {len(options.instructions)} characters; the limit "
                              f"is {self.limits.max_instructions_chars} (--max-instructions-chars)",
                              "response.instructions", eid)
-        items = self._items(options)
+        items = self.requests.items(options)
         if not items and not options.instructions:
             raise EventError("conversation_empty", "nothing to respond to: commit audio or create an item first",
                              event_id=eid)
-        tools = self._tools(options)
+        tools = TurnRequests.tools(options)
         ticket = self.admit(eid)  # before the prompt is built: that work runs in the bounded pool
         try:
-            request = await self._request(options, items, tools, eid)
+            request = await self.requests.response(options, items, tools, eid)
         except BaseException:
             ticket.release()
             raise
@@ -363,27 +357,6 @@ class RealtimeSession:
         # Released however the task ends, even when cancelled before it ever ran (barge-in right away).
         self.response.add_done_callback(lambda _: ticket.release())
 
-    def _items(self, options: ResponseOptions) -> tuple[Item, ...]:
-        if options.input is not None:
-            return tuple(parse_item(i, self.config.input_format, self.limits.max_audio_seconds) for i in options.input)
-        items = self.state.conversation.items
-        sizes = [(len(i.text) + len(i.output) + len(i.arguments),
-                  0.0 if i.audio is None else len(i.audio) / AUDIO_SAMPLE_RATE) for i in items]
-        # Past --max-text-chars or --max-audio-seconds the oldest items are dropped, as OpenAI truncates a
-        # conversation past its context: neither a response's work nor the session's memory grows without bound.
-        del items[:turns_over_budget(sizes, self.limits)]
-        return tuple(items)
-
-    @staticmethod
-    def _tools(options: ResponseOptions) -> ToolSetup:
-        choice = options.tool_choice
-        if isinstance(choice, dict):
-            choice = {"type": "function", "function": {"name": choice["name"]}}
-        try:
-            return tool_setup(chat_tools(options.tools) or None, choice, True)
-        except ValueError as exc:
-            raise EventError("invalid_value", str(exc), "tool_choice") from exc
-
     def admit(self, event_id: str | None) -> Ticket:
         """A place under the server's bound shared with every endpoint; refused as an ``error`` event."""
         try:
@@ -391,48 +364,6 @@ class RealtimeSession:
         except Overloaded as exc:
             raise EventError(exc.detail.code or "overloaded", f"{exc.detail.message} (in {exc.retry_after_s:g} s)",
                              event_id=event_id, error_type="server_error") from exc
-
-    async def _request(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
-                       event_id: str | None) -> OmniRequest:
-        async def render(kept: tuple[Item, ...]) -> ProcessedPrompt:
-            spec = PromptSpec(options.instructions, kept, tools.tools, tools.prefix)
-            return await self.service.pool.run(render_prompt_job, self.engine.processor, spec)
-
-        requested = options.max_output_tokens
-        # The answer's room, kept free when the conversation is truncated: its own cap, else a share of the context.
-        reserve = requested or min(DEFAULT_MAX_OUTPUT_TOKENS, self.engine.max_model_len // 4)
-        truncation = self.config.truncation if options.input is None else Truncation("disabled")
-        try:
-            prompt, dropped = await fit_prompt(items, render, truncation, self.engine.max_model_len - reserve)
-        except ValueError as exc:
-            raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
-        try:
-            budget = completion_budget(requested, len(prompt.token_ids), self.engine.max_model_len,
-                                       "max_output_tokens")
-            sampling = make_sampling(max_tokens=budget if requested else min(budget, DEFAULT_MAX_OUTPUT_TOKENS),
-                                     defaults=self.engine.default_sampling, temperature=self.config.temperature)
-        except APIError as exc:
-            raise EventError(exc.detail.code or "invalid_request", exc.detail.message, exc.detail.param,
-                             event_id) from exc
-        if dropped and options.in_conversation:  # gone from the session too (its memory stays bounded), once the
-            self.state.conversation.drop(items[:dropped])  # response is sure to run: a refused one drops nothing
-        wants_audio = "audio" in options.output_modalities
-        modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
-        unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
-        return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
-                           voice=self.config.voice, unspoken=unspoken)
-
-    async def _prefill_request(self, audio: ListenedAudio) -> OmniRequest:
-        """The prompt the VAD's response would get if the user stopped at ``audio``'s end, as a one-token text
-        request: what streaming input prefills while the user speaks (``listening.py``)."""
-        options = response_options(self.config, {})
-        live = Item(new_id("item"), "message", role="user", audio=audio.samples, listened=audio)
-        tools = self._tools(options)
-        spec = PromptSpec(options.instructions, (*self._items(options), live), tools.tools, tools.prefix)
-        prompt = await self.service.pool.run(render_prompt_job, self.engine.processor, spec)
-        sampling = make_sampling(max_tokens=1, defaults=self.engine.default_sampling, temperature=0.0)
-        return OmniRequest(request_id=new_id("prefill"), prompt=prompt, modalities=frozenset({Modality.TEXT}),
-                           sampling=sampling, voice=self.config.voice)
 
     async def _respond(self, writer: ResponseWriter, ticket: Ticket) -> None:
         final: OmniOutput | None = None

@@ -1,0 +1,104 @@
+"""A realtime session's engine requests: a response's (its items rendered with the chat template, fitted to
+the context, its sampling) and the one-token prefill streaming input sends while the user speaks.
+
+Both render the conversation the same way, so a prefill's prompt is the response's prompt cut where the
+user's audio so far ends: the thinker's prefix cache serves the response what the prefill computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omnistage.core import Modality, OmniRequest
+from omnistage.entrypoints.openai.common.decode_pool import DecodePool
+from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.request_budget import turns_over_budget
+from omnistage.entrypoints.openai.common.request_checks import completion_budget, make_sampling
+from omnistage.entrypoints.openai.common.tool_calls import ToolSetup, tool_setup
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.realtime.conversation import PromptSpec, chat_tools, render_prompt_job
+from omnistage.entrypoints.openai.realtime.items import Item, parse_item
+from omnistage.entrypoints.openai.realtime.protocol import EventError, ResponseOptions, new_id, response_options
+from omnistage.entrypoints.openai.realtime.session import SessionState
+from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt
+from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.processing.listened_audio import ListenedAudio
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt
+
+DEFAULT_MAX_OUTPUT_TOKENS = 4096  # a response's cap when the session says "inf" (the context may allow more)
+
+
+@dataclass(frozen=True)
+class TurnRequests:
+    engine: OmniEngine
+    limits: ServerLimits
+    pool: DecodePool
+    state: SessionState  # the session's settings and conversation (read when a request is built)
+
+    def items(self, options: ResponseOptions) -> tuple[Item, ...]:
+        """The response's items: its own ``input``, else the conversation's within the server's budget."""
+        if options.input is not None:
+            fmt, seconds = self.state.config.input_format, self.limits.max_audio_seconds
+            return tuple(parse_item(i, fmt, seconds) for i in options.input)
+        items = self.state.conversation.items
+        sizes = [(len(i.text) + len(i.output) + len(i.arguments),
+                  0.0 if i.audio is None else len(i.audio) / AUDIO_SAMPLE_RATE) for i in items]
+        # Past --max-text-chars or --max-audio-seconds the oldest items are dropped, as OpenAI truncates a
+        # conversation past its context: neither a response's work nor the session's memory grows without bound.
+        del items[:turns_over_budget(sizes, self.limits)]
+        return tuple(items)
+
+    @staticmethod
+    def tools(options: ResponseOptions) -> ToolSetup:
+        """The response's tools in chat completions' shape, and how their calls are parsed."""
+        choice = options.tool_choice
+        if isinstance(choice, dict):
+            choice = {"type": "function", "function": {"name": choice["name"]}}
+        try:
+            return tool_setup(chat_tools(options.tools) or None, choice, True)
+        except ValueError as exc:
+            raise EventError("invalid_value", str(exc), "tool_choice") from exc
+
+    async def response(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
+                       event_id: str | None) -> OmniRequest:
+        """The response's engine request: the items rendered (the oldest dropped past the context, as the
+        session's truncation says) and its sampling."""
+        async def render(kept: tuple[Item, ...]) -> ProcessedPrompt:
+            spec = PromptSpec(options.instructions, kept, tools.tools, tools.prefix)
+            return await self.pool.run(render_prompt_job, self.engine.processor, spec)
+
+        requested = options.max_output_tokens
+        # The answer's room, kept free when the conversation is truncated: its own cap, else a share of the context.
+        reserve = requested or min(DEFAULT_MAX_OUTPUT_TOKENS, self.engine.max_model_len // 4)
+        truncation = self.state.config.truncation if options.input is None else Truncation("disabled")
+        try:
+            prompt, dropped = await fit_prompt(items, render, truncation, self.engine.max_model_len - reserve)
+        except ValueError as exc:
+            raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
+        try:
+            budget = completion_budget(requested, len(prompt.token_ids), self.engine.max_model_len,
+                                       "max_output_tokens")
+            sampling = make_sampling(max_tokens=budget if requested else min(budget, DEFAULT_MAX_OUTPUT_TOKENS),
+                                     defaults=self.engine.default_sampling, temperature=self.state.config.temperature)
+        except APIError as exc:
+            raise EventError(exc.detail.code or "invalid_request", exc.detail.message, exc.detail.param,
+                             event_id) from exc
+        if dropped and options.in_conversation:  # gone from the session too (its memory stays bounded), once the
+            self.state.conversation.drop(items[:dropped])  # response is sure to run: a refused one drops nothing
+        wants_audio = "audio" in options.output_modalities
+        modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
+        unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
+        return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
+                           voice=self.state.config.voice, unspoken=unspoken)
+
+    async def prefill(self, audio: ListenedAudio) -> OmniRequest:
+        """The prompt the VAD's response would get if the user stopped at ``audio``'s end, as a one-token text
+        request: what streaming input prefills while the user speaks (``listening.py``)."""
+        options = response_options(self.state.config, {})
+        live = Item(new_id("item"), "message", role="user", audio=audio.samples, listened=audio)
+        tools = self.tools(options)
+        spec = PromptSpec(options.instructions, (*self.items(options), live), tools.tools, tools.prefix)
+        prompt = await self.pool.run(render_prompt_job, self.engine.processor, spec)
+        sampling = make_sampling(max_tokens=1, defaults=self.engine.default_sampling, temperature=0.0)
+        return OmniRequest(request_id=new_id("prefill"), prompt=prompt, modalities=frozenset({Modality.TEXT}),
+                           sampling=sampling, voice=self.state.config.voice)
