@@ -72,9 +72,11 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
 
 
 async def run_level(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
-                    speech: np.ndarray) -> tuple[list[list[TurnRecord]], list[float | None]]:
+                    speech: np.ndarray, level: int) -> tuple[list[list[TurnRecord]], list[float | None]]:
+    # Every session of every level says something else: a level must not hit the prefix cache with audio an
+    # earlier level (the other streaming mode) already sent.
     sessions = [BenchSession(SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in,
-                                         speech, offset_s=3.7 * i)) for i in range(concurrency)]
+                                         speech, offset_s=3.7 * i + 0.913 * level)) for i in range(concurrency)]
     results = await asyncio.gather(*(s.run() for s in sessions), return_exceptions=True)
     for session, result in zip(sessions, results):
         if isinstance(result, BaseException):
@@ -155,7 +157,7 @@ async def _bench(base: str, args: argparse.Namespace) -> list[dict[str, object]]
         for utterance_s in args.utterance_seconds:
             modes = _modes(args.streaming_input)
             for streaming in modes if k % 2 == 0 else modes[::-1]:  # alternate which mode runs first
-                turns, barges = await run_level(url, concurrency, utterance_s, streaming, args, speech)
+                turns, barges = await run_level(url, concurrency, utterance_s, streaming, args, speech, len(levels))
                 levels.append(summarize(concurrency, utterance_s, streaming, turns, barges, args.underrun_tolerance))
                 print_table(levels[-1:])
             k += 1

@@ -167,7 +167,7 @@ class BenchSession:
                                         "session": {"type": "realtime", "max_output_tokens": BARGE_REPLY_TOKENS}}))
         await self._silence_for(0.5)
         self._pending, self._finished = turn, asyncio.Event()
-        turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s))[-1]
+        turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s + self.plan.turns * turn.utterance_s))[-1]
         while turn.first_audio is None and not self._finished.is_set():
             await self._send_packet(silence_packet())
             if time.perf_counter() - turn.eos > REPLY_TIMEOUT_S:
