@@ -24,19 +24,22 @@ def test_summary_of_recorded_turns() -> None:
     # Two sessions of two turns; one reply arrives slower than real time (150 ms per 100 ms packet).
     a = [_turn(10.0, 10.3, 5, 0.05, 100, 0), _turn(20.0, 20.5, 5, 0.15, 180, 90, status="incomplete")]
     b = [_turn(10.0, 10.4, 5, 0.05, 110, 0), _turn(20.0, 20.2, 5, 0.05, 190, 100, status="failed")]
-    level = summarize(2, 2.0, True, [a, b], [BargeIn(1.0, 1.12).stop_ms, None], underrun_tolerance_s=0.0)
+    barges = [BargeIn(1.0, 1.12, done=1.3, status="cancelled"), BargeIn(1.0, None)]
+    level = summarize(2, 2.0, True, [a, b], barges, underrun_tolerance_s=0.0)
     assert level["turns"] == 4 and level["failed_turns"] == 1
     assert level["eos_to_first_audio_ms_p50"] == pytest.approx(np.percentile([300, 500, 400], 50))
     assert level["eos_to_first_text_ms_p50"] == pytest.approx(np.percentile([250, 450, 350], 50))
     assert level["underrun_streams"] == 1  # only the slow reply would run a player dry
     assert level["reply_rtf_p50"] == pytest.approx(np.percentile([0.4, 1.2, 0.4], 50))
     assert level["barge_in_stop_ms_p50"] == pytest.approx(120.0) and level["barge_ins"] == 1
+    assert level["barge_in_cancel_ms_p50"] == pytest.approx(300.0)
     assert level["prefill_tokens_per_turn"] == [105.0, 90.0]  # the failed turn is not counted
 
 
 def test_barge_in_before_onset_stops_at_zero() -> None:
     assert BargeIn(5.0, 4.9).stop_ms == 0.0
     assert BargeIn(5.0, None).stop_ms is None
+    assert BargeIn(5.0, 5.1, done=5.4, status="completed").cancel_ms is None  # not interrupted
 
 
 def test_speech_pauses_are_shortened_and_packets_are_100_ms() -> None:

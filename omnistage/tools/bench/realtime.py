@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omnistage.tools.bench.realtime_session import BenchSession, SessionPlan, TurnRecord
+from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnRecord
 from omnistage.tools.bench.realtime_speech import shorten_pauses, synthesize
 
 SERVER_START_TIMEOUT_S = 900.0  # a first run may build the embedded checkpoint
@@ -45,7 +45,7 @@ def _pct(values: list[float], p: float) -> float | None:
 
 
 def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sessions: list[list[TurnRecord]],
-              barges: list[float | None], underrun_tolerance_s: float) -> dict[str, object]:
+              barges: list[BargeIn], underrun_tolerance_s: float) -> dict[str, object]:
     """One level's figures; ``sessions``: each session's turns in order."""
     turns = [t for session in sessions for t in session]
     ok = [t for t in turns if t.ok]
@@ -57,7 +57,8 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
         for i, t in enumerate(session):
             if t.ok:
                 per_turn.setdefault(i, []).append(t.prefill_tokens)
-    stops = [b for b in barges if b is not None]
+    stops = [b.stop_ms for b in barges if b.stop_ms is not None]
+    cancels = [b.cancel_ms for b in barges if b.cancel_ms is not None]
     return {
         "concurrency": concurrency, "utterance_s": utterance_s, "streaming_input": streaming,
         "turns": len(turns), "failed_turns": len(turns) - len(ok),
@@ -66,13 +67,13 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
         "eos_to_first_text_ms_p50": _pct(text_ms, 50), "eos_to_first_text_ms_p95": _pct(text_ms, 95),
         "reply_rtf_p50": _pct(rtf, 50),
         "underrun_streams": sum(1 for t in ok if t.stream().underrun_s() > underrun_tolerance_s),
-        "barge_in_stop_ms_p50": _pct(stops, 50), "barge_ins": len(stops),
+        "barge_in_stop_ms_p50": _pct(stops, 50), "barge_in_cancel_ms_p50": _pct(cancels, 50), "barge_ins": len(stops),
         "prefill_tokens_per_turn": [float(np.mean(per_turn[i])) for i in sorted(per_turn)],
     }
 
 
 async def run_level(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
-                    speech: np.ndarray, level: int) -> tuple[list[list[TurnRecord]], list[float | None]]:
+                    speech: np.ndarray, level: int) -> tuple[list[list[TurnRecord]], list[BargeIn]]:
     # Every session of every level says something else: a level must not hit the prefix cache with audio an
     # earlier level (the other streaming mode) already sent.
     sessions = [BenchSession(SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in,
@@ -81,7 +82,7 @@ async def run_level(url: str, concurrency: int, utterance_s: float, streaming: b
     for session, result in zip(sessions, results):
         if isinstance(result, BaseException):
             session.turns.append(TurnRecord(utterance_s, error=f"{type(result).__name__}: {result}"))
-    return [s.turns for s in sessions], [s.barge.stop_ms if s.barge else None for s in sessions]
+    return [s.turns for s in sessions], [s.barge for s in sessions if s.barge is not None]
 
 
 @contextlib.contextmanager
@@ -132,10 +133,10 @@ def _fmt(v: object) -> str:
 
 def print_table(levels: list[dict[str, object]]) -> None:
     cols = ("concurrency", "utterance_s", "streaming_input", "eos_to_first_audio_ms_p50", "eos_to_first_audio_ms_p95",
-            "eos_to_first_text_ms_p50", "reply_rtf_p50", "underrun_streams", "barge_in_stop_ms_p50", "failed_turns",
-            "prefill_tokens_per_turn")
-    short = ("conc", "utt_s", "stream", "audio_p50", "audio_p95", "text_p50", "rtf", "underrun", "barge_p50", "fail",
-             "prefill/turn")
+            "eos_to_first_text_ms_p50", "reply_rtf_p50", "underrun_streams", "barge_in_stop_ms_p50",
+            "barge_in_cancel_ms_p50", "failed_turns", "prefill_tokens_per_turn")
+    short = ("conc", "utt_s", "stream", "audio_p50", "audio_p95", "text_p50", "rtf", "underrun", "barge_p50",
+             "cancel_p50", "fail", "prefill/turn")
     print(" ".join(f"{c:>10}" for c in short))
     for level in levels:
         cells = [", ".join(f"{x:.0f}" for x in level[c]) if c == "prefill_tokens_per_turn" else _fmt(level[c])

@@ -62,13 +62,20 @@ class TurnRecord:
 class BargeIn:
     onset: float  # when the packet carrying the new speech's first sound went out
     last_audio: float | None = None  # the interrupted reply's last audio delta
+    done: float | None = None  # its response.done (cancelled: the server heard the speech and stopped it)
     status: str = ""
 
     @property
     def stop_ms(self) -> float | None:
+        """New speech start → the interrupted reply's last audio (0 when none came after the speech began)."""
         if self.last_audio is None:
             return None
         return max(0.0, self.last_audio - self.onset) * 1000.0
+
+    @property
+    def cancel_ms(self) -> float | None:
+        """New speech start → the interrupted reply's ``response.done``: VAD detection plus the cancel."""
+        return None if self.done is None or self.status != "cancelled" else (self.done - self.onset) * 1000.0
 
 
 @dataclass(frozen=True)
@@ -212,7 +219,7 @@ class BenchSession:
         turn.input_tokens = int(usage.get("input_tokens", 0))
         turn.cached_tokens = int((usage.get("input_token_details") or {}).get("cached_tokens", 0))
         if self.barge is not None and turn is self._barged:
-            self.barge.status = turn.status
+            self.barge.status, self.barge.done = turn.status, now
             self.barge.last_audio = turn.audio[-1][0] if turn.audio else None
         if turn.status == "failed" and turn.error is None:
             turn.error = str((response.get("status_details") or {}).get("error", "failed"))
