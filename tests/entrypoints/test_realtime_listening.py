@@ -18,8 +18,10 @@ import pytest
 import torch
 
 from omnistage.core import Modality
+from omnistage.entrypoints.cli import build_parser
 from omnistage.entrypoints.openai.api_server import build_app
-from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.entrypoints.openai.server_config import ServerLimits, ServingOptions
+from omnistage.entrypoints.serve_config import ServeConfig
 from omnistage.processing.listened_audio import ListenedAudio
 from tests.audio.signals import speech_like
 from tests.entrypoints.conftest import LiveServer
@@ -108,3 +110,11 @@ def test_streaming_input_off_prefills_nothing_early(server: LiveServer, processo
     asyncio.run(scenario())
     assert not _prefills(server)
     assert not isinstance(processor.seen_audios[-1], ListenedAudio)
+
+
+def test_serve_switches_streaming_input_off() -> None:
+    def serving(*flags: str) -> ServingOptions:
+        return ServeConfig.from_args(build_parser().parse_args(["serve", *flags]), environ={}).serving
+
+    assert serving().streaming_input is True
+    assert serving("--no-streaming-input").streaming_input is False
