@@ -118,3 +118,22 @@ def test_serve_switches_streaming_input_off() -> None:
 
     assert serving().streaming_input is True
     assert serving("--no-streaming-input").streaming_input is False
+
+
+def test_without_turn_detection_the_whole_buffer_streams(server: LiveServer, processor) -> None:  # noqa: ANN001
+    """Push-to-talk (the client commits): the item is the buffer from its first append, prefilled as it grows."""
+    speech = speech_like(9.0, RATE, seed=8)
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], audio={"input": {
+                "format": {"rate": RATE}, "turn_detection": None}}) as ws:
+            await stream_audio(ws, speech[:int(8.5 * RATE)], RATE)
+            await _wait_for_prefill(server)
+            await stream_audio(ws, speech[int(8.5 * RATE):], RATE)
+            await send(ws, {"type": "input_audio_buffer.commit"})
+            await until(ws, "input_audio_buffer.committed")
+            await send(ws, {"type": "response.create"})
+            await until(ws, "response.done")
+    asyncio.run(scenario())
+    heard = processor.seen_audios[-1]
+    assert isinstance(heard, ListenedAudio) and heard.head.shape[1] == 800 and len(heard) == len(speech)

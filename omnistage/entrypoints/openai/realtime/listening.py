@@ -17,8 +17,10 @@ the assistant prefix are encoded and prefilled after the user stops.
 One prefill request runs per session at a time; a later window supersedes a
 pending one. A cleared buffer, a VAD reset, or a commit cancels the one in
 flight (its engine request is aborted in every stage and its blocks freed).
-The switch is per session (``session.streaming_input``) over the server's
-default (``serve --no-streaming-input``).
+Without turn detection (the client commits) the live item is the whole buffer,
+from its first append. The switch is per session (``session.streaming_input``)
+over the server's default (``serve --no-streaming-input``); transcription
+sessions do not stream (they never answer).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
 from omnistage.processing.listened_audio import ListenedAudio, StreamingAudioInput, WindowedLogMel
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
 
@@ -66,17 +70,16 @@ class Listener:
             self._mel = self.processor.listener()
             self._start = start
 
-    def heard(self, pieces: list[np.ndarray], dropped: int, to_16k: Callable[[np.ndarray], np.ndarray],
-              rate: int) -> None:
+    def heard(self, buffer: InputBuffer) -> None:
         """The buffer grew: starts freezing and prefilling any window it completed (one job at a time)."""
         mel = self._mel
         if mel is None or (self._task is not None and not self._task.done()):
             return
-        available = sum(len(p) for p in pieces) + dropped - self._start
-        if mel.completed(available * 16000 // rate) <= len(mel.windows):
+        available = buffer.samples + buffer.dropped - self._start
+        if mel.completed(available * AUDIO_SAMPLE_RATE // buffer.rate) <= len(mel.windows):
             return
-        audio = np.concatenate(pieces)[max(0, self._start - dropped):]
-        self._task = asyncio.create_task(self._prefill(mel, audio, to_16k))
+        audio = np.concatenate(buffer.pieces)[max(0, self._start - buffer.dropped):]
+        self._task = asyncio.create_task(self._prefill(mel, audio, buffer.format.to_16k))
 
     async def _prefill(self, mel: WindowedLogMel, audio: np.ndarray,
                        to_16k: Callable[[np.ndarray], np.ndarray]) -> None:

@@ -264,6 +264,11 @@ class RealtimeSession:
         detection = self.state.config.turn_detection
         return None if detection is None else detection.vad
 
+    @property
+    def _streams_input(self) -> bool:
+        on = self.config.streaming_input
+        return self.config.kind == "realtime" and (self.service.streaming_input if on is None else on)
+
     def _reset_vad(self, rebuild: bool = False) -> None:
         if rebuild:
             self.vad = self.service.vad.make(self._vad_config(), self.buffer.rate)
@@ -286,19 +291,22 @@ class RealtimeSession:
         await self._detect(self.buffer.append_samples(piece))
 
     async def _detect(self, piece: np.ndarray) -> None:
-        if self.vad is None:
+        if self.vad is None:  # the client commits: the item will be the whole buffer
+            if self._streams_input and not self.listener.active:
+                self.listener.begin(0)
+            self.listener.heard(self.buffer)
             return
         # The read loop waits for the detector, so one session's pieces are fed in order, one at a time.
         pool = self.service.vad_pool
         events = self.vad.feed(piece) if self.vad.inline else await pool.run(_feed_job, self.vad, piece)
-        self.listener.heard(self.buffer.pieces, self.buffer.dropped, self.buffer.format.to_16k, self.buffer.rate)
+        self.listener.heard(self.buffer)
         for vad_event in events:
             ms = vad_event.sample * 1000 // self.buffer.rate
             detection = self.config.turn_detection
             pad = (detection.vad.prefix_padding_ms if detection else 0) * self.buffer.rate // 1000
             if vad_event.kind == "speech_started":
                 self.speech_start, self.speech_item = vad_event.sample, new_id("item")
-                if self.service.streaming_input if self.config.streaming_input is None else self.config.streaming_input:
+                if self._streams_input:
                     self.listener.begin(max(0, self.speech_start - pad))  # where _commit will cut the item
                 await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
                                              item_id=self.speech_item))
