@@ -12,8 +12,8 @@ from fastapi import FastAPI
 class ServerThread:
     def __init__(self, app: FastAPI, **config_options: object) -> None:
         # Port 0: the OS picks a free port, read back once the socket is bound (no race with other tests).
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
-                                **config_options)
+        options: dict[str, object] = {"lifespan": "off", **config_options}  # lifespan="on": the loop-lag watcher
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", **options)
         self.scheme = "https" if config_options.get("ssl_certfile") else "http"
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

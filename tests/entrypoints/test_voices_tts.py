@@ -123,7 +123,8 @@ def test_limits_and_mistakes_are_clear_4xx(base) -> None:
     big = served.post("/v1/audio/voices", {"name": "big", "audio": {"data": "A" * 300_000}})
     assert big.status_code == 400 and "--max-voice-audio-bytes" in big.json()["error"]["message"]
     long = served.post("/v1/audio/voices", {"name": "long", "audio": {"data": _wav(synthetic_voice(3.5)[::3], 8000)}})
-    assert long.status_code == 400 and long.json()["error"]["code"] == "invalid_audio"
+    assert long.status_code == 400 and long.json()["error"]["code"] == "audio_too_long"  # from the header
+    assert "--max-voice-seconds" in long.json()["error"]["message"]
     junk = served.post("/v1/audio/voices", {"name": "junk", "audio": {"data": base64.b64encode(b"not audio").decode()}})
     assert junk.status_code == 400 and junk.json()["error"]["code"] == "invalid_audio"
     assert _speak(served, "nobody").json()["error"]["code"] == "invalid_voice"

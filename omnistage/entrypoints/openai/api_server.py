@@ -28,6 +28,7 @@ from omnistage.entrypoints.openai.common.auth import AccessMiddleware
 from omnistage.entrypoints.openai.common.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.errors import install_error_handlers
+from omnistage.entrypoints.openai.common.loop_lag import loop_lag_watcher
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
 from omnistage.entrypoints.openai.common.protocol import (
     ErrorResponse,
@@ -37,7 +38,7 @@ from omnistage.entrypoints.openai.common.protocol import (
     ReplicaHealthInfo,
     StageHealthInfo,
 )
-from omnistage.entrypoints.openai.common.request_budget import BudgetedRoute
+from omnistage.entrypoints.openai.common.prescan import BudgetedRoute
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.landing import PUBLIC_PATHS, PUBLIC_PREFIX, install_landing
@@ -199,7 +200,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     access = access or AccessPolicy()
     # docs_url/redoc_url None: FastAPI's pages load from a CDN; install_landing serves them from local assets.
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server",
-                  docs_url=None, redoc_url=None)
+                  docs_url=None, redoc_url=None, lifespan=lambda _: loop_lag_watcher(metrics.loop_lag))
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
     store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits

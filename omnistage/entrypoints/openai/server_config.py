@@ -38,7 +38,16 @@ class ServerLimits:
                                                     "together")
     max_video_decode_pixels: int = _limit(2**30, "frames x pixels one request's videos may decode (every decoded "
                                                  "frame counts, at least 256x256 each: decoding costs per frame)")
-    max_text_chars: int = _limit(200_000, "characters of text in one chat request, all messages together")
+    max_text_chars: int = _limit(200_000, "characters of text in one chat or responses request, all messages "
+                                           "together (tool-call arguments included)")
+    max_content_parts: int = _limit(4096, "content parts in one request, all messages together (counted before the "
+                                          "body is validated)")
+    max_tool_calls: int = _limit(256, "tool calls (and function_call items) in one request's history")
+    max_tools: int = _limit(512, "tool definitions in one request")
+    max_audio_samples: int = _limit(600 * 48_000 * 2, "decoded audio samples in one request: seconds x rate x "
+                                                      "channels, all items together (read from each header)")
+    max_session_audio_seconds: float = _limit(1200.0, "seconds of committed audio a realtime session keeps across "
+                                                      "turns (the oldest audio items are dropped past it)")
     max_speech_input_chars: int = _limit(4096, "characters of /v1/audio/speech input (OpenAI's own limit)")
     max_instructions_chars: int = _limit(16_384, "characters of /v1/audio/speech and realtime instructions")
     max_media_items: int = _limit(32, "audio, image and video parts in one request")

@@ -72,7 +72,7 @@ class ChatPromptBuilder(PromptBuilder):
             return {"type": "text", "text": part.text}
         if isinstance(part, InputAudioPart):
             param += ".input_audio.data"
-            data = self.inline(part.input_audio.data, param)
+            data = await self.inline(part.input_audio.data, param)
             items.append(MediaItem("audio", data, param, part.input_audio.format))
             return {"type": "audio"}
         if isinstance(part, AudioURLPart):

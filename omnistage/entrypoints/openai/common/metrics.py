@@ -19,6 +19,7 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.pipeline.playback import Playback
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _RTF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 10.0)
 
 
@@ -69,6 +70,9 @@ class ServerMetrics:
                                  "next audio arrived", ["endpoint"], registry=self.registry)
         self.stall = Histogram("omnistage_audio_stall_seconds", "how long a streamed answer's player waited, "
                                "per underrun", ["endpoint"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.loop_lag = Histogram("omnistage_event_loop_lag_seconds", "how much later than due the API's event loop "
+                                  "ran a timer (every request waits that long)", buckets=_LAG_BUCKETS,
+                                  registry=self.registry)
         self.registry.register(_EngineCollector(engine))
 
     def render(self) -> bytes:

@@ -68,14 +68,14 @@ class MediaFetcher:
     async def fetch(self, url: str) -> FetchedMedia:
         scheme = urlparse(url).scheme.lower()
         if scheme == "data":
-            return self._from_data_url(url)
+            return self.from_data_url(url)
         if scheme == "file":
             return FetchedMedia(self._from_file(url))
         if scheme in ("http", "https"):
             return FetchedMedia(await self._from_remote(url))
         raise MediaError(f"unsupported URL scheme {scheme!r}: use data:, file:// or http(s)://", code="invalid_url")
 
-    def _from_data_url(self, url: str) -> FetchedMedia:
+    def from_data_url(self, url: str) -> FetchedMedia:
         header, sep, payload = url[len("data:"):].partition(",")
         if not sep or not header.endswith(";base64"):
             raise MediaError("data: URLs must be base64 (data:<type>;base64,<data>)", code="invalid_url")

@@ -27,6 +27,7 @@ _SOUNDFILE_HINTS = frozenset({"wav", "flac", None})  # None: unknown container, 
 class AudioInfo:
     sample_rate: int
     seconds: float | None  # None: the container does not say (the decoder stops at the budget instead)
+    channels: int = 1
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def probe_audio(data: bytes, fmt: str | None) -> AudioInfo:
         try:
             info = sf.info(io.BytesIO(data))
             seconds = info.frames / info.samplerate if info.samplerate > 0 else None
-            return AudioInfo(int(info.samplerate), seconds)
+            return AudioInfo(int(info.samplerate), seconds, int(info.channels))
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
             if fmt is not None:
                 raise MediaError(f"could not read the audio header: {exc}", code="invalid_audio") from exc
@@ -56,7 +57,7 @@ def _probe_av_audio(data: bytes) -> AudioInfo:
 
 def _audio_info(container: av.container.InputContainer) -> AudioInfo:
     stream = container.streams.audio[0]
-    return AudioInfo(int(stream.sample_rate or 0), _seconds(container, stream))
+    return AudioInfo(int(stream.sample_rate or 0), _seconds(container, stream), int(stream.channels or 1))
 
 
 def probe_video_audio(data: bytes) -> AudioInfo:

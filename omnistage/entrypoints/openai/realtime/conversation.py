@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from omnistage.entrypoints.openai.common.decode_pool import CancelToken
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.protocol import EventError, InputFormat
 from omnistage.processing.listened_audio import ListenedAudio
@@ -82,6 +82,11 @@ def render_prompt_job(processor: PromptProcessor, spec: PromptSpec, token: Cance
     return render_prompt(processor, spec)
 
 
+def _join_16k(pieces: list[np.ndarray], start: int, fmt: InputFormat, token: CancelToken) -> np.ndarray:
+    audio = np.concatenate(pieces)[start:] if pieces else np.zeros(0, np.float32)
+    return fmt.to_16k(audio)
+
+
 class InputBuffer:
     """Input audio pieces at the session's input format and rate, with the VAD (when on) watching them arrive."""
 
@@ -119,6 +124,13 @@ class InputBuffer:
         audio = np.concatenate(self.pieces)[start:end] if self.pieces else np.zeros(0, np.float32)
         self.clear()
         return self.format.to_16k(audio)
+
+    async def take_in(self, pool: DecodePool, start: int = 0) -> np.ndarray:
+        """``take`` with the joining and resampling in ``pool``: 600 s of audio takes ~0.6 s, which on the event
+        loop stalled every session and request. The buffer is emptied at once, before the job runs."""
+        start = max(0, start - self.dropped)
+        pieces, self.pieces, self.samples, self.dropped = self.pieces, [], 0, 0
+        return await pool.run(_join_16k, pieces, start, self.format)
 
     def keep_last(self, samples: int) -> None:
         """Drops all but the latest ``samples`` (a microphone that never stops: what no turn will need)."""

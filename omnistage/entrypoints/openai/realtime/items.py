@@ -141,6 +141,8 @@ class Conversation:
     """The session's items in order; ids are unique."""
 
     items: list[Item] = field(default_factory=list)
+    max_audio_samples: int | None = None  # user audio kept across turns, at 16 kHz (None: unbounded)
+    evicted: list[str] = field(default_factory=list)  # ids dropped by that bound, until reported
 
     def find(self, item_id: str) -> Item | None:
         return next((i for i in self.items if i.id == item_id), None)
@@ -160,7 +162,22 @@ class Conversation:
                                  "previous_item_id")
             at = self.items.index(before) + 1
         self.items.insert(at, item)
-        return self.items[at - 1].id if at else None
+        previous = self.items[at - 1].id if at else None
+        self._bound_audio(item)
+        return previous
+
+    def _bound_audio(self, newest: Item) -> None:
+        """Drops the oldest audio items (never ``newest``) until the kept audio fits ``max_audio_samples``: a
+        session that commits without ever responding would otherwise grow without end."""
+        if self.max_audio_samples is None:
+            return
+        kept = sum(len(i.audio) for i in self.items if i.audio is not None)
+        for old in [i for i in self.items if i.audio is not None and i is not newest]:
+            if kept <= self.max_audio_samples:
+                break
+            kept -= len(old.audio) if old.audio is not None else 0
+            self.items.remove(old)
+            self.evicted.append(old.id)
 
     def delete(self, item_id: str) -> None:
         item = self.find(item_id)

@@ -24,6 +24,7 @@ from omnistage.entrypoints.openai.realtime.protocol import (
     update_session,
 )
 from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 
 def check_output(engine: OmniEngine, voices: VoiceBook, modalities: tuple[str, ...], voice: str, where: str,
@@ -46,7 +47,7 @@ class SessionState:
         self.engine, self.voices, self.limits, self.beta = engine, voices, limits, beta
         modalities = ("text", "audio") if engine.supports_audio else ("text",)
         self.config = SessionConfig(voice=voices.default, output_modalities=modalities, kind=kind)
-        self.conversation = Conversation()
+        self.conversation = Conversation(max_audio_samples=int(limits.max_session_audio_seconds * AUDIO_SAMPLE_RATE))
         self.updates = 0
 
     def update(self, event: dict[str, Any], buffered: bool) -> list[EventError]:
@@ -93,8 +94,11 @@ class SessionState:
         return item, self.conversation.add(item, previous)
 
     def item_events(self, item: Item, previous: str | None) -> list[dict[str, Any]]:
-        """What the server says when an item joins the conversation."""
-        return [server_event("conversation.item.added", previous_item_id=previous, item=item.describe()),
+        """What the server says when an item joins the conversation: first the older audio items it pushed out of
+        the session's bound (``--max-session-audio-seconds``), as ``conversation.item.deleted``."""
+        evicted, self.conversation.evicted = self.conversation.evicted, []
+        return [*(server_event("conversation.item.deleted", item_id=gone) for gone in evicted),
+                server_event("conversation.item.added", previous_item_id=previous, item=item.describe()),
                 server_event("conversation.item.done", previous_item_id=previous, item=item.describe())]
 
     def retrieve(self, event: dict[str, Any]) -> dict[str, Any]:

@@ -322,7 +322,7 @@ class RealtimeSession:
     async def _commit(self, item_id: str | None, start: int = 0) -> None:
         if self.buffer.samples == 0:
             raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
-        audio = self.buffer.take(start)
+        audio = await self.buffer.take_in(self.service.pool, start)  # resampling off the event loop
         item = Item(item_id or new_id("item"), "message", role="user", audio=audio, listened=self.listener.take(audio))
         self._reset_vad()
         if self.config.kind == "transcription":  # no conversation: the item lives as long as its transcription

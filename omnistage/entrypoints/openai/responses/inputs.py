@@ -125,7 +125,8 @@ async def _part(builder: PromptBuilder, part: InputPart, param: str, media: list
         return {"type": "text", "text": part.refusal}
     if isinstance(part, InputAudio):
         param += ".input_audio.data"
-        media.append(MediaItem("audio", builder.inline(part.input_audio.data, param), param, part.input_audio.format))
+        data = await builder.inline(part.input_audio.data, param)
+        media.append(MediaItem("audio", data, param, part.input_audio.format))
         return {"type": "audio"}
     if isinstance(part, InputImage):
         if part.image_url is None:

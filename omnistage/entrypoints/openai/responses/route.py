@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
 from omnistage.entrypoints.openai.common.protocol import ErrorResponse
-from omnistage.entrypoints.openai.common.request_budget import BudgetedRoute
+from omnistage.entrypoints.openai.common.prescan import BudgetedRoute
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.media.prompt_builder import PromptBuilder

@@ -27,6 +27,7 @@ from omnistage.entrypoints.openai.speech.protocol import (
     VoiceList,
     VoiceObject,
 )
+from omnistage.entrypoints.openai.speech.reference_audio import check_reference_header
 from omnistage.entrypoints.openai.speech.voice_store import StoredVoice, VoiceStore, VoiceStoreError
 from omnistage.families.speech import SpeechFrontEnd
 
@@ -81,6 +82,7 @@ class VoiceService:
             if len(data) > self.limits.max_voice_audio_bytes:
                 raise over_budget("max_voice_audio_bytes", f"the reference audio is over "
                                   f"{self.limits.max_voice_audio_bytes} bytes", "audio.data")
+            check_reference_header(data, body.audio.format, self.limits, "audio.data")
             audio = decode_audio(data, body.audio.format, self.limits.max_voice_seconds, token.check)
             clone = speech.clone_voice(audio.samples, audio.sample_rate, body.transcript)
         except (binascii.Error, AudioDecodeError, ValueError) as exc:

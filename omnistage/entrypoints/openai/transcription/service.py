@@ -131,7 +131,7 @@ class TranscriptionService:
             info = probe_audio(data, None)
         except MediaError as exc:
             raise bad_request(f"the file is not audio this server can read: {exc}", "file", exc.code) from exc
-        MediaBudget(self.limits).add_audio(info.sample_rate, info.seconds, "file")
+        MediaBudget(self.limits).add_audio(info.sample_rate, info.seconds, "file", info.channels)
 
     def _decode(self, data: bytes, token: CancelToken) -> np.ndarray:
         try:

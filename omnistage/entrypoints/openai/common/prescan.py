@@ -1,0 +1,191 @@
+"""A JSON body's cost, counted from its raw bytes before FastAPI parses it into a single object.
+
+``BudgetedRoute`` reads the body once, checks it is valid text (no lone surrogate escape), then runs its
+path's prescan: msgspec reads the body into a few loose structs (lists of raw slices first, so a million
+empty messages cost ~0.1 s and no lasting memory, where validating them took 40 s and 1.6 GB) and a
+``Tally`` counts messages (or input items), content parts, text characters (tool-call arguments and tool
+results included), media parts, tool calls and tool definitions. Each count has its flag; a breach is a 400
+naming it. JSON nested deeper than msgspec reads is a 400 too. A message msgspec cannot read this way is
+charged its raw size as text and left for pydantic to name what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
+from omnistage.entrypoints.openai.common.request_budget import over_budget
+from omnistage.entrypoints.openai.server_config import ServerLimits
+
+MEDIA_PART_TYPES = frozenset({"input_audio", "image_url", "audio_url", "video_url"})
+RESPONSES_MEDIA_TYPES = frozenset({"input_audio", "input_image", "input_file"})
+
+
+class _Part(msgspec.Struct, gc=False):
+    type: Any = None
+    text: Any = None
+
+
+class _Function(msgspec.Struct, gc=False):
+    arguments: Any = None
+
+
+class _ToolCall(msgspec.Struct, gc=False):
+    function: _Function | None = None
+
+
+class _Chat(msgspec.Struct, gc=False):
+    messages: list[msgspec.Raw] | None = None
+    tools: list[msgspec.Raw] | None = None
+
+
+class _Message(msgspec.Struct, gc=False):
+    content: str | list[_Part] | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Responses(msgspec.Struct, gc=False):
+    input: str | list[msgspec.Raw] | None = None
+    instructions: Any = None
+    tools: list[msgspec.Raw] | None = None
+
+
+class _Item(msgspec.Struct, gc=False):
+    type: Any = None
+    content: str | list[_Part] | None = None
+    output: str | list[_Part] | None = None
+    arguments: Any = None
+
+
+_CHAT, _MESSAGE = msgspec.json.Decoder(_Chat), msgspec.json.Decoder(_Message)
+_RESPONSES, _ITEM = msgspec.json.Decoder(_Responses), msgspec.json.Decoder(_Item)
+
+
+def _text_len(value: object) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+@dataclass
+class Tally:
+    """What one body holds, counted as it is read; ``check`` raises the first breach."""
+
+    limits: ServerLimits
+    media_types: frozenset[str]
+    chars: int = 0
+    parts: int = 0
+    media: int = 0
+    tool_calls: int = 0
+
+    def content(self, value: str | list[_Part] | None) -> None:
+        if isinstance(value, str):
+            self.chars += len(value)
+            return
+        for part in value or ():
+            self.parts += 1
+            self.chars += _text_len(part.text)
+            self.media += isinstance(part.type, str) and part.type in self.media_types  # a list type is unhashable
+
+    def check(self, param: str) -> None:
+        limits, where = self.limits, "the messages" if param == "messages" else "the input"
+        for name, count, what, code in (
+                ("max_content_parts", self.parts, "content parts", "too_many_content_parts"),
+                ("max_tool_calls", self.tool_calls, "tool calls", "too_many_tool_calls"),
+                ("max_text_chars", self.chars, "characters of text (tool-call arguments included)", "input_too_long"),
+                ("max_media_items", self.media, "media items", "too_many_media_items")):
+            if count > getattr(limits, name):
+                raise over_budget(name, f"{where} hold {count} {what}; the limit is {getattr(limits, name)}",
+                                  param, code)
+
+
+def _count(items: list[msgspec.Raw], tools: list[msgspec.Raw] | None, limits: ServerLimits, param: str) -> None:
+    what = "messages" if param == "messages" else "input items"
+    if len(items) > limits.max_messages:
+        raise over_budget("max_messages", f"the request has {len(items)} {what}; the limit is {limits.max_messages}",
+                          param, "too_many_messages")
+    if tools is not None and len(tools) > limits.max_tools:
+        raise over_budget("max_tools", f"the request defines {len(tools)} tools; the limit is {limits.max_tools}",
+                          "tools", "too_many_tools")
+
+
+def prescan_chat(body: bytes, limits: ServerLimits) -> None:
+    """A chat body's messages, parts, text, media, tool calls and tools, from its raw bytes."""
+    try:
+        scan = _CHAT.decode(body)
+    except msgspec.DecodeError:  # not JSON, or messages is not a list: pydantic says what is wrong
+        return
+    messages = scan.messages or []
+    _count(messages, scan.tools, limits, "messages")
+    tally = Tally(limits, MEDIA_PART_TYPES)
+    for raw in messages:
+        try:
+            message = _MESSAGE.decode(raw)
+        except msgspec.DecodeError:  # pydantic refuses it; meanwhile it costs what it weighs
+            tally.chars += len(raw)
+            continue
+        tally.content(message.content)
+        for call in message.tool_calls or ():
+            tally.tool_calls += 1
+            tally.chars += _text_len(call.function.arguments) if call.function is not None else 0
+    tally.check("messages")
+
+
+def prescan_responses(body: bytes, limits: ServerLimits) -> None:
+    """A ``/v1/responses`` body's input items (against ``--max-messages``), parts, text, media, calls and tools."""
+    try:
+        scan = _RESPONSES.decode(body)
+    except msgspec.DecodeError:  # pydantic says what is wrong
+        return
+    items = [] if scan.input is None or isinstance(scan.input, str) else scan.input
+    _count(items, scan.tools, limits, "input")
+    tally = Tally(limits, RESPONSES_MEDIA_TYPES, chars=_text_len(scan.input) + _text_len(scan.instructions))
+    for raw in items:
+        try:
+            item = _ITEM.decode(raw)
+        except msgspec.DecodeError:
+            tally.chars += len(raw)
+            continue
+        tally.chars += _text_len(item.arguments)
+        tally.tool_calls += item.type == "function_call"
+        tally.content(item.content)
+        tally.content(item.output)
+    tally.check("input")
+
+
+PRESCANS: dict[str, Callable[[bytes, ServerLimits], None]] = {"/v1/chat/completions": prescan_chat,
+                                                              "/v1/responses": prescan_responses}
+
+
+def check_json_text(body: bytes) -> None:
+    """A JSON body holds valid text: no lone surrogate escape (``common/json_text.py``)."""
+    if lone_surrogate(body):
+        raise APIError(400, LONE_SURROGATE, code="invalid_json")
+
+
+class BudgetedRoute(APIRoute):
+    """Checks a JSON body's text, then runs the route's prescan on the raw body, before FastAPI parses and validates
+    it (the body is read once: Starlette keeps it on the request for FastAPI's own read)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        prescan = PRESCANS.get(self.path)
+
+        async def budgeted(request: Request) -> Response:
+            kind = request.headers.get("content-type", "")
+            if prescan is not None or "json" in kind or (not kind and request.method in ("POST", "PUT", "PATCH")):
+                body = await request.body()  # FastAPI reads a body without a content type as JSON too
+                check_json_text(body)
+                try:
+                    if prescan is not None:
+                        prescan(body, request.app.state.limits)
+                except RecursionError:  # msgspec's depth limit: Python's json would fail the same way
+                    raise APIError(400, "the JSON is nested too deep to read", code="invalid_json") from None
+            return await handler(request)
+
+        return budgeted
