@@ -39,7 +39,7 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
                               ("tiny", "medium", "slice"), sizes=("tiny", "medium", "slice")),
     "qwen3_tts": FamilyEntry("omnistage.families.qwen3_tts.family:FAMILY", ("qwen3_tts",),
                              ("tts-tiny", "tts-tiny-design", "tts-tiny-base", "tts-medium", "tts-medium-design",
-                              "tts-medium-base"), sizes=("tiny", "medium")),
+                              "tts-medium-base"), sizes=("tiny", "medium", "full", "full-1.7b")),
     "qwen2_5_omni": FamilyEntry("omnistage.families.qwen2_5_omni.family:FAMILY", ("qwen2_5_omni",),
                                 ("omni25-tiny",), sizes=("tiny",)),
 })

@@ -3,7 +3,8 @@
 Writes config.json, generation_config.json, model.safetensors, the offline BPE tokenizer, and speech_tokenizer/
 (config.json, preprocessor_config.json, model.safetensors): what ``qwen_tts``'s ``Qwen3TTSModel.from_pretrained``
 loads. Weights are drawn from omnistage's own modules under a fixed seed (no reference code needed) and saved
-with sorted names, so one seed always gives byte-identical files. Sizes: :mod:`omnistage.tools.tts_checkpoint_config`.
+with sorted names, so one seed always gives byte-identical files. Sizes: :mod:`omnistage.tools.tts_checkpoint_config` (``full`` is the
+real 0.6B's every shape: ~0.9 B parameters in model.safetensors, ~2.5 GB on disk with the codec).
 
 Drawn so that tests test something: greedy codes must not flip under float noise, so the heads are wide
 (logit gaps far above rounding error); codec EOS gets a zero head row, so a random talker speaks until
@@ -48,8 +49,8 @@ def make_tiny_tts(out_dir: str | Path, seed: int = 0, size: TTSSize = TINY,
     models = Qwen3TTSModels.build(Qwen3TTSConfig.from_dicts(raw, tokenizer_raw), out)
     draw_weights(models, seed)
     main, codec = models.state_dicts()
-    _save(main, out / "model.safetensors")
-    _save(codec, out / TOKENIZER_FOLDER / "model.safetensors")
+    _save(main, out / "model.safetensors", getattr(torch, size.weight_dtype))
+    _save(codec, out / TOKENIZER_FOLDER / "model.safetensors", torch.float32)
     return out
 
 
@@ -90,8 +91,10 @@ def _write_json(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def _save(state: dict[str, torch.Tensor], path: Path) -> None:
-    tensors = {name: t.detach().contiguous() for name, t in sorted(state.items())}
+def _save(state: dict[str, torch.Tensor], path: Path, dtype: torch.dtype) -> None:
+    """Floating tensors in ``dtype`` (drawn in fp32; the full sizes store bf16, as the real checkpoints do)."""
+    tensors = {name: (t.detach().to(dtype) if t.is_floating_point() else t.detach()).contiguous()
+               for name, t in sorted(state.items())}
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
