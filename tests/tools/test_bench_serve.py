@@ -227,3 +227,20 @@ def test_bench_serve_speech_backend_on_a_tiny_tts_checkpoint(tmp_path: Path) -> 
     assert level["audio_throughput"] > 0 and level["audio_streams"] == 2
     assert report["sequential_baseline"]["mean_audio_s"] == pytest.approx(6 * 1920 / 24000)
     assert "audio_throughput_ratio_vs_hf" in level
+
+
+def test_reference_baseline_times_the_qwen_tts_package(tmp_path: Path) -> None:
+    """``--baseline reference``: qwen-tts's own generate on the same utterances, its audio counted from its wav."""
+    from omnistage.tools.bench.speech import run_reference, speech_prompts
+    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.tools.verify.tts_reference_env import ReferenceUnavailable, reference_python
+
+    try:
+        reference_python()
+    except ReferenceUnavailable as exc:
+        pytest.skip(f"the qwen-tts reference environment cannot be made here: {exc}")
+    folder = make_tiny_tts(tmp_path / "tts", seed=0)
+    figures = run_reference(folder, speech_prompts(2, 4, seed=0), audio_frames=6, threads=1)
+    assert figures["completed"] == 2
+    assert figures["mean_audio_s"] == pytest.approx(6 * 1920 / 24000)  # held to the frames asked, as ours are
+    assert figures["audio_throughput"] > 0 and figures["min_e2el_ms"] <= figures["mean_e2el_ms"]

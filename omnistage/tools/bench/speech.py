@@ -8,6 +8,8 @@ vLLM-Omni's name for the backend. Each request is one utterance of random words;
 * ``--url``: a running ``omnistage serve`` of a TTS checkpoint, ``POST /v1/audio/speech`` with ``stream_format:
   sse`` and PCM, lengths as the server bounds them.
 
+``--baseline reference`` times the ``qwen-tts`` package itself (``generate_custom_voice`` / ``generate_voice_design``,
+greedy, one utterance at a time) on the same checkpoint, in the environment ``omnistage verify`` runs it in.
 ``--baseline sequential`` also generates the same utterances one at a time the reference's way (all codes, then
 one whole decode: ``families/qwen3_tts/offline.py``, which ``omnistage verify`` holds equal to ``qwen-tts``), for
 the throughput and first-audio ratios.
@@ -119,6 +121,28 @@ def run_sequential(folder: Path, prompts: list[BenchPrompt], audio_frames: int) 
             "best_audio_throughput": max(a / t for a, t in zip(audio, e2e)), "output_throughput": 0.0,
             "audio_throughput": sum(audio) / wall, "mean_audio_s": sum(audio) / len(audio)}
 
+def run_reference(folder: Path, prompts: list[BenchPrompt], audio_frames: int,
+                  threads: int | None = None) -> dict[str, float]:
+    """``qwen_tts``'s own generation of the same utterances, one at a time, in its cached environment."""
+    import tempfile
+
+    from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
+    from omnistage.tools.verify.tts_reference_env import run_reference_script
+
+    speakers = sorted(Qwen3TTSConfig.from_folder(folder).talker.speakers)
+    job = {"model": str(Path(folder).resolve()), "texts": [p.text for p in prompts], "threads": threads,
+           "max_new_tokens": audio_frames + 1, "speaker": speakers[0] if speakers else None,
+           "instruct": "A clear, calm voice."}
+    with tempfile.TemporaryDirectory(prefix="omnistage-tts-ref-") as tmp:
+        out = Path(tmp) / "runs.json"
+        run_reference_script(Path(__file__).with_name("tts_reference_speech.py"), job, out, Path(tmp))
+        runs = json.loads(out.read_text())["runs"]
+    e2e, audio = [r["e2e_s"] for r in runs], [r["audio_s"] for r in runs]
+    return {"completed": len(runs), "mean_e2el_ms": 1000 * sum(e2e) / len(e2e), "min_e2el_ms": 1000 * min(e2e),
+            "best_audio_throughput": max(a / t for a, t in zip(audio, e2e)), "output_throughput": 0.0,
+            "audio_throughput": sum(audio) / sum(e2e), "mean_audio_s": sum(audio) / len(audio)}
+
+
 def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
     import asyncio
 
@@ -140,11 +164,13 @@ def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serv
 
     levels = asyncio.run(drive())
     baseline = None
-    if args.baseline in ("sequential", "hf"):  # hf: the reference's sequential generation
+    if args.baseline in ("sequential", "hf", "reference"):  # hf: the reference's sequential generation
         folder = DEFAULT_REGISTRY.resolve_model(args.model)
-        baseline = run_sequential(folder, prompts[:args.hf_num_prompts or min(args.num_prompts, 4)], frames)
+        run = run_reference if args.baseline == "reference" else run_sequential
+        baseline = run(folder, prompts[:args.hf_num_prompts or min(args.num_prompts, 4)], frames)
         add_ratios(levels, baseline)
-    print("backend: openai-audio-speech" + ("; the hf columns are the reference's sequential generation"
+    source = "the qwen-tts package's own generate" if args.baseline == "reference" else "its sequential generation"
+    print("backend: openai-audio-speech" + (f"; the hf columns are {source}, one utterance at a time"
                                             if baseline else ""))
     print_table(levels, baseline)
     if args.plot:
@@ -154,5 +180,6 @@ def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serv
             "model": str(args.model), "backend": "openai-audio-speech",
             "driver": "http" if args.url else "in-process", "num_prompts": args.num_prompts,
             "words": args.random_input_len, "audio_frames": frames,
-            "concurrency": {str(c): f for c, f in levels.items()}, "sequential_baseline": baseline}, indent=2))
+            "concurrency": {str(c): f for c, f in levels.items()}, "baseline": args.baseline,
+            "sequential_baseline": baseline}, indent=2))
     return 0

@@ -78,12 +78,19 @@ def _create(target: Path) -> None:
 
 def run_reference(job: dict[str, object], workdir: Path, timeout_s: float = 900.0) -> dict[str, torch.Tensor]:
     """Runs ``tts_reference.py`` on ``job`` (see its docstring) and returns the tensors it wrote."""
+    out_path = workdir / "reference_out.safetensors"
+    run_reference_script(SCRIPT, job, out_path, workdir, timeout_s)
+    return load_file(str(out_path))
+
+
+def run_reference_script(script: Path, job: dict[str, object], out_path: Path, workdir: Path,
+                         timeout_s: float = 900.0) -> None:
+    """``python SCRIPT JOB.json OUT`` in the reference environment (its shims on the path, offline)."""
     python = reference_python()
-    job_path, out_path = workdir / "reference_job.json", workdir / "reference_out.safetensors"
+    job_path = workdir / f"{script.stem}_job.json"
     job_path.write_text(json.dumps(job, indent=2))
     env = {**os.environ, "PYTHONPATH": str(SHIMS), "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([str(python), str(SCRIPT), str(job_path), str(out_path)], capture_output=True, text=True,
+    done = subprocess.run([str(python), str(script), str(job_path), str(out_path)], capture_output=True, text=True,
                           env=env, timeout=timeout_s, cwd=str(workdir))
     if done.returncode:
         raise RuntimeError(f"the qwen-tts reference failed (exit {done.returncode}): {done.stderr.strip()[-3000:]}")
-    return load_file(str(out_path))
