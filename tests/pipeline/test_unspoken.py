@@ -9,7 +9,7 @@ import pytest
 
 from omnistage.core import FinishReason, Modality, OmniRequest, RequestSampling, UnspokenSpan
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
-from omnistage.families.qwen3_omni.spoken import SpokenTokens
+from omnistage.families.spoken import SpokenTokens
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec

@@ -1,10 +1,11 @@
-"""Qwen2.5-Omni's per-request edges: thinker → talker (reply rows as they exist) and talker → token2wav (the
-whole reply's codes at once).
+"""Qwen2.5-Omni's per-request edges: thinker → talker (reply rows as they exist) and talker → token2wav (a chunk
+as soon as its look-ahead codes exist, so audio starts while the talker is still speaking).
 
 Row ``P + m`` (``P`` prompt rows) is the state of reply token m fed back to the thinker, so it exists only once
 token m + 1 was sampled: the talker starts when the first reply token's row has arrived (its start needs it), and
 gets token m with its row when that row arrives; the last token is never fed (transformers feeds tokens
-``1 .. n - 2``). A reply of fewer than 2 tokens gets no audio. When the thinker is done the talker reads text-eos,
+``1 .. n - 2``). A reply of fewer than 2 tokens gets no audio. Tokens the front end marked unspoken (tool
+calls) are skipped with their rows. When the thinker is done the talker reads text-eos,
 then text-pad.
 """
 
@@ -13,12 +14,16 @@ from __future__ import annotations
 import torch
 
 from omnistage.families.base import EdgeContext, RequestEdge
-from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, Token2WavJob
+from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, Token2WavChunk
 from omnistage.families.qwen2_5_omni.prompt import Qwen25OmniPrompt
 from omnistage.families.qwen2_5_omni.voices import DEFAULT_VOICE
 from omnistage.families.sampling import stage_params
+from omnistage.families.spoken import SpokenTokens
 from omnistage.ipc.payloads import CodecFrames, TokenDelta
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
+from omnistage.models.qwen2_5_omni.token2wav_stream import ChunkPlan
+
+STREAM_PLAN = ChunkPlan()  # 0.96 s chunks, 0.48 s of context each side (the model's 24-frame blocks: 2 back, 2 ahead)
 
 
 def _prompt(context: EdgeContext) -> Qwen25OmniPrompt:
@@ -36,14 +41,19 @@ def layout(mm: OmniInputs) -> OmniInputs:
 
 
 class ThinkerToTalker(RequestEdge):
+    """Reply token m goes to the talker with row ``P + m`` once that row exists, unless the front end marked it
+    unspoken (a tool call: :class:`SpokenTokens`); the talker starts on the first spoken token."""
+
     def __init__(self, context: EdgeContext) -> None:
         self.context = context
         self.prompt = _prompt(context)
-        self.rows: list[torch.Tensor] = []  # rows base, base + 1, ... not yet sent
+        self.spoken = SpokenTokens(context.request.unspoken)  # tool calls are never spoken
+        self.rows: list[torch.Tensor] = []  # rows base, base + 1, ... not yet sent or let go
         self.base = 0
         self.num_rows = 0
         self.tokens: list[int] = []
-        self.fed = 0  # reply tokens the talker has (0, 1 .. fed - 1)
+        self.spoken_at: list[int] = []  # reply indices of the spoken tokens
+        self.fed = 0  # spoken tokens the talker has
         self.done = False
 
     def on_output(self, payload: object, finished: bool) -> list[object]:
@@ -53,50 +63,66 @@ class ThinkerToTalker(RequestEdge):
             self.rows.append(payload.rows)
             self.num_rows += payload.rows.shape[0]
         elif isinstance(payload, TokenDelta):
-            self.tokens += payload.token_ids
-        out: list[object] = []
+            for token in payload.token_ids:
+                if self.spoken.take((token,)):
+                    self.spoken_at.append(len(self.tokens))
+                self.tokens.append(token)
         p = len(self.prompt.token_ids)
-        if not self.fed and len(self.tokens) >= 2 and self.num_rows > p:
-            out.append(self._start(p))
-        if self.fed:
-            ready = min(len(self.tokens), self.num_rows - p)
-            if ready > self.fed or finished:
-                out.append(ReplyFeed(self.tokens[self.fed:ready], self._hidden(p + self.fed, p + ready), finished))
-                self.fed = max(ready, self.fed)
+        ready = min(len(self.tokens), self.num_rows - p)  # tokens whose rows exist
+        todo = [m for m in self.spoken_at[self.fed:] if m < ready]
+        out: list[object] = []
+        if not self.fed and todo and len(self.tokens) > todo[0] + 1:  # as the thinker sends them: row, then token
+            out.append(self._start(p, todo[0]))
+            todo = todo[1:]
+        if self.fed and (todo or finished):
+            hidden = self._take([p + m for m in todo]) if todo else None
+            out.append(ReplyFeed([self.tokens[m] for m in todo], hidden, finished))
+            self.fed += len(todo)
         self.done = finished
         return out
 
-    def _hidden(self, start: int, end: int) -> torch.Tensor | None:
-        """Rows ``start .. end`` (each asked for once, in order); those before ``end`` are let go."""
-        if end <= start:
-            return None
+    def _take(self, rows: list[int]) -> torch.Tensor:
+        """Rows ``rows`` (ascending, each asked for once); every row up to the last is let go."""
         pending = torch.cat(self.rows) if len(self.rows) > 1 else self.rows[0]
-        self.rows, out = [pending[end - self.base:]], pending[start - self.base:end - self.base]
-        self.base = end
+        out = pending[torch.tensor(rows) - self.base]
+        self.rows, self.base = [pending[rows[-1] + 1 - self.base:]], rows[-1] + 1
         return out
 
-    def _start(self, p: int) -> TalkerStart:
+    def _start(self, p: int, first: int) -> TalkerStart:
         self.fed = 1
         request = self.context.request
-        hidden = self._hidden(0, p + 1)
-        assert hidden is not None
+        hidden = self._take([*range(p), p + first])
         sampling = stage_params(self.context.target.sampling, request.sampling.seed, self.context.min_new_tokens)
-        return TalkerStart(list(self.prompt.token_ids), layout(self.prompt.mm), hidden[:p], self.tokens[0], hidden[p],
-                           request.voice or DEFAULT_VOICE, sampling)
+        return TalkerStart(list(self.prompt.token_ids), layout(self.prompt.mm), hidden[:p], self.tokens[first],
+                           hidden[p], request.voice or DEFAULT_VOICE, sampling)
 
 
 class TalkerToToken2Wav(RequestEdge):
-    """Gathers the talker's codes; sends one whole-utterance job when the talker is done (none without codes)."""
+    """Gathers the talker's codes; sends chunk i once the codes its window looks ahead to exist (``plan.ready``),
+    the rest when the talker is done, the last one marked (none without codes)."""
 
-    def __init__(self, context: EdgeContext) -> None:
+    def __init__(self, context: EdgeContext, plan: ChunkPlan = STREAM_PLAN) -> None:
         self.context = context
+        self.plan = plan
         self.codes: list[torch.Tensor] = []
+        self.num_codes = 0
+        self.sent = 0  # chunks sent
 
-    def on_output(self, payload: object, finished: bool) -> list[Token2WavJob]:
+    def on_output(self, payload: object, finished: bool) -> list[Token2WavChunk]:
         if isinstance(payload, CodecFrames) and payload.frames.numel():
             self.codes.append(payload.frames[:, 0].to("cpu", torch.long))
-        if not finished or not self.codes:
-            return []
+            self.num_codes += payload.frames.shape[0]
+        n, out = self.num_codes, []
+        total = self.plan.num_chunks(n)
+        while self.sent < total and (finished or self.plan.ready(self.sent, n)):
+            out.append(self._chunk(self.sent, n, finished and self.sent == total - 1))
+            self.sent += 1
+        return out
+
+    def _chunk(self, index: int, num_codes: int, is_last: bool) -> Token2WavChunk:
+        if len(self.codes) > 1:
+            self.codes = [torch.cat(self.codes)]
+        span = self.plan.span(index, num_codes)
         request = self.context.request
-        codes, self.codes = torch.cat(self.codes), []
-        return [Token2WavJob(codes, request.voice or DEFAULT_VOICE, request.sampling.seed or 0)]
+        return Token2WavChunk(self.codes[0][span.start:span.end].clone(), span, index, is_last,
+                              request.voice or DEFAULT_VOICE, request.sampling.seed or 0)

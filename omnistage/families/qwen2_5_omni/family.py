@@ -1,7 +1,7 @@
 """Qwen2.5-Omni as a registered family: its stage models, edges, payloads, presets and tool hooks.
 
-Thinker (text out) → talker (one codebook per step) → token2wav (DiT flow matching + BigVGAN, one
-whole-utterance decode per reply, audio out). A checkpoint without a talker is served by the thinker alone.
+Thinker (text out) → talker (one codebook per step) → token2wav (DiT flow matching + BigVGAN, chunks
+with bounded context sent while the talker speaks, audio out). A checkpoint without a talker is served by the thinker alone.
 """
 
 from __future__ import annotations

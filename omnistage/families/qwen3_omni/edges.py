@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from omnistage.families.base import EdgeContext, RequestEdge
-from omnistage.families.qwen3_omni.spoken import SpokenTokens
+from omnistage.families.spoken import SpokenTokens
 from omnistage.families.qwen3_omni.payloads import PromptHidden, TalkerStart, TextFeed
 from omnistage.families.sampling import stage_params
 from omnistage.ipc.payloads import TokenDelta

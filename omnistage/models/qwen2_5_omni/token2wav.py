@@ -7,9 +7,10 @@ reproducible whatever else runs in the process. With the same seed (``torch.manu
 transformers' call) the noise is the same tensor, and the decode is transformers' RK4 integration of
 ``(1 + g)·v(x, codes) − g·v(x, ∅)`` (``g`` = guidance scale) over its swayed time grid, then BigVGAN.
 
-Whole utterances only: every DiT layer attends within blocks of ``block_size`` mel frames plus look-back or
-look-ahead blocks, so each function evaluation widens the receptive field, over 4 evaluations per RK4 step and
-10 steps; a chunk decoded alone differs from the whole decode everywhere its context was cut.
+``forward`` decodes a whole utterance; :mod:`omnistage.models.qwen2_5_omni.token2wav_stream` decodes it in
+chunks from ``mel`` and ``vocode``. Every DiT layer attends within blocks of ``block_size`` mel frames plus
+look-back or look-ahead blocks, so each function evaluation widens the receptive field, over 4 evaluations per
+RK4 step and 10 steps: a chunk decoded with bounded context differs from the whole decode (within a tolerance).
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ class Token2Wav(nn.Module):
     def forward(self, codes: torch.Tensor, conditioning: torch.Tensor, reference_mel: torch.Tensor, seed: int,
                 num_steps: int = 10, guidance_scale: float = 0.5, sway_coefficient: float = -1.0) -> torch.Tensor:
         """codes ``[T]``, conditioning ``[C]``, reference_mel ``[F, mel]`` → waveform ``[T * 480]``."""
+        noise = self.noise(codes.numel(), seed)
+        mel = self.mel(codes, conditioning, reference_mel, noise, num_steps, guidance_scale, sway_coefficient)
+        return self.vocode(mel)
+
+    @torch.no_grad()
+    def mel(self, codes: torch.Tensor, conditioning: torch.Tensor, reference_mel: torch.Tensor, noise: torch.Tensor,
+            num_steps: int = 10, guidance_scale: float = 0.5, sway_coefficient: float = -1.0) -> torch.Tensor:
+        """The DiT's ODE from ``noise`` ``[1, 2T, mel]`` over codes ``[T]`` → mel ``[1, mel, 2T]``."""
         from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
 
         dit, device = self.dit, self.model.code2wav_bigvgan_model.conv_pre.weight.device
@@ -77,6 +86,10 @@ class Token2Wav(nn.Module):
         t = torch.linspace(0, 1, num_steps, device=device, dtype=dtype)
         if sway_coefficient is not None:
             t += sway_coefficient * (torch.cos(torch.pi / 2 * t) - 1 + t)
-        x0 = self.noise(code.shape[1], seed).to(device, dtype)
-        mel = RungeKutta4ODESolver(function=velocity, initial_value=x0).integrate(t)[-1].permute(0, 2, 1)
+        x0 = noise.to(device, dtype)
+        return RungeKutta4ODESolver(function=velocity, initial_value=x0).integrate(t)[-1].permute(0, 2, 1)
+
+    @torch.no_grad()
+    def vocode(self, mel: torch.Tensor) -> torch.Tensor:
+        """BigVGAN: mel ``[1, mel, F]`` → waveform ``[F * 240]`` (on the CPU, as transformers returns it)."""
         return self.model.code2wav_bigvgan_model(mel).reshape(-1)

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from omnistage.config.pipeline import load_pipeline
-from omnistage.core import Modality, OmniRequest
+from omnistage.core import Modality, OmniRequest, UnspokenSpan
 from omnistage.engine import FinishReason, RequestOutput, SamplingParams
 from omnistage.families.base import EdgeContext
 from omnistage.families.qwen2_5_omni.edges import TalkerToToken2Wav, ThinkerToTalker
 from omnistage.families.qwen2_5_omni.family import PRESET
-from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, ThinkerPrompt, Token2WavJob
+from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, ThinkerPrompt, Token2WavChunk
 from omnistage.families.qwen2_5_omni.prompt import Qwen25OmniPrompt
 from omnistage.families.qwen2_5_omni.thinker_hook import HiddenCapture
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
@@ -53,11 +53,11 @@ def test_thinker_sends_captured_rows_before_each_token_output(omni25_dir: Path) 
         assert not any(isinstance(o.payload, ReplyHidden) for o in worker.step().outputs)
 
 
-def _edge(prompt_len: int, sampling_seed: int | None = 5) -> ThinkerToTalker:
+def _edge(prompt_len: int, sampling_seed: int | None = 5, unspoken: UnspokenSpan | None = None) -> ThinkerToTalker:
     from omnistage.core import RequestSampling
 
     request = OmniRequest("r", Qwen25OmniPrompt(list(range(prompt_len))), frozenset({Modality.TEXT, Modality.AUDIO}),
-                          RequestSampling(seed=sampling_seed), voice="Ethan")
+                          RequestSampling(seed=sampling_seed), voice="Ethan", unspoken=unspoken)
     return ThinkerToTalker(EdgeContext(request, SPEC.stage("talker")))
 
 
@@ -81,18 +81,35 @@ def test_edge_starts_on_the_first_tokens_row_and_feeds_each_later_row() -> None:
     assert edge.on_output(TokenDelta([15], p), True) == []
 
 
+def test_tool_calls_are_not_spoken() -> None:
+    p, h, call = 2, 3, UnspokenSpan(open_id=90, close_id=91)
+    edge = _edge(p, unspoken=call)
+    rows = torch.arange((p + 9) * h, dtype=torch.float32).view(-1, h)  # the last token has no row
+    tokens = [90, 5, 91, 10, 11, 90, 6, 91, 12, 13]  # a call, "10 11", another call, "12 13"
+    out = edge.on_output(ReplyHidden(rows), False) + edge.on_output(TokenDelta(tokens[:9], p), False)
+    out += edge.on_output(TokenDelta(tokens[9:], p), True)
+    start, *feeds = out
+    assert isinstance(start, TalkerStart) and start.first_token == 10 and torch.equal(start.first_hidden, rows[p + 3])
+    assert torch.equal(start.prompt_hidden, rows[:p])
+    assert [t for f in feeds for t in f.token_ids] == [11, 12]  # 13 is the last token: never fed
+    assert torch.equal(torch.cat([f.hidden for f in feeds if f.hidden is not None]), rows[[p + 4, p + 8]])
+    assert feeds[-1].finished
+    assert _edge(p, unspoken=call).on_output(TokenDelta([90, 5, 91], p), True) == []  # only a call: no audio
+
+
 def test_a_reply_of_one_token_gets_no_audio() -> None:
     edge = _edge(2)
     assert edge.on_output(ReplyHidden(torch.zeros(2, 3)), False) == []
     assert edge.on_output(TokenDelta([7], 2), True) == []
 
 
-def test_token2wav_edge_sends_the_whole_reply_at_the_talkers_end() -> None:
+def test_token2wav_edge_sends_a_short_reply_at_the_talkers_end() -> None:
     request = OmniRequest("r", Qwen25OmniPrompt([1]), frozenset({Modality.AUDIO}))
     edge = TalkerToToken2Wav(EdgeContext(request, SPEC.stage("token2wav")))
     assert edge.on_output(CodecFrames(torch.tensor([[3], [4]])), False) == []
     job, = edge.on_output(CodecFrames(torch.tensor([[5]])), True)
-    assert isinstance(job, Token2WavJob) and job.codes.tolist() == [3, 4, 5] and job.voice == "Chelsie"
+    assert isinstance(job, Token2WavChunk) and job.codes.tolist() == [3, 4, 5] and job.voice == "Chelsie"
+    assert job.is_last and job.index == 0 and (job.span.emit_start, job.span.emit_end) == (0, 6)
     assert TalkerToToken2Wav(EdgeContext(request, SPEC.stage("token2wav"))).on_output(
         CodecFrames(torch.empty(0, 1, dtype=torch.long)), True) == []
 

@@ -1,4 +1,5 @@
-"""Which thinker tokens a request's talker speaks: all of them, less the spans its front end marked unspoken."""
+"""Which thinker tokens a request's talker speaks: all of them, less the spans its front end marked unspoken (every
+family whose talker reads the thinker's text: Qwen3-Omni, Qwen2.5-Omni)."""
 
 from __future__ import annotations
 
