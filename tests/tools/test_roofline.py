@@ -106,3 +106,20 @@ def test_report_on_the_tiny_checkpoint(tiny_dir) -> None:  # noqa: ANN001
         assert row["roofline_ratio"] <= row["floor_ratio"] + 1e-3
     one, three = report["results"]
     assert three["kv_bytes"] > one["kv_bytes"]  # three sequences' contexts
+
+
+def test_report_on_the_tts_talker(tmp_path) -> None:  # noqa: ANN001
+    """--stage tts-talker: a frame's step reads the talker's layers once and the code predictor's per code group."""
+    from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
+    from omnistage.tools.make_tiny_tts import make_tiny_tts
+
+    folder = make_tiny_tts(tmp_path / "tts", seed=0)
+    args = argparse.Namespace(model=str(folder), stage="tts-talker", batch=[1, 2], steps=2, prompt_len=24, frames=8,
+                              device="cpu", dtype="float32", threads=1, json_out=None)
+    report = json.loads(json.dumps(roofline.roofline(args)))
+    talker = Qwen3TTSModels.load(folder).talker
+    layer_bytes = lambda m: sum(p.numel() * p.element_size() for p in m.layers.parameters())  # noqa: E731
+    passes = talker.config.num_code_groups - 1
+    floor = layer_bytes(talker.model) + passes * layer_bytes(talker.code_predictor.model)
+    for row in report["results"]:
+        assert row["stage"] == "tts-talker" and row["weight_bytes"] >= floor and row["kv_bytes"] > 0

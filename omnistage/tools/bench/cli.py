@@ -100,7 +100,7 @@ def add_quant_parser(targets: argparse._SubParsersAction) -> None:
 def add_roofline_parser(targets: argparse._SubParsersAction) -> None:
     roof = targets.add_parser("roofline", help="decode step time vs the bytes it must read at measured bandwidth")
     roof.add_argument("--model", default="tiny", help=MODEL_HELP)
-    roof.add_argument("--stage", default="thinker", choices=["thinker", "talker", "code2wav"],
+    roof.add_argument("--stage", default="thinker", choices=["thinker", "talker", "code2wav", "tts-talker"],
                       help="the stage whose decode step is timed")
     roof.add_argument("--batch", type=_batches, default=[1, 16], help="comma-separated batch sizes")
     roof.add_argument("--steps", type=int, default=10, help="decode steps timed per batch (median reported)")

@@ -67,10 +67,35 @@ def _talker(folder: Path, device: str, dtype: torch.dtype) -> StageUnderTest:
     return StageUnderTest(model, lambda: TalkerStepHook(model, mask), request)
 
 
+def _tts_talker(folder: Path, device: str, dtype: torch.dtype) -> StageUnderTest:
+    """Qwen3-TTS's talker (a codec frame per token: the code predictor's 15 passes included); prompts are random
+    words made as the serving path makes them, as many as fit in the asked length."""
+    from omnistage.families.qwen3_tts.offline import talker_request, talker_step_hook
+    from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
+    from omnistage.models.qwen3_tts.prompt import build_talker_prompt
+    from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, prompt_spec
+
+    models, tokenizer = Qwen3TTSModels.load(folder, device, dtype), TextTokenizer(folder)
+    speakers = sorted(models.config.talker.speakers)
+
+    def request(rid: str, n: int, params: SamplingParams, gen: torch.Generator) -> Request:
+        words = [f"w{int(i)}" for i in torch.randint(0, 50, (n,), generator=gen)]
+        while True:  # the fewest words cut until the prompt (role, codec prefix, text) fits in n tokens
+            speech = SpeechInput(" ".join(words), speaker=speakers[0] if speakers else None,
+                                 instructions=None if speakers else "A clear, calm voice.")
+            prompt = build_talker_prompt(models.talker, models.config, prompt_spec(models.config, tokenizer, speech))
+            made = talker_request(models.config, rid, prompt, params)
+            if made.num_prompt_tokens <= n or len(words) == 1:
+                return made
+            words.pop()
+
+    return StageUnderTest(models.talker, lambda: talker_step_hook(models.talker, models.config), request)
+
+
 def load_stage(model: str, stage: str, device: str, dtype: torch.dtype) -> StageUnderTest:
     from omnistage.tools.make_tiny import resolve_model
 
-    loaders = {"thinker": _thinker, "talker": _talker}
+    loaders = {"thinker": _thinker, "talker": _talker, "tts-talker": _tts_talker}
     if stage not in loaders:
         raise ValueError(f"no engine benchmark for stage {stage!r}")
     return loaders[stage](resolve_model(model), device, dtype)
