@@ -91,10 +91,9 @@ class InProcessDriver:
 
     async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
         from omnistage.core import Modality, OmniRequest, RequestSampling
-        from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 
-        request = OmniRequest(
-            f"bench-{uuid.uuid4().hex[:8]}", Qwen3OmniPrompt(list(prompt.token_ids)),
+        request = OmniRequest(  # the served family's prompt (a text prompt: nothing to expand)
+            f"bench-{uuid.uuid4().hex[:8]}", self.processor.process(list(prompt.token_ids)),
             frozenset({Modality.TEXT, Modality.AUDIO}),
             RequestSampling(temperature=0.0, max_tokens=self.output_tokens, seed=seed, ignore_eos=self.ignore_eos),
             initial_codec_chunk_frames=self.initial_chunk_frames,
@@ -323,7 +322,7 @@ async def _drive(args: argparse.Namespace, prompts: list[BenchPrompt], driver) -
 
 
 def main(args: argparse.Namespace) -> int:
-    from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
+    from omnistage.families.registry import DEFAULT_REGISTRY
     from omnistage.tools.make_tiny import resolve_model
 
     if getattr(args, "backend", "openai-chat") == "openai-audio-speech":
@@ -333,7 +332,10 @@ def main(args: argparse.Namespace) -> int:
     folder = resolve_model(args.model)
     output_tokens = args.random_output_len or args.output_tokens
     frames = args.audio_frames or output_tokens
-    processor = Qwen3OmniPromptProcessor.from_folder(folder)
+    family = DEFAULT_REGISTRY.for_folder(folder)  # any family with a chat front end
+    processor = family.front_end(folder, family.load_config(folder)).processor
+    if processor is None:
+        raise SystemExit(f"omnistage bench serve: {args.model} takes no chat (--backend openai-audio-speech)")
     prompts = random_prompts(processor, args.num_prompts, args.random_input_len, args.seed)
     policies = [None] if args.url or not args.scheduling else args.scheduling
     runs: dict[str, dict[int, dict[str, float]]] = {}

@@ -106,3 +106,17 @@ def test_a_realtime_session_speaks(base_url: str) -> None:
     events = asyncio.run(scenario())
     pcm = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
     assert len(pcm) > 0 and len(pcm) % 2 == 0
+
+
+def test_bench_serve_accepts_the_family(base_url: str, omni25_dir: Path, tmp_path: Path) -> None:
+    import json
+
+    from omnistage.entrypoints.cli import main
+
+    out = tmp_path / "serve.json"
+    code = main(["bench", "serve", "--model", str(omni25_dir), "--url", base_url, "--served-model-name", "omni25",
+                 "--concurrency", "1", "--num-prompts", "1", "--random-input-len", "8", "--output-tokens", "4",
+                 "--warmup", "0", "--no-progress", "--json", str(out)])
+    assert code == 0
+    figures = json.loads(out.read_text())["concurrency"]["1"]
+    assert figures["completed"] == 1 and figures["failed"] == 0 and figures["total_audio_s"] > 0
