@@ -229,3 +229,24 @@ def test_a_4_mb_speech_stream_delta_without_a_sentence_end_leaves_the_loop_free(
 
     response, worst = probe_with_canary(server.base_url, probe)
     assert response.status_code == 200 and min(worst) < CANARY_S, worst
+
+
+def test_a_large_body_is_read_in_the_pool_and_served_as_a_small_one(server: _Server) -> None:
+    """Past LARGE_BODY the body's JSON is read in the decode pool (msgspec) and handed to FastAPI: the same
+    request is served; a large body that is not JSON is a 400 naming that."""
+    from omnistage.entrypoints.openai.common.prescan import LARGE_BODY
+
+    server.engine.reset()
+    body = _chat([{"role": "user", "content": [{"type": "text", "text": "hear this"},
+                                                _audio_part(_wav(192_000, 480_000), "wav")]}], max_tokens=3)
+    raw = httpx.Request("POST", "/", json=body).content
+    audio = server.engine.processor.seen_audios
+    audio.clear()
+    assert len(raw) > LARGE_BODY
+    response = httpx.post(f"{server.base_url}/v1/chat/completions", content=raw, timeout=60,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text[:300]
+    assert len(audio) == 1 and abs(len(audio[0]) - 40_000) <= 1  # 2.5 s at 16 kHz: the whole item was read
+    broken = httpx.post(f"{server.base_url}/v1/chat/completions", content=raw[:-1] + b",]", timeout=60,
+                        headers={"content-type": "application/json"})
+    assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_json"

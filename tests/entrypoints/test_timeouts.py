@@ -24,7 +24,7 @@ from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 from tests.entrypoints.server_thread import ServerThread
 from tests.waiting import wait_until
 
-LIMITS = replace(TEST_LIMITS, send_timeout=1.0, header_timeout=1.0, ws_idle_timeout=1.0)
+LIMITS = replace(TEST_LIMITS, send_timeout=1.0, header_timeout=1.0, ws_idle_timeout=1.0, body_timeout=2.0)
 MANY_WORDS = tuple(f" w{i}" for i in range(10_000))
 
 
@@ -44,7 +44,8 @@ class Guarded:
 def guarded(processor: RecordingProcessor) -> Iterator[Guarded]:
     engine = FakeEngine(processor=processor)
     app = build_app(engine, LIMITS)
-    thread = ServerThread(app, http=guarded_http_protocol(LIMITS.header_timeout, LIMITS.send_timeout))
+    thread = ServerThread(app, http=guarded_http_protocol(LIMITS.header_timeout, LIMITS.send_timeout,
+                                                          LIMITS.body_timeout))
     url = thread.start()
     yield Guarded(url, engine, app.state.services.chat.admission)
     thread.stop()
@@ -93,6 +94,45 @@ def test_headers_that_never_finish_are_cut_off(guarded: Guarded) -> None:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def test_a_body_trickled_too_slowly_is_cut_off_and_a_whole_one_is_served(guarded: Guarded) -> None:
+    """The issue's probe, scaled: connections declaring a 3 MB body and sending a byte every 0.5 s are closed after
+    --body-timeout (2 s here), each well before its body could finish; a prompt request on the same server works."""
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 3000000\r\n\r\n")
+    sockets = [socket.create_connection(guarded.address, timeout=10) for _ in range(10)]
+    try:
+        for sock in sockets:
+            sock.sendall(head + b"{")
+        started, closed = time.monotonic(), set()
+        while len(closed) < len(sockets) and time.monotonic() - started < 10:
+            for i, sock in enumerate(sockets):
+                if i in closed:
+                    continue
+                try:
+                    sock.sendall(b" ")
+                except OSError:  # reset: the server closed it
+                    closed.add(i)
+            time.sleep(0.5)
+            for i, sock in enumerate(sockets):
+                sock.setblocking(False)
+                try:
+                    if sock.recv(1024) == b"":
+                        closed.add(i)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed.add(i)
+                sock.setblocking(True)
+        assert len(closed) == len(sockets) and time.monotonic() - started < 8
+    finally:
+        for sock in sockets:
+            sock.close()
+    with socket.create_connection(guarded.address, timeout=10) as sock:
+        sock.sendall(_post("/v1/chat/completions", {"model": "fake-omni", "messages": [{"role": "user",
+                                                                                          "content": "hi"}]}))
+        assert _response(sock).startswith(b"HTTP/1.1 200")
 
 
 def _response(sock: socket.socket) -> bytes:

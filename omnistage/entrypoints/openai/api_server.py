@@ -204,6 +204,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
     store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits
+    app.state.pool = pool  # large JSON bodies are read there (common/prescan.py)
     app.state.services = Services(engine=engine, served=served,
                                   chat=ChatService(engine, builder, metrics, admission, served),
                                   speech=SpeechService(engine, metrics, limits, admission, pool, served, store,

@@ -21,7 +21,8 @@ def uvicorn_options(config: ServeConfig) -> dict[str, object]:
     """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP
     protocol class), beside the app, the socket and logging."""
     return {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
-            "http": guarded_http_protocol(config.limits.header_timeout, config.limits.send_timeout)}
+            "http": guarded_http_protocol(config.limits.header_timeout, config.limits.send_timeout,
+                                                 config.limits.body_timeout)}
 
 
 def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:

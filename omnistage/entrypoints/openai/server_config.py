@@ -62,6 +62,7 @@ class ServerLimits:
     send_timeout: float = _limit(30.0, "seconds a streaming client may go without reading before its stream "
                                        "is aborted and its place freed")
     header_timeout: float = _limit(15.0, "seconds a connection may take to send a request's headers")
+    body_timeout: float = _limit(60.0, "seconds a request's body may take to arrive in full once its headers are in")
     max_voice_audio_bytes: int = _limit(10 * MIB, "size of one reference recording a voice is cloned from")
     max_voice_seconds: float = _limit(30.0, "seconds of one reference recording (read from its header)")
     max_voices: int = _limit(256, "voices kept under --voices-dir")

@@ -5,6 +5,10 @@
   on it (between requests uvicorn's keep-alive timeout applies, but it stops
   counting at that first byte). A slowloris client trickling header bytes is
   cut off instead of holding a connection for ever.
+* ``--body-timeout``: once its headers are in, a request's body must arrive in
+  full within this many seconds, or the connection is closed (the app sees
+  the client gone). A client trickling a declared 200 MB body a byte every
+  5 s would otherwise hold its connection, and its place, for ever.
 * ``--send-timeout``: when the client stops reading a response, the socket's
   buffers fill and the transport pauses writing; if it stays paused this long
   the connection is aborted. The app then sees the client gone, so the stream
@@ -31,6 +35,7 @@ class _ConnectionGuard:
 
     header_timeout_s: float = 15.0
     send_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     cycle: object
@@ -39,6 +44,7 @@ class _ConnectionGuard:
         super().connection_made(transport)  # type: ignore[misc]
         self._header_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
         self._waiting_after: object = None
         self._await_headers()
 
@@ -48,6 +54,10 @@ class _ConnectionGuard:
         super().data_received(data)  # type: ignore[misc]
         if self._header_timer is not None and self.cycle is not self._waiting_after:
             self._cancel_header_timer()  # a new request's headers are complete
+            if getattr(self.cycle, "more_body", False):
+                self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_late, self.cycle)
+        if self._body_timer is not None and not getattr(self.cycle, "more_body", False):
+            self._cancel_body_timer()  # the body is complete
 
     def handle_websocket_upgrade(self, *args: object) -> None:
         self._cancel_timers()  # the transport now belongs to the WebSocket protocol
@@ -83,6 +93,18 @@ class _ConnectionGuard:
             logger.info("closing a connection that sent no complete request headers in %g s", self.header_timeout_s)
             self.transport.close()
 
+    def _body_late(self, cycle: object) -> None:
+        self._body_timer = None
+        if self.cycle is cycle and getattr(cycle, "more_body", False) and not self.transport.is_closing():
+            logger.info("closing a connection whose request body did not arrive in %g s (--body-timeout)",
+                        self.body_timeout_s)
+            self.transport.close()
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
     def _send_stalled(self) -> None:
         self._send_timer = None
         if not self.transport.is_closing():
@@ -97,12 +119,15 @@ class _ConnectionGuard:
 
     def _cancel_timers(self) -> None:
         self._cancel_header_timer()
+        self._cancel_body_timer()
         if self._send_timer is not None:
             self._send_timer.cancel()
             self._send_timer = None
 
 
-def guarded_http_protocol(header_timeout_s: float, send_timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's own HTTP protocol class with the two timeouts, for ``uvicorn.Config(http=...)``."""
+def guarded_http_protocol(header_timeout_s: float, send_timeout_s: float,
+                          body_timeout_s: float = 60.0) -> type[asyncio.Protocol]:
+    """uvicorn's own HTTP protocol class with the three timeouts, for ``uvicorn.Config(http=...)``."""
     return type("GuardedHTTPProtocol", (_ConnectionGuard, AutoHTTPProtocol),
-                {"header_timeout_s": header_timeout_s, "send_timeout_s": send_timeout_s})
+                {"header_timeout_s": header_timeout_s, "send_timeout_s": send_timeout_s,
+                 "body_timeout_s": body_timeout_s})

@@ -18,6 +18,8 @@ _HIGH = frozenset("89abAB")
 
 def lone_surrogate(raw: str | bytes) -> bool:
     """Whether ``raw`` JSON text holds a surrogate escape that is not half of a pair."""
+    if (b"\\" if isinstance(raw, bytes) else "\\") not in raw:  # no escape at all (base64 media): a memchr, not a regex
+        return False
     pending = -1  # where the low half of a pair must start, after a high half
     for m in (_BYTES if isinstance(raw, bytes) else _TEXT).finditer(raw):
         text = m.group().decode() if isinstance(raw, bytes) else m.group()

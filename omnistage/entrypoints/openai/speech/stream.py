@@ -25,7 +25,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from omnistage.audio import StreamingAudioEncoder, TimeStretcher
 from omnistage.core import OUTPUT_SAMPLE_RATE
-from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.errors import APIError, scrub_reprs
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
 from omnistage.entrypoints.openai.common.request_checks import engine_failure
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
@@ -175,7 +175,7 @@ class SpeechStream:
 
     async def _fail(self, exc: Exception) -> None:
         detail = exc.detail if isinstance(exc, APIError) else ErrorDetail(
-            type="invalid_request_error", code="invalid_event", message=str(exc), param=None)
+            type="invalid_request_error", code="invalid_event", message=scrub_reprs(str(exc)), param=None)
         with contextlib.suppress(Exception):
             await self.dialect.failed(detail)
             await self.ws.close(code=1008)
