@@ -23,7 +23,9 @@ import numpy as np
 from omnistage.tools.bench.metrics import StreamRecord
 from omnistage.tools.bench.realtime_speech import APPEND_S, appends, silence_packet, utterance
 
-BARGE_REPLY_TOKENS = 400  # the interrupted reply's cap
+# The interrupted reply's cap: long enough to be still running when the new speech starts, short enough that its
+# transcript (which a random checkpoint's tokens re-tokenize into many more) stays within the context.
+BARGE_REPLY_TOKENS = 120
 REPLY_TIMEOUT_S = 300.0  # a reply that never finishes fails the turn instead of hanging the run
 
 
@@ -200,9 +202,13 @@ class BenchSession:
             return
         turn = self._by_response.get(event.get("response_id") or event.get("response", {}).get("id", ""))
         if kind == "error":
-            target = turn or (self.turns[-1] if self.turns else None)
+            # A response refused before it was created belongs to the turn waiting for one; errors of the
+            # barge-in speech's own reply (after the measured turns) belong to none.
+            target = turn or self._pending
             if target is not None and target.error is None:
                 target.error = event.get("error", {}).get("message", "error")
+            if turn is None and target is not None:
+                self._finished.set()  # no response will come for this turn: the session goes on
         if turn is None:
             return
         if kind == "response.output_audio.delta":
