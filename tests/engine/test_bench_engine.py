@@ -55,3 +55,12 @@ def test_a_batch_of_16_decodes_in_the_steps_of_one(tiny_thinker) -> None:  # noq
     """What makes batch 16 fast (the benchmark times it; a test only counts): the 16 requests prefill in one step
     and then decode together, one token each per step, so they finish in as many engine steps as one request."""
     assert _steps_to_finish(tiny_thinker, 16) == _steps_to_finish(tiny_thinker, 1) == 32
+
+
+def test_sampled_runs_generate_the_same_token_count(tiny_dir: Path, tmp_path: Path) -> None:
+    """--temperature 0.9 (hotpath's sampling) runs the same fixed lengths as greedy, so their ratios compare."""
+    for temperature in ("0", "0.9"):
+        out = tmp_path / f"bench-{temperature}.json"
+        assert main(["bench", "engine", "--model", str(tiny_dir), "--stage", "thinker", "--batch", "1,3",
+                     "--output-len", "5", "--repeats", "1", "--temperature", temperature, "--json", str(out)]) == 0
+        assert [r["num_tokens"] for r in json.loads(out.read_text())["results"]] == [5, 15]

@@ -43,6 +43,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="weights and activations (default float32)")
     engine.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    engine.add_argument("--temperature", type=float, default=0.0,
+                        help="0: greedy (default); > 0 samples with --top-k, as the hotpath bench does (0.9, 50)")
+    engine.add_argument("--top-k", type=int, default=50, help="top-k when --temperature > 0 (default 50)")
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     engine.set_defaults(func=_lazy_main("omnistage.tools.bench.engine"))
     add_roofline_parser(targets)

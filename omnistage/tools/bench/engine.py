@@ -102,10 +102,12 @@ def load_stage(model: str, stage: str, device: str, dtype: torch.dtype) -> Stage
 
 
 def run_once(stage: StageUnderTest, config: EngineConfig, batch: int, prompt_len: int, output_len: int,
-             seed: int) -> float:
-    """Seconds to serve ``batch`` requests of ``prompt_len`` + ``output_len`` tokens together."""
+             seed: int, temperature: float = 0.0, top_k: int = 50) -> float:
+    """Seconds to serve ``batch`` requests of ``prompt_len`` + ``output_len`` tokens together (greedy, or sampled
+    at ``temperature`` with ``top_k``, seeded: which tokens come out moves a random MoE model's expert choice)."""
     gen = torch.Generator().manual_seed(seed)
-    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
+    params = (SamplingParams(temperature=temperature, top_k=top_k, max_tokens=output_len, ignore_eos=True, seed=seed)
+              if temperature > 0 else SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True))
     core = EngineCore(ARModelRunner(stage.model, config, hook=stage.make_hook()), config)
     for i in range(batch):
         core.add_request(stage.make_request(f"bench-{i}", prompt_len, params, gen))
@@ -118,7 +120,7 @@ def run_once(stage: StageUnderTest, config: EngineConfig, batch: int, prompt_len
 
 def bench_engine(
     stage: StageUnderTest, batches: list[int], prompt_len: int = 16, output_len: int = 64, repeats: int = 2,
-    device: str = "cpu", dtype: torch.dtype = torch.float32,
+    device: str = "cpu", dtype: torch.dtype = torch.float32, temperature: float = 0.0, top_k: int = 50,
 ) -> list[BenchResult]:
     max_batch = max(batches)
     blocks_per_req = -(-(prompt_len + output_len) // 16)
@@ -130,7 +132,8 @@ def bench_engine(
     run_once(stage, config, 2, prompt_len, 4, seed=0)  # warm-up: first-call allocations, lazy inits
     results = []
     for batch in batches:
-        best = min(run_once(stage, config, batch, prompt_len, output_len, seed=r) for r in range(repeats))
+        best = min(run_once(stage, config, batch, prompt_len, output_len, r, temperature, top_k)
+                   for r in range(repeats))
         tokens = batch * output_len
         results.append(BenchResult(batch, tokens / best, tokens, best))
     return results
@@ -140,7 +143,8 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     stage = load_stage(args.model, args.stage, args.device, dtype)
-    results = bench_engine(stage, args.batch, args.prompt_len, args.output_len, args.repeats, args.device, dtype)
+    results = bench_engine(stage, args.batch, args.prompt_len, args.output_len, args.repeats, args.device, dtype,
+                           args.temperature, args.top_k)
     base = results[0].tokens_per_s
     for r in results:
         print(f"{args.stage} batch {r.batch:4d}: {r.tokens_per_s:10.1f} tokens/s "
