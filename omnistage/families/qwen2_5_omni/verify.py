@@ -1,6 +1,7 @@
 """``omnistage verify`` on a Qwen2.5-Omni folder: omnistage's stages against transformers.
 
-Greedy text tokens of a chat prompt must be identical. With a talker: the spoken reply (greedy thinker and talker,
+On each prompt of :mod:`omnistage.families.qwen2_5_omni.verify_cases` (text, audio, image, video, a video with its
+sound track), greedy text tokens must be identical. With a talker: the spoken reply (greedy thinker and talker,
 transformers' repetition penalty 1.05) run through the offline path (thinker, talker, token2wav one after the
 other, as the pipeline's test holds the served audio against) must give the talker codes transformers' ``generate``
 gives, identical, and its waveform within ``WAV_ATOL`` of transformers' under ``torch.manual_seed(SEED)``.
@@ -19,6 +20,7 @@ from omnistage.engine import EngineConfig, SamplingParams
 from omnistage.families.qwen2_5_omni.offline import generate_spoken, load_talker_context
 from omnistage.families.qwen2_5_omni.reference import reference_reply
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
+from omnistage.families.qwen2_5_omni.verify_cases import CASE_NAMES, prompt_cases
 from omnistage.families.qwen2_5_omni.voices import DEFAULT_VOICE, load_speakers
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
@@ -33,10 +35,11 @@ WAV_ATOL = 1e-5
 SEED = 0
 
 
-def greedy_tokens(thinker: Thinker, ids: list[int], eos: int | None, new_tokens: int) -> list[int]:
+def greedy_tokens(thinker: Thinker, ids: list[int], eos: int | None, new_tokens: int,
+                  mm: OmniInputs | None = None) -> list[int]:
     """One prompt through the thinker's paged engine, greedy."""
-    request = build_thinker_request(thinker, "verify", ids, OmniInputs(), SamplingParams(temperature=0.0,
-                                                                                         max_tokens=new_tokens), eos)
+    request = build_thinker_request(thinker, "verify", ids, mm or OmniInputs(),
+                                    SamplingParams(temperature=0.0, max_tokens=new_tokens), eos)
     length = len(ids) + new_tokens
     engine = build_ar_engine(thinker, EngineConfig(block_size=16, num_blocks=-(-length // 16) + 2, max_num_seqs=1,
                                                    max_num_batched_tokens=length, max_model_len=length,
@@ -46,18 +49,19 @@ def greedy_tokens(thinker: Thinker, ids: list[int], eos: int | None, new_tokens:
     return list(request.output_token_ids)
 
 
-def verify_folder(folder: Path, new_tokens: int = NEW_TOKENS) -> tuple[list[int], list[int]]:
-    """(ours, transformers') greedy tokens of the chat prompt on ``folder``."""
+def verify_folder(folder: Path, new_tokens: int = NEW_TOKENS, case: str = "text") -> tuple[list[int], list[int]]:
+    """(ours, transformers') greedy tokens of prompt ``case`` on ``folder``."""
     from transformers import Qwen2_5OmniForConditionalGeneration
 
     config = Qwen25OmniConfig.from_folder(folder)
-    ids = _chat_ids(folder)
-    ours = greedy_tokens(Thinker.from_checkpoint(folder, config=config), ids, config.eos_token_id, new_tokens)
     reference = Qwen2_5OmniForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    prompt = prompt_cases(reference.config, _chat_ids(folder))[case]
+    thinker = Thinker.from_checkpoint(folder, config=config)
+    ours = greedy_tokens(thinker, prompt.ids, config.eos_token_id, new_tokens, prompt.mm)
     with torch.no_grad():
-        out = reference.thinker.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
-                                         eos_token_id=config.eos_token_id)
-    return ours, out[0, len(ids):].tolist()
+        out = reference.thinker.generate(torch.tensor([prompt.ids]), max_new_tokens=new_tokens, do_sample=False,
+                                         eos_token_id=config.eos_token_id, **prompt.hf_kwargs())
+    return ours, out[0, len(prompt.ids):].tolist()
 
 
 @dataclass(frozen=True)
@@ -72,21 +76,21 @@ class SpokenCheck:
 
 
 def verify_spoken(folder: Path, speaker: str = DEFAULT_VOICE, new_tokens: int = NEW_TOKENS,
-                  talker_tokens: int = TALKER_TOKENS, seed: int = SEED) -> SpokenCheck:
-    """The chat prompt spoken in ``speaker`` by the offline path and by transformers' ``generate``."""
+                  talker_tokens: int = TALKER_TOKENS, seed: int = SEED, case: str = "text") -> SpokenCheck:
+    """Prompt ``case`` spoken in ``speaker`` by the offline path and by transformers' ``generate``."""
     from transformers import Qwen2_5OmniForConditionalGeneration
 
     config = Qwen25OmniConfig.from_folder(folder)
-    ids = _chat_ids(folder)
+    reference = Qwen2_5OmniForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    prompt = prompt_cases(reference.config, _chat_ids(folder))[case]
     thinker = Thinker.from_checkpoint(folder, config=config)
     ctx = load_talker_context(folder, thinker, config)
     voice = load_speakers(folder)[speaker]
-    ours = generate_spoken(thinker, ctx, ids, OmniInputs(), voice.bos_token,
+    ours = generate_spoken(thinker, ctx, prompt.ids, prompt.mm, voice.bos_token,
                            SamplingParams(temperature=0.0, max_tokens=new_tokens),
                            SamplingParams(temperature=0.0, max_tokens=talker_tokens, repetition_penalty=1.05),
                            config.eos_token_id)
-    reference = Qwen2_5OmniForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
-    theirs = reference_reply(reference, ids, {}, speaker, new_tokens, talker_tokens, seed=seed)
+    theirs = reference_reply(reference, prompt.ids, prompt.hf_spoken_kwargs(), speaker, new_tokens, talker_tokens, seed=seed)
     codes = ours.audio_codes(ctx.stop_codes)
     error = float("inf")
     if codes == theirs.wav_codes and codes:
@@ -105,19 +109,30 @@ def _chat_ids(folder: Path) -> list[int]:
 
 
 def run_verify(args: argparse.Namespace, folder: Path) -> int:
-    """The family's ``verify`` hook."""
-    ours, theirs = verify_folder(Path(folder))
-    print(f"thinker greedy tokens: {'identical' if ours == theirs else 'DIFFER'} ({len(ours)} tokens)")
+    """The family's ``verify`` hook: every prompt case, thinker tokens, then (with a talker) codes and waveform."""
+    folder = Path(folder)
+    talker = Qwen25OmniConfig.from_folder(folder).has_talker
+    ok = True
+    for case in CASE_NAMES:
+        ok &= _verify_case(folder, case, talker)
+    if not talker:
+        print("talker codes and waveform: not compared (this checkpoint has no talker)")
+    return 0 if ok else 1
+
+
+def _verify_case(folder: Path, case: str, talker: bool) -> bool:
+    ours, theirs = verify_folder(folder, case=case)
+    print(f"[{case}] thinker greedy tokens: {'identical' if ours == theirs else 'DIFFER'} ({len(ours)} tokens)")
     if ours != theirs:
         print(f"  omnistage:    {ours}\n  transformers: {theirs}", file=sys.stderr)
-    if not Qwen25OmniConfig.from_folder(folder).has_talker:
-        print("talker codes and waveform: not compared (this checkpoint has no talker)")
-        return 0 if ours == theirs else 1
-    spoken = verify_spoken(Path(folder))
+    if not talker:
+        return ours == theirs
+    spoken = verify_spoken(folder, case=case)
     same = spoken.codes[0] == spoken.codes[1]
-    print(f"talker codes ({spoken.speaker}): {'identical' if same else 'DIFFER'} ({len(spoken.codes[0])} codes)")
+    print(f"[{case}] talker codes ({spoken.speaker}): {'identical' if same else 'DIFFER'} ({len(spoken.codes[0])} "
+          f"codes)")
     if not same:
         print(f"  omnistage:    {spoken.codes[0]}\n  transformers: {spoken.codes[1]}", file=sys.stderr)
-    print(f"waveform: max |diff| {spoken.wav_error:.3g} ({'within' if spoken.wav_error < WAV_ATOL else 'OVER'} "
-          f"{WAV_ATOL:g})")
-    return 0 if ours == theirs and spoken.ok else 1
+    print(f"[{case}] waveform: max |diff| {spoken.wav_error:.3g} "
+          f"({'within' if spoken.wav_error < WAV_ATOL else 'OVER'} {WAV_ATOL:g})")
+    return ours == theirs and spoken.ok

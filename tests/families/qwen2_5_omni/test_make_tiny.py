@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from omnistage.families.qwen2_5_omni.tiny_config import CODEC
 from omnistage.families.qwen2_5_omni.verify import verify_folder
+from omnistage.families.qwen2_5_omni.verify_cases import CASE_NAMES
 from omnistage.families.registry import DEFAULT_REGISTRY
 
 MEL_SAMPLES_PER_CODE = 2 * 240  # two mel frames per code, BigVGAN's 5·3·2·2·2·2 samples per frame
@@ -46,13 +48,15 @@ def test_greedy_margins_are_wide(omni25_dir: Path, reference: torch.nn.Module) -
     assert head[CODEC["eos"]].abs().sum() == 0 and head[CODEC["pad"]].abs().sum() == 0
 
 
-def test_verify_hook_thinker_tokens_identical(omni25_dir: Path) -> None:
-    ours, theirs = verify_folder(omni25_dir, new_tokens=6)
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_verify_hook_thinker_tokens_identical(case: str, omni25_dir: Path) -> None:
+    ours, theirs = verify_folder(omni25_dir, new_tokens=6, case=case)
     assert ours == theirs and len(ours) == 6
 
 
-def test_verify_hook_talker_codes_and_waveform(omni25_dir: Path) -> None:
+@pytest.mark.parametrize("case", ("text", "audio_in_video"))  # the video with its sound track: every encoder
+def test_verify_hook_talker_codes_and_waveform(case: str, omni25_dir: Path) -> None:
     from omnistage.families.qwen2_5_omni.verify import verify_spoken
 
-    check = verify_spoken(omni25_dir, new_tokens=6, talker_tokens=12)
+    check = verify_spoken(omni25_dir, new_tokens=6, talker_tokens=12, case=case)
     assert check.ok and len(check.codes[0]) == 12, check
