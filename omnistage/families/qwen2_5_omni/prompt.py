@@ -4,7 +4,9 @@ transformers' ``Qwen2_5OmniProcessor`` cannot be built without torchvision (its 
 its work from the parts that load without it: the tokenizer (and its chat template), the Whisper feature
 extractor, the PIL image processor. Each ``<|audio_pad|>``/``<|image_pad|>`` placeholder is expanded to its
 item's encoder rows as the processor does (audio: ``((frames - 1) // 2 + 1 - 2) // 2 + 1``; image: grid / merge²).
-Videos are not processed yet (they need the frame pairing of the video processor): a video is refused by name.
+Videos go through the shared video patching (:mod:`omnistage.processing.video_patches`: frames paired into
+temporal patches as transformers' video processor does, with the image processor's sizes); each
+``<|video_pad|>`` becomes grid / merge² tokens. A video's sound track (``use_audio_in_video``) is refused by name.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from omnistage.models.qwen2_5_omni.tmrope import audio_output_length
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.user_text import guard_for
 from omnistage.processing.video import Video
+from omnistage.processing.video_patches import VideoPatches
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Qwen25OmniPromptProcessor:
         self.image_token_id = thinker_config.image_token_index
         self.video_token_id = thinker_config.video_token_index
         self.merge_size = thinker_config.vision_config.spatial_merge_size
+        self.videos = _video_patches(self.images, thinker_config.vision_config.temporal_patch_size)
         self.system_ids = self.tokenizer.encode(SYSTEM_PROMPT, add_special_tokens=False)
 
     def apply_chat_template(self, messages: list[dict[str, object]], tools: list[dict[str, object]] | None = None,
@@ -60,13 +64,15 @@ class Qwen25OmniPromptProcessor:
 
     def process(self, token_ids: list[int], audios: Sequence[np.ndarray] = (), images: Sequence[object] = (),
                 videos: Sequence[Video] = (), use_audio_in_video: bool = False) -> Qwen25OmniPrompt:
-        if videos or use_audio_in_video:
-            raise NotImplementedError("Qwen2.5-Omni video prompts are not supported yet (text, audio, images are)")
+        if use_audio_in_video:
+            raise NotImplementedError("Qwen2.5-Omni does not take a video's sound track yet (use_audio_in_video)")
         audio = self._audio_inputs(audios)
         image = self._image_inputs(images)
-        counts = {self.audio_token_id: _audio_rows(audio), self.image_token_id: _image_rows(image, self.merge_size)}
+        video = self._video_inputs(videos)
+        counts = {self.audio_token_id: _audio_rows(audio), self.image_token_id: _image_rows(image, self.merge_size),
+                  self.video_token_id: _video_rows(video, self.merge_size)}
         ids = _expand(token_ids, counts)
-        return Qwen25OmniPrompt(ids, OmniInputs(**audio, **image), _contains(ids, self.system_ids))
+        return Qwen25OmniPrompt(ids, OmniInputs(**audio, **image, **video), _contains(ids, self.system_ids))
 
     def _audio_inputs(self, audios: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
         if not audios:
@@ -77,11 +83,33 @@ class Qwen25OmniPromptProcessor:
         return {"input_features": torch.cat([f["input_features"] for f in feats]),
                 "feature_attention_mask": torch.cat([f["attention_mask"] for f in feats])}
 
+    def _video_inputs(self, videos: Sequence[Video]) -> dict[str, torch.Tensor]:
+        if not videos:
+            return {}
+        out = self.videos(videos)
+        return {"pixel_values_videos": out.pixel_values, "video_grid_thw": out.grid_thw,
+                "video_second_per_grid": out.second_per_grid}
+
     def _image_inputs(self, images: Sequence[object]) -> dict[str, torch.Tensor]:
         if not images:
             return {}
         out = self.images(images=list(images), return_tensors="pt")
         return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
+
+
+def _video_patches(images: object, temporal_patch_size: int) -> VideoPatches:
+    """The video path's per-frame processor: the image processor's sizes and normalisation, one frame a patch."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    frames = Qwen2VLImageProcessorPil(patch_size=images.patch_size, temporal_patch_size=1,
+                                      merge_size=images.merge_size, size=dict(images.size),
+                                      image_mean=images.image_mean, image_std=images.image_std)
+    return VideoPatches(frames, temporal_patch_size)
+
+
+def _video_rows(video: Mapping[str, torch.Tensor], merge: int) -> list[int]:
+    grid = video.get("video_grid_thw")
+    return [] if grid is None else [int(g.prod()) // merge**2 for g in grid]
 
 
 def _audio_rows(audio: Mapping[str, torch.Tensor]) -> list[int]:

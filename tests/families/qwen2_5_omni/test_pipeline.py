@@ -1,5 +1,5 @@
 """A Qwen2.5-Omni checkpoint served through the generic pipeline (its preset, front end, entry input, workers,
-edges): chat text and an image prompt, greedy, equal to the thinker's engine run alone; a spoken reply (greedy
+edges): chat text, an image and a video prompt, greedy, equal to the thinker's engine run alone; a spoken reply (greedy
 talker) whose waveform equals the offline path's (thinker, talker, token2wav run one after the other)."""
 
 from __future__ import annotations
@@ -41,6 +41,22 @@ def test_image_prompt_through_the_pipeline(omni: Omni) -> None:
     prompt = omni.prompt(messages, images=[image])
     assert prompt.mm.image_grid_thw is not None
     out = list(omni.generate(messages, images=[image], max_tokens=4, ignore_eos=True))[-1]
+    assert out.finished and out.error is None and out.usage.completion_tokens == 4
+
+
+def test_video_prompt_through_the_pipeline(omni: Omni) -> None:
+    from omnistage.processing.video import Video
+
+    rng = np.random.default_rng(1)
+    frames = [Image.fromarray((rng.random((56, 56, 3)) * 255).astype(np.uint8)) for _ in range(3)]
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
+    prompt = omni.prompt(messages, videos=[Video(frames, fps=2.0)])
+    grid = prompt.mm.video_grid_thw
+    assert grid.tolist() == [[2, 4, 4]]  # 3 frames padded to 2 temporal patches of 2; 56 px = 4 patches of 14
+    video_id = omni.pipeline.processor.video_token_id
+    assert prompt.token_ids.count(video_id) == 2 * 4 * 4 // 4 == prompt.mm.pixel_values_videos.shape[0] // 4
+    assert prompt.mm.video_second_per_grid.tolist() == [1.0]  # temporal patch of 2 frames at 2 fps
+    out = list(omni.generate(messages, videos=[Video(frames, fps=2.0)], max_tokens=4, ignore_eos=True))[-1]
     assert out.finished and out.error is None and out.usage.completion_tokens == 4
 
 
