@@ -6,7 +6,8 @@ extractor, the PIL image processor. Each ``<|audio_pad|>``/``<|image_pad|>`` pla
 item's encoder rows as the processor does (audio: ``((frames - 1) // 2 + 1 - 2) // 2 + 1``; image: grid / merge²).
 Videos go through the shared video patching (:mod:`omnistage.processing.video_patches`: frames paired into
 temporal patches as transformers' video processor does, with the image processor's sizes); each
-``<|video_pad|>`` becomes grid / merge² tokens. A video's sound track (``use_audio_in_video``) is refused by name.
+``<|video_pad|>`` becomes grid / merge² tokens; with ``use_audio_in_video`` its sound track joins the audios in
+token order and the placeholder becomes the interleaved layout (:mod:`.audio_in_video`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from omnistage.families.qwen2_5_omni.audio_in_video import AudioInVideoLayout
 from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.tmrope import audio_output_length
@@ -54,6 +56,7 @@ class Qwen25OmniPromptProcessor:
         self.video_token_id = thinker_config.video_token_index
         self.merge_size = thinker_config.vision_config.spatial_merge_size
         self.videos = _video_patches(self.images, thinker_config.vision_config.temporal_patch_size)
+        self.layout = AudioInVideoLayout.from_config(thinker_config)
         self.system_ids = self.tokenizer.encode(SYSTEM_PROMPT, add_special_tokens=False)
 
     def apply_chat_template(self, messages: list[dict[str, object]], tools: list[dict[str, object]] | None = None,
@@ -65,14 +68,40 @@ class Qwen25OmniPromptProcessor:
     def process(self, token_ids: list[int], audios: Sequence[np.ndarray] = (), images: Sequence[object] = (),
                 videos: Sequence[Video] = (), use_audio_in_video: bool = False) -> Qwen25OmniPrompt:
         if use_audio_in_video:
-            raise NotImplementedError("Qwen2.5-Omni does not take a video's sound track yet (use_audio_in_video)")
+            audios = self._with_sound_tracks(token_ids, audios, videos)
         audio = self._audio_inputs(audios)
         image = self._image_inputs(images)
         video = self._video_inputs(videos)
-        counts = {self.audio_token_id: _audio_rows(audio), self.image_token_id: _image_rows(image, self.merge_size),
-                  self.video_token_id: _video_rows(video, self.merge_size)}
+        audio_rows = _audio_rows(audio)
+        video_rows: list[int] | list[list[int]] = _video_rows(video, self.merge_size)
+        if use_audio_in_video:
+            video_rows = self._interleaved(token_ids, video, audio_rows)
+        counts = {self.audio_token_id: audio_rows, self.image_token_id: _image_rows(image, self.merge_size),
+                  self.video_token_id: video_rows}
         ids = _expand(token_ids, counts)
-        return Qwen25OmniPrompt(ids, OmniInputs(**audio, **image, **video), _contains(ids, self.system_ids))
+        mm = OmniInputs(**audio, **image, **video, use_audio_in_video=use_audio_in_video)
+        return Qwen25OmniPrompt(ids, mm, _contains(ids, self.system_ids))
+
+    def _with_sound_tracks(self, token_ids: list[int], audios: Sequence[np.ndarray],
+                           videos: Sequence[Video]) -> list[np.ndarray]:
+        """The audios in token order, each video's sound track at its placeholder."""
+        if any(v.audio is None for v in videos):
+            raise ValueError("use_audio_in_video needs every video's sound track")
+        media = (self.audio_token_id, self.video_token_id)
+        if token_ids.count(self.audio_token_id) != len(audios) or token_ids.count(self.video_token_id) != len(videos):
+            raise ValueError("use_audio_in_video: the audio and video placeholders do not match the items given")
+        given, tracks = iter(audios), iter(v.audio for v in videos)
+        return [next(given) if t == self.audio_token_id else next(tracks) for t in token_ids if t in media]
+
+    def _interleaved(self, token_ids: list[int], video: Mapping[str, torch.Tensor],
+                     audio_rows: list[int]) -> list[list[int]]:
+        """Each video's placeholder expansion: its sound track's rows (the audio item at its place) interleaved;
+        the audio placeholders and rows of the sound tracks are taken out of ``audio_rows``."""
+        order = [t for t in token_ids if t in (self.audio_token_id, self.video_token_id)]
+        track_rows = [rows for t, rows in zip(order, audio_rows, strict=True) if t == self.video_token_id]
+        audio_rows[:] = [rows for t, rows in zip(order, audio_rows, strict=True) if t == self.audio_token_id]
+        grids, seconds = video["video_grid_thw"].tolist(), video["video_second_per_grid"].tolist()
+        return [self.layout.tokens(g, s, r) for g, s, r in zip(grids, seconds, track_rows, strict=True)]
 
     def _audio_inputs(self, audios: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
         if not audios:
@@ -122,8 +151,9 @@ def _image_rows(image: Mapping[str, torch.Tensor], merge: int) -> list[int]:
     return [] if grid is None else [int(g.prod()) // merge**2 for g in grid]
 
 
-def _expand(token_ids: list[int], counts: Mapping[int, list[int]]) -> list[int]:
-    """Each placeholder token repeated for its item's rows, items taken in order per kind."""
+def _expand(token_ids: list[int], counts: Mapping[int, Sequence[int | list[int]]]) -> list[int]:
+    """Each placeholder token repeated for its item's rows (or replaced by its item's tokens), items taken in
+    order per kind."""
     taken = {token: 0 for token in counts}
     out: list[int] = []
     for tok in token_ids:
@@ -133,7 +163,8 @@ def _expand(token_ids: list[int], counts: Mapping[int, list[int]]) -> list[int]:
         items = counts[tok]
         if taken[tok] >= len(items):
             raise ValueError(f"the prompt has more placeholders {tok} than items ({len(items)})")
-        out += [tok] * items[taken[tok]]
+        item = items[taken[tok]]
+        out += item if isinstance(item, list) else [tok] * item
         taken[tok] += 1
     for tok, items in counts.items():
         if taken[tok] != len(items):
