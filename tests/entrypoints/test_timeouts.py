@@ -1,5 +1,6 @@
 """Connections that do not play along are cut off: a stream whose client stops reading (``--send-timeout``),
-headers that never finish (``--header-timeout``), a silent realtime socket (``--ws-idle-timeout``)."""
+headers that never finish (``--header-timeout``), a body trickled too slowly (``--body-timeout``,
+``--body-min-rate``), a silent realtime socket (``--ws-idle-timeout``)."""
 
 from __future__ import annotations
 
@@ -219,3 +220,54 @@ def test_a_realtime_client_that_stops_reading_is_closed_and_its_response_aborted
         assert wait_until(lambda: guarded.admission.admitted == 0, 15), "the response still holds its place"
         request_id = guarded.engine.requests[0].request_id
         assert wait_until(lambda: request_id in guarded.engine.aborted)
+
+
+@pytest.fixture()
+def rate_guarded(processor: RecordingProcessor) -> Iterator[Guarded]:
+    """A long --body-timeout (60 s) and a least body rate of 2000 B/s judged over 1 s windows."""
+    engine = FakeEngine(processor=processor)
+    app = build_app(engine, LIMITS)
+    thread = ServerThread(app, http=guarded_http_protocol(LIMITS.header_timeout, LIMITS.send_timeout, 60.0,
+                                                          body_min_rate=2000.0, rate_window_s=1.0))
+    url = thread.start()
+    yield Guarded(url, engine, app.state.services.chat.admission)
+    thread.stop()
+
+
+def _closed_by_server(sock: socket.socket, within_s: float, trickle: bytes, every_s: float) -> bool:
+    """Sends ``trickle`` every ``every_s`` until the server closes the connection or ``within_s`` passes."""
+    deadline = time.monotonic() + within_s
+    sock.settimeout(every_s)
+    while time.monotonic() < deadline:
+        try:
+            sock.sendall(trickle)
+            if sock.recv(1024) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:  # reset: the server closed it
+            return True
+    return False
+
+
+def test_a_body_under_the_least_rate_is_cut_long_before_the_body_timeout(rate_guarded: Guarded) -> None:
+    """The issue's trickle (a byte every few seconds) would hold its place for the whole --body-timeout; under
+    --body-min-rate it is cut after a window or two, while the 60 s body timeout is far away."""
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 3000000\r\n\r\n{")
+    with socket.create_connection(rate_guarded.address, timeout=10) as sock:
+        sock.sendall(head)
+        assert _closed_by_server(sock, within_s=8.0, trickle=b" ", every_s=0.25)
+
+
+def test_a_body_above_the_least_rate_is_served_however_long_it_takes(rate_guarded: Guarded) -> None:
+    """A body brought at ~8 kB/s over three windows (above 2000 B/s) is read in full and answered."""
+    body = {"model": "fake-omni", "messages": [{"role": "user", "content": "hi"}]}
+    padded = b"{" + b" " * 24_000 + json.dumps(body).encode()[1:]  # JSON whitespace: a big body, a small prompt
+    raw = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n%s" % (len(padded), padded))
+    with socket.create_connection(rate_guarded.address, timeout=10) as sock:
+        for start in range(0, len(raw), 2000):
+            sock.sendall(raw[start:start + 2000])
+            time.sleep(0.25)
+        assert _response(sock).startswith(b"HTTP/1.1 200")

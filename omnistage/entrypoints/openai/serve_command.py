@@ -22,7 +22,7 @@ def uvicorn_options(config: ServeConfig) -> dict[str, object]:
     protocol class), beside the app, the socket and logging."""
     return {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
             "http": guarded_http_protocol(config.limits.header_timeout, config.limits.send_timeout,
-                                                 config.limits.body_timeout)}
+                                                 config.limits.body_timeout, config.limits.body_min_rate)}
 
 
 def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:

@@ -63,6 +63,8 @@ class ServerLimits:
                                        "is aborted and its place freed")
     header_timeout: float = _limit(15.0, "seconds a connection may take to send a request's headers")
     body_timeout: float = _limit(60.0, "seconds a request's body may take to arrive in full once its headers are in")
+    body_min_rate: float = _limit(8192.0, "bytes a second a request's body must bring over every 10 s until it is "
+                                          "in full")
     max_voice_audio_bytes: int = _limit(10 * MIB, "size of one reference recording a voice is cloned from")
     max_voice_seconds: float = _limit(30.0, "seconds of one reference recording (read from its header)")
     max_voices: int = _limit(256, "voices kept under --voices-dir")

@@ -9,6 +9,11 @@
   full within this many seconds, or the connection is closed (the app sees
   the client gone). A client trickling a declared 200 MB body a byte every
   5 s would otherwise hold its connection, and its place, for ever.
+* ``--body-min-rate``: a body must also bring at least this many bytes a
+  second over every ``RATE_WINDOW_S`` window, so the trickle above is cut
+  after one window, not after the whole ``--body-timeout``: a hundred such
+  connections hold their places seconds, not a minute (a real upload, even
+  over a slow mobile link, is far faster than the default).
 * ``--send-timeout``: when the client stops reading a response, the socket's
   buffers fill and the transport pauses writing; if it stays paused this long
   the connection is aborted. The app then sees the client gone, so the stream
@@ -29,6 +34,8 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 logger = logging.getLogger(__name__)
 
+RATE_WINDOW_S = 10.0  # a body's arrival rate is judged over windows this long
+
 
 class _ConnectionGuard:
     """Mixed in before uvicorn's HTTP protocol class; relies on its ``loop``, ``transport`` and ``cycle``."""
@@ -36,6 +43,8 @@ class _ConnectionGuard:
     header_timeout_s: float = 15.0
     send_timeout_s: float = 30.0
     body_timeout_s: float = 60.0
+    body_min_rate: float = 8192.0
+    rate_window_s: float = RATE_WINDOW_S
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     cycle: object
@@ -45,6 +54,8 @@ class _ConnectionGuard:
         self._header_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._rate_timer: asyncio.TimerHandle | None = None
+        self._window_bytes = 0
         self._waiting_after: object = None
         self._await_headers()
 
@@ -56,6 +67,9 @@ class _ConnectionGuard:
             self._cancel_header_timer()  # a new request's headers are complete
             if getattr(self.cycle, "more_body", False):
                 self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_late, self.cycle)
+                self._watch_rate(self.cycle)
+        elif self._rate_timer is not None:
+            self._window_bytes += len(data)
         if self._body_timer is not None and not getattr(self.cycle, "more_body", False):
             self._cancel_body_timer()  # the body is complete
 
@@ -100,10 +114,29 @@ class _ConnectionGuard:
                         self.body_timeout_s)
             self.transport.close()
 
+    def _watch_rate(self, cycle: object) -> None:
+        self._window_bytes = 0
+        if self.body_min_rate > 0:
+            self._rate_timer = self.loop.call_later(self.rate_window_s, self._rate_checked, cycle)
+
+    def _rate_checked(self, cycle: object) -> None:
+        self._rate_timer = None
+        if self.cycle is not cycle or not getattr(cycle, "more_body", False) or self.transport.is_closing():
+            return
+        if self._window_bytes < self.body_min_rate * self.rate_window_s:
+            logger.info("closing a connection whose request body came at %.0f B/s (--body-min-rate %g)",
+                        self._window_bytes / self.rate_window_s, self.body_min_rate)
+            self.transport.close()
+        else:
+            self._watch_rate(cycle)
+
     def _cancel_body_timer(self) -> None:
         if self._body_timer is not None:
             self._body_timer.cancel()
             self._body_timer = None
+        if self._rate_timer is not None:
+            self._rate_timer.cancel()
+            self._rate_timer = None
 
     def _send_stalled(self) -> None:
         self._send_timer = None
@@ -125,9 +158,12 @@ class _ConnectionGuard:
             self._send_timer = None
 
 
-def guarded_http_protocol(header_timeout_s: float, send_timeout_s: float,
-                          body_timeout_s: float = 60.0) -> type[asyncio.Protocol]:
-    """uvicorn's own HTTP protocol class with the three timeouts, for ``uvicorn.Config(http=...)``."""
+def guarded_http_protocol(header_timeout_s: float, send_timeout_s: float, body_timeout_s: float = 60.0,
+                          body_min_rate: float = 8192.0, rate_window_s: float = RATE_WINDOW_S
+                          ) -> type[asyncio.Protocol]:
+    """uvicorn's own HTTP protocol class with the timeouts and the body's least rate, for
+    ``uvicorn.Config(http=...)``."""
     return type("GuardedHTTPProtocol", (_ConnectionGuard, AutoHTTPProtocol),
                 {"header_timeout_s": header_timeout_s, "send_timeout_s": send_timeout_s,
-                 "body_timeout_s": body_timeout_s})
+                 "body_timeout_s": body_timeout_s, "body_min_rate": body_min_rate,
+                 "rate_window_s": rate_window_s})
