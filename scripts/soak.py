@@ -122,7 +122,8 @@ class Soak:
         if ok:
             return
         fault_start, fault_end = self.probes.fault
-        if kind in NORMAL and started <= fault_end and time.monotonic() >= fault_start:
+        unavailable = kind in NORMAL or "stage_unavailable" in detail  # a probe past validation meets the stage too
+        if unavailable and started <= fault_end and time.monotonic() >= fault_start:
             self.counts["during_fault"] += 1  # the talker was stopped on purpose: its requests may fail
             return
         self.counts["errors"] += 1
