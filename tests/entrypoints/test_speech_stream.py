@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 
 import numpy as np
@@ -25,17 +26,24 @@ def test_segments_are_cut_at_sentence_ends_and_the_limit() -> None:
     assert cut_segments("One\nTwo", 100) == (["One"], "Two")
 
 
-async def _session(url: str, events: list[dict]) -> list[dict]:
+async def _session(url: str, events: list[str | bytes | dict], until: tuple[str, ...] = ("speech.audio.done", "error"),
+                   ) -> tuple[list[dict], int | None]:
+    """Plays ``events`` and reads until an event of a type in ``until``, then to the close when that ended the
+    session: the events received and the close code (None while still open)."""
     from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
 
     received: list[dict] = []
     async with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream?model=tts", open_timeout=10,
                        max_size=None) as ws:
         for event in events:
-            await ws.send(json.dumps(event))
-        while not received or received[-1]["type"] not in ("speech.audio.done", "error"):
+            await ws.send(json.dumps(event) if isinstance(event, dict) else event)
+        while not received or received[-1]["type"] not in until:
             received.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
-    return received
+        if received[-1]["type"] == "speech.audio.done":
+            with contextlib.suppress(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 10)
+        return received, ws.close_code
 
 
 def _pcm(events: list[dict], segment: int) -> torch.Tensor:
@@ -48,7 +56,8 @@ def test_incremental_text_is_spoken_sentence_by_sentence(tts) -> None:  # noqa: 
     pieces = ["Hello the", "re, how are", " you today? I am ", "fine, thank", " you."]
     events = [{"type": "session.update", "voice": "ryan"}]
     events += [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
-    got = asyncio.run(_session(tts.url, events))
+    got, code = asyncio.run(_session(tts.url, events))
+    assert code == 1000
     done = [e for e in got if e["type"] == "speech.segment.done"]
     assert [e["text"] for e in done] == ["Hello there, how are you today?", "I am fine, thank you."]
     assert got[-1]["type"] == "speech.audio.done" and got[-1]["usage"]["output_tokens"] == 2 * (FRAMES - 1)
@@ -58,9 +67,40 @@ def test_incremental_text_is_spoken_sentence_by_sentence(tts) -> None:  # noqa: 
         torch.testing.assert_close(_pcm(got, segment), expected, atol=2e-4, rtol=0)
 
 
-def test_a_bad_voice_or_event_is_an_error_event(tts) -> None:  # noqa: F811
-    got = asyncio.run(_session(tts.url, [{"type": "session.update", "voice": "nobody"},
-                                         {"type": "input_text.delta", "delta": "Hi there. "}]))
-    assert got[-1]["type"] == "error" and got[-1]["error"]["code"] == "invalid_voice"
-    got = asyncio.run(_session(tts.url, [{"type": "nonsense"}]))
-    assert got[-1]["type"] == "error" and "unknown event type" in got[-1]["error"]["message"]
+def test_client_errors_are_error_events_and_the_session_goes_on(tts) -> None:  # noqa: F811
+    """Each mistake is an error event on the open socket; the settings stay as they were and the text that
+    follows is spoken, then the session ends as usual (1000)."""
+    events: list[str | bytes | dict] = [
+        {"type": "nonsense"}, "not json", b"\x00binary", '{"type": "input_text.delta", "delta": "\\ud800"}',
+        {"type": "input_text.delta", "delta": 5}, {"type": "session.update", "voice": "nobody"},
+        {"type": "session.update", "voice": "ryan"}, {"type": "input_text.delta", "delta": "Hello there. "},
+        {"type": "input_text.done"}]
+    got, code = asyncio.run(_session(tts.url, events, until=("speech.audio.done",)))
+    errors = [e["error"] for e in got if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["invalid_event"] * 5 + ["invalid_voice"], errors
+    assert "unknown event type" in errors[0]["message"] and "surrogate" in errors[3]["message"]
+    assert [e["text"] for e in got if e["type"] == "speech.segment.done"] == ["Hello there."]
+    assert got[-1]["usage"]["output_tokens"] == FRAMES - 1 and code == 1000
+    whole = tts.speech(voice="ryan", input="Hello there.", response_format="pcm")
+    expected = torch.from_numpy(np.frombuffer(whole.content, "<i2").astype(np.float32) / 32767)
+    torch.testing.assert_close(_pcm(got, 0), expected, atol=2e-4, rtol=0)  # spoken with the accepted voice
+
+
+def test_an_error_then_a_valid_request_is_served(tts) -> None:  # noqa: F811
+    """After the error the same socket is still read: a question asked after it is answered."""
+    async def scenario() -> tuple[list[dict], list[dict]]:
+        from websockets.asyncio.client import connect
+
+        url = tts.url.replace("http://", "ws://") + "/v1/audio/speech/stream?model=tts"
+        async with connect(url, open_timeout=10, max_size=None) as ws:
+            await ws.send(json.dumps({"type": "session.update", "voice": "nobody"}))
+            first = json.loads(await asyncio.wait_for(ws.recv(), 60))  # answered before anything else is sent
+            for event in ({"type": "input_text.delta", "delta": "Hi there."}, {"type": "input_text.done"}):
+                await ws.send(json.dumps(event))
+            rest = [json.loads(m) async for m in ws]
+        return [first], rest
+
+    first, rest = asyncio.run(scenario())
+    assert first[0]["type"] == "error" and first[0]["error"]["code"] == "invalid_voice"
+    assert [e["type"] for e in rest if e["type"] != "speech.audio.delta"] == ["speech.segment.done",
+                                                                              "speech.audio.done"]

@@ -6,8 +6,9 @@ The text is cut into segments at sentence ends (or at ``--max-speech-input-chars
 as soon as it is complete, one after another, as ``/v1/audio/speech`` would speak it (same voices, same checks,
 admitted under the same bound), while later text keeps arriving. Server events: ``speech.audio.delta`` (base64
 PCM16, 24 kHz mono, with its ``segment``), ``speech.segment.done`` (the segment's text), then
-``speech.audio.done`` with the usage of all segments; a failure is an ``error`` event and closes the socket.
-The socket closes after ``--ws-idle-timeout`` seconds without an event.
+``speech.audio.done`` with the usage of all segments, and the socket closes (1000). A client's mistake or a
+segment that fails is an ``error`` event and the session goes on (:class:`SpeechStream` says which close it);
+the socket closes (1008) after ``--ws-idle-timeout`` seconds without an event.
 
 A first event ``session.config`` is vLLM-Omni's protocol for this route: the session is the same, its events
 are translated by :mod:`omnistage.entrypoints.openai.speech.vllm_omni` (a :class:`StreamDialect`).
@@ -26,12 +27,13 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from omnistage.audio import StreamingAudioEncoder, TimeStretcher
 from omnistage.core import OUTPUT_SAMPLE_RATE
 from omnistage.entrypoints.openai.common.errors import APIError, scrub_reprs
+from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
 from omnistage.entrypoints.openai.common.request_checks import engine_failure
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
 from omnistage.entrypoints.openai.speech.service import SpeechService
-from omnistage.entrypoints.openai.speech.stream_dialect import Configure, StreamDialect
+from omnistage.entrypoints.openai.speech.stream_dialect import Configure, StreamDialect, TextIn
 from omnistage.entrypoints.openai.speech.vllm_omni import VllmOmniStreamDialect, speaks_vllm_omni
 
 router = APIRouter()
@@ -70,12 +72,20 @@ def _cut_job(buffer: str, limit: int, final: bool, token: object) -> tuple[list[
 
 
 class SpeechStream:
+    """One session. A client's mistake (a frame that is no JSON object, an unknown event, a field of the wrong
+    type, an unknown voice, a segment refused or failed) is an ``error`` event and the session goes on, as
+    OpenAI's realtime sessions do: settings stay as they were, the refused segment is not spoken, later text
+    is. Only an idle session (``--ws-idle-timeout``) and an unknown model at connect are closed (1008, after
+    their error event); frames the WebSocket layer cannot read at all (invalid UTF-8 text, a frame over its size
+    bound) are closed by that layer (1007, 1009)."""
+
     def __init__(self, ws: WebSocket, service: SpeechService, model: str) -> None:
         self.ws, self.service = ws, service
         self.dialect = StreamDialect(ws)
         self.settings = SpeechRequest(model=model, input=" ")
         self.segments: asyncio.Queue[object] = asyncio.Queue()  # lists of segments, then END
         self.usage = [0, 0]
+        self.buffer, self.first = "", True
 
     async def run(self) -> None:
         speaker = asyncio.create_task(self._speak_all())
@@ -84,11 +94,10 @@ class SpeechStream:
             await speaker
         except TimeoutError:
             speaker.cancel()
-            await self._fail(ValueError(f"no event for {self.service.limits.ws_idle_timeout:g} s (--ws-idle-timeout)"))
-        except (WebSocketDisconnect, APIError, ValueError) as exc:
+            await self._close_with(ValueError(f"no event for {self.service.limits.ws_idle_timeout:g} s "
+                                              f"(--ws-idle-timeout)"))
+        except WebSocketDisconnect:
             speaker.cancel()
-            if not isinstance(exc, WebSocketDisconnect):
-                await self._fail(exc)
         finally:
             if not speaker.done():
                 speaker.cancel()
@@ -96,42 +105,68 @@ class SpeechStream:
                 await speaker
 
     async def _read(self, speaker: asyncio.Task) -> None:
-        buffer, limit, first = "", self.service.limits.max_speech_input_chars, True
         while True:
             async with asyncio.timeout(self.service.limits.ws_idle_timeout):
                 receive = asyncio.ensure_future(self.ws.receive_text())
                 done, _ = await asyncio.wait({receive, speaker}, return_when=asyncio.FIRST_COMPLETED)
-            if receive not in done:  # the speaker failed: stop reading
+            if receive not in done:  # the speaker ended (the socket went): stop reading
                 receive.cancel()
                 return
             try:
-                raw = json.loads(receive.result())
-            except (KeyError, RecursionError):  # a binary frame (receive_text finds no text), or JSON nested too deep
-                raise ValueError("an event must be a JSON object in a text frame, not nested too deep") from None
-            if first and speaks_vllm_omni(raw):  # the first event tells which protocol the client speaks
-                self.dialect = VllmOmniStreamDialect(self.ws)
-            first = False
-            event = self.dialect.parse(raw if isinstance(raw, dict) else {})
-            if isinstance(event, Configure):
-                self.settings = self.settings.model_copy(update={
-                    k: getattr(event.settings, k) for k in event.settings.model_fields_set - {"input"}})
-                continue
-            buffer += event.text
-            if len(buffer) > limit:  # a large delta (MBs of text) is cut in the pool, not on the event loop
-                segments, buffer = await self.service.pool.run(_cut_job, buffer, limit, event.done)
-            else:
-                segments, buffer = cut_segments(buffer, limit, final=event.done)
-            if segments:
-                self._body(segments[0])  # checked now: a bad voice fails before any audio (cut: none is too long)
-                self.segments.put_nowait(segments)
-            if event.done:
-                self.segments.put_nowait(END)
-                return
+                text = receive.result()
+            except KeyError:  # a binary frame: receive_text finds no text in it
+                text = None
+            try:
+                if await self._take(text):
+                    return
+            except (APIError, ValueError) as exc:
+                await self._error(exc)  # the event is refused; the session goes on
 
-    def _body(self, text: str) -> SpeechRequest:
-        fmt = self.settings.response_format if "response_format" in self.settings.model_fields_set \
+    async def _take(self, text: str | None) -> bool:
+        """Acts on one client event; True once the text is done."""
+        if text is None:
+            raise ValueError("an event must be a JSON object in a text frame")
+        if lone_surrogate(text):
+            raise ValueError(LONE_SURROGATE)
+        try:
+            raw = json.loads(text)
+        except RecursionError:
+            raise ValueError("an event must be a JSON object, not nested too deep") from None
+        if not isinstance(raw, dict):
+            raise ValueError("an event must be a JSON object")
+        if self.first and speaks_vllm_omni(raw):  # the first event tells which protocol the client speaks
+            self.dialect = VllmOmniStreamDialect(self.ws)
+        self.first = False
+        event = self.dialect.parse(raw)
+        if isinstance(event, Configure):
+            settings = self.settings.model_copy(update={
+                k: getattr(event.settings, k) for k in event.settings.model_fields_set - {"input"}})
+            self._body(" ", settings)  # checked now (voice, lengths): refused settings leave the session's as they were
+            self.settings = settings
+            return False
+        await self._text(event)
+        return event.done
+
+    async def _text(self, event: TextIn) -> None:
+        self.buffer += event.text
+        limit = self.service.limits.max_speech_input_chars
+        if len(self.buffer) > limit:  # a large delta (MBs of text) is cut in the pool, not on the event loop
+            segments, self.buffer = await self.service.pool.run(_cut_job, self.buffer, limit, event.done)
+        else:
+            segments, self.buffer = cut_segments(self.buffer, limit, final=event.done)
+        try:
+            if segments:
+                self._body(segments[0])  # checked now: a bad setting fails before any audio (cut: none too long)
+                self.segments.put_nowait(segments)
+        finally:
+            if event.done:
+                self.segments.put_nowait(END)  # however its last segments fared, the session ends
+
+    def _body(self, text: str, settings: SpeechRequest | None = None) -> SpeechRequest:
+        settings = settings or self.settings
+        fmt = settings.response_format if "response_format" in settings.model_fields_set \
             else self.dialect.response_format
-        body = self.settings.model_copy(update={"input": text, "response_format": fmt})
+        body = settings.model_copy(update={"input": text, "response_format": fmt})
         self.service.check(body)
         return body
 
@@ -139,7 +174,10 @@ class SpeechStream:
         index = 0
         while (batch := await self.segments.get()) is not END:
             for segment in batch:  # type: ignore[attr-defined] - a list of segments
-                await self._speak(index, segment)
+                try:
+                    await self._speak(index, segment)
+                except (APIError, ValueError) as exc:  # refused (over a limit) or failed: said, and the next goes on
+                    await self._error(exc)
                 index += 1
         await self.dialect.finished(SpeechUsage(input_tokens=self.usage[0], output_tokens=self.usage[1],
                                                 total_tokens=sum(self.usage)), index)
@@ -173,11 +211,15 @@ class SpeechStream:
                     await self.dialect.audio(index, piece)
         await self.dialect.segment_done(index, text, size)
 
-    async def _fail(self, exc: Exception) -> None:
+    async def _error(self, exc: Exception) -> None:
         detail = exc.detail if isinstance(exc, APIError) else ErrorDetail(
             type="invalid_request_error", code="invalid_event", message=scrub_reprs(str(exc)), param=None)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # the socket may be gone already: its reader sees that
             await self.dialect.failed(detail)
+
+    async def _close_with(self, exc: Exception) -> None:
+        await self._error(exc)
+        with contextlib.suppress(Exception):
             await self.ws.close(code=1008)
 
 
@@ -189,6 +231,6 @@ async def speech_stream(ws: WebSocket) -> None:
     try:
         service.served.check(model)
     except APIError as exc:
-        await SpeechStream(ws, service, model)._fail(exc)
+        await SpeechStream(ws, service, model)._close_with(exc)
         return
     await SpeechStream(ws, service, model).run()
