@@ -93,7 +93,8 @@ class KVCacheManager:
         if need > self.pool.num_free_blocks - revived:
             return None
         self.pool.touch(computed_blocks)
-        added = computed_blocks + self.pool.get_new_blocks(max(need, 0))
+        held = computed_blocks or blocks
+        added = computed_blocks + self.pool.get_new_blocks(max(need, 0), after=held[-1] if held else None)
         # Stored only on success, so a refused admission leaves no empty entry behind.
         self._req_blocks.setdefault(request.request_id, []).extend(added)
         if self.enable_prefix_caching and request.prefix_cacheable:
