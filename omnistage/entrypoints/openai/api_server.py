@@ -200,7 +200,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     access = access or AccessPolicy()
     # docs_url/redoc_url None: FastAPI's pages load from a CDN; install_landing serves them from local assets.
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server",
-                  docs_url=None, redoc_url=None, lifespan=lambda _: loop_lag_watcher(metrics.loop_lag))
+                  docs_url=None, redoc_url=None, lifespan=lambda _: loop_lag_watcher(metrics.loop_lag, serving.trace_loop_stalls_ms))
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
     store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits

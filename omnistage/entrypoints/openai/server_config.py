@@ -157,8 +157,11 @@ class ServingOptions:
     vad: str = "auto"
     ice_servers: tuple[IceServer, ...] = ()
     streaming_input: bool = True  # realtime: prefill a turn while it is spoken (realtime/listening.py)
+    trace_loop_stalls_ms: float = 0.0  # log the threads' stacks when the event loop stalls longer (0: off)
 
     def __post_init__(self) -> None:
+        if self.trace_loop_stalls_ms < 0:
+            raise ValueError(f"--trace-loop-stalls-ms must be >= 0, got {self.trace_loop_stalls_ms}")
         if self.vad not in ("auto", "silero", "energy"):
             raise ValueError(f"--vad takes auto, silero or energy, got {self.vad!r}")
         if not self.default_modalities or any(m not in ("text", "audio") for m in self.default_modalities):
@@ -178,7 +181,8 @@ def serving_options_from_args(args: argparse.Namespace,
     return ServingOptions(served_model_names=tuple(args.served_model_name or ()),
                           voice_aliases=tuple(parse_alias(a) for a in args.voice_alias or ()),
                           default_modalities=tuple(args.default_modalities), voices_dir=args.voices_dir, vad=args.vad,
-                          ice_servers=ice_servers_from_args(args, environ), streaming_input=args.streaming_input)
+                          ice_servers=ice_servers_from_args(args, environ), streaming_input=args.streaming_input,
+                          trace_loop_stalls_ms=args.trace_loop_stalls_ms)
 
 
 def ice_servers_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[IceServer, ...]:
@@ -233,6 +237,9 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     serving.add_argument("--streaming-input", action=argparse.BooleanOptionalAction, default=True,
                          help="realtime sessions encode and prefill the user's turn window by window while it is "
                               "spoken (default on; a session's streaming_input overrides it)")
+    serving.add_argument("--trace-loop-stalls-ms", type=float, default=0.0, metavar="MS",
+                         help="diagnostic: when the event loop stalls longer than MS, log the stacks of the loop "
+                              "thread and every other Python thread, once per stall (default 0: off)")
     webrtc = parser.add_argument_group("WebRTC calls (POST /v1/realtime/calls)")
     webrtc.add_argument("--webrtc-stun", action="append", default=None, metavar="URL",
                         help="a STUN server (stun:HOST:PORT) calls use to find their public address (repeatable; "

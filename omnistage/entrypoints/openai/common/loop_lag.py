@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 
 from prometheus_client import Histogram
 
+from omnistage.entrypoints.openai.common.stall_tracer import stall_tracer
+
 INTERVAL_S = 0.05
 
 
@@ -25,11 +27,13 @@ async def watch_loop_lag(histogram: Histogram, interval: float = INTERVAL_S) -> 
 
 
 @contextlib.asynccontextmanager
-async def loop_lag_watcher(histogram: Histogram) -> AsyncIterator[None]:
-    """Runs ``watch_loop_lag`` while the server serves (a FastAPI lifespan)."""
+async def loop_lag_watcher(histogram: Histogram, trace_stalls_ms: float = 0.0) -> AsyncIterator[None]:
+    """Runs ``watch_loop_lag`` while the server serves (a FastAPI lifespan), and the stall tracer when asked
+    (``--trace-loop-stalls-ms``)."""
     task = asyncio.create_task(watch_loop_lag(histogram))
     try:
-        yield
+        async with stall_tracer(trace_stalls_ms):
+            yield
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
