@@ -93,7 +93,7 @@ def test_counts_the_kv_cache_read_through_the_window() -> None:
 
 def test_report_on_the_tiny_checkpoint(tiny_dir) -> None:  # noqa: ANN001
     args = argparse.Namespace(model=str(tiny_dir), stage="thinker", batch=[1, 3], steps=3, prompt_len=8, frames=8,
-                              device="cpu", dtype="float32", threads=1, json_out=None)
+                              device="cpu", dtype="float32", threads=1, json_out=None, quantization="none")
     report = json.loads(json.dumps(roofline.roofline(args)))  # (main also sets the thread count: not in a test)
     assert report["bandwidth_gbps"] > 0 and [r["batch"] for r in report["results"]] == [1, 3]
     for row in report["results"]:
@@ -115,11 +115,71 @@ def test_report_on_the_tts_talker(tmp_path) -> None:  # noqa: ANN001
 
     folder = make_tiny_tts(tmp_path / "tts", seed=0)
     args = argparse.Namespace(model=str(folder), stage="tts-talker", batch=[1, 2], steps=2, prompt_len=24, frames=8,
-                              device="cpu", dtype="float32", threads=1, json_out=None)
+                              device="cpu", dtype="float32", threads=1, json_out=None, quantization="none")
     report = json.loads(json.dumps(roofline.roofline(args)))
     talker = Qwen3TTSModels.load(folder).talker
-    layer_bytes = lambda m: sum(p.numel() * p.element_size() for p in m.layers.parameters())  # noqa: E731
-    passes = talker.config.num_code_groups - 1
-    floor = layer_bytes(talker.model) + passes * layer_bytes(talker.code_predictor.model)
+    floor = _bytes(talker.model.layers) + _predictor_bytes(talker)
     for row in report["results"]:
         assert row["stage"] == "tts-talker" and row["weight_bytes"] >= floor and row["kv_bytes"] > 0
+
+
+def _bytes(module: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def _predictor_bytes(talker: nn.Module) -> int:
+    """What one predict call must read: per pass every layer, the final norm, that pass's head and the
+    projection of its new rows (a linear in the tiny model, whose predictor is narrower than the talker)."""
+    cp = talker.code_predictor
+    passes = cp.num_code_groups - 1
+    per_pass = _bytes(cp.model.layers) + _bytes(cp.model.norm) + _bytes(cp.small_to_mtp_projection)
+    return passes * per_pass + _bytes(cp.lm_head)
+
+
+def test_the_code_predictors_lockstep_passes_are_counted(tmp_path) -> None:  # noqa: ANN001
+    """The lockstep stack calls no layer module: its passes are counted from the decoder's final norm, every
+    layer once per pass, int8 weights at one byte each once quantized."""
+    from omnistage.layers.quant.apply import apply_quantization
+    from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
+    from omnistage.tools.make_tiny_tts import make_tiny_tts
+
+    talker = Qwen3TTSModels.load(make_tiny_tts(tmp_path / "tts", seed=0)).talker
+    hidden, code0 = torch.randn(3, talker.config.stack.hidden_size), torch.tensor([1, 2, 3])
+    with torch.inference_mode():
+        talker.predict_residual_codes(hidden, code0)  # the workspace's first call builds its stack
+        full = _predictor_bytes(talker)
+        with StepBytes(talker) as counter:
+            talker.predict_residual_codes(hidden, code0)
+        assert counter.tally.weights == full
+        apply_quantization(talker, "int8")
+        quantized = _predictor_bytes(talker)
+        with StepBytes(talker) as counter:
+            talker.predict_residual_codes(hidden, code0)
+    assert counter.tally.weights == quantized
+    layers = talker.code_predictor.model.layers
+    matrices = sum(p.numel() for p in layers.parameters() if p.dim() == 2)
+    assert {p.dtype for p in layers.parameters() if p.dim() == 2} == {torch.int8}
+    passes = talker.code_predictor.num_code_groups - 1
+    assert full - quantized == passes * 3 * matrices  # 4 bytes a weight in fp32, 1 in int8
+
+
+def test_report_on_the_tts_predictor(tmp_path) -> None:  # noqa: ANN001
+    """--stage tts-predictor --quantization int8: the code predictor alone, its int8 bytes per frame."""
+    from omnistage.layers.quant.apply import apply_quantization
+    from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
+    from omnistage.tools.make_tiny_tts import make_tiny_tts
+
+    folder = make_tiny_tts(tmp_path / "tts", seed=0)
+    args = argparse.Namespace(model=str(folder), stage="tts-predictor", batch=[1, 4], steps=2, prompt_len=8,
+                              frames=8, device="cpu", dtype="float32", threads=1, json_out=None,
+                              quantization="int8")
+    report = json.loads(json.dumps(roofline.roofline(args)))
+    talker = Qwen3TTSModels.load(folder).talker
+    apply_quantization(talker, "int8")
+    assert report["quantization"] == "int8" and [r["batch"] for r in report["results"]] == [1, 4]
+    passes, width = talker.code_predictor.num_code_groups - 1, talker.config.stack.hidden_size
+    for row in report["results"]:
+        # Plus the embedding rows looked up: code 0's, then each pass's new code but the last (fp32, talker-wide).
+        rows = row["batch"] * passes * width * 4
+        assert row["stage"] == "tts-predictor" and row["weight_bytes"] == _predictor_bytes(talker) + rows
+        assert row["floor_ratio"] > 0

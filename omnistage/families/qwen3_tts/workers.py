@@ -28,7 +28,7 @@ class TalkerWorker(FramesWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         self.config = Qwen3TTSConfig.from_folder(spec.model_dir)
-        self.talker = load_talker(spec.model_dir, self.config, device, dtype)
+        self.talker = load_talker(spec.model_dir, self.config, device, dtype, spec.stage.quantization)
         self.num_groups = self.config.talker.num_code_groups
         positions = self.config.talker.max_positions
         super().__init__(build_ar_engine(self.talker, engine_config(spec.stage, device, dtype, positions),

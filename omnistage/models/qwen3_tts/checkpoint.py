@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from omnistage.layers.quant.apply import apply_quantization
 from omnistage.models.decoder import build_on
 from omnistage.models.weights import Checkpoint, load_module
 from omnistage.models.qwen3_tts.codec_decoder import CodecDecoder
@@ -101,12 +102,15 @@ class VoiceEncoders:
 
 
 def load_talker(folder: str | Path, config: Qwen3TTSConfig, device: torch.device | str = "cpu",
-                dtype: torch.dtype = torch.float32) -> Qwen3TTSTalker:
-    """The talker (with its code predictor) alone: what a talker stage loads."""
+                dtype: torch.dtype = torch.float32, quantization: str = "none") -> Qwen3TTSTalker:
+    """The talker (with its code predictor) alone: what a talker stage loads. ``quantization``: the stage's
+    (``int8``: weight-only, per row, for the decoder linears of the talker and of the code predictor, which run
+    once and 15 times a frame; embeddings, heads, the text projection and norms keep ``dtype``)."""
     with build_on(device, dtype):
         talker = Qwen3TTSTalker(config.talker)
     with Checkpoint(folder) as ckpt:
         load_module(talker, ckpt, CHECKPOINT_PREFIX, dtype=dtype)
+    apply_quantization(talker, quantization)
     return talker.eval().requires_grad_(False)
 
 

@@ -87,8 +87,13 @@ def add_quant_parser(targets: argparse._SubParsersAction) -> None:
     quant.add_argument("--model", default="tiny", help=MODEL_HELP)
     quant.add_argument("--quantization", default="int8", choices=["int8"], help="the scheme compared with the "
                                                                                 "unquantized thinker")
+    quant.add_argument("--stage", default="thinker", choices=["thinker", "tts-talker"],
+                       help="tts-talker: Qwen3-TTS's talker and code predictor, codes compared per frame")
+    quant.add_argument("--confident", action=argparse.BooleanOptionalAction, default=True,
+                       help="tts-talker: give the random heads a trained model's margins first (default on)")
     quant.add_argument("--prompt-len", type=int, default=16, help="prompt tokens per request (default 16)")
-    quant.add_argument("--output-len", type=int, default=64, help="greedy tokens compared and timed")
+    quant.add_argument("--output-len", type=int, default=64, help="greedy tokens (tts-talker: frames) compared "
+                                                                  "and timed")
     quant.add_argument("--prompts", type=int, default=4, help="random prompts whose greedy replies are compared "
                                                               "(the first is also timed)")
     quant.add_argument("--repeats", type=int, default=2, help="runs of each; the best is reported")
@@ -103,8 +108,11 @@ def add_quant_parser(targets: argparse._SubParsersAction) -> None:
 def add_roofline_parser(targets: argparse._SubParsersAction) -> None:
     roof = targets.add_parser("roofline", help="decode step time vs the bytes it must read at measured bandwidth")
     roof.add_argument("--model", default="tiny", help=MODEL_HELP)
-    roof.add_argument("--stage", default="thinker", choices=["thinker", "talker", "code2wav", "tts-talker"],
-                      help="the stage whose decode step is timed")
+    roof.add_argument("--stage", default="thinker",
+                      choices=["thinker", "talker", "code2wav", "tts-talker", "tts-predictor"],
+                      help="the stage whose decode step is timed (tts-predictor: Qwen3-TTS's code predictor alone)")
+    roof.add_argument("--quantization", default="none", choices=["none", "int8"],
+                      help="quantize the stage's decoder linears after loading, as serving's stage option")
     roof.add_argument("--batch", type=_batches, default=[1, 16], help="comma-separated batch sizes")
     roof.add_argument("--steps", type=int, default=10, help="decode steps timed per batch (median reported)")
     roof.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request before decoding")

@@ -9,7 +9,8 @@ own greedy tokens, position by position: one early flip changes everything after
 (the quantized model's greedy choice after the unquantized prefix, at every position: a flip counts once).
 ``median_margin`` and ``margin_p10`` are the unquantized model's top-1 minus top-2 logit at those positions:
 plain random checkpoints have far smaller margins than trained ones (their agreement understates a real
-model's); ``make-tiny --confident-head`` writes one with a trained model's margins.
+model's); ``make-tiny --confident-head`` writes one with a trained model's margins. ``--stage tts-talker``: Qwen3-TTS's
+talker and code predictor (:mod:`omnistage.tools.bench.quant_tts`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ def bench_quant(model: str, quantization: str, prompt_len: int, output_len: int,
 
 def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
+    if args.stage == "tts-talker":
+        return _main_tts(args)
     report = bench_quant(args.model, args.quantization, args.prompt_len, args.output_len, args.repeats,
                          args.device, getattr(torch, args.dtype), args.prompts)
     for name, run in (("unquantized", report.baseline), (report.quantization, report.quantized)):
@@ -162,4 +165,15 @@ def main(args: argparse.Namespace) -> int:
     if args.json_out:
         payload = asdict(report)
         Path(args.json_out).write_text(json.dumps(payload, indent=2))
+    return 0
+
+
+def _main_tts(args: argparse.Namespace) -> int:
+    from omnistage.tools.bench.quant_tts import bench_quant_tts, print_report
+
+    report = bench_quant_tts(args.model, args.quantization, args.prompt_len, args.output_len, args.prompts,
+                             args.repeats, args.device, getattr(torch, args.dtype), args.confident)
+    print_report(report)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(asdict(report), indent=2))
     return 0

@@ -16,6 +16,12 @@ dense stack (the talker's code predictor: 15 passes over 80 M parameters) is bou
 ``floor_ratio`` then stays far above 1 while ``roofline_ratio`` shows how near the step is to what the cores
 can do.
 
+``--stage tts-predictor`` times Qwen3-TTS's code predictor alone (its 15 lockstep passes over one frame per
+request, from random talker states), so the talker's and the predictor's floor ratios can be told apart (the
+talker alone: ``tts-talker`` minus ``tts-predictor``, in time and in bytes). ``--quantization int8`` quantizes
+the stage's decoder linears after loading, as serving's stage option does; their bytes are then counted at one
+byte a weight.
+
 Steps are timed without hooks (on CUDA through the decode CUDA graphs); the
 bytes are counted over as many following steps, run eagerly with hooks (their
 expert choice and context lengths are the same distribution), and averaged.
@@ -34,6 +40,7 @@ from pathlib import Path
 import torch
 
 from omnistage.engine import EngineConfig, EngineCore, SamplingParams
+from omnistage.layers.quant.apply import apply_quantization
 from omnistage.runner import ARModelRunner
 from omnistage.runner.cuda_graph import describe
 from omnistage.tools.bench.engine import StageUnderTest, load_stage
@@ -125,9 +132,34 @@ def _counted(model: torch.nn.Module, step: Callable[[], object], steps: int) -> 
 
 
 def measure_ar(model_dir: str, stage_name: str, batches: list[int], steps: int, prompt_len: int, device: str,
-               dtype: torch.dtype) -> list[tuple[int, Timing, ByteTally]]:
+               dtype: torch.dtype, quantization: str = "none") -> list[tuple[int, Timing, ByteTally]]:
     """(batch, step timing, bytes per step) for the thinker or the talker."""
-    return measure_stage(load_stage(model_dir, stage_name, device, dtype), batches, steps, prompt_len, device, dtype)
+    stage = load_stage(model_dir, stage_name, device, dtype)
+    apply_quantization(stage.model, quantization)  # type: ignore[arg-type]
+    return measure_stage(stage, batches, steps, prompt_len, device, dtype)
+
+
+def measure_tts_predictor(model_dir: str, batches: list[int], steps: int, device: str, dtype: torch.dtype,
+                          quantization: str = "none") -> list[tuple[int, Timing, ByteTally]]:
+    """Qwen3-TTS's code predictor alone: one frame's residual codes per request (greedy) from random talker
+    states and first codes, its passes batched over the requests as the talker step runs them."""
+    from omnistage.models.qwen3_tts.checkpoint import load_talker
+    from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
+    from omnistage.tools.make_tiny import resolve_model
+
+    folder = resolve_model(model_dir)
+    talker = load_talker(folder, Qwen3TTSConfig.from_folder(folder), device, dtype, quantization)
+    rows = []
+    for batch in batches:
+        gen = torch.Generator().manual_seed(batch)
+        hidden = torch.randn(batch, talker.config.stack.hidden_size, generator=gen).to(device, dtype)
+        code0 = torch.randint(0, talker.residual_vocab_size, (batch,), generator=gen).to(device)
+        with torch.inference_mode():
+            talker.predict_residual_codes(hidden, code0)  # warm-up: the workspace's caches and plans
+            timing = _timed(lambda: talker.predict_residual_codes(hidden, code0), steps, device)
+            tally = _counted(talker, lambda: talker.predict_residual_codes(hidden, code0), 1)
+        rows.append((batch, timing, tally))
+    return rows
 
 
 def measure_stage(stage: StageUnderTest, batches: list[int], steps: int, prompt_len: int, device: str,
@@ -177,14 +209,18 @@ def measure_code2wav(model_dir: str, batches: list[int], steps: int, frames: int
 
 def roofline(args: argparse.Namespace) -> dict:
     dtype = getattr(torch, args.dtype)
+    quantization = args.quantization
     if args.stage == "code2wav":
         measured = measure_code2wav(args.model, args.batch, args.steps, args.frames, args.device, dtype)
+    elif args.stage == "tts-predictor":
+        measured = measure_tts_predictor(args.model, args.batch, args.steps, args.device, dtype, quantization)
     else:
-        measured = measure_ar(args.model, args.stage, args.batch, args.steps, args.prompt_len, args.device, dtype)
+        measured = measure_ar(args.model, args.stage, args.batch, args.steps, args.prompt_len, args.device, dtype,
+                              quantization)
     gflops = matmul_gflops(args.device, dtype)
     bandwidth = statistics.mean(t.bandwidth_gbps for _, t, _ in measured)
     return {"bandwidth_gbps": round(bandwidth, 2), "matmul_gflops": round(gflops, 1), "device": args.device,
-            "dtype": args.dtype, "threads": torch.get_num_threads(),
+            "dtype": args.dtype, "quantization": quantization, "threads": torch.get_num_threads(),
             "model": str(args.model), "results": [asdict(r) for r in roofline_rows(args.stage, measured, gflops)]}
 
 

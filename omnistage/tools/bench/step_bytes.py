@@ -10,7 +10,13 @@ Forward hooks (removed on exit) add, per module *call*:
 * for an embedding table, only the rows looked up;
 * for the fused experts, the weights of the *distinct* experts its router selected in that call;
 * for a paged attention layer, the keys and values of each sequence's context (clipped to the sliding
-  window) from the forward context's metadata.
+  window) from the forward context's metadata;
+* for a decoder run functionally by :class:`omnistage.models.lockstep_stack.LockstepStack` (a code predictor's
+  passes: no layer module is called, only the decoder's final norm), all its layers' parameters once per call
+  of that final norm made while the decoder itself is not running: one pass, one read of every layer.
+
+Parameters are counted in their storage dtype: int8 weights one byte each (their per-row scales are buffers,
+a rounding error beside them, and not counted).
 
 Activations are not counted: for decode they are a rounding error next to the weights; for a vocoder
 (convolutions over audio samples) they are not, which its floor ratio then shows.
@@ -29,6 +35,7 @@ from torch import nn
 
 from omnistage.layers.attention.context import get_forward_context
 from omnistage.layers.moe import FusedExperts
+from omnistage.models.decoder import Decoder
 
 
 @dataclass
@@ -83,9 +90,11 @@ class StepBytes:
         self.tally = ByteTally()
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._calls: list[_Call] = []
+        self._lockstep: dict[int, Decoder] = {}  # id(a decoder's final norm) -> that decoder
 
     def __enter__(self) -> StepBytes:
         self._calls.clear()
+        self._lockstep = {id(m.norm): m for m in self.model.modules() if isinstance(m, Decoder)}
         for module in self.model.modules():
             self._handles.append(module.register_forward_pre_hook(self._enter))
             self._handles.append(module.register_forward_hook(self._leave))
@@ -114,6 +123,16 @@ class StepBytes:
                               if id(child) not in call.called and _read_per_call(child))]
             self.tally.weights += sum(_own_bytes(m) for m in read)
             self.tally.matmul_flops += 2 * _rows(args) * sum(_own_matrix_elements(m) for m in read)
+            self._lockstep_pass(module, args)
+
+    def _lockstep_pass(self, module: nn.Module, args: tuple) -> None:
+        """A decoder's final norm called outside the decoder's own forward ends a lockstep pass over its layers."""
+        decoder = self._lockstep.get(id(module))
+        if decoder is None or any(call.module is decoder for call in self._calls):
+            return
+        layers = list(decoder.layers.modules())
+        self.tally.weights += sum(_own_bytes(m) for m in layers)
+        self.tally.matmul_flops += 2 * _rows(args) * sum(_own_matrix_elements(m) for m in layers)
 
     def _experts(self, module: FusedExperts, args: tuple) -> None:
         ids = args[1]
