@@ -101,6 +101,10 @@ class StageSpec:
     # the talker's frames) then leaves the cores to the stage that paces the audio while they compete, and takes
     # what they leave.
     nice: int = 0
+    # Torch threads of each replica process: 0 splits the machine's cores evenly between all replicas; -1 gives
+    # it every core (a stage that paces the audio and mostly runs alone, while the stage after it works in short
+    # bursts, e.g. Qwen3-TTS's talker beside its codec decoder on a small CPU); N > 0 exactly N.
+    threads: int = 0
     engine: EngineSettings = field(default_factory=EngineSettings)
     sampling: StageSampling = field(default_factory=StageSampling)
     placement: PlacementSpec = field(default_factory=PlacementSpec)
@@ -227,6 +231,7 @@ def _stage(data: object, path: str) -> StageSpec:
     _check(spec.dtype in DTYPES, f"{path}.dtype", f"must be one of {DTYPES}")
     _check(spec.replicas >= 1, f"{path}.replicas", "must be >= 1")
     _check(0 <= spec.nice <= 19, f"{path}.nice", "must be in [0, 19] (a replica may lower its priority only)")
+    _check(spec.threads >= -1, f"{path}.threads", "must be -1 (every core), 0 (an even share) or a count")
     _check_parallel_and_quant(spec, path)
     return StageSpec(**{**{f.name: getattr(spec, f.name) for f in fields(StageSpec)},
                         "engine": _engine(data.get("engine", {}), f"{path}.engine"),

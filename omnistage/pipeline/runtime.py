@@ -82,8 +82,7 @@ class PipelineRuntime:
             from omnistage.pipeline.ray_replica import replica_threads
 
             return replica_threads(stage.placement)
-        total = sum(s.replicas for s in self.spec.stages)
-        return max((os.cpu_count() or 1) // total, 1)
+        return local_threads(stage, sum(s.replicas for s in self.spec.stages), os.cpu_count() or 1)
 
     def _make_links(self, factories: dict[str, WorkerFactory]) -> list[ReplicaLink]:
         links = []
@@ -154,3 +153,11 @@ def model_factories(model_dir: str, graph: StageGraph, options: PipelineOptions)
     return {stage.name: partial(build_worker, WorkerSpec(str(model_dir), stage, graph.models[stage.name].worker,
                                                          options.seamless_audio))
             for stage in graph.spec.stages}
+
+
+def local_threads(stage: StageSpec, replicas: int, cores: int) -> int:
+    """Torch threads of one of ``stage``'s replicas on a machine of ``cores`` running ``replicas`` in all: the
+    stage's ``threads`` (-1: every core), else an even share of the cores (at least one)."""
+    if stage.threads:
+        return cores if stage.threads == -1 else stage.threads
+    return max(cores // replicas, 1)

@@ -31,6 +31,7 @@ def test_preset_parses() -> None:
         (lambda d: d["stages"][0].update(kind="magic"), "stages[0].kind"),
         (lambda d: d["stages"][1].update(nice=-5), "stages[1].nice"),  # raising a priority needs privileges
         (lambda d: d["stages"][0].update(nice=20), "stages[0].nice"),
+        (lambda d: d["stages"][0].update(threads=-2), "stages[0].threads"),
         (lambda d: d["stages"][2].update(colour="red"), "stages[2].colour"),
         (lambda d: d["stages"][0]["sampling"].update(temperature=5), "stages[0].sampling.temperature"),
         (lambda d: d["edges"][0].update({"to": "nowhere"}), "edges[0].to"),
@@ -94,3 +95,17 @@ def test_tensor_parallel_and_quantization_per_stage() -> None:
         bad["stages"][stage][key] = value
         with pytest.raises(ConfigError, match=message):
             parse_pipeline(bad)
+
+
+def test_a_stage_may_take_more_than_its_share_of_threads() -> None:
+    """threads: 0 an even share of the cores, -1 every core, N exactly N (the TTS talker beside its decoder)."""
+    from dataclasses import replace
+
+    from omnistage.pipeline.runtime import local_threads
+
+    talker = load_preset("qwen3_tts").stage("talker")
+    assert local_threads(replace(talker, threads=0), replicas=2, cores=2) == 1
+    assert local_threads(replace(talker, threads=0), replicas=3, cores=2) == 1
+    assert local_threads(replace(talker, threads=0), replicas=2, cores=16) == 8
+    assert local_threads(replace(talker, threads=-1), replicas=2, cores=2) == 2
+    assert local_threads(replace(talker, threads=3), replicas=2, cores=16) == 3
