@@ -7,7 +7,7 @@ import pytest
 
 from omnistage.entrypoints.cli import build_parser
 from omnistage.tools.bench.realtime import summarize
-from omnistage.tools.bench.realtime_session import BargeIn, TurnRecord
+from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnRecord
 from omnistage.tools.bench.realtime_speech import RATE, appends, shorten_pauses, utterance
 
 
@@ -34,6 +34,51 @@ def test_summary_of_recorded_turns() -> None:
     assert level["barge_in_stop_ms_p50"] == pytest.approx(120.0) and level["barge_ins"] == 1
     assert level["barge_in_cancel_ms_p50"] == pytest.approx(300.0)
     assert level["prefill_tokens_per_turn"] == [105.0, 90.0]  # the failed turn is not counted
+
+
+def test_speech_stopped_times_exclude_the_vad_wait() -> None:
+    a = _turn(10.0, 10.9, 5, 0.05, 100, 0)
+    a.stopped = 10.6  # the server's VAD heard 600 ms of silence
+    b = _turn(20.0, 20.8, 5, 0.05, 100, 0)  # no speech_stopped seen: only in the end-of-speech figures
+    level = summarize(1, 2.0, False, [[a, b]], [], underrun_tolerance_s=0.0)
+    assert level["speech_stopped_to_first_audio_ms_p50"] == pytest.approx(300.0)
+    assert level["vad_wait_ms_p50"] == pytest.approx(600.0)
+    assert level["eos_to_first_audio_ms_p50"] == pytest.approx(850.0)
+
+
+def _session(reply_audio_s: float) -> BenchSession:
+    plan = SessionPlan("ws://unused", 2.0, 1, None, 24, False, np.zeros(RATE, np.float32), 0.0,
+                       reply_audio_s=reply_audio_s)
+    return BenchSession(plan)
+
+
+def _audio_delta(response_id: str, samples: int) -> dict[str, str]:
+    import base64
+
+    return {"type": "response.output_audio.delta", "response_id": response_id,
+            "delta": base64.b64encode(bytes(2 * samples)).decode()}
+
+
+def test_a_reply_is_cancelled_once_when_heard_enough() -> None:
+    session = _session(reply_audio_s=1.0)
+    turn = TurnRecord(2.0)
+    session._pending = turn
+    session._on_event({"type": "input_audio_buffer.speech_stopped"}, 5.0)
+    session._on_event({"type": "response.created", "response": {"id": "r1"}}, 5.1)
+    cuts = [session._on_event(_audio_delta("r1", RATE // 4), 5.2 + i / 10) for i in range(6)]
+    assert cuts == [False, False, False, True, False, False]  # 1 s of audio after the fourth 250 ms delta
+    assert turn.stopped == 5.0 and turn.first_audio == pytest.approx(5.2)
+    session._on_event({"type": "response.done", "response": {"id": "r1", "status": "cancelled"}}, 6.0)
+    assert turn.cut and turn.ok  # cancelled by the client: a measured turn, not a failure
+    whole = _session(reply_audio_s=0.0)
+    whole._pending = TurnRecord(2.0)
+    whole._on_event({"type": "response.created", "response": {"id": "r2"}}, 1.0)
+    assert not any(whole._on_event(_audio_delta("r2", RATE), 1.1 + i) for i in range(5))
+
+
+def test_a_reply_cancelled_by_the_server_is_a_failure() -> None:
+    turn = TurnRecord(2.0, first_audio=1.0, status="cancelled")
+    assert not turn.ok
 
 
 def test_barge_in_before_onset_stops_at_zero() -> None:

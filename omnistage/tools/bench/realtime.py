@@ -3,7 +3,8 @@
 N concurrent sessions (``realtime_session.py``) each speak several turns of
 espeak-ng speech at real-time pace and let server VAD end each turn. Per level
 (concurrency × utterance length × streaming input): end of speech → first audio
-delta and → first text delta (p50, p95), the reply's RTF (wall seconds per audio
+delta and → first text delta (p50, p95), the same from the server's ``speech_stopped``
+(its VAD silence wait excluded) and that wait, the reply's RTF (wall seconds per audio
 second after its first audio), streams that would underrun a player, the
 prompt tokens each turn prefilled (``usage``: input minus cached), and the
 barge-in stop time. ``--streaming-input both`` (default) measures every level
@@ -50,6 +51,9 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
     turns = [t for session in sessions for t in session]
     ok = [t for t in turns if t.ok]
     audio_ms = [(t.first_audio - t.eos) * 1000 for t in ok]
+    heard = [t for t in ok if t.stopped is not None]  # the VAD's silence wait excluded
+    stopped_ms = [(t.first_audio - t.stopped) * 1000 for t in heard]
+    vad_ms = [(t.stopped - t.eos) * 1000 for t in heard]
     text_ms = [(t.first_text - t.eos) * 1000 for t in ok if t.first_text is not None]
     rtf = [(t.done - t.first_audio) / s for t in ok if (s := t.stream().audio_seconds) > 0]
     per_turn: dict[int, list[int]] = {}
@@ -65,6 +69,8 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
         "errors": sorted({t.error for t in turns if t.error})[:3],
         "eos_to_first_audio_ms_p50": _pct(audio_ms, 50), "eos_to_first_audio_ms_p95": _pct(audio_ms, 95),
         "eos_to_first_text_ms_p50": _pct(text_ms, 50), "eos_to_first_text_ms_p95": _pct(text_ms, 95),
+        "speech_stopped_to_first_audio_ms_p50": _pct(stopped_ms, 50),
+        "speech_stopped_to_first_audio_ms_p95": _pct(stopped_ms, 95), "vad_wait_ms_p50": _pct(vad_ms, 50),
         "reply_rtf_p50": _pct(rtf, 50),
         "underrun_streams": sum(1 for t in ok if t.stream().underrun_s() > underrun_tolerance_s),
         "barge_in_stop_ms_p50": _pct(stops, 50), "barge_in_cancel_ms_p50": _pct(cancels, 50), "barge_ins": len(stops),
@@ -77,7 +83,8 @@ async def run_level(url: str, concurrency: int, utterance_s: float, streaming: b
     # Every session of every level says something else: a level must not hit the prefix cache with audio an
     # earlier level (the other streaming mode) already sent.
     sessions = [BenchSession(SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in,
-                                         speech, offset_s=3.7 * i + 0.913 * level)) for i in range(concurrency)]
+                                         speech, offset_s=3.7 * i + 0.913 * level,
+                                         reply_audio_s=args.reply_audio_seconds)) for i in range(concurrency)]
     results = await asyncio.gather(*(s.run() for s in sessions), return_exceptions=True)
     for session, result in zip(sessions, results):
         if isinstance(result, BaseException):
@@ -133,10 +140,11 @@ def _fmt(v: object) -> str:
 
 def print_table(levels: list[dict[str, object]]) -> None:
     cols = ("concurrency", "utterance_s", "streaming_input", "eos_to_first_audio_ms_p50", "eos_to_first_audio_ms_p95",
-            "eos_to_first_text_ms_p50", "reply_rtf_p50", "underrun_streams", "barge_in_stop_ms_p50",
-            "barge_in_cancel_ms_p50", "failed_turns", "prefill_tokens_per_turn")
-    short = ("conc", "utt_s", "stream", "audio_p50", "audio_p95", "text_p50", "rtf", "underrun", "barge_p50",
-             "cancel_p50", "fail", "prefill/turn")
+            "speech_stopped_to_first_audio_ms_p50", "vad_wait_ms_p50", "eos_to_first_text_ms_p50", "reply_rtf_p50",
+            "underrun_streams", "barge_in_stop_ms_p50", "barge_in_cancel_ms_p50", "failed_turns",
+            "prefill_tokens_per_turn")
+    short = ("conc", "utt_s", "stream", "audio_p50", "audio_p95", "stop>aud50", "vad_p50", "text_p50", "rtf",
+             "underrun", "barge_p50", "cancel_p50", "fail", "prefill/turn")
     print(" ".join(f"{c:>10}" for c in short))
     for level in levels:
         cells = [", ".join(f"{x:.0f}" for x in level[c]) if c == "prefill_tokens_per_turn" else _fmt(level[c])
@@ -174,6 +182,7 @@ def main(args: argparse.Namespace) -> int:
     print("\nall levels:")
     print_table(levels)
     if args.json_out:
-        payload = {"model": str(args.model), "turns": args.turns, "reply_tokens": args.reply_tokens, "levels": levels}
+        payload = {"model": str(args.model), "turns": args.turns, "reply_tokens": args.reply_tokens,
+                   "reply_audio_seconds": args.reply_audio_seconds, "levels": levels}
         Path(args.json_out).write_text(json.dumps(payload, indent=2))
     return 0 if all(level["failed_turns"] == 0 for level in levels) else 1

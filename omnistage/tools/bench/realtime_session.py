@@ -4,9 +4,14 @@ The client behaves as a microphone does: 100 ms PCM16 appends at real-time pace,
 speech then silence, for ever, while server VAD decides where turns end and
 starts each response. A turn's *end of speech* is when its last speech packet
 was sent; the reply's first ``response.output_audio.delta`` and first text delta
-are timed from it. The barge-in turn speaks again once the reply's audio has
-started: its stop time runs from the new speech's onset (the packet that
-carried it) to the interrupted reply's last audio delta.
+are timed from it, and also from the ``speech_stopped`` event (the server's VAD
+silence wait excluded). A reply is listened to for ``reply_audio_s`` seconds of
+audio, then cancelled (``response.cancel``), as a user who heard enough: a
+random checkpoint's talker rarely says its end-of-speech code, and its minutes
+of audio would both stretch the run and load the other sessions' turns. The
+barge-in turn speaks again once the reply's audio has started: its stop time
+runs from the new speech's onset (the packet that carried it) to the
+interrupted reply's last audio delta.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from omnistage.tools.bench.metrics import StreamRecord
-from omnistage.tools.bench.realtime_speech import APPEND_S, appends, silence_packet, utterance
+from omnistage.tools.bench.realtime_speech import APPEND_S, RATE, appends, silence_packet, utterance
 
 # The interrupted reply's cap: long enough to be still running when the new speech starts, short enough that its
 # transcript (which a random checkpoint's tokens re-tokenize into many more) stays within the context.
@@ -35,6 +40,7 @@ class TurnRecord:
 
     utterance_s: float
     eos: float = 0.0  # when the last speech packet went out
+    stopped: float | None = None  # when input_audio_buffer.speech_stopped arrived (the VAD's silence wait over)
     first_audio: float | None = None
     first_text: float | None = None
     audio: list[tuple[float, int]] = field(default_factory=list)  # (arrival, samples) per audio delta
@@ -43,11 +49,17 @@ class TurnRecord:
     input_tokens: int = 0
     cached_tokens: int = 0
     error: str | None = None
+    cut: bool = False  # the client cancelled the reply once it had heard enough of it (reply_audio_s)
 
     @property
     def ok(self) -> bool:
         # "incomplete": the reply reached max_output_tokens, as the benchmark bounds every reply.
-        return self.error is None and self.status in ("completed", "incomplete") and self.first_audio is not None
+        done = self.status in ("completed", "incomplete") or (self.cut and self.status == "cancelled")
+        return self.error is None and done and self.first_audio is not None
+
+    @property
+    def audio_samples(self) -> int:
+        return sum(n for _, n in self.audio)
 
     @property
     def prefill_tokens(self) -> int:
@@ -90,6 +102,7 @@ class SessionPlan:
     barge_in: bool
     speech: np.ndarray  # the paragraph utterances are cut from (24 kHz float32)
     offset_s: float  # where this session's speech starts in it (sessions say different things)
+    reply_audio_s: float = 0.0  # audio heard of each reply before the client cancels it (0: all of it)
 
 
 class BenchSession:
@@ -171,6 +184,7 @@ class BenchSession:
     async def _barge_in(self) -> None:
         """One more turn, interrupted: new speech starts once the reply's audio is flowing."""
         turn = TurnRecord(self.plan.utterance_s)
+        self._barged = turn  # never cut by reply_audio_s: the new speech ends it
         # A long reply, so the new speech lands while it is still being generated.
         await self._ws.send(json.dumps({"type": "session.update",
                                         "session": {"type": "realtime", "max_output_tokens": BARGE_REPLY_TOKENS}}))
@@ -183,7 +197,7 @@ class BenchSession:
                 return
         if self._finished.is_set():
             return  # the reply ended before it could be interrupted
-        self._finished, self._barged = asyncio.Event(), turn
+        self._finished = asyncio.Event()
         packets = appends(utterance(self.plan.speech, 1.5, self.plan.offset_s + 3.0))
         self.barge = BargeIn(await self._send_packet(packets[0]))
         for pcm in packets[1:]:
@@ -192,14 +206,27 @@ class BenchSession:
 
     async def _read(self) -> None:
         async for raw in self._ws:
-            self._on_event(json.loads(raw), time.perf_counter())
+            cut = self._on_event(json.loads(raw), time.perf_counter())
+            if cut:
+                await self._ws.send(json.dumps({"type": "response.cancel"}))
 
-    def _on_event(self, event: dict[str, Any], now: float) -> None:
+    def _heard_enough(self, turn: TurnRecord) -> bool:
+        """True once: the reply has given ``reply_audio_s`` of audio (the barge-in's reply is left to it)."""
+        limit = self.plan.reply_audio_s
+        if limit <= 0 or turn.cut or turn is self._barged:
+            return False
+        turn.cut = turn.audio_samples >= limit * RATE
+        return turn.cut
+
+    def _on_event(self, event: dict[str, Any], now: float) -> bool:
+        """Records one server event; True when the reply it belongs to should now be cancelled."""
         kind = event.get("type", "")
+        if kind == "input_audio_buffer.speech_stopped" and self._pending is not None:
+            self._pending.stopped = self._pending.stopped or now
         if kind == "response.created" and self._pending is not None:
             self._by_response[event["response"]["id"]] = self._pending
             self._pending = None
-            return
+            return False
         turn = self._by_response.get(event.get("response_id") or event.get("response", {}).get("id", ""))
         if kind == "error":
             # A response refused before it was created belongs to the turn waiting for one; errors of the
@@ -210,14 +237,16 @@ class BenchSession:
             if turn is None and target is not None:
                 self._finished.set()  # no response will come for this turn: the session goes on
         if turn is None:
-            return
+            return False
         if kind == "response.output_audio.delta":
             turn.first_audio = turn.first_audio or now
             turn.audio.append((now, len(base64.b64decode(event["delta"])) // 2))
-        elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
+            return self._heard_enough(turn)
+        if kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
             turn.first_text = turn.first_text or now
         elif kind == "response.done":
             self._response_done(turn, event["response"], now)
+        return False
 
     def _response_done(self, turn: TurnRecord, response: dict[str, Any], now: float) -> None:
         turn.done, turn.status = now, response.get("status", "")
