@@ -2,7 +2,9 @@
 
 from omnistage.audio.decode import (
     AudioDecodeError,
+    AudioTooLargeError,
     AudioTooLongError,
+    DecodeBound,
     DecodedAudio,
     decode_audio,
     load_audio,
@@ -17,7 +19,9 @@ __all__ = [
     "INPUT_FORMATS",
     "AudioDecodeError",
     "AudioFormat",
+    "AudioTooLargeError",
     "AudioTooLongError",
+    "DecodeBound",
     "DecodedAudio",
     "StreamingAudioEncoder",
     "TimeStretcher",

@@ -1,9 +1,13 @@
 """Decoding client audio into the 16 kHz mono float32 the audio encoder expects.
 
 WAV and FLAC go through soundfile (libsndfile), MP3 and anything else through
-PyAV (FFmpeg). Lengths are checked before (soundfile) or while (PyAV) decoding,
-so a tiny compressed file that expands to hours of silence is rejected without
-being decoded in full.
+PyAV (FFmpeg). Both decode in bounded pieces (a block of frames, a packet), each
+downmixed as it comes, and count what they decoded: past ``max_seconds`` (frames
+/ rate) or ``max_samples`` (frames x channels, what decoding allocates) they stop
+there. A header that states a length is checked before the first piece too; one
+that gives none (a streaming FLAC or Ogg, raw MP3, WebM) or lies about it is
+stopped by the count, so a tiny file that expands to hours of 8-channel 192 kHz
+silence is refused without being decoded in full.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import soundfile as sf
 from scipy.signal import resample_poly
 
 _SOUNDFILE_HINTS = frozenset({"wav", "flac"})
+_UNKNOWN_FRAMES = 2**63 - 1  # libsndfile's frame count for a stream whose header gives none (SF_COUNT_MAX)
+_BLOCK_FRAMES = 1 << 16  # libsndfile reads this many frames at a time: ~1.4 s at 48 kHz
 
 
 class AudioDecodeError(ValueError):
@@ -27,6 +33,25 @@ class AudioDecodeError(ValueError):
 
 class AudioTooLongError(AudioDecodeError):
     """The audio decodes but is longer than the caller allows."""
+
+
+class AudioTooLargeError(AudioTooLongError):
+    """The audio decodes to more samples (frames x channels) than the caller allows."""
+
+
+@dataclass(frozen=True)
+class DecodeBound:
+    """How much one decode may produce: seconds and samples (frames x channels), either unbounded (None)."""
+
+    max_seconds: float | None = None
+    max_samples: int | None = None
+
+    def check(self, frames: int, rate: int, channels: int) -> None:
+        if self.max_seconds is not None and frames > self.max_seconds * rate:
+            raise AudioTooLongError(f"the audio is {frames / rate:.2f} s long; the limit is {self.max_seconds:g} s")
+        if self.max_samples is not None and frames * channels > self.max_samples:
+            raise AudioTooLargeError(f"the audio decodes to {frames * channels} samples ({frames} frames x "
+                                     f"{channels} channels) or more; the limit is {self.max_samples}")
 
 
 @dataclass(frozen=True)
@@ -40,25 +65,27 @@ class DecodedAudio:
 
 
 def decode_audio(data: bytes, fmt: str | None = None, max_seconds: float | None = None,
-                 checkpoint: Callable[[], None] | None = None) -> DecodedAudio:
+                 checkpoint: Callable[[], None] | None = None, max_samples: int | None = None) -> DecodedAudio:
     """Decodes ``data`` to mono float32 at its own rate; ``fmt`` picks the decoder: wav/flac libsndfile, any other
     name (mp3, ``"video"`` for a video's sound track) FFmpeg's first audio stream, None libsndfile then FFmpeg.
-    ``checkpoint`` is called between decoded packets (it may raise to stop the work)."""
+    ``max_seconds`` and ``max_samples`` bound what is decoded (:class:`DecodeBound`); ``checkpoint`` is called
+    between decoded pieces (it may raise to stop the work)."""
     if not data:
         raise AudioDecodeError("the audio is empty")
+    bound = DecodeBound(max_seconds, max_samples)
     hint = (fmt or "").lower()
-    if hint in _SOUNDFILE_HINTS:
-        decoded = _decode_soundfile(data, max_seconds)
-    elif hint:
-        decoded = _decode_av(data, max_seconds, checkpoint)
-    else:
-        # Unknown container (an audio_url): libsndfile is strict and fast, FFmpeg reads the rest.
+    decoded = None
+    if hint in _SOUNDFILE_HINTS or not hint:
+        # An unknown container (an audio_url): libsndfile is strict and fast, FFmpeg reads the rest.
         try:
-            decoded = _decode_soundfile(data, max_seconds)
+            decoded = _decode_soundfile(data, bound, checkpoint)
         except AudioTooLongError:
             raise
         except AudioDecodeError:
-            decoded = _decode_av(data, max_seconds, checkpoint)
+            if hint:
+                raise
+    if decoded is None:  # FFmpeg's format, or one libsndfile cannot tell the length of
+        decoded = _decode_av(data, bound, checkpoint)
     if decoded.samples.size == 0:
         raise AudioDecodeError("the audio has no samples")
     return decoded
@@ -79,47 +106,54 @@ def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
 
 
 def load_audio(data: bytes, fmt: str | None, target_rate: int, max_seconds: float | None = None,
-               checkpoint: Callable[[], None] | None = None) -> np.ndarray:
+               checkpoint: Callable[[], None] | None = None, max_samples: int | None = None) -> np.ndarray:
     """Decode, downmix and resample in one call: what a prompt's audio item needs."""
-    decoded = decode_audio(data, fmt, max_seconds, checkpoint)
+    decoded = decode_audio(data, fmt, max_seconds, checkpoint, max_samples)
     return resample(decoded.samples, decoded.sample_rate, target_rate)
 
 
-def _check_length(frames: int, rate: int, max_seconds: float | None) -> None:
-    if max_seconds is not None and frames > max_seconds * rate:
-        raise AudioTooLongError(f"the audio is {frames / rate:.2f} s long; the limit is {max_seconds:g} s")
-
-
-def _decode_soundfile(data: bytes, max_seconds: float | None) -> DecodedAudio:
+def _decode_soundfile(data: bytes, bound: DecodeBound, checkpoint: Callable[[], None] | None) -> DecodedAudio | None:
+    """libsndfile's decoding in blocks; None for a stream whose header gives no length (a streaming FLAC), which
+    libsndfile cannot read to its end (its position bookkeeping fails at the last block): FFmpeg reads those."""
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
-            _check_length(f.frames, f.samplerate, max_seconds)
-            samples = f.read(dtype="float32", always_2d=True)
-            rate = int(f.samplerate)
+            rate, channels = int(f.samplerate), int(f.channels)
+            if f.frames == _UNKNOWN_FRAMES:
+                return None
+            bound.check(f.frames, rate, channels)  # the header's length, before a frame is decoded
+            chunks: list[np.ndarray] = []
+            frames = 0
+            while (block := f.read(_BLOCK_FRAMES, dtype="float32", always_2d=True)).shape[0]:
+                frames += block.shape[0]
+                bound.check(frames, rate, channels)  # a header that understated the length stops here
+                chunks.append(to_mono(block))
+                if checkpoint is not None:
+                    checkpoint()
     except AudioDecodeError:
         raise
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
         raise AudioDecodeError(f"could not decode the audio: {exc}") from exc
-    return DecodedAudio(to_mono(samples), rate)
+    return DecodedAudio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), rate)
 
 
-def _decode_av(data: bytes, max_seconds: float | None, checkpoint: Callable[[], None] | None = None) -> DecodedAudio:
+def _decode_av(data: bytes, bound: DecodeBound, checkpoint: Callable[[], None] | None = None) -> DecodedAudio:
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.audio:
                 raise AudioDecodeError("the file has no audio stream")
-            return _read_av_stream(container, max_seconds, checkpoint)
+            return _read_av_stream(container, bound, checkpoint)
     except AudioDecodeError:
         raise
     except (av.FFmpegError, ValueError, IndexError, UnicodeDecodeError) as exc:
         raise AudioDecodeError(f"could not decode the audio: {exc}") from exc
 
 
-def _read_av_stream(container: av.container.InputContainer, max_seconds: float | None,
+def _read_av_stream(container: av.container.InputContainer, bound: DecodeBound,
                     checkpoint: Callable[[], None] | None) -> DecodedAudio:
     stream = container.streams.audio[0]
-    # Planar float keeps channels apart, so the downmix is ours (a plain mean), not FFmpeg's matrix.
-    to_float = av.AudioResampler(format="fltp")
+    # Packed float: the channels interleaved in one plane, downmixed here (a plain mean, not FFmpeg's matrix).
+    # Not planar: PyAV gives an 8-channel planar frame a ninth plane, and reading it crashes the process.
+    to_float = av.AudioResampler(format="flt")
     chunks: list[np.ndarray] = []
     frames = 0
     rate = 0
@@ -127,11 +161,11 @@ def _read_av_stream(container: av.container.InputContainer, max_seconds: float |
         if checkpoint is not None:
             checkpoint()
         for out in to_float.resample(frame):
-            rate = out.sample_rate
-            planar = out.to_ndarray()  # [channels, samples]
-            chunks.append(planar.mean(axis=0, dtype=np.float32))
-            frames += planar.shape[1]
-            _check_length(frames, rate, max_seconds)
+            rate, channels = out.sample_rate, out.layout.nb_channels
+            packed = out.to_ndarray().reshape(-1, channels)  # [samples, channels]
+            frames += packed.shape[0]
+            bound.check(frames, rate, channels)
+            chunks.append(to_mono(packed))
     if not chunks:
         raise AudioDecodeError("the audio has no samples")
     return DecodedAudio(np.concatenate(chunks).astype(np.float32), int(rate))

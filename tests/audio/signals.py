@@ -67,3 +67,22 @@ def speech_like(seconds: float, rate: int, seed: int = 0, level: float = 0.3) ->
     envelope = np.sqrt(np.sin(np.pi * (t * 4 % 1.0)))
     voiced *= envelope * level / (np.abs(voiced).max() + 1e-9)
     return (voiced + 0.002 * rng.standard_normal(n)).astype(np.float32)
+
+
+def flac_without_length(samples: np.ndarray, rate: int) -> bytes:
+    """A FLAC whose STREAMINFO gives no length (total samples 0, as a live encoder writes it): a decoder learns
+    how long it is only by decoding it."""
+    data = bytearray(soundfile_bytes(samples, rate, "FLAC"))
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # the first metadata block is STREAMINFO
+    info = 8  # its 34 bytes follow the block header; the total is the low 36 bits of bytes 10-17
+    data[info + 13] &= 0xF0
+    data[info + 14:info + 18] = b"\0\0\0\0"
+    return bytes(data)
+
+
+def wav_with_bogus_sizes(samples: np.ndarray, rate: int) -> bytes:
+    """A WAV whose RIFF and data chunk sizes say 0xFFFFFFFF (a streamed WAV's 'unknown'), whatever follows."""
+    data = bytearray(soundfile_bytes(samples, rate, "WAV"))
+    at = data.index(b"data")
+    data[4:8] = data[at + 4:at + 8] = b"\xff\xff\xff\xff"
+    return bytes(data)
