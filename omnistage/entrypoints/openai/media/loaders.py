@@ -17,7 +17,7 @@ import av
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from omnistage.audio import AudioDecodeError, AudioTooLongError, load_audio
+from omnistage.audio import AudioDecodeError, AudioTooLargeError, AudioTooLongError, load_audio
 from omnistage.entrypoints.openai.common.errors import MediaError
 from omnistage.entrypoints.openai.media.remote_fetch import RemoteFetcher
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
@@ -124,11 +124,15 @@ VIDEO_AUDIO_HINT = "video"  # decode_audio's hint for a container's first audio 
 
 
 def decode_audio_item(data: bytes, fmt: str | None, max_seconds: float,
-                      checkpoint: Callable[[], None] | None = None) -> np.ndarray:
+                      checkpoint: Callable[[], None] | None = None, max_samples: int | None = None) -> np.ndarray:
     """Any supported container → 16 kHz mono float32, as the audio encoder's feature extractor wants;
-    ``max_seconds`` stops a decoder whose header understated the length."""
+    ``max_seconds`` and ``max_samples`` (--max-audio-samples) stop a decoder whose header understated the
+    length or gave none."""
     try:
-        samples = load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=max_seconds, checkpoint=checkpoint)
+        samples = load_audio(data, fmt, AUDIO_SAMPLE_RATE, max_seconds=max_seconds, checkpoint=checkpoint,
+                             max_samples=max_samples)
+    except AudioTooLargeError as exc:
+        raise MediaError(f"{exc} (--max-audio-samples)", code="audio_too_large") from exc
     except AudioTooLongError as exc:
         raise MediaError(str(exc), code="audio_too_long") from exc
     except AudioDecodeError as exc:
@@ -178,7 +182,7 @@ def decode_video(data: bytes, limits: ServerLimits, on_frame: FrameCheck | None 
         raise MediaError(f"could not decode the video: {exc}", code="invalid_video") from exc
     if audio_seconds is None:
         return video
-    audio = decode_audio_item(data, VIDEO_AUDIO_HINT, audio_seconds, checkpoint)
+    audio = decode_audio_item(data, VIDEO_AUDIO_HINT, audio_seconds, checkpoint, limits.max_audio_samples)
     return Video(frames=video.frames, fps=video.fps, audio=audio)
 
 

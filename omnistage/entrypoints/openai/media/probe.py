@@ -43,7 +43,8 @@ def probe_audio(data: bytes, fmt: str | None) -> AudioInfo:
     if fmt in _SOUNDFILE_HINTS:
         try:
             info = sf.info(io.BytesIO(data))
-            seconds = info.frames / info.samplerate if info.samplerate > 0 else None
+            # A streaming FLAC/Ogg states no length: libsndfile says SF_COUNT_MAX frames (the decoder bounds it).
+            seconds = info.frames / info.samplerate if info.samplerate > 0 and info.frames < 2**63 - 1 else None
             return AudioInfo(int(info.samplerate), seconds, int(info.channels))
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
             if fmt is not None:

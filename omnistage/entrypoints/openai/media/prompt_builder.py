@@ -181,7 +181,7 @@ class PromptBuilder:
         limits = self.limits
         if item.kind == "audio":
             left = limits.max_audio_seconds - out.audio_seconds
-            audio = decode_audio_item(item.data, item.audio_hint, left, token.check)
+            audio = decode_audio_item(item.data, item.audio_hint, left, token.check, limits.max_audio_samples)
             out.audio_seconds += len(audio) / AUDIO_SAMPLE_RATE
             out.audios.append(audio)
         elif item.kind == "image":
