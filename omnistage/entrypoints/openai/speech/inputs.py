@@ -20,7 +20,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omnistage.audio.decode import decode_audio
 from omnistage.core import Modality, OmniRequest, Prompt, RequestSampling
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.common.errors import MediaError, bad_request
@@ -31,7 +30,7 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.media.loaders import MediaFetcher
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest
-from omnistage.entrypoints.openai.speech.reference_audio import check_reference_header
+from omnistage.entrypoints.openai.speech.reference_audio import decode_reference
 from omnistage.entrypoints.openai.speech.task_type import check_task_type
 from omnistage.entrypoints.openai.speech.voice_store import VoiceStore, VoiceStoreError
 from omnistage.families.speech import SpeechAsk, SpeechFrontEnd
@@ -155,8 +154,7 @@ class TextToSpeech(SpeechInputs):
             except OSError as exc:  # deleted since it was checked
                 raise ValueError(f"the voice {source.name!r} is no longer registered") from exc
         elif isinstance(source, RefAudio):
-            check_reference_header(source.data, source.fmt, self.limits, "ref_audio")
-            audio = decode_audio(source.data, source.fmt, self.limits.max_voice_seconds, token.check)
+            audio = decode_reference(source.data, source.fmt, self.limits, "ref_audio", token.check)
             ask = replace(ask, clone=self.speech.clone_voice(audio.samples, audio.sample_rate, source.transcript))
         return self.speech.prompt(ask)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import binascii
 
-from omnistage.audio.decode import AudioDecodeError, decode_audio
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.common.errors import APIError, bad_request
@@ -27,7 +26,7 @@ from omnistage.entrypoints.openai.speech.protocol import (
     VoiceList,
     VoiceObject,
 )
-from omnistage.entrypoints.openai.speech.reference_audio import check_reference_header
+from omnistage.entrypoints.openai.speech.reference_audio import decode_reference
 from omnistage.entrypoints.openai.speech.voice_store import StoredVoice, VoiceStore, VoiceStoreError
 from omnistage.families.speech import SpeechFrontEnd
 
@@ -82,10 +81,9 @@ class VoiceService:
             if len(data) > self.limits.max_voice_audio_bytes:
                 raise over_budget("max_voice_audio_bytes", f"the reference audio is over "
                                   f"{self.limits.max_voice_audio_bytes} bytes", "audio.data")
-            check_reference_header(data, body.audio.format, self.limits, "audio.data")
-            audio = decode_audio(data, body.audio.format, self.limits.max_voice_seconds, token.check)
+            audio = decode_reference(data, body.audio.format, self.limits, "audio.data", token.check)
             clone = speech.clone_voice(audio.samples, audio.sample_rate, body.transcript)
-        except (binascii.Error, AudioDecodeError, ValueError) as exc:
+        except (binascii.Error, ValueError) as exc:
             raise bad_request(f"could not clone a voice from the audio: {exc}", param="audio",
                               code="invalid_audio") from exc
         mode = "in_context" if body.transcript else "x_vector"

@@ -135,9 +135,13 @@ class TranscriptionService:
 
     def _decode(self, data: bytes, token: CancelToken) -> np.ndarray:
         try:
-            return decode_audio_item(data, None, self.limits.max_audio_seconds, token.check)
+            return decode_audio_item(data, None, self.limits.max_audio_seconds, token.check,
+                                     self.limits.max_audio_samples)
         except MediaError as exc:
-            if exc.code == "audio_too_long":  # the header understated it: the decoder stopped at the limit
+            # The header understated the length or gave none: the decoder stopped at the bound, which names it.
+            if exc.code == "audio_too_large":
+                raise APIError(400, str(exc), param="file", code=exc.code) from exc
+            if exc.code == "audio_too_long":
                 raise over_budget("max_audio_seconds", str(exc), "file", exc.code) from exc
             raise bad_request(f"could not decode the file: {exc}", "file", exc.code) from exc
 
