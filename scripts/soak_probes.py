@@ -97,6 +97,14 @@ class Probes:
                 ("speech_stream_4mb", self.speech_stream_4mb), ("voice_5mhz", self.voice_5mhz),
                 ("four_60mb_media", self.four_big_media)]
 
+    def first_round_end(self) -> float | None:
+        """When every probe (the trickled bodies too) had finished once; None if some never did."""
+        ends = {}
+        for name, _, end in self.windows:
+            ends.setdefault(name, end)
+        names = [name for name, _ in self.all()] + ["trickled_bodies"]
+        return max(ends[name] for name in names) if all(name in ends for name in names) else None
+
     async def run(self, name: str, probe: Callable[[httpx.AsyncClient], Awaitable[None]],
                   client: httpx.AsyncClient) -> None:
         started = time.monotonic()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -18,20 +19,23 @@ SEND_TIMEOUT_S = 5.0  # the server this script starts uses these; a --url server
 HEADER_TIMEOUT_S = 5.0
 
 
-def rss_kib(pid: int) -> int:
-    """RSS of ``pid`` and all its descendants, from /proc."""
-    total, todo = 0, [pid]
+def rss_by_process(pid: int) -> dict[str, int]:
+    """RSS (KiB) of ``pid`` ("api") and each of its descendants ("replica PID" for a stage replica), from /proc."""
+    out: dict[str, int] = {}
+    todo = [pid]
     while todo:
         p = todo.pop()
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
+            rss = next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                       if line.startswith("VmRSS:"))
+            name = "api" if p == pid else ("replica" if b"replica_process" in Path(f"/proc/{p}/cmdline")
+                                           .read_bytes() else "other")
+            out[name if p == pid else f"{name} {p}"] = rss
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
             continue
-    return total
+    return out
 
 
 def histogram(url: str, name: str) -> dict[float, float]:
@@ -108,14 +112,32 @@ def stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def memory_figures(samples: list[tuple[float, int]], warmup_s: float) -> dict[str, object]:
-    """RSS over the run: "flat" compares the mean of its last quarter with its first quarter after warm-up."""
-    steady = [(t, kib) for t, kib in samples if t >= warmup_s] or samples
+def _quarters(series: list[tuple[float, float]], warmup_s: float) -> tuple[float, float]:
+    """Median MiB of the first and of the last quarter after warm-up. The median, not the mean: a sample taken
+    while a 60 MB body is being parsed is hundreds of MiB above the floor, and a handful of those (which land by
+    chance) moved the mean by ~100 MiB between runs; a leak moves the whole distribution, which the median sees."""
+    steady = [kib for t, kib in series if t >= warmup_s] or [kib for _, kib in series]
     quarter = max(len(steady) // 4, 1)
-    first = sum(k for _, k in steady[:quarter]) / quarter / 1024 if steady else 0.0
-    last = sum(k for _, k in steady[-quarter:]) / quarter / 1024 if steady else 0.0
+    return (statistics.median(steady[:quarter]) / 1024, statistics.median(steady[-quarter:]) / 1024) if steady \
+        else (0.0, 0.0)
+
+
+def memory_figures(samples: list[tuple[float, dict[str, int]]], warmup_s: float) -> dict[str, object]:
+    """RSS over the run, summed and per process: "flat" compares the last quarter with the first after warm-up.
+    A process that appears or goes during the run (a replica replaced after the SIGSTOP) is reported with its
+    own span, and its figures are not mixed into another's."""
+    totals = [(t, sum(by.values())) for t, by in samples]
+    first, last = _quarters(totals, warmup_s)
+    per_process: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(n for _, by in samples for n in by):
+        series = [(t, by[name]) for t, by in samples if name in by]
+        a, b = _quarters(series, warmup_s)
+        per_process[name] = {"from_s": round(series[0][0]), "to_s": round(series[-1][0]),
+                             "first_quarter_mib": round(a, 1), "last_quarter_mib": round(b, 1),
+                             "growth_mib": round(b - a, 1), "max_mib": round(max(k for _, k in series) / 1024, 1)}
     return {"rss_mib_first_quarter": round(first, 1), "rss_mib_last_quarter": round(last, 1),
-            "rss_growth_mib": round(last - first, 1),
-            "rss_mib_min_max": [round(min(k for _, k in samples) / 1024, 1),
-                                round(max(k for _, k in samples) / 1024, 1)] if samples else None,
-            "rss_timeline_mib": [[round(t), round(k / 1024, 1)] for t, k in samples]}
+            "rss_growth_mib": round(last - first, 1), "rss_per_process": per_process,
+            "rss_mib_min_max": [round(min(k for _, k in totals) / 1024, 1),
+                                round(max(k for _, k in totals) / 1024, 1)] if totals else None,
+            "rss_timeline_mib": [[round(t), round(sum(by.values()) / 1024, 1),
+                                  {n: round(k / 1024, 1) for n, k in by.items()}] for t, by in samples]}
