@@ -1,4 +1,5 @@
-"""``--ssl-keyfile/--ssl-certfile``: https:// and wss:// with a self-signed certificate made for the test."""
+"""The serve flags that become uvicorn settings: ``--ssl-keyfile/--ssl-certfile`` (https:// and wss:// with a self-signed
+certificate made for the test), and the WebSocket bounds."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from omnistage.entrypoints.cli import build_parser
 from omnistage.entrypoints.openai.api_server import build_app
@@ -57,5 +59,28 @@ def test_https_and_wss_with_the_serve_flags(processor: RecordingProcessor, cert:
                 return json.loads(await asyncio.wait_for(ws.recv(), 10))["type"]
 
         assert asyncio.run(session()) == "session.created"
+    finally:
+        thread.stop()
+
+
+def test_websockets_are_bounded_and_uncompressed_with_the_serve_flags(processor: RecordingProcessor) -> None:
+    """No permessage-deflate (inflating frames ran on the event loop), and a message past
+    --max-ws-message-bytes closes the socket with 1009 (message too big)."""
+    args = build_parser().parse_args(["serve", "--max-ws-message-bytes", "65536"])
+    thread = ServerThread(build_app(FakeEngine(processor=processor), limits_from_args(args)),
+                          **uvicorn_options(ServeConfig.from_args(args)))
+    url = thread.start()
+    try:
+        async def session() -> tuple[str | None, int | None]:
+            async with connect(url.replace("http://", "ws://") + "/v1/realtime", open_timeout=10) as ws:
+                extensions = ws.response.headers.get("Sec-WebSocket-Extensions")  # the client offers deflate
+                await asyncio.wait_for(ws.recv(), 10)  # session.created
+                await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 70_000}))
+                with pytest.raises(ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 10)
+                return extensions, ws.close_code
+
+        extensions, code = asyncio.run(session())
+        assert extensions is None and code == 1009
     finally:
         thread.stop()

@@ -19,10 +19,15 @@ from omnistage.entrypoints.serve_config import ServeConfig, UsageError
 
 def uvicorn_options(config: ServeConfig) -> dict[str, object]:
     """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP
-    protocol class), beside the app, the socket and logging."""
+    protocol class; the WebSocket message bound), beside the app, the socket and logging.
+
+    WebSocket compression (permessage-deflate) is off: inflating a client's frames runs on the event loop (a
+    realtime append of 20 s of audio took ~0.2 s of the loop's CPU there), and a deflate bomb makes the server
+    do that work for a few bytes sent; base64 audio gains little from it anyway."""
     return {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
             "http": guarded_http_protocol(config.limits.header_timeout, config.limits.send_timeout,
-                                                 config.limits.body_timeout, config.limits.body_min_rate)}
+                                          config.limits.body_timeout, config.limits.body_min_rate),
+            "ws_max_size": config.limits.max_ws_message_bytes, "ws_per_message_deflate": False}
 
 
 def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:

@@ -68,6 +68,8 @@ class ServerLimits:
     max_voice_audio_bytes: int = _limit(10 * MIB, "size of one reference recording a voice is cloned from")
     max_voice_seconds: float = _limit(30.0, "seconds of one reference recording (read from its header)")
     max_voices: int = _limit(256, "voices kept under --voices-dir")
+    max_ws_message_bytes: int = _limit(16 * MIB, "size of one WebSocket message (a realtime or speech-stream "
+                                                 "event); past it the socket is closed with 1009")
     ws_idle_timeout: float = _limit(300.0, "seconds a realtime WebSocket may stay silent with no response "
                                            "running before it is closed")
     max_stored_responses: int = _limit(1024, "/v1/responses kept in memory for previous_response_id and GET "
