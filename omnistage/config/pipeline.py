@@ -20,7 +20,9 @@ PRESETS = Path(__file__).parent / "presets"
 STAGE_KINDS = ("ar", "generation")
 DEVICES = ("auto", "cpu", "cuda")  # or "cuda:N": a stage (and its tensor-parallel ranks) from GPU N on
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: bfloat16 on CUDA, float32 on CPU
-QUANTIZATIONS = ("none", "int8")  # on the fly, weight-only; FP8 checkpoints are recognised from their config
+# On the fly: int8 weight-only; w8a8 the same int8 weights times per-token int8 activations from a few rows up
+# on CPU (the Qwen3-TTS talker only; other loaders refuse it). FP8 checkpoints are recognised from their config.
+QUANTIZATIONS = ("none", "int8", "w8a8")
 
 
 class ConfigError(ValueError):

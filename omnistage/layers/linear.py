@@ -12,6 +12,7 @@ from torch import nn
 
 from omnistage.layers.parallel import UNSHARDED, ShardSpec, TensorParallel
 from omnistage.layers.quant.matmul import quantized_linear
+from omnistage.layers.quant.w8a8 import FLAG as W8A8_FLAG
 
 # Config ``hidden_act`` names -> functions, matching transformers' ACT2FN for these names.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -31,16 +32,18 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class StackedLinear(NamedTuple):
-    """One matmul's tensors: ``weight [N, K]`` (a 1-byte weight with its per-row ``scale [N]`` when quantized)."""
+    """One matmul's tensors: ``weight [N, K]`` (a 1-byte weight with its per-row ``scale [N]`` when quantized;
+    ``dynamic_inputs``: W8A8 where it is faster, :mod:`omnistage.layers.quant.w8a8`)."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
     scale: torch.Tensor | None
+    dynamic_inputs: bool = False
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.scale is None:
             return F.linear(x, self.weight, self.bias)
-        return quantized_linear(x, self.weight, self.scale, self.bias)
+        return quantized_linear(x, self.weight, self.scale, self.bias, self.dynamic_inputs)
 
 
 def gated_mlp(x: torch.Tensor, gate_up: StackedLinear, down: StackedLinear, sizes: list[int],
@@ -70,6 +73,7 @@ class FusedRows:
         self._weight: torch.Tensor | None = None
         self._bias: torch.Tensor | None = None
         self._scale: torch.Tensor | None = None
+        self._dynamic_inputs = False
         self._key: tuple[int, ...] = ()
 
     def _storage_key(self) -> tuple[int, ...]:
@@ -78,7 +82,9 @@ class FusedRows:
         key = tuple(linear.weight.data_ptr() for linear in self.linears)
         if self._scale is None:
             return key
-        return key + tuple(linear.weight_scale.data_ptr() for linear in self.linears)
+        # A quantized stack also restacks when its linears are marked for W8A8 after it was built.
+        return key + tuple(linear.weight_scale.data_ptr() for linear in self.linears) \
+            + (getattr(self.linears[0], W8A8_FLAG, False),)
 
     def _stack(self) -> None:
         with torch.inference_mode(False), torch.no_grad():
@@ -87,6 +93,7 @@ class FusedRows:
             self._bias = self._stack_attr("bias") if has_bias else None
             quantized = getattr(self.linears[0], "weight_scale", None) is not None
             self._scale = self._stack_attr("weight_scale") if quantized else None
+            self._dynamic_inputs = quantized and getattr(self.linears[0], W8A8_FLAG, False)
         self._key = self._storage_key()
 
     def _stack_attr(self, name: str) -> torch.Tensor:
@@ -104,7 +111,7 @@ class FusedRows:
         if self._key != self._storage_key():
             self._stack()
         assert self._weight is not None
-        return StackedLinear(self._weight, self._bias, self._scale)
+        return StackedLinear(self._weight, self._bias, self._scale, self._dynamic_inputs)
 
     def joint(self, x: torch.Tensor) -> torch.Tensor:
         """Every linear's output side by side, ``[..., sum(out_features)]``."""

@@ -56,8 +56,9 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="shard the thinker over this many processes (CUDA: one GPU each, from the stage's "
                             "device on; CPU: gloo); default: the stage config's tensor_parallel_size")
     group.add_argument("--quantization", type=_quantization, default=(),
-                       help=f"weight-only quantization of autoregressive stages ({'/'.join(QUANTIZATIONS)}), e.g. "
-                            "int8, or per stage: thinker=int8 (FP8 checkpoints are recognised from their config)")
+                       help=f"quantization of autoregressive stages ({'/'.join(QUANTIZATIONS)}; int8 weight-only, "
+                            "w8a8 the Qwen3-TTS talker's int8 weights with int8 activations on CPU), e.g. int8, or "
+                            "per stage: thinker=int8 (FP8 checkpoints are recognised from their config)")
     group.add_argument("--max-model-len", type=_per_stage_int, default=(),
                        help="tokens of one request's context (prompt and output) in each autoregressive stage, "
                             "e.g. 4096, or per stage: thinker=8192,talker=4096 (default: the stage config's, else "

@@ -15,7 +15,7 @@ from omnistage.layers.quant import int8_triton
 
 INT8_MAX = 127
 # aten._weight_int8pack_mm's CPU kernel walks the input width 16 values at a time.
-_PACK_K = 16
+PACK_K = 16
 
 
 def scale_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
@@ -42,7 +42,7 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = t
 def int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``x @ dequantize(q, scale).T`` for ``x [..., K]``, ``q [N, K]`` int8, ``scale [N]``; in x's dtype."""
     rows = x.reshape(-1, x.shape[-1])
-    if x.device.type == "cpu" and q.shape[1] % _PACK_K == 0:
+    if x.device.type == "cpu" and q.shape[1] % PACK_K == 0:
         out = torch.ops.aten._weight_int8pack_mm(rows.to(torch.bfloat16).contiguous(), q,
                                                  scale.to(torch.bfloat16))
     elif x.is_cuda and int8_triton.AVAILABLE:

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from omnistage.layers.quant.apply import apply_quantization
+from omnistage.layers.quant.apply import apply_quantization, quantizable
+from omnistage.layers.quant.w8a8 import mark_dynamic_inputs_
 from omnistage.models.decoder import build_on
 from omnistage.models.weights import Checkpoint, load_module
 from omnistage.models.qwen3_tts.codec_decoder import CodecDecoder
@@ -104,14 +105,28 @@ class VoiceEncoders:
 def load_talker(folder: str | Path, config: Qwen3TTSConfig, device: torch.device | str = "cpu",
                 dtype: torch.dtype = torch.float32, quantization: str = "none") -> Qwen3TTSTalker:
     """The talker (with its code predictor) alone: what a talker stage loads. ``quantization``: the stage's
-    (``int8``: weight-only, per row, for the decoder linears of the talker and of the code predictor, which run
+    (``int8``: weight-only, per row; ``w8a8``: see :func:`quantize_talker_`; for the decoder linears of the talker and of the code predictor, which run
     once and 15 times a frame; embeddings, heads, the text projection and norms keep ``dtype``)."""
     with build_on(device, dtype):
         talker = Qwen3TTSTalker(config.talker)
     with Checkpoint(folder) as ckpt:
         load_module(talker, ckpt, CHECKPOINT_PREFIX, dtype=dtype)
-    apply_quantization(talker, quantization)
+    quantize_talker_(talker, quantization)
     return talker.eval().requires_grad_(False)
+
+
+TALKER_QUANTIZATIONS = ("none", "int8", "w8a8")
+
+
+def quantize_talker_(talker: Qwen3TTSTalker, quantization: str) -> None:
+    """``none``; ``int8`` (weight-only, per row); ``w8a8``: the same int8 weights, multiplied with per-token int8
+    activations from a few rows up on CPU (:mod:`omnistage.layers.quant.w8a8`). Before the first forward."""
+    if quantization not in TALKER_QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantization!r} for the Qwen3-TTS talker; known: "
+                         f"{', '.join(TALKER_QUANTIZATIONS)}")
+    apply_quantization(talker, "int8" if quantization == "w8a8" else quantization)
+    if quantization == "w8a8":
+        mark_dynamic_inputs_(quantizable(talker)[0])
 
 
 def load_codec_decoder(folder: str | Path, config: Qwen3TTSConfig, device: torch.device | str = "cpu",

@@ -88,8 +88,8 @@ def add_realtime_parser(targets: argparse._SubParsersAction) -> None:
 def add_quant_parser(targets: argparse._SubParsersAction) -> None:
     quant = targets.add_parser("quant", help="thinker decode at batch 1 quantized vs unquantized, in one run")
     quant.add_argument("--model", default="tiny", help=MODEL_HELP)
-    quant.add_argument("--quantization", default="int8", choices=["int8"], help="the scheme compared with the "
-                                                                                "unquantized thinker")
+    quant.add_argument("--quantization", default="int8", choices=["int8", "w8a8"],
+                       help="the scheme compared with the unquantized stage (w8a8: --stage tts-talker only)")
     quant.add_argument("--stage", default="thinker", choices=["thinker", "tts-talker"],
                        help="tts-talker: Qwen3-TTS's talker and code predictor, codes compared per frame")
     quant.add_argument("--confident", action=argparse.BooleanOptionalAction, default=True,
@@ -114,8 +114,9 @@ def add_roofline_parser(targets: argparse._SubParsersAction) -> None:
     roof.add_argument("--stage", default="thinker",
                       choices=["thinker", "talker", "code2wav", "tts-talker", "tts-predictor"],
                       help="the stage whose decode step is timed (tts-predictor: Qwen3-TTS's code predictor alone)")
-    roof.add_argument("--quantization", default="none", choices=["none", "int8"],
-                      help="quantize the stage's decoder linears after loading, as serving's stage option")
+    roof.add_argument("--quantization", default="none", choices=["none", "int8", "w8a8"],
+                      help="quantize the stage's decoder linears after loading, as serving's stage option "
+                           "(w8a8: the Qwen3-TTS talker only)")
     roof.add_argument("--batch", type=_batches, default=[1, 16], help="comma-separated batch sizes")
     roof.add_argument("--steps", type=int, default=10, help="decode steps timed per batch (median reported)")
     roof.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request before decoding")

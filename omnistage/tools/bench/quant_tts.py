@@ -25,7 +25,7 @@ import torch
 from omnistage.engine import EngineConfig, EngineCore, SamplingParams
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
-from omnistage.layers.quant.apply import apply_quantization
+from omnistage.models.qwen3_tts.checkpoint import quantize_talker_
 from omnistage.models.qwen3_tts.talker import Qwen3TTSTalker
 from omnistage.runner import ARModelRunner
 from omnistage.runner.ar_runner import default_backend
@@ -140,7 +140,7 @@ def bench_quant_tts(model: str, quantization: str, prompt_len: int, frames: int,
     spoken = [_spoken_rows(stage, config, prompt_len, frames, seed) for seed in range(prompts)]
     base = [_forced(talker, rows, n, None) for rows, n in spoken]
     base_ms = _frame_ms(stage, config, prompt_len, frames, repeats)
-    apply_quantization(talker, quantization)
+    quantize_talker_(talker, quantization)
     quant = [_forced(talker, rows, n, b.code0) for (rows, n), b in zip(spoken, base)]
     quant_ms = _frame_ms(stage, config, prompt_len, frames, repeats)
     cat = lambda runs, name: torch.cat([getattr(r, name) for r in runs])  # noqa: E731

@@ -135,8 +135,18 @@ def measure_ar(model_dir: str, stage_name: str, batches: list[int], steps: int, 
                dtype: torch.dtype, quantization: str = "none") -> list[tuple[int, Timing, ByteTally]]:
     """(batch, step timing, bytes per step) for the thinker or the talker."""
     stage = load_stage(model_dir, stage_name, device, dtype)
-    apply_quantization(stage.model, quantization)  # type: ignore[arg-type]
+    _quantize(stage.model, quantization)
     return measure_stage(stage, batches, steps, prompt_len, device, dtype)
+
+
+def _quantize(model: object, quantization: str) -> None:
+    from omnistage.models.qwen3_tts.checkpoint import quantize_talker_
+    from omnistage.models.qwen3_tts.talker import Qwen3TTSTalker
+
+    if isinstance(model, Qwen3TTSTalker):
+        quantize_talker_(model, quantization)  # int8 or w8a8
+    else:
+        apply_quantization(model, quantization)  # type: ignore[arg-type]
 
 
 def measure_tts_predictor(model_dir: str, batches: list[int], steps: int, device: str, dtype: torch.dtype,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 
 from omnistage.config.pipeline import load_preset
@@ -67,12 +68,23 @@ def test_int8_logits_stay_close(tts_dirs: dict[str, Path]) -> None:
     assert 0 < error <= LOGIT_TOLERANCE * full.abs().max()
 
 
-def test_bench_quant_reports_code_agreement(tts_dirs: dict[str, Path]) -> None:
-    """Agreement is measured, not assumed: on confident heads nearly every code survives int8; the report's
-    margins are the unquantized model's."""
-    report = bench_quant_tts(str(tts_dirs["custom_voice"]), "int8", prompt_len=24, frames=8, prompts=2, repeats=1,
-                             device="cpu", dtype=torch.float32)
+@pytest.mark.parametrize("quantization", ["int8", "w8a8"])
+def test_bench_quant_reports_code_agreement(tts_dirs: dict[str, Path], quantization: str) -> None:
+    """Agreement is measured, not assumed: on confident heads nearly every code survives int8 (and W8A8, whose
+    teacher-forced passes run many rows: the int8 product); the report's margins are the unquantized model's."""
+    report = bench_quant_tts(str(tts_dirs["custom_voice"]), quantization, prompt_len=24, frames=8, prompts=2,
+                             repeats=1, device="cpu", dtype=torch.float32)
     assert report.confident and report.frames == 2 * 9
     assert report.code0_agreement >= 0.9 and report.residual_agreement >= 0.9
     assert 0 <= report.frames_identical <= min(report.code0_agreement, report.residual_agreement)
     assert report.code0_margin_median > 0 and report.residual_margin_median > 0
+
+
+def test_w8a8_marks_the_int8_linears(tts_dirs: dict[str, Path]) -> None:
+    folder = tts_dirs["custom_voice"]
+    talker = load_talker(folder, Qwen3TTSConfig.from_folder(folder), quantization="w8a8")
+    assert {m.dtype for m in _decoder_matrices(talker)} == {torch.int8}
+    layer = talker.code_predictor.model.layers[0]
+    assert layer.mlp.gate_up.stacked().dynamic_inputs and layer.self_attn.qkv.stacked().dynamic_inputs
+    with pytest.raises(ValueError, match="fp4"):
+        load_talker(folder, Qwen3TTSConfig.from_folder(folder), quantization="fp4")
