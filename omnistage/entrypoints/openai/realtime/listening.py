@@ -78,13 +78,15 @@ class Listener:
         available = buffer.samples + buffer.dropped - self._start
         if mel.completed(available * AUDIO_SAMPLE_RATE // buffer.rate) <= len(mel.windows):
             return
-        audio = np.concatenate(buffer.pieces)[max(0, self._start - buffer.dropped):]
-        self._task = asyncio.create_task(self._prefill(mel, audio, buffer.format.to_16k))
+        # Joined in the pool: a long turn's buffer is tens of MB, and copying it on the event loop stalled it.
+        pieces = list(buffer.pieces)
+        self._task = asyncio.create_task(self._prefill(mel, pieces, max(0, self._start - buffer.dropped),
+                                                       buffer.format.to_16k))
 
-    async def _prefill(self, mel: WindowedLogMel, audio: np.ndarray,
+    async def _prefill(self, mel: WindowedLogMel, pieces: list[np.ndarray], skip: int,
                        to_16k: Callable[[np.ndarray], np.ndarray]) -> None:
         try:
-            samples = await self.pool.run(_freeze_job, mel, audio, to_16k)
+            samples = await self.pool.run(_freeze_job, mel, pieces, skip, to_16k)
             head = mel.head()
             if head is None:
                 return
@@ -129,9 +131,9 @@ class Listener:
                 await task
 
 
-def _freeze_job(mel: WindowedLogMel, audio: np.ndarray, to_16k: Callable[[np.ndarray], np.ndarray],
-                token: CancelToken) -> np.ndarray:
+def _freeze_job(mel: WindowedLogMel, pieces: list[np.ndarray], skip: int,
+                to_16k: Callable[[np.ndarray], np.ndarray], token: CancelToken) -> np.ndarray:
     token.check()
-    samples = to_16k(audio)
+    samples = to_16k(np.concatenate(pieces)[skip:])
     mel.advance(samples)
     return samples
