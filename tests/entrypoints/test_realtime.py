@@ -9,11 +9,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import torch
 from websockets.asyncio.client import ClientConnection, connect
 
 from omnistage.audio.vad import EnergyVad, VadConfig
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
-from omnistage.entrypoints.openai.realtime.protocol import InputFormat
+from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat
+from omnistage.entrypoints.openai.realtime.session_audio import ON_LOOP_AUDIO
 from tests.audio.signals import speech_like
 from tests.entrypoints.conftest import LiveServer
 
@@ -278,7 +280,9 @@ def test_speech_during_a_response_barges_in(server: LiveServer) -> None:
             assert done["response"]["status"] == "cancelled"
             assert done["response"]["status_details"] == {"type": "cancelled", "reason": "turn_detected"}
     asyncio.run(scenario())
-    assert server.engine.requests[-1].request_id in server.engine.aborted
+    # (The speech start also sent streaming input's prefill of the conversation: the response is the one aborted.)
+    response = [r for r in server.engine.requests if r.request_id.startswith("resp")][-1]
+    assert response.request_id in server.engine.aborted
 
 
 @pytest.mark.parametrize("detection", [{"type": "server_vad", "silence_duration_ms": 300},
@@ -305,3 +309,33 @@ def test_turn_detection_runs_silero_noise_is_not_a_turn(server: LiveServer, proc
     asyncio.run(scenario())
     # The committed turn: from 300 ms (prefix padding) before the start to where the silence was heard out.
     assert 0.8 * 16000 < len(processor.seen_audios[-1]) < 1.5 * 16000
+
+
+def test_a_large_append_is_decoded_off_the_loop_in_order(server: LiveServer, processor) -> None:  # noqa: ANN001
+    """An append past ON_LOOP_AUDIO is decoded in the session pool: its samples still enter the buffer between the
+    appends sent before and after it, and a bad one is still an error event the session survives."""
+    rate = 16000
+    small = (np.full(rate // 2, 1000, np.int16)).tobytes()
+    large = (np.full(10 * rate, -2000, np.int16)).tobytes()  # 10 s: 427 KB of base64, past ON_LOOP_AUDIO
+    assert len(base64.b64encode(large)) > ON_LOOP_AUDIO
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"],
+                                      audio={"input": {"format": {"type": "audio/pcm", "rate": rate},
+                                                       "turn_detection": None}}) as ws:
+            await send(ws, {"type": "input_audio_buffer.append", "audio": base64.b64encode(large[:-1]).decode(),
+                            "event_id": "odd"})  # an odd number of bytes: not PCM16
+            error, _ = await until(ws, "error")
+            assert error["error"]["code"] == "invalid_audio"
+            for piece in (small, large, small):
+                await send(ws, {"type": "input_audio_buffer.append", "audio": base64.b64encode(piece).decode()})
+            await send(ws, {"type": "input_audio_buffer.commit"})
+            await until(ws, "input_audio_buffer.committed")
+            await send(ws, {"type": "response.create"})
+            await until(ws, "response.done")
+    asyncio.run(scenario())
+    heard = processor.seen_audios[-1]
+    assert len(heard) == 11 * rate
+    expected = np.concatenate([np.full(rate // 2, 1000), np.full(10 * rate, -2000), np.full(rate // 2, 1000)])
+    torch.testing.assert_close(torch.from_numpy(heard), torch.from_numpy(expected / 32768.0).float(), rtol=0,
+                               atol=1e-6)  # the same int16 -> float32 conversion either way

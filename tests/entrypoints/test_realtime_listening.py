@@ -84,6 +84,73 @@ def test_a_long_turn_is_prefilled_while_spoken(server: LiveServer, processor) ->
     assert torch.equal(final.prompt.mm.input_features[-1][:, :800], early.prompt.mm.input_features[-1][:, :800])
 
 
+def test_turn_two_prefills_the_conversation_when_speech_starts(server: LiveServer, processor) -> None:  # noqa: ANN001
+    """A short second turn (no window completes) still finds turn 1 and its reply prefilled: a prefill of the
+    conversation and the new turn's header goes out at its speech start, and the response's prompt repeats it
+    up to that header."""
+    quiet = np.zeros(2 * RATE, np.float32)
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], audio={"input": VAD}) as ws:
+            for seed in (21, 22):
+                await stream_audio(ws, np.concatenate([quiet[:RATE // 2], speech_like(1.5, RATE, seed=seed), quiet]),
+                                   RATE)
+                done, _ = await until(ws, "response.done")
+                assert done["response"]["status"] == "completed"
+    asyncio.run(scenario())
+    (early,) = _prefills(server)  # turn 1 has no conversation before it, and neither turn completes a window
+    final = server.engine.requests[-1]
+    assert early.modalities == frozenset({Modality.TEXT}) and early.sampling.max_tokens == 1
+    pads = [i for i, t in enumerate(final.prompt.token_ids) if t == processor.audio_token_id]
+    turn_two = next(p for p, q in zip(pads[1:], pads) if p != q + 1)  # the second turn's first audio row
+    same = next(i for i, (a, b) in enumerate(zip(early.prompt.token_ids, final.prompt.token_ids)) if a != b)
+    assert same == turn_two - 1  # everything before the new turn's <|audio_start|> was in the prefill
+    a, b = early.prompt.mm, final.prompt.mm  # turn 1's audio: the same frames (padded to each prompt's longest)
+    frames = a.feature_attention_mask[0].bool()
+    assert torch.equal(frames, b.feature_attention_mask[0].bool()[:len(frames)])
+    assert torch.equal(a.input_features[0][:, frames], b.input_features[0][:, :len(frames)][:, frames])
+
+
+class _SeesClosed(FakeEngine):
+    """The fake engine, noting which requests had ended when each one arrived."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.closed_at_arrival: dict[str, list[str]] = {}
+
+    async def generate(self, request):  # noqa: ANN001, ANN201
+        self.closed_at_arrival[request.request_id] = list(self.closed)
+        async for out in super().generate(request):
+            yield out
+
+
+def test_a_commit_lets_the_prefill_in_flight_finish(processor) -> None:  # noqa: ANN001
+    """The user stops while a window's prefill still runs: it is not aborted, and the response (whose prompt
+    extends it) is sent once it has finished, so the prefix cache serves what it computed."""
+    engine = _SeesClosed(processor=processor)
+    thread = ServerThread(build_app(engine, ServerLimits(max_audio_seconds=30.0)))
+    server = LiveServer(thread.start(), engine, None)  # type: ignore[arg-type] - no media here
+
+    async def scenario() -> None:
+        async with await open_session(server, output_modalities=["text"], audio={"input": VAD}) as ws:
+            await stream_audio(ws, np.concatenate([np.zeros(RATE // 2, np.float32), speech_like(8.6, RATE, seed=9)]),
+                               RATE)
+            await _wait_for_prefill(server)
+            engine.delay_s = 0.0  # the prefill's one step already waits 1.5 s: the commit lands meanwhile
+            await stream_audio(ws, np.zeros(2 * RATE, np.float32), RATE)
+            done, _ = await until(ws, "response.done")
+            assert done["response"]["status"] == "completed"
+    try:
+        engine.delay_s = 1.5
+        asyncio.run(scenario())
+    finally:
+        thread.stop()
+    (early,) = _prefills(server)
+    response = engine.requests[-1]
+    assert response.request_id.startswith("resp") and early.request_id not in engine.aborted
+    assert early.request_id in engine.closed_at_arrival[response.request_id]
+
+
 def test_a_cleared_buffer_drops_the_frozen_windows(server: LiveServer, processor) -> None:  # noqa: ANN001
     async def scenario() -> None:
         async with await open_session(server, output_modalities=["text"], audio={"input": VAD}) as ws:

@@ -14,9 +14,15 @@ has the same features and keys for them: the prefix cache serves the
 conversation and the completed windows, and only the last partial window and
 the assistant prefix are encoded and prefilled after the user stops.
 
-One prefill request runs per session at a time; a later window supersedes a
-pending one. A cleared buffer, a VAD reset, or a commit cancels the one in
-flight (its engine request is aborted in every stage and its blocks freed).
+At the speech start a first prefill request carries the conversation so far
+with the live user turn's opening (its role header), before any of its audio:
+the earlier turns (their audio, the replies' transcripts as the template
+renders them) are then cached by the time the user stops, however short the
+new turn is. One prefill request runs per session at a time; a later window
+supersedes a pending one. A cleared buffer or a VAD reset cancels the one in
+flight (its engine request is aborted in every stage and its blocks freed). A
+commit lets it finish: the response's prompt extends it, so the response waits
+for it (:meth:`Listener.settle`) rather than redo its work.
 Without turn detection (the client commits) the live item is the whole buffer,
 from its first append. The switch is per session (``session.streaming_input``)
 over the server's default (``serve --no-streaming-input``); transcription
@@ -43,8 +49,9 @@ from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
 
-# Builds a prefill request for the live item's audio so far (None: nothing to prefill, e.g. no conversation).
-PrefillRequest = Callable[[ListenedAudio], Awaitable[OmniRequest | None]]
+# Builds a prefill request for the live item's audio so far (its audio None: the conversation before the live turn's
+# audio); the request None: nothing to prefill (e.g. no conversation yet).
+PrefillRequest = Callable[[ListenedAudio | None], Awaitable[OmniRequest | None]]
 
 
 class Listener:
@@ -57,6 +64,7 @@ class Listener:
         self._mel: WindowedLogMel | None = None
         self._start = 0  # the buffer sample (since its last clear) where the live item starts
         self._task: asyncio.Task[None] | None = None
+        self._settling: asyncio.Task[None] | None = None  # a committed item's prefill, left to finish
         self.prefilled_windows = 0  # windows whose prefill request finished (all sessions' turns)
 
     @property
@@ -69,6 +77,8 @@ class Listener:
         if self.processor is not None:
             self._mel = self.processor.listener()
             self._start = start
+        if self._mel is not None:
+            self._task = asyncio.create_task(self._run(None))  # the conversation so far, while the turn begins
 
     def heard(self, buffer: InputBuffer) -> None:
         """The buffer grew: starts freezing and prefilling any window it completed (one job at a time)."""
@@ -87,27 +97,40 @@ class Listener:
                        to_16k: Callable[[np.ndarray], np.ndarray]) -> None:
         try:
             samples = await self.pool.run(_freeze_job, mel, pieces, skip, to_16k)
-            head = mel.head()
-            if head is None:
-                return
-            cut = ListenedAudio(samples[:head.shape[1] * mel.extractor.hop_length], head)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - speculative work: the turn's own response still runs without it
+            logger.exception("streaming input features failed; the turn is prefilled when it ends")
+            return
+        head = mel.head()
+        if head is not None and await self._run(ListenedAudio(samples[:head.shape[1] * mel.extractor.hop_length],
+                                                              head)):
+            self.prefilled_windows += 1
+
+    async def _run(self, cut: ListenedAudio | None) -> bool:
+        """Runs the prefill request of the live item cut at ``cut`` (None: before its audio); True when it ran."""
+        try:
             request = await self.prefill(cut)
             if request is None:
-                return
+                return False
             async with aclosing(engine_outputs(self.engine, request)) as outputs:
                 async for _ in outputs:
                     pass
-            self.prefilled_windows += 1
+            return True
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - speculative work: the turn's own response still runs without it
             logger.exception("streaming input prefill failed; the turn is prefilled when it ends")
+            return False
 
     def take(self, audio: np.ndarray) -> ListenedAudio | None:
         """At commit, the item's 16 kHz audio with its frozen windows (None when none completed); the in-flight
-        prefill is cancelled (what it finished stays cached), and listening stops until the next speech."""
+        prefill is left to finish (:meth:`settle`), and listening stops until the next speech."""
         mel, self._mel = self._mel, None
-        self._cancel()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            self._settle_cancel()
+            self._settling = task
         head = None if mel is None else mel.head()
         if head is None or head.shape[1] * mel.extractor.hop_length > len(audio):
             return None
@@ -118,15 +141,28 @@ class Listener:
         self._mel = None
         self._cancel()
 
+    async def settle(self) -> None:
+        """Waits for the committed item's prefill still in flight: a response's prompt extends it, and the
+        thinker's prefix cache serves the response only the blocks a finished (or running) prefill computed."""
+        task, self._settling = self._settling, None
+        if task is not None and not task.done():
+            await asyncio.wait({task})  # a cancelled caller leaves it running: its work stays cached
+
     def _cancel(self) -> None:
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()  # aclosing(engine_outputs) aborts the request in every stage
 
+    def _settle_cancel(self) -> None:
+        task, self._settling = self._settling, None
+        if task is not None and not task.done():
+            task.cancel()
+
     async def close(self) -> None:
-        task = self._task
+        tasks = [t for t in (self._task, self._settling) if t is not None]
         self.discard()
-        if task is not None:
+        self._settle_cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 

@@ -91,13 +91,19 @@ class TurnRequests:
         return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
                            voice=self.state.config.voice, unspoken=unspoken)
 
-    async def prefill(self, audio: ListenedAudio) -> OmniRequest:
+    async def prefill(self, audio: ListenedAudio | None) -> OmniRequest | None:
         """The prompt the VAD's response would get if the user stopped at ``audio``'s end, as a one-token text
-        request: what streaming input prefills while the user speaks (``listening.py``)."""
+        request: what streaming input prefills while the user speaks (``listening.py``). ``audio`` None: the
+        conversation so far and the live turn's header (its message text-only and empty: the template renders
+        the earlier items as it will once the audio is there); None when nothing comes before the live turn."""
         options = response_options(self.state.config, {})
-        live = Item(new_id("item"), "message", role="user", audio=audio.samples, listened=audio)
+        earlier = self.items(options)
+        if audio is None and not earlier and not options.instructions:
+            return None
+        live = (Item(new_id("item"), "message", role="user") if audio is None else
+                Item(new_id("item"), "message", role="user", audio=audio.samples, listened=audio))
         tools = self.tools(options)
-        spec = PromptSpec(options.instructions, (*self.items(options), live), tools.tools, tools.prefix)
+        spec = PromptSpec(options.instructions, (*earlier, live), tools.tools, tools.prefix)
         prompt = await self.pool.run(render_prompt_job, self.engine.processor, spec)
         sampling = make_sampling(max_tokens=1, defaults=self.engine.default_sampling, temperature=0.0)
         return OmniRequest(request_id=new_id("prefill"), prompt=prompt, modalities=frozenset({Modality.TEXT}),
