@@ -12,6 +12,7 @@ import importlib.util
 import socket
 import sys
 
+from omnistage.entrypoints.openai.allocator import return_large_blocks_to_the_system
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.common.connection_guard import guarded_http_protocol
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
@@ -88,4 +89,5 @@ def run_server(config: ServeConfig, sock: socket.socket) -> int:
     run."""
     if config.pipeline.options.backend == "ray" and importlib.util.find_spec("ray") is None:
         raise UsageError("--backend ray needs Ray: pip install 'omnistage[ray]'")
+    return_large_blocks_to_the_system()  # this process only: a large request's buffers leave with it (allocator.py)
     return asyncio.run(_serve(config, sock))
