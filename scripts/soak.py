@@ -12,7 +12,9 @@ key (401), streams whose client never reads (cut after --send-timeout) and slowl
 --header-timeout). Meanwhile one prober runs issue 28's probes in turn (``soak_probes.py``): control tokens in
 user text, JSON 100k deep, lone surrogates (HTTP and realtime), a million empty parts, 200k tool calls, 20 MB of
 arguments, a 599 s 192 kHz 8-channel FLAC, realtime commits of 600 s without a response, a 4 MB speech-stream
-delta, a voice upload declaring 5 MHz, four 60 MB data: media at once; 100 connections trickle a 200 MB body a
+delta, a voice upload declaring 5 MHz, four 60 MB data: media at once, a FLAC whose header gives no length
+(600 s x 48 kHz x 8 channels: a 400 naming --max-audio-samples), mistakes on a speech stream then text that must
+still be spoken; 100 connections trickle a 200 MB body a
 byte every 5 s; and once, at 40% of the run, the talker is SIGSTOPped (/health must turn 503 within the stall
 timeout and recover; normal requests failing meanwhile are counted apart as ``during_fault``).
 Any 5xx, unexpected status, dropped socket or stream without its end counts as an error. Memory is the summed
