@@ -17,7 +17,8 @@ import numpy as np
 
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.realtime.items import Item
-from omnistage.entrypoints.openai.realtime.protocol import EventError, InputFormat
+from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat
+from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.processing.listened_audio import ListenedAudio
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
 

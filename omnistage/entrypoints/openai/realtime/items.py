@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from omnistage.entrypoints.openai.realtime.protocol import EventError, InputFormat, new_id
+from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat
+from omnistage.entrypoints.openai.realtime.event_error import EventError
+from omnistage.entrypoints.openai.realtime.protocol import new_id
 from omnistage.processing.listened_audio import ListenedAudio
 
 ROLES = ("system", "user", "assistant")

@@ -4,34 +4,35 @@ Client events are JSON objects with a ``type``; a malformed one raises
 :class:`EventError`, which the session answers with an ``error`` event (its
 ``code`` says what was wrong, ``param`` where) and then keeps reading. Server
 events are built by :func:`server_event` so every one carries an ``event_id``.
+The audio formats are in ``audio_formats.py``, ``EventError`` in ``event_error.py``.
 ``session.update`` applies each field on its own: a bad field is reported in an
 ``error`` naming it while the others take effect.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
-from omnistage.audio import float_to_pcm16, resample
-from omnistage.audio.g711 import G711_RATE, decode_g711, encode_g711
+from omnistage.audio.g711 import G711_RATE
 from omnistage.audio.vad import VadConfig
 from omnistage.core import Usage
 from omnistage.entrypoints.openai.common.errors import scrub_reprs
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
+from omnistage.entrypoints.openai.realtime.audio_formats import (
+    DEFAULT_INPUT_RATE,
+    OUTPUT_RATE,
+    PCM_RATES,
+    InputFormat,
+    OutputFormat,
+    format_kind,
+)
+from omnistage.entrypoints.openai.realtime.event_error import EventError, event_id
 from omnistage.entrypoints.openai.realtime.event_types import COMMON, EVENTS, SESSION, mistyped, without
 from omnistage.entrypoints.openai.realtime.truncation import Truncation, parse_truncation
-from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
-PCM_RATES = (16000, 24000)  # PCM16 mono rates accepted by input_audio_buffer.append
-DEFAULT_INPUT_RATE = 24000  # OpenAI's pcm16 rate
-OUTPUT_RATE = 24000
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
                  "input_audio_buffer.clear", "conversation.item.create", "conversation.item.retrieve",
                  "conversation.item.truncate", "conversation.item.delete", "response.create", "response.cancel",
@@ -42,16 +43,6 @@ CONVERSATION_EVENTS = frozenset({"conversation.item.create", "conversation.item.
                                  "output_audio_buffer.clear"})
 # semantic_vad's eagerness as the silence that ends a turn (its stand-in here is the VAD: low waits longest).
 EAGERNESS_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 300}
-
-
-class EventError(ValueError):
-    """A client event the session cannot act on; becomes an ``error`` server event. ``error_type`` is
-    ``server_error`` when the event was fine but the server cannot take it now (overloaded)."""
-
-    def __init__(self, code: str, message: str, param: str | None = None, event_id: str | None = None,
-                 error_type: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.code, self.param, self.event_id, self.error_type = code, param, event_id, error_type
 
 
 def new_id(prefix: str) -> str:
@@ -95,76 +86,6 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
     if faults:
         raise EventError("invalid_type", faults[0].message, faults[0].param, event_id(event))
     return event
-
-
-def event_id(event: dict[str, Any]) -> str | None:
-    value = event.get("event_id")
-    return value if isinstance(value, str) else None
-
-
-def decode_base64_audio(event: dict[str, Any]) -> bytes:
-    data = event.get("audio")
-    if not isinstance(data, str):
-        raise EventError("invalid_event", "input_audio_buffer.append needs 'audio' (base64)", "audio",
-                         event_id(event))
-    try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise EventError("invalid_audio", f"'audio' is not valid base64: {exc}", "audio", event_id(event)) from exc
-
-
-@dataclass(frozen=True)
-class InputFormat:
-    """``pcm16`` at 16 or 24 kHz, or G.711 ``pcmu``/``pcma`` at 8 kHz."""
-
-    kind: str = "pcm16"
-    rate: int = DEFAULT_INPUT_RATE
-
-    def decode(self, raw: bytes) -> np.ndarray:
-        if self.kind == "pcm16":
-            if len(raw) % 2:
-                raise EventError("invalid_audio", "'audio' must be 16-bit PCM (an even number of bytes)", "audio")
-            return np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
-        return decode_g711(raw, "ulaw" if self.kind == "pcmu" else "alaw")
-
-    def to_16k(self, samples: np.ndarray) -> np.ndarray:
-        return resample(samples, self.rate, AUDIO_SAMPLE_RATE)
-
-    def describe(self, beta: bool) -> dict[str, Any] | str:
-        if beta:
-            return {"pcm16": "pcm16", "pcmu": "g711_ulaw", "pcma": "g711_alaw"}[self.kind]
-        return {"type": "audio/pcm", "rate": self.rate} if self.kind == "pcm16" else {"type": f"audio/{self.kind}"}
-
-
-@dataclass(frozen=True)
-class OutputFormat:
-    """``pcm16`` at 24 kHz, or G.711 at 8 kHz (resampled, then encoded)."""
-
-    kind: str = "pcm16"
-
-    def encode(self, samples: np.ndarray) -> bytes:
-        if self.kind == "pcm16":
-            return float_to_pcm16(samples)
-        return encode_g711(resample(samples, OUTPUT_RATE, G711_RATE), "ulaw" if self.kind == "pcmu" else "alaw")
-
-    @property
-    def bytes_per_ms(self) -> float:
-        return OUTPUT_RATE * 2 / 1000 if self.kind == "pcm16" else G711_RATE / 1000
-
-    def describe(self, beta: bool) -> dict[str, Any] | str:
-        return InputFormat(self.kind, OUTPUT_RATE if self.kind == "pcm16" else G711_RATE).describe(beta)
-
-
-_BETA_FORMATS = {"pcm16": "pcm16", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}
-
-
-def _format_kind(value: Any, param: str) -> tuple[str, int | None]:  # noqa: ANN401 - client JSON
-    if isinstance(value, str) and value in _BETA_FORMATS:
-        return _BETA_FORMATS[value], None
-    if isinstance(value, dict) and value.get("type", "audio/pcm") in ("audio/pcm", "audio/pcmu", "audio/pcma"):
-        kind = {"audio/pcm": "pcm16", "audio/pcmu": "pcmu", "audio/pcma": "pcma"}[value.get("type", "audio/pcm")]
-        return kind, value.get("rate")
-    raise EventError("invalid_value", f"{param} must be audio/pcm, audio/pcmu or audio/pcma", param)
 
 
 @dataclass(frozen=True)
@@ -309,7 +230,7 @@ def _temperature(value: Any, param: str) -> float:  # noqa: ANN401
 
 
 def _input_format(value: Any, param: str) -> InputFormat:  # noqa: ANN401
-    kind, rate = _format_kind(value, param)
+    kind, rate = format_kind(value, param)
     if kind != "pcm16":
         return InputFormat(kind, G711_RATE)
     rate = DEFAULT_INPUT_RATE if rate is None else rate
@@ -319,7 +240,7 @@ def _input_format(value: Any, param: str) -> InputFormat:  # noqa: ANN401
 
 
 def _output_format(value: Any, param: str) -> OutputFormat:  # noqa: ANN401
-    kind, rate = _format_kind(value, param)
+    kind, rate = format_kind(value, param)
     if kind == "pcm16" and rate not in (None, OUTPUT_RATE):
         raise EventError("invalid_value", f"output audio/pcm is {OUTPUT_RATE} Hz", f"{param}.rate")
     return OutputFormat(kind)

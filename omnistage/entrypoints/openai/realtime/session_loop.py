@@ -8,7 +8,7 @@ buffer as an ``input_audio_buffer.append`` would.
 A session holds its settings (``session.py``), an input audio buffer
 (PCM16 at 16/24 kHz or G.711 at 8 kHz), and the conversation's items. Server VAD
 (OpenAI's default; Silero VAD in a small thread pool, or the energy detector)
-watches the buffer: speech start and stop are reported with
+watches the buffer (``session_audio.py``): speech start and stop are reported with
 the id the committed user item will have, and the end of a turn commits it and
 starts a response. ``response.create`` renders the items with the chat template
 (tools included) and streams the answer (``response.py``); a tool call
@@ -35,14 +35,10 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from omnistage.audio.decode import resample
-from omnistage.audio.vad import VadEvent
-from omnistage.audio.vad_backend import Vad, VadBackend
+from omnistage.audio.vad_backend import VadBackend
 from omnistage.core import OmniOutput
 from omnistage.entrypoints.openai.common.admission import Admission, Overloaded, Ticket
-from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
+from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
@@ -54,7 +50,6 @@ from omnistage.entrypoints.openai.realtime.protocol import (
     CONVERSATION_EVENTS,
     EventError,
     ResponseOptions,
-    decode_base64_audio,
     error_event,
     event_id,
     new_id,
@@ -64,6 +59,7 @@ from omnistage.entrypoints.openai.realtime.protocol import (
 )
 from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
+from omnistage.entrypoints.openai.realtime.session_audio import SessionAudio
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
 from omnistage.entrypoints.openai.realtime.transport import ClientAudio, Incoming, Transport
 from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
@@ -72,8 +68,7 @@ from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vll
 from omnistage.entrypoints.openai.server_config import ServerLimits
 
 logger = logging.getLogger(__name__)
-VAD_WORKERS = 2  # threads running model-based VAD for every session: its CPU is bounded by them
-IDLE_AUDIO_S = 2.0  # microphone audio kept while no one speaks (beyond any turn's prefix padding)
+VAD_WORKERS = 2  # threads running every session's audio work (model-based VAD, large appends' decoding)
 
 
 @dataclass
@@ -84,11 +79,11 @@ class RealtimeService:
     pool: DecodePool
     served: ServedModel
     vad: VadBackend  # the server_vad detector (--vad)
-    vad_pool: DecodePool  # where a model-based detector runs, off the event loop
+    vad_pool: DecodePool  # where a model-based detector runs and large appends are decoded, off the event loop
     streaming_input: bool = True  # sessions prefill their user's turn while it is spoken (realtime/listening.py)
 
 
-class RealtimeSession:
+class RealtimeSession(SessionAudio):
     def __init__(self, transport: Transport, service: RealtimeService, beta: bool = False, kind: str = "realtime",
                  settings: dict[str, Any] | None = None) -> None:
         """``kind``: "transcription" for a transcription session (``?intent=transcription``). ``settings``: the
@@ -260,65 +255,6 @@ class RealtimeSession:
         self._reset_vad(rebuild=True)
         return errors
 
-    def _vad_config(self):  # noqa: ANN202 - VadConfig | None
-        detection = self.state.config.turn_detection
-        return None if detection is None else detection.vad
-
-    @property
-    def _streams_input(self) -> bool:
-        on = self.config.streaming_input
-        return self.config.kind == "realtime" and (self.service.streaming_input if on is None else on)
-
-    def _reset_vad(self, rebuild: bool = False) -> None:
-        if rebuild:
-            self.vad = self.service.vad.make(self._vad_config(), self.buffer.rate)
-        elif self.vad is not None:
-            self.vad.reset()
-        self.speech_item = ""
-        self.listener.discard()
-
-    async def _append(self, event: dict[str, Any]) -> None:
-        await self._detect(self.buffer.append(decode_base64_audio(event)))
-
-    async def _hear(self, audio: ClientAudio) -> None:
-        """Microphone audio from a track: it never stops, so what no turn will need is dropped as it goes."""
-        piece = resample(audio.samples, audio.rate, self.buffer.rate)
-        idle = self.vad is not None and not self.vad.in_speech
-        keep = self.buffer.max_samples
-        if idle:
-            keep = min(keep, int(self.buffer.rate * (IDLE_AUDIO_S + self._vad_config().prefix_padding_ms / 1000)))
-        self.buffer.keep_last(keep - len(piece))
-        await self._detect(self.buffer.append_samples(piece))
-
-    async def _detect(self, piece: np.ndarray) -> None:
-        if self.vad is None:  # the client commits: the item will be the whole buffer
-            if self._streams_input and not self.listener.active:
-                self.listener.begin(0)
-            self.listener.heard(self.buffer)
-            return
-        # The read loop waits for the detector, so one session's pieces are fed in order, one at a time.
-        pool = self.service.vad_pool
-        events = self.vad.feed(piece) if self.vad.inline else await pool.run(_feed_job, self.vad, piece)
-        self.listener.heard(self.buffer)
-        for vad_event in events:
-            ms = vad_event.sample * 1000 // self.buffer.rate
-            detection = self.config.turn_detection
-            pad = (detection.vad.prefix_padding_ms if detection else 0) * self.buffer.rate // 1000
-            if vad_event.kind == "speech_started":
-                self.speech_start, self.speech_item = vad_event.sample, new_id("item")
-                if self._streams_input:
-                    self.listener.begin(max(0, self.speech_start - pad))  # where _commit will cut the item
-                await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
-                                             item_id=self.speech_item))
-                if detection is not None and detection.interrupt_response:
-                    await self._cancel_response("turn_detected")  # barge-in
-            elif self.speech_item:
-                await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms,
-                                             item_id=self.speech_item))
-                await self._commit(self.speech_item, start=max(0, self.speech_start - pad))
-                if detection is not None and detection.create_response and self.config.kind == "realtime":
-                    await self._start_response(response_options(self.config, {}), None)
-
     async def _commit(self, item_id: str | None, start: int = 0) -> None:
         if self.buffer.samples == 0:
             raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
@@ -354,6 +290,7 @@ class RealtimeSession:
         tools = TurnRequests.tools(options)
         ticket = self.admit(eid)  # before the prompt is built: that work runs in the bounded pool
         try:
+            await self.listener.settle()  # the committed turn's prefill in flight: the prompt extends it
             request = await self.requests.response(options, items, tools, eid)
         except BaseException:
             ticket.release()
@@ -404,7 +341,3 @@ class RealtimeSession:
             writer.cancel()
             await writer.done(None)
 
-
-def _feed_job(vad: Vad, piece: np.ndarray, token: CancelToken) -> list[VadEvent]:
-    token.check()
-    return vad.feed(piece)
