@@ -228,6 +228,8 @@ class BenchSession:
             self._pending = None
             return False
         turn = self._by_response.get(event.get("response_id") or event.get("response", {}).get("id", ""))
+        if kind == "error" and event.get("error", {}).get("code") == "response_cancel_not_active":
+            return False  # our cancel crossed the reply's own end: nothing failed
         if kind == "error":
             # A response refused before it was created belongs to the turn waiting for one; errors of the
             # barge-in speech's own reply (after the measured turns) belong to none.
