@@ -114,7 +114,7 @@ class PromptBuilder:
         in the bounded pool (four 60 MB ones decoded at once on the event loop stalled it for seconds)."""
         try:
             if len(url) > ON_LOOP_BASE64 and url[:5].lower() == "data:":
-                return await self.pool.run(_data_url_job, self.fetcher, url)
+                return await self.pool.run_sized(len(url), _data_url_job, self.fetcher, url)
             return await self.fetcher.fetch(url)
         except MediaError as exc:
             raise media_error(exc, param) from exc
@@ -123,7 +123,7 @@ class PromptBuilder:
         """An inline item's base64 text, bounded by ``--max-base64-bytes``; a large one decoded in the pool."""
         try:
             if len(data) > ON_LOOP_BASE64:
-                return await self.pool.run(_base64_job, data, self.limits)
+                return await self.pool.run_sized(len(data), _base64_job, data, self.limits)
             return decode_base64(data, self.limits)
         except MediaError as exc:
             raise media_error(exc, param) from exc
@@ -155,8 +155,9 @@ class PromptBuilder:
 
     # -- after admission --------------------------------------------------------------------------
     async def build(self, plan: PromptPlan) -> ProcessedPrompt:
-        """Decodes the media and builds the prompt, in the pool (cancelled with the calling task)."""
-        return await self.pool.run(self._build, plan)
+        """Decodes the media and builds the prompt, in the pool (cancelled with the calling task); one request with
+        large media at a time (``DecodePool.run_large``)."""
+        return await self.pool.run_sized(sum(len(item.data) for item in plan.items), self._build, plan)
 
     def _build(self, plan: PromptPlan, token: CancelToken) -> ProcessedPrompt:
         decoded = _Decoded()
