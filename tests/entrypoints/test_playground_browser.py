@@ -1,10 +1,13 @@
 """The playground at ``/`` in a real browser: Debian's headless Chromium driven by Playwright, its fake microphone
 fed from a WAV of espeak-ng speech. The page connects over WebRTC with a key it mints, the server's VAD hears the
 turn, the reply's audio arrives and plays (the page's counters, ``window.omnistage.stats``), the transcript shows;
-the TTS tab plays speech. Writes ``docs/playground.png`` mid-conversation. Skips, saying why, with no browser."""
+the TTS tab plays speech. Takes a screenshot mid-conversation into the test's temporary folder, and into
+``docs/playground.png`` (the README's picture) only when ``OMNISTAGE_UPDATE_SCREENSHOT=1`` is set, so a test run
+leaves the checkout clean. Skips, saying why, with no browser."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +23,7 @@ from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.speech_sample import speech, write_wav
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "playground.png"
+README_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "playground.png"
 KEY = "sk-playground-0123456789"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--use-fake-ui-for-media-stream",
          "--use-fake-device-for-media-stream", "--autoplay-policy=no-user-gesture-required",
@@ -69,7 +72,7 @@ def wait_for(page: Any, condition: str, timeout_ms: int = 20_000) -> None:  # no
 
 
 def test_talk_to_the_model_and_hear_the_tts_in_a_browser(browser: Any,  # noqa: ANN401 - Playwright's Browser
-                                                          server: tuple[str, FakeEngine]) -> None:
+                                                          server: tuple[str, FakeEngine], tmp_path: Path) -> None:
     base_url, _ = server
     page = browser.new_page(viewport={"width": 1000, "height": 900})
     errors: list[str] = []
@@ -87,8 +90,10 @@ def test_talk_to_the_model_and_hear_the_tts_in_a_browser(browser: Any,  # noqa: 
     wait_for(page, "s.loudReplyFrames >= 5 && s.transcriptChars > 0")  # the reply plays; its words show
     page.wait_for_function("() => document.querySelector('#transcript .line.user .text').textContent.length > 0")
     page.wait_for_timeout(300)  # one more refresh of the live figures
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT))  # mid-conversation: the transcript and live figures
+    update_readme = os.environ.get("OMNISTAGE_UPDATE_SCREENSHOT") == "1"
+    screenshot = README_SCREENSHOT if update_readme else tmp_path / "playground.png"
+    page.screenshot(path=str(screenshot))  # mid-conversation: the transcript and live figures
+    assert screenshot.stat().st_size > 10_000  # a rendered page, not an empty image
     transcript = page.text_content("#transcript")
     assert "fake engine" in transcript and "You" in transcript and "Model" in transcript
     figures = stats(page)
