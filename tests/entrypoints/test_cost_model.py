@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import soundfile as sf
 
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.prescan import prescan_chat
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.entrypoints.openai.speech.reference_audio import check_reference_header
 from omnistage.entrypoints.openai.speech.stream import cut_segments
@@ -250,3 +252,23 @@ def test_a_large_body_is_read_in_the_pool_and_served_as_a_small_one(server: _Ser
     broken = httpx.post(f"{server.base_url}/v1/chat/completions", content=raw[:-1] + b",]", timeout=60,
                         headers={"content-type": "application/json"})
     assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize(("messages", "code"), [
+    ([{"role": "user", "content": [{"type": "text", "text": "a"}] * 5}], "too_many_content_parts"),
+    ([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}] * 3}], "too_many_tool_calls"),
+    ([{"role": "assistant", "tool_calls": [{"function": {"arguments": "x" * 11}}]}], "input_too_long"),
+    ([{"role": "user", "content": ["not a part, charged its size"]}], "input_too_long"),  # pydantic says why later
+    ([{"role": "user", "content": [{"type": "text", "text": "a"}] * 4}, {"role": "user", "content": "b" * 6}], None),
+])
+def test_the_prescan_counts_parts_and_calls_before_reading_them(messages: list[object], code: str | None) -> None:
+    """Parts and tool calls are counted from raw slices (a million cost one pass), then each is read for its text
+    and media; whatever cannot be read is charged its raw size."""
+    limits = ServerLimits(max_content_parts=4, max_tool_calls=2, max_text_chars=10)
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    if code is None:
+        prescan_chat(body, limits)
+        return
+    with pytest.raises(APIError) as refused:
+        prescan_chat(body, limits)
+    assert refused.value.status_code == 400 and refused.value.detail.code == code

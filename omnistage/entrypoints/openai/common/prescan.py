@@ -47,8 +47,9 @@ class _Chat(msgspec.Struct, gc=False):
 
 
 class _Message(msgspec.Struct, gc=False):
-    content: str | list[_Part] | None = None
-    tool_calls: list[_ToolCall] | None = None
+    # Raw slices: counted before any part or call is read, so a million of them costs one pass, not a million reads.
+    content: str | list[msgspec.Raw] | None = None
+    tool_calls: list[msgspec.Raw] | None = None
 
 
 class _Responses(msgspec.Struct, gc=False):
@@ -59,13 +60,22 @@ class _Responses(msgspec.Struct, gc=False):
 
 class _Item(msgspec.Struct, gc=False):
     type: Any = None
-    content: str | list[_Part] | None = None
-    output: str | list[_Part] | None = None
+    content: str | list[msgspec.Raw] | None = None
+    output: str | list[msgspec.Raw] | None = None
     arguments: Any = None
 
 
 _CHAT, _MESSAGE = msgspec.json.Decoder(_Chat), msgspec.json.Decoder(_Message)
 _RESPONSES, _ITEM = msgspec.json.Decoder(_Responses), msgspec.json.Decoder(_Item)
+_PART, _TOOL_CALL = msgspec.json.Decoder(_Part), msgspec.json.Decoder(_ToolCall)
+
+
+def _read(decoder: msgspec.json.Decoder, raw: msgspec.Raw) -> Any:  # noqa: ANN401 - the decoder's struct
+    """One part or call, or None when it is not the object expected (pydantic names what is wrong with it)."""
+    try:
+        return decoder.decode(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 def _text_len(value: object) -> int:
@@ -83,14 +93,26 @@ class Tally:
     media: int = 0
     tool_calls: int = 0
 
-    def content(self, value: str | list[_Part] | None) -> None:
+    def content(self, value: str | list[msgspec.Raw] | None, param: str) -> None:
         if isinstance(value, str):
             self.chars += len(value)
             return
-        for part in value or ():
-            self.parts += 1
+        self.parts += len(value or ())
+        self.check(param)  # past the parts limit already: not one part read
+        for raw in value or ():
+            part = _read(_PART, raw)
+            if part is None:
+                self.chars += len(raw)
+                continue
             self.chars += _text_len(part.text)
             self.media += isinstance(part.type, str) and part.type in self.media_types  # a list type is unhashable
+
+    def calls(self, value: list[msgspec.Raw] | None, param: str) -> None:
+        self.tool_calls += len(value or ())
+        self.check(param)
+        for raw in value or ():
+            call = _read(_TOOL_CALL, raw)
+            self.chars += len(raw) if call is None else _text_len(call.function.arguments) if call.function else 0
 
     def check(self, param: str) -> None:
         limits, where = self.limits, "the messages" if param == "messages" else "the input"
@@ -129,10 +151,8 @@ def prescan_chat(body: bytes, limits: ServerLimits) -> None:
         except msgspec.DecodeError:  # pydantic refuses it; meanwhile it costs what it weighs
             tally.chars += len(raw)
             continue
-        tally.content(message.content)
-        for call in message.tool_calls or ():
-            tally.tool_calls += 1
-            tally.chars += _text_len(call.function.arguments) if call.function is not None else 0
+        tally.content(message.content, "messages")
+        tally.calls(message.tool_calls, "messages")
     tally.check("messages")
 
 
@@ -153,8 +173,8 @@ def prescan_responses(body: bytes, limits: ServerLimits) -> None:
             continue
         tally.chars += _text_len(item.arguments)
         tally.tool_calls += item.type == "function_call"
-        tally.content(item.content)
-        tally.content(item.output)
+        tally.content(item.content, "input")
+        tally.content(item.output, "input")
     tally.check("input")
 
 
