@@ -128,10 +128,11 @@ class InputBuffer:
 
     async def take_in(self, pool: DecodePool, start: int = 0) -> np.ndarray:
         """``take`` with the joining and resampling in ``pool``: 600 s of audio takes ~0.6 s, which on the event
-        loop stalled every session and request. The buffer is emptied at once, before the job runs."""
+        loop stalled every session and request (a long one runs as the pool's large jobs do, one at a time). The
+        buffer is emptied at once, before the job runs."""
         start = max(0, start - self.dropped)
         pieces, self.pieces, self.samples, self.dropped = self.pieces, [], 0, 0
-        return await pool.run(_join_16k, pieces, start, self.format)
+        return await pool.run_sized(sum(p.nbytes for p in pieces), _join_16k, pieces, start, self.format)
 
     def keep_last(self, samples: int) -> None:
         """Drops all but the latest ``samples`` (a microphone that never stops: what no turn will need)."""
