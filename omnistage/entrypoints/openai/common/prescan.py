@@ -237,7 +237,8 @@ class BudgetedRoute(APIRoute):
                     read_body(body, prescan, limits)
                 else:  # ~0.5 s of parsing per 60 MB on the event loop: in the pool, and read once
                     # Starlette keeps request.json()'s result in ``_json``; FastAPI's own read then reuses it.
-                    request._json = await request.app.state.pool.run(_read_large_body, body, prescan, limits)
+                    request._json = await request.app.state.pool.run_sized(len(body), _read_large_body, body, prescan,
+                                                                             limits)
             return await handler(request)
 
         return budgeted
