@@ -16,8 +16,7 @@ per expert).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -34,6 +33,7 @@ from omnistage.layers.rotary import RotaryEmbedding, Rotation
 from omnistage.layers.quant.fp8 import fp8_gemm_supported
 from omnistage.models.fp8_checkpoint import Fp8Format, Fp8View, keep_fp8_
 from omnistage.models.shard_view import ShardedView, shard_plan
+from omnistage.models.build import assert_materialized, build_on  # noqa: F401 - build_on: where loaders found it
 from omnistage.models.weights import Checkpoint, load_module, module_tensors
 
 if TYPE_CHECKING:
@@ -327,20 +327,9 @@ class Decoder(nn.Module):
 # Building ---------------------------------------------------------------------------------------
 
 
-@contextmanager
-def build_on(device: torch.device | str, dtype: torch.dtype) -> Iterator[None]:
-    """Creates parameters directly on ``device`` in ``dtype`` (no CPU fp32 copy of a large model)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
 def load_checkpoint(
-    model: nn.Module, folder: str | Path, prefix: str, dtype: torch.dtype, hub_names: Mapping[str, str]
+    model: nn.Module, folder: str | Path, prefix: str, dtype: torch.dtype, hub_names: Mapping[str, str],
+    quantization: str = "none", device: torch.device | str | None = None,
 ) -> None:
     """Fills ``model`` from either checkpoint layout.
 
@@ -352,9 +341,13 @@ def load_checkpoint(
 
     An FP8 checkpoint (:mod:`omnistage.models.fp8_checkpoint`) is dequantised on read, or on GPUs with FP8 GEMMs
     its per-tensor/per-row weights are kept in FP8; a model built for a tensor-parallel rank reads its shards.
+    ``quantization="int8"`` quantizes the decoder weights as they are read; ``device``: where a model built
+    ``empty`` (:func:`build_on`) gets its tensors (default: where its parameters are).
     """
     fmt = Fp8Format.read(folder)
-    device = next(model.parameters()).device
+    if device is None:
+        device = next(model.parameters()).device
+    device = torch.device(device)
     with Checkpoint(folder) as ckpt:
         fp8 = Fp8View(ckpt, fmt, raw=fp8_gemm_supported(device)) if fmt is not None else None
         view = StackedExpertsView(fp8 or ckpt)
@@ -363,7 +356,9 @@ def load_checkpoint(
         if fp8 is not None and fp8.raw_names:
             keep_fp8_(model, fp8.raw_names, view.sources, prefix, rename)
         plan = shard_plan(model, prefix, rename)
-        load_module(model, ShardedView(view, plan) if plan else view, prefix, rename, dtype)  # type: ignore[arg-type]
+        load_module(model, ShardedView(view, plan) if plan else view, prefix, rename, dtype,  # type: ignore[arg-type]
+                    quantization=quantization, device=device)
+    assert_materialized(model)
 
 
 _PER_EXPERT = re.compile(
@@ -418,7 +413,11 @@ class StackedExpertsView:
         return (len(self._fused[name]), rows, *self._inner.shape(first[0])[1:])
 
     def get(self, name: str) -> torch.Tensor:
+        return self.get_rows(name, 0, len(self._fused[name])) if name in self._fused else self._inner.get(name)
+
+    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Experts ``start:stop`` of a stacked tensor (only theirs are read); rows of any other."""
         if name not in self._fused:
-            return self._inner.get(name)
-        return torch.stack([torch.cat([self._inner.get(p) for p in parts]) for parts in self._fused[name]])
+            return self._inner.get_rows(name, start, stop)
+        return torch.stack([torch.cat([self._inner.get(p) for p in parts]) for parts in self._fused[name][start:stop]])
 

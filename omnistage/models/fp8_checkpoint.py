@@ -54,6 +54,10 @@ class TensorSource(Protocol):
 
     def get(self, name: str) -> torch.Tensor: ...
 
+    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` of the leading dimension; a view reads no more than it must."""
+        ...
+
 
 @dataclass(frozen=True)
 class Fp8Format:
@@ -149,6 +153,12 @@ class Fp8View:
         if name in self._scales and name not in self.raw_names:
             return dequantize_fp8(self._inner.get(name), self._inner.get(self._scales[name]), self.fmt.block)
         return self._inner.get(name)
+
+    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        # A stored FP8 weight is one [N, K] matrix: its rows are dequantised whole (scales may span row blocks).
+        if name in self._raw_scales or name in self._scales and name not in self.raw_names:
+            return self.get(name)[start:stop]
+        return self._inner.get_rows(name, start, stop)
 
 
 def keep_fp8_(model: nn.Module, raw_names: set[str], sources: Callable[[str], list[str]], prefix: str,

@@ -67,3 +67,14 @@ class ShardedView:
         spec = self._plan.get(name)
         tensor = self._inner.get(name)
         return tensor if spec is None else spec.take(tensor)
+
+    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        spec = self._plan.get(name)
+        if spec is None:
+            return self._inner.get_rows(name, start, stop)
+        if spec.dim > 0:  # the leading dimension is not cut: this rank's rows are the stored rows, cut
+            return spec.take(self._inner.get_rows(name, start, stop))
+        if spec.blocks == 1:  # one cut along the rows: this rank's rows are one stretch of the stored ones
+            first = spec.index * self.shape(name)[0]
+            return self._inner.get_rows(name, first + start, first + stop)
+        return self.get(name)[start:stop]

@@ -5,6 +5,12 @@ files lazily, so building an index over a 60 GB sharded checkpoint reads only
 headers. :func:`load_module` fills every parameter and persistent buffer of a
 module from ``prefix + name``; name differences between our modules and the
 checkpoint are data (a rename table), never per-model loading code.
+
+Loading streams: each tensor is read in slices of its leading dimension (at most ``CHUNK_BYTES`` each) straight
+into the tensor that keeps it, and with ``quantization="int8"`` each quantizable weight is quantized slice by
+slice as it is read. A model built with :func:`omnistage.models.decoder.build_on` ``(..., empty=True)`` has no
+storage until then, so the peak while loading is the loaded model plus one slice, never the model in full
+precision (docs/memory_plan.md, "Loading").
 """
 
 from __future__ import annotations
@@ -12,17 +18,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from torch import nn
 from tqdm import tqdm
+
+from omnistage.layers.quant.apply import int8_weights, store_int8_
+from omnistage.layers.quant.int8 import quantize_rows, scale_dtype
+from omnistage.models.safetensors_file import SafetensorsFile
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 # How many problems one WeightLoadError spells out; the rest are counted.
 MAX_REPORTED = 5
+# The most bytes of one tensor read (and, quantizing, held in full precision) at a time while loading.
+CHUNK_BYTES = 1 << 20
 
 
 class WeightLoadError(ValueError):
@@ -39,8 +51,8 @@ class Checkpoint:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.prefix = ""
-        self._files = _index_files(self.folder)
-        self._handles: dict[Path, object] = {}
+        self._handles: dict[Path, SafetensorsFile] = {}
+        self._files = _index_files(self.folder, self._handles)
 
     # Names -----------------------------------------------------------------
     def names(self) -> list[str]:
@@ -75,14 +87,20 @@ class Checkpoint:
     # Tensors ---------------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
         """The stored shape, read from the header only (no tensor data is touched)."""
-        return tuple(self._open(name).get_slice(self.qualified(name)).get_shape())
+        return self._open(name).entries[self.qualified(name)].shape
 
     def get(self, name: str) -> torch.Tensor:
         """The tensor on the CPU, in its stored dtype."""
-        return self._open(name).get_tensor(self.qualified(name))
+        return self._open(name).read(self.qualified(name))
+
+    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` of the tensor's leading dimension (only those bytes are read)."""
+        return self._open(name).read(self.qualified(name), start, stop)
 
     def close(self) -> None:
-        """Drops the open file handles; later reads reopen them."""
+        """Closes the open files; later reads reopen them."""
+        for handle in self._handles.values():
+            handle.close()
         self._handles.clear()
 
     def __enter__(self) -> Checkpoint:
@@ -94,16 +112,16 @@ class Checkpoint:
     def __repr__(self) -> str:
         return f"Checkpoint({str(self.folder)!r}, prefix={self.prefix!r}, tensors={len(self)})"
 
-    def _open(self, name: str):  # noqa: ANN202 - safetensors' handle type is not exported
+    def _open(self, name: str) -> SafetensorsFile:
         if name not in self._files:
             raise KeyError(f"no tensor {self.qualified(name)!r} in {self.folder}")
         path = self._files[name]
         if path not in self._handles:
-            self._handles[path] = safe_open(str(path), framework="pt", device="cpu")
+            self._handles[path] = SafetensorsFile(path)
         return self._handles[path]
 
 
-def _index_files(folder: Path) -> dict[str, Path]:
+def _index_files(folder: Path, handles: dict[Path, SafetensorsFile]) -> dict[str, Path]:
     """Maps every tensor name to the file holding it, reading headers only."""
     index = folder / INDEX_FILE
     if index.is_file():
@@ -115,8 +133,8 @@ def _index_files(folder: Path) -> dict[str, Path]:
         return files
     single = folder / SINGLE_FILE
     if single.is_file():
-        with safe_open(str(single), framework="pt", device="cpu") as handle:
-            return {name: single for name in handle.keys()}
+        handles[single] = SafetensorsFile(single)
+        return {name: single for name in handles[single].keys()}
     raise FileNotFoundError(f"no {SINGLE_FILE} or {INDEX_FILE} in {folder}")
 
 
@@ -154,6 +172,9 @@ def load_module(
     prefix: str,
     rename: Mapping[str, str] | None = None,
     dtype: torch.dtype | None = None,
+    *,
+    quantization: str = "none",
+    device: torch.device | str | None = None,
 ) -> LoadResult:
     """Fills every parameter and persistent buffer of ``module`` from ``ckpt``.
 
@@ -166,16 +187,25 @@ def load_module(
     ``dtype``: floating-point tensors are stored in this dtype (parameters are
     replaced in place, keeping their ``nn.Parameter`` identity); ``None`` keeps
     each tensor's current dtype. Quantized storage keeps the dtype the module
-    gave it: 1-byte floats (FP8 values) and ``*_scale`` tensors. Modules built on the meta device get CPU
-    tensors (parameter ties are not kept there); their non-persistent buffers,
-    which checkpoints never hold, stay on meta for the caller to rebuild.
+    gave it: 1-byte floats (FP8 values) and ``*_scale`` tensors. Tensors on the
+    meta device (a module built without storage) get new ones on ``device``
+    (default CPU), every tie of a tied parameter included; non-persistent buffers,
+    which checkpoints never hold, are the builder's to make. ``quantization="int8"``
+    stores every weight :func:`int8_weights` names as int8 with per-row scales,
+    quantized as it is read.
     """
     tensors = module_tensors(module)
     pairs = [(checkpoint_name(n, prefix, rename), n) for n in tensors]
     _check([(ckpt_name, tensors[n]) for ckpt_name, n in pairs], ckpt)
+    int8 = int8_weights(module) if quantization == "int8" else {}
+    fill = _Filler(module, ckpt, dtype, torch.device(device or "cpu"))
     with torch.no_grad(), _progress(len(pairs), prefix) as bar:
         for ckpt_name, name in pairs:
-            _assign(module, name, tensors[name], ckpt.get(ckpt_name), dtype)
+            target = tensors[name]
+            if name in int8 and target.is_floating_point() and target.element_size() > 1:
+                fill.int8(ckpt_name, name, target, int8[name])
+            else:
+                fill.plain(ckpt_name, name, target)
             bar.update()
     loaded = {ckpt_name for ckpt_name, _ in pairs}
     unused = sorted(n for n in ckpt.names() if n.startswith(prefix) and n not in loaded)
@@ -207,22 +237,63 @@ def _check(targets: list[tuple[str, torch.Tensor]], ckpt: Checkpoint) -> None:
         raise WeightLoadError(shown + (f"; and {more} more problems" if more > 0 else ""))
 
 
-def _assign(
-    module: nn.Module, name: str, target: torch.Tensor, value: torch.Tensor, dtype: torch.dtype | None
-) -> None:
-    quant_storage = target.element_size() == 1 or name.endswith("_scale")
-    want = dtype if dtype is not None and target.is_floating_point() and not quant_storage else target.dtype
-    if target.is_meta:
-        # A meta tensor has no storage to copy into, and .data cannot move it
-        # off the meta device: the owner gets a new tensor under the same name.
-        owner_name, _, attr = name.rpartition(".")
-        owner = module.get_submodule(owner_name)
-        value = value.to(dtype=want, copy=True)
+def row_slices(shape: tuple[int, ...], itemsize: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` slices of the leading dimension of at most ``CHUNK_BYTES`` each (whole below 2-D)."""
+    if len(shape) < 2:
+        return [(0, shape[0] if shape else 1)]
+    row_bytes = max(itemsize * (prod(shape) // max(shape[0], 1)), 1)
+    step = max(CHUNK_BYTES // row_bytes, 1)
+    return [(i, min(i + step, shape[0])) for i in range(0, shape[0], step)] or [(0, 0)]
+
+
+class _Filler:
+    """Reads one module's tensors slice by slice into their final storage (see :func:`load_module`)."""
+
+    def __init__(self, module: nn.Module, ckpt: Checkpoint, dtype: torch.dtype | None, device: torch.device) -> None:
+        self.module, self.ckpt, self.dtype, self.device = module, ckpt, dtype, device
+        self.ties: dict[int, list[str]] = {}
+        for name, param in module.named_parameters(remove_duplicate=False):
+            self.ties.setdefault(id(param), []).append(name)
+
+    def _want(self, name: str, target: torch.Tensor) -> torch.dtype:
+        quant_storage = target.element_size() == 1 or name.endswith("_scale")
+        return self.dtype if self.dtype is not None and target.is_floating_point() and not quant_storage \
+            else target.dtype
+
+    def _read(self, ckpt_name: str, shape: tuple[int, ...], itemsize: int) -> Iterator[tuple[slice, torch.Tensor]]:
+        if len(shape) < 2:
+            yield slice(None), self.ckpt.get(ckpt_name)
+            return
+        for start, stop in row_slices(shape, itemsize):
+            yield slice(start, stop), self.ckpt.get_rows(ckpt_name, start, stop)
+
+    def plain(self, ckpt_name: str, name: str, target: torch.Tensor) -> None:
+        want = self._want(name, target)
+        in_place = not target.is_meta and target.dtype == want
+        # copy_ converts the dtype and moves to the target's device.
+        dest = target if in_place else torch.empty(target.shape, dtype=want,
+                                                   device=self.device if target.is_meta else target.device)
+        for rows, value in self._read(ckpt_name, tuple(target.shape), want.itemsize):
+            dest[rows].copy_(value)
+        if in_place:
+            return
+        if not target.is_meta:
+            target.data = dest  # .data keeps the Parameter object that optimisers or tying code may hold
+            return
         if isinstance(target, nn.Parameter):
-            value = nn.Parameter(value, requires_grad=target.requires_grad)
-        setattr(owner, attr, value)
-    elif target.dtype == want:
-        target.copy_(value)  # copy_ converts dtype and moves to the target's device
-    else:
-        # .data keeps the Parameter object that optimisers or tying code may hold.
-        target.data = value.to(device=target.device, dtype=want, copy=True)
+            dest = nn.Parameter(dest, requires_grad=target.requires_grad)
+        # A meta tensor cannot be moved off meta in place: every name it is held under gets the new one.
+        for alias in self.ties.get(id(target), [name]):
+            owner_name, _, attr = alias.rpartition(".")
+            setattr(self.module.get_submodule(owner_name), attr, dest)
+
+    def int8(self, ckpt_name: str, name: str, target: torch.Tensor, where: tuple[nn.Module, str]) -> None:
+        """Quantized per output row as read: a slice in the model's dtype at a time, never the whole weight."""
+        want = self._want(name, target)
+        device = self.device if target.is_meta else target.device
+        shape = tuple(target.shape)
+        q = torch.empty(shape, dtype=torch.int8, device=device)
+        scale = torch.empty(shape[:-1], dtype=scale_dtype(device, want), device=device)
+        for rows, value in self._read(ckpt_name, shape, want.itemsize):
+            q[rows], scale[rows] = quantize_rows(value.to(device=device, dtype=want), scale.dtype)
+        store_int8_(*where, q, scale)

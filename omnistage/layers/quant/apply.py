@@ -32,26 +32,37 @@ def _is_full_precision(weight: torch.Tensor) -> bool:
     return weight.is_floating_point() and weight.element_size() > 1
 
 
+def int8_weights(model: nn.Module) -> dict[str, tuple[nn.Module, str]]:
+    """The weights ``int8`` quantizes, by their name in ``model``: (owning module, attribute). A loader quantizes
+    each of these as it reads it, so the full-precision model is never held whole."""
+    linears, experts = quantizable(model)
+    wanted = {id(m): ("weight",) for m in linears} | {id(m): ("gate_up_proj", "down_proj") for m in experts}
+    found = {}
+    for path, module in model.named_modules():
+        for attr in wanted.get(id(module), ()):
+            found[f"{path}.{attr}" if path else attr] = (module, attr)
+    return found
+
+
+def store_int8_(module: nn.Module, attr: str, q: torch.Tensor, scale: torch.Tensor) -> None:
+    """``module.<attr>`` becomes the int8 values ``q`` with ``scale`` beside it (``weight_scale`` for a linear's
+    weight, ``<attr>_scale`` for fused experts), where the int8 matmuls look for them."""
+    setattr(module, attr, nn.Parameter(q, requires_grad=False))
+    scale_name = "weight_scale" if attr == "weight" else f"{attr}_scale"
+    module.register_buffer(scale_name, scale)  # replaces a registered one (FusedExperts register theirs as None)
+
+
 @torch.no_grad()
 def quantize_int8_(model: nn.Module) -> int:
     """Weight-only int8 (one scale per output row) for every quantizable weight still in full precision; weights
-    already quantized (an FP8 checkpoint's) are left as they are. Returns the number of tensors quantized."""
-    linears, experts = quantizable(model)
+    already quantized (an FP8 checkpoint's, or int8 quantized as loaded) are left as they are. Returns the number
+    of tensors quantized."""
     count = 0
-    for linear in linears:
-        if _is_full_precision(linear.weight):
-            q, scale = quantize_rows(linear.weight, scale_dtype(linear.weight.device, linear.weight.dtype))
-            linear.weight = nn.Parameter(q, requires_grad=False)
-            linear.register_buffer("weight_scale", scale)
+    for module, attr in int8_weights(model).values():
+        weight = getattr(module, attr)
+        if _is_full_precision(weight):
+            store_int8_(module, attr, *quantize_rows(weight, scale_dtype(weight.device, weight.dtype)))
             count += 1
-    for module in experts:
-        for name in ("gate_up_proj", "down_proj"):
-            weight = getattr(module, name)
-            if _is_full_precision(weight):
-                q, scale = quantize_rows(weight, scale_dtype(weight.device, weight.dtype))
-                setattr(module, name, nn.Parameter(q, requires_grad=False))
-                setattr(module, f"{name}_scale", scale)
-                count += 1
     return count
 
 

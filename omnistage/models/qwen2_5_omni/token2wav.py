@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from omnistage.models.decoder import build_on, load_checkpoint
+from omnistage.models.build import build_on
+from omnistage.models.decoder import load_checkpoint
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
 
 CHECKPOINT_PREFIX = "token2wav."

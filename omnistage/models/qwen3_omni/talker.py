@@ -34,11 +34,11 @@ from omnistage.layers.quant.apply import apply_quantization
 from omnistage.models.predictor_workspace import CodeSampler
 from omnistage.models.qwen3_omni.code_predictor import CodePredictor
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
+from omnistage.models.build import build_on
 from omnistage.models.decoder import (
     Decoder,
     DecoderConfig,
     KVCacheSpec,
-    build_on,
     decoder_config,
     load_checkpoint,
 )
@@ -83,15 +83,15 @@ class Talker(nn.Module):
         cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16,
         quantization: str = "none", *, config: Qwen3OmniConfig | None = None,
     ) -> Talker:
-        """``quantization``: ``int8`` quantizes the talker's and code predictor's decoder linears and experts
-        (projections, heads and embeddings keep the model's precision). ``config``: the folder's parsed config
-        (parsed here when not given)."""
+        """``quantization``: ``int8`` quantizes the talker's and code predictor's decoder linears and experts as
+        they are read (projections, heads and embeddings keep the model's precision). ``config``: the folder's
+        parsed config (parsed here when not given)."""
         full = (config or Qwen3OmniConfig.from_folder(folder)).hf
-        with build_on(device, dtype):
+        with build_on(device, dtype, empty=True):
             model = cls(full.talker_config)
         # Only the experts differ between the hub and runtime layouts of the talker.
-        load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, hub_names={})
-        apply_quantization(model, quantization)
+        load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, {}, quantization, device)
+        apply_quantization(model, quantization)  # checks the name; every weight it would quantize already is
         return model.eval().requires_grad_(False)
 
     def kv_cache_spec(self) -> KVCacheSpec:

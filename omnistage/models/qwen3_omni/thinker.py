@@ -25,12 +25,12 @@ from torch import nn
 
 from omnistage.layers.parallel import UNSHARDED, TensorParallel
 from omnistage.layers.quant.apply import apply_quantization
+from omnistage.models.build import build_on
 from omnistage.models.decoder import (
     Decoder,
     DecoderConfig,
     Deepstack,
     KVCacheSpec,
-    build_on,
     decoder_config,
     load_checkpoint,
 )
@@ -99,10 +99,10 @@ def load_decoder_shard(folder: str | Path, device: torch.device, dtype: torch.dt
                        quantization: str = "none") -> Decoder:
     """A rank's decoder shards (the ``loader`` of :class:`omnistage.runner.tp_executor.RankSpec`)."""
     full = Qwen3OmniConfig.from_folder(folder).hf
-    with build_on(device, dtype):
+    with build_on(device, dtype, empty=True):
         shard = ThinkerDecoderShard(full.thinker_config, tp)
-    load_checkpoint(shard, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES)
-    apply_quantization(shard, quantization)
+    load_checkpoint(shard, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES, quantization, device)
+    apply_quantization(shard, quantization)  # checks the name; every weight it would quantize already is
     return shard.model["language_model"].eval().requires_grad_(False)
 
 
@@ -127,14 +127,14 @@ class Thinker(nn.Module):
         cls, folder: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16,
         tp: TensorParallel = UNSHARDED, quantization: str = "none", *, config: Qwen3OmniConfig | None = None,
     ) -> Thinker:
-        """``quantization``: ``int8`` quantizes the decoder's linears and experts after loading (an FP8
-        checkpoint is recognised from its config either way). ``config``: the folder's parsed config (parsed here
-        when not given)."""
+        """``quantization``: ``int8`` quantizes the decoder's linears and experts as they are read, so the full
+        precision model is never held (an FP8 checkpoint is recognised from its config either way). ``config``:
+        the folder's parsed config (parsed here when not given)."""
         full = (config or Qwen3OmniConfig.from_folder(folder)).hf
-        with build_on(device, dtype):
+        with build_on(device, dtype, empty=True):
             model = cls(full.thinker_config, full.talker_config.accept_hidden_layer, tp)
-        load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES)
-        apply_quantization(model, quantization)
+        load_checkpoint(model, folder, CHECKPOINT_PREFIX, dtype, HUB_NAMES, quantization, device)
+        apply_quantization(model, quantization)  # checks the name; every weight it would quantize already is
         return model.eval().requires_grad_(False)
 
     # Shapes -------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
-QUANT_SCALE_BYTES = 4  # one float32 scale per output row of a quantized weight
+QUANT_SCALE_BYTES = 4  # one float32 scale per output row of a quantized weight (GPUs)
+CPU_QUANT_SCALE_BYTES = 2  # bf16 on a CPU, what torch's int8 matmul multiplies by (layers/quant/int8.py)
 _DECODER = (r"layers\.\d+\.(self_attn\.[qkvo]_proj\.weight|mlp\.experts\.(gate_up_proj|down_proj)"
             r"|mlp\.(shared_expert\.)?(gate|up|down)_proj\.weight)$")
 QUANTIZABLE = {
@@ -56,10 +57,13 @@ class StageFootprint:
     kv_bytes_per_token: int
     activation_peak: int
 
-    def weight_bytes(self, dtype_bytes: int, quantized: bool, tp: int = 1, rank: int = 0) -> int:
-        """Bytes of one tensor-parallel rank's weights (rank 0 holds the unsharded rest too)."""
+    def weight_bytes(self, dtype_bytes: int, quantized: bool, tp: int = 1, rank: int = 0,
+                     device: str = "cuda") -> int:
+        """Bytes of one tensor-parallel rank's weights (rank 0 holds the unsharded rest too) on a ``device`` kind
+        (``cuda`` or ``cpu``: the scales' width differs)."""
         p = self.params
-        per_weight = (p.quantizable + QUANT_SCALE_BYTES * p.quantizable_rows) if quantized \
+        scale_bytes = CPU_QUANT_SCALE_BYTES if device == "cpu" else QUANT_SCALE_BYTES
+        per_weight = (p.quantizable + scale_bytes * p.quantizable_rows) if quantized \
             else p.quantizable * dtype_bytes
         rest = p.rest * dtype_bytes if rank == 0 else 0
         return -(-per_weight // tp) + p.replicated * dtype_bytes + rest

@@ -77,11 +77,12 @@ class _Need:
 
 
 def _needs(fp: dict[str, StageFootprint], quantized: dict[str, bool], dtype_bytes: int, tp: int,
-           max_model_len: int) -> list[_Need]:
+           max_model_len: int, device: str) -> list[_Need]:
     needs = []
     for name, f in fp.items():
         ranks = tp if name == "thinker" else 1
-        weights = tuple(f.weight_bytes(dtype_bytes, quantized.get(name, False), ranks, r) for r in range(ranks))
+        weights = tuple(f.weight_bytes(dtype_bytes, quantized.get(name, False), ranks, r, device)
+                        for r in range(ranks))
         kv = -(-f.kv_bytes_per_token // ranks)
         needs.append(_Need(name, tuple(range(ranks)), weights, f.activation_peak, kv, kv * max_model_len))
     return needs
@@ -101,7 +102,7 @@ def place(fp: dict[str, StageFootprint], devices: Devices, quantized: dict[str, 
     tp = 1
     while tp <= devices.count:
         if _valid_tp(tp, heads):
-            needs = _needs(fp, quantized, dtype_bytes, tp, max_model_len)
+            needs = _needs(fp, quantized, dtype_bytes, tp, max_model_len, devices.kind)
             placed = _assign(needs, devices.count, usable)
             if isinstance(placed, dict):
                 return Placement(devices, usable, _shares(needs, placed, devices, usable))
