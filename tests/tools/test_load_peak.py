@@ -15,9 +15,12 @@ BOUND = 1.10
 
 
 def _peak(folder: Path, quantization: str, *extra: str) -> dict:
-    """One load in a fresh process. One torch thread: a worker thread's first allocation opens its own malloc arena
-    (10-20 MB, at random), a quarter of this 80 MB model but nothing against a real one."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    """One load in a fresh process, with glibc's heap made to count what is held: on a model this small (80 MB)
+    a worker thread's first allocation opening its own malloc arena, or freed heap kept resident once a freed block
+    raised the dynamic mmap threshold, moves the peak by 10-20 MB at random. One torch thread and a fixed 64 KiB
+    mmap threshold (every tensor mapped on its own and unmapped when freed, as a real checkpoint's tensors, above
+    glibc's 32 MiB cap, are anyway) leave only what loading allocates."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
     out = subprocess.run(
         [sys.executable, "-m", "omnistage.tools.plan.load_peak", "--model", str(folder), "--quantization",
          quantization, *extra], env=env, capture_output=True, text=True, timeout=300, check=True)

@@ -3,11 +3,10 @@ memory while one stage loads, beside the plan's figure for that stage's weights.
 
 Run it in a fresh process (it is one): the tiny checkpoint's stage is loaded first the same way (so the code
 loading runs, torch's and transformers', is already resident), then the kernel's peak-RSS mark is reset
-(``/proc/self/clear_refs``), so the peak printed is what loading added on top of a warmed interpreter. Small
-checkpoints read a few MB above their tensors that come from glibc's heap, not from anything loading holds:
-freeing a block above the mmap threshold raises the threshold (up to 32 MiB), and tensors below it then share
-the heap with freed temporaries; ``MALLOC_MMAP_THRESHOLD_`` in the environment fixes it (tensors of a real
-checkpoint are mostly above 32 MiB and mapped on their own either way).
+(``/proc/self/clear_refs``), so the peak printed is what loading added on top of a warmed interpreter. On a small
+checkpoint glibc's heap moves the figure by 10-20 MB at random (worker threads' malloc arenas; freed heap kept
+once a freed block raised the dynamic mmap threshold): ``OMP_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=65536`` in the
+environment takes that out (docs/memory_plan.md, "Loading").
 ``--load-then-quantize`` loads in full precision and quantizes afterwards (what omnistage did before loading
 quantized as it read), to see the difference. Prints one JSON line.
 """
