@@ -6,7 +6,9 @@ greedy codes far more often than in a trained model, whose top code usually lead
 :mod:`omnistage.tools.confident_head` does for the thinker, this scales each input embedding up (``EMBED_SCALE``)
 so the input code's direction survives to the final state, and gives each head, for a fixed random permutation
 ``succ`` of the ordinary codes, a row for ``succ[c]`` along the direction in which code ``c`` enters
-(``HEAD_GAIN`` logits at cosine 1): a bigram "after c comes succ[c]" that the layers can still override.
+(``HEAD_GAIN`` times the head's own logit spread at cosine 1: made checkpoints draw wide heads, whose logits
+spread ~0.5 sqrt(hidden), so a fixed gain would drown in them): a bigram "after c comes succ[c]" that the layers
+can still override.
 
 * the code predictor's pass ``s`` (head ``s``) sees code ``s`` (code 0: the talker's embedding of it; code
   ``s >= 1``: the predictor's embedding ``s - 1``) through ``small_to_mtp_projection``;
@@ -24,17 +26,19 @@ from torch import nn
 from omnistage.models.qwen3_tts.talker import Qwen3TTSTalker
 
 EMBED_SCALE = 16.0
-HEAD_GAIN = 14.0
+HEAD_GAIN = 4.0  # standard deviations of the head's logits
 
 
 def _lean_(head: nn.Linear, inputs: torch.Tensor, generator: torch.Generator) -> None:
-    """``head``'s row ``succ[c]`` gains ``HEAD_GAIN`` logits at cosine 1 with input row ``c`` (``inputs [C, H]``).
-    The final RMSNorm leaves states of norm ~sqrt(H) (weight 1 in a made checkpoint)."""
+    """``head``'s row ``succ[c]`` gains ``HEAD_GAIN`` logit spreads at cosine 1 with input row ``c`` (``inputs
+    [C, H]``). The final RMSNorm leaves states of norm ~sqrt(H) (weight 1 in a made checkpoint), so a row's logits
+    spread as its entries' deviation times sqrt(H)."""
     codes = inputs.shape[0]
     succ = torch.randperm(codes, generator=generator)
     directions = inputs.float() / inputs.float().norm(dim=-1, keepdim=True).clamp_min(1e-6)
     rows = head.weight.detach().float()
-    rows[succ] += directions * (HEAD_GAIN / rows.shape[1] ** 0.5)
+    spread = float(rows.std()) * rows.shape[1] ** 0.5
+    rows[succ] += directions * (HEAD_GAIN * spread / rows.shape[1] ** 0.5)
     head.weight.data.copy_(rows.to(head.weight.dtype))
 
 
