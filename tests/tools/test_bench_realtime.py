@@ -70,6 +70,9 @@ def test_a_reply_is_cancelled_once_when_heard_enough() -> None:
     assert turn.stopped == 5.0 and turn.first_audio == pytest.approx(5.2)
     session._on_event({"type": "response.done", "response": {"id": "r1", "status": "cancelled"}}, 6.0)
     assert turn.cut and turn.ok  # cancelled by the client: a measured turn, not a failure
+    assert turn.prefill_tokens is None  # a cancelled reply's response.done has no usage
+    level = summarize(1, 2.0, True, [[turn]], [], underrun_tolerance_s=0.0)
+    assert level["prefill_tokens_per_turn"] == [] and level["eos_to_first_audio_ms_p50"] is not None
     whole = _session(reply_audio_s=0.0)
     whole._pending = TurnRecord(2.0)
     whole._on_event({"type": "response.created", "response": {"id": "r2"}}, 1.0)

@@ -74,7 +74,8 @@ def add_realtime_parser(targets: argparse._SubParsersAction) -> None:
     rt.add_argument("--reply-tokens", type=int, default=24, help="max_output_tokens of each reply (default 24)")
     rt.add_argument("--reply-audio-seconds", type=float, default=4.0,
                     help="audio heard of each reply before the client cancels it (default 4; 0: the whole reply, "
-                         "which a random checkpoint's talker may make minutes long)")
+                         "which a random checkpoint's talker may make minutes long; a cancelled reply reports no "
+                         "usage, so prefill tokens per turn need 0)")
     rt.add_argument("--streaming-input", choices=["on", "off", "both", "server"], default="both",
                     help="measure with the server's streaming input prefill, without it, or both alternating "
                          "(server: send no per-session option)")

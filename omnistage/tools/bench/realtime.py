@@ -59,7 +59,7 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
     per_turn: dict[int, list[int]] = {}
     for session in sessions:
         for i, t in enumerate(session):
-            if t.ok:
+            if t.ok and t.prefill_tokens is not None:  # cut replies carry no usage: --reply-audio-seconds 0
                 per_turn.setdefault(i, []).append(t.prefill_tokens)
     stops = [b.stop_ms for b in barges if b.stop_ms is not None]
     cancels = [b.cancel_ms for b in barges if b.cancel_ms is not None]
@@ -147,7 +147,7 @@ def print_table(levels: list[dict[str, object]]) -> None:
              "underrun", "barge_p50", "cancel_p50", "fail", "prefill/turn")
     print(" ".join(f"{c:>10}" for c in short))
     for level in levels:
-        cells = [", ".join(f"{x:.0f}" for x in level[c]) if c == "prefill_tokens_per_turn" else _fmt(level[c])
+        cells = [", ".join(f"{x:.0f}" for x in level[c]) or "-" if c == "prefill_tokens_per_turn" else _fmt(level[c])
                  for c in cols]
         print(" ".join(f"{c:>10}" for c in cells))
         if level["errors"]:

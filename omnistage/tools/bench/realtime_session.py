@@ -46,7 +46,7 @@ class TurnRecord:
     audio: list[tuple[float, int]] = field(default_factory=list)  # (arrival, samples) per audio delta
     done: float | None = None
     status: str = ""
-    input_tokens: int = 0
+    input_tokens: int | None = None  # the reply's usage (None: none came, e.g. a reply the client cancelled)
     cached_tokens: int = 0
     error: str | None = None
     cut: bool = False  # the client cancelled the reply once it had heard enough of it (reply_audio_s)
@@ -62,9 +62,10 @@ class TurnRecord:
         return sum(n for _, n in self.audio)
 
     @property
-    def prefill_tokens(self) -> int:
-        """Prompt tokens the thinker computed for this reply (the rest came from its prefix cache)."""
-        return self.input_tokens - self.cached_tokens
+    def prefill_tokens(self) -> int | None:
+        """Prompt tokens the thinker computed for this reply (the rest came from its prefix cache); None without
+        usage (a cancelled reply's ``response.done`` has none)."""
+        return None if self.input_tokens is None else self.input_tokens - self.cached_tokens
 
     def stream(self) -> StreamRecord:
         record = StreamRecord(self.eos, end=self.done)
@@ -253,7 +254,7 @@ class BenchSession:
     def _response_done(self, turn: TurnRecord, response: dict[str, Any], now: float) -> None:
         turn.done, turn.status = now, response.get("status", "")
         usage = response.get("usage") or {}
-        turn.input_tokens = int(usage.get("input_tokens", 0))
+        turn.input_tokens = int(usage["input_tokens"]) if "input_tokens" in usage else None
         turn.cached_tokens = int((usage.get("input_token_details") or {}).get("cached_tokens", 0))
         if self.barge is not None and turn is self._barged:
             self.barge.status, self.barge.done = turn.status, now
