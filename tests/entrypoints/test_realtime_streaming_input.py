@@ -10,7 +10,8 @@ another order) and the same accept-layer states for the talker as the same promp
 prefilled whole on a worker without a cache. Cases: shorter than one window,
 exactly one window (no lookahead past it yet: nothing streamed), one window and
 a 2-frame tail, several windows and a tail. An aborted prefill frees every block;
-a second turn prefills only what is new.
+a second turn prefills only what is new, and a short one finds its history cached
+by the prefill sent at its speech start.
 """
 
 from __future__ import annotations
@@ -192,3 +193,25 @@ def test_turn_two_prefills_only_what_is_new(setup) -> None:
     new = len(second.token_ids) - len(first.token_ids)
     assert two.num_cached >= len(first.token_ids) // 16 * 16  # turn 1 (its audio and its prompt) was not redone
     assert len(second.token_ids) - two.num_cached <= new + 16
+
+
+def test_the_speech_start_prefill_caches_the_history(tiny_dir: Path, setup) -> None:
+    """A short turn 2 (no window completes): the prefill sent at its speech start (the conversation and the new
+    turn's header, its message text-only) leaves turn 1's reply in the cache, so turn 2's response prefills
+    little more than its own audio, with the same tokens and log-probabilities as the whole prefill."""
+    processor, _, uncached = setup
+    cached = Worker(tiny_dir, True)  # its own cache: nothing another test left there
+    audio = spoken_like(1.5, RATE, seed=31)
+    first = prompt_of(processor, (), audio)
+    reply = processor.tokenizer.decode(cached.run(first, max_tokens=24).tokens, skip_special_tokens=True)
+    earlier = (Item("u1", "message", role="user", audio=audio), Item("a1", "message", role="assistant", text=reply))
+    header = render_prompt(processor, PromptSpec("You are a voice assistant.",
+                                                 (*earlier, Item("live", "message", role="user"))))
+    cached.run(header, max_tokens=1, for_talker=False)
+    second = prompt_of(processor, earlier, spoken_like(1.2, RATE, seed=32))
+    pads = [i for i, t in enumerate(second.token_ids) if t == processor.audio_token_id]
+    turn_two = next(p for p, q in zip(pads[1:], pads) if p != q + 1)
+    assert turn_two // 16 > len(first.token_ids) // 16  # the reply fills blocks turn 1's prompt did not
+    two, whole = cached.run(second), uncached.run(second)
+    same_run(two, whole)
+    assert two.num_cached >= (turn_two - 1) // 16 * 16  # everything before the new turn's audio, block by block
