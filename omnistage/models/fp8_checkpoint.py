@@ -155,10 +155,21 @@ class Fp8View:
         return self._inner.get(name)
 
     def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        # A stored FP8 weight is one [N, K] matrix: its rows are dequantised whole (scales may span row blocks).
-        if name in self._raw_scales or name in self._scales and name not in self.raw_names:
-            return self.get(name)[start:stop]
-        return self._inner.get_rows(name, start, stop)
+        if name in self._raw_scales:
+            return self.get(name)[start:stop]  # one float per row: small
+        if name not in self._scales or name in self.raw_names:
+            return self._inner.get_rows(name, start, stop)
+        # Only these rows are dequantised: from the first row of their block, with their scale rows.
+        scale = self._inner.get(self._scales[name])
+        n, k = self._inner.shape(name)[-2:]
+        layout = scale_layout(scale, (n, k), self.fmt.block)
+        first = start - start % self.fmt.block[0] if layout == "block" else start
+        if layout == "row":
+            scale = scale.reshape(n, -1)[start:stop]
+        elif layout == "block":
+            scale = scale[first // self.fmt.block[0]:-(-stop // self.fmt.block[0])]
+        rows = dequantize_fp8(self._inner.get_rows(name, first, stop), scale, self.fmt.block)
+        return rows[start - first:]
 
 
 def keep_fp8_(model: nn.Module, raw_names: set[str], sources: Callable[[str], list[str]], prefix: str,

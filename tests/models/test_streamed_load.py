@@ -10,9 +10,11 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from omnistage.layers.quant.apply import quantize_int8_
+from omnistage.layers.quant.fp8 import quantize_fp8
 from omnistage.models import weights
 from omnistage.models.build import assert_materialized, build_on
 from omnistage.models.decoder import load_checkpoint
+from omnistage.models.fp8_checkpoint import Fp8Format, Fp8View
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.talker import CHECKPOINT_PREFIX as TALKER_PREFIX
 from omnistage.models.qwen3_omni.talker import Talker
@@ -88,3 +90,21 @@ def test_a_tied_parameter_built_empty_is_filled_under_every_name(tmp_path: Path)
         tied = Tied()
     load_module(tied, Checkpoint(tmp_path), "m.")
     assert tied.head.weight is tied.embed.weight and torch.equal(tied.head.weight, value)
+
+
+@pytest.mark.parametrize("layout", ["tensor", "row", "block"])
+def test_fp8_weights_dequantise_by_rows_as_whole(tmp_path: Path, layout: str) -> None:
+    w = torch.randn(300, 260, generator=torch.Generator().manual_seed(1))
+    if layout == "row":
+        scale = w.abs().amax(1, keepdim=True) / 448
+        q, fmt, scale_name = (w / scale).to(torch.float8_e4m3fn), Fp8Format("modelopt"), "x.weight_scale"
+    else:
+        block = (128, 128) if layout == "block" else None
+        q, scale = quantize_fp8(w, block)
+        fmt = Fp8Format("fp8", scale_suffix="weight_scale_inv", block=block) if block else Fp8Format("modelopt")
+        scale_name = "x.weight_scale_inv" if block else "x.weight_scale"
+    save_file({"x.weight": q, scale_name: scale}, str(tmp_path / "model.safetensors"))
+    view = Fp8View(Checkpoint(tmp_path), fmt)
+    whole = view.get("x.weight")
+    for start, stop in ((0, 300), (5, 140), (130, 131), (128, 256), (255, 300)):
+        assert torch.equal(view.get_rows("x.weight", start, stop), whole[start:stop]), (start, stop)
