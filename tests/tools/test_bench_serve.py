@@ -244,3 +244,27 @@ def test_reference_baseline_times_the_qwen_tts_package(tmp_path: Path) -> None:
     assert figures["completed"] == 2
     assert figures["mean_audio_s"] == pytest.approx(6 * 1920 / 24000)  # held to the frames asked, as ours are
     assert figures["audio_throughput"] > 0 and figures["min_e2el_ms"] <= figures["mean_e2el_ms"]
+
+
+def test_speech_driver_passes_the_first_chunk_size(tmp_path: Path) -> None:
+    """``--initial-chunk-frames`` reaches a TTS request: its first audio packet is that many frames (it was dropped,
+    so every speech bench ran the stage config's first chunk whatever was asked)."""
+    import asyncio
+
+    from omnistage.tools.bench.speech import SpeechInProcessDriver, speech_prompts
+    from omnistage.tools.make_tiny_tts import make_tiny_tts
+
+    folder = make_tiny_tts(tmp_path / "tts", seed=0)
+    prompt = speech_prompts(1, 4, seed=0)[0]
+
+    async def first_packet(initial: int | None) -> int:
+        driver = SpeechInProcessDriver(str(folder), 12, in_process=True, initial_chunk_frames=initial)
+        try:
+            record = await driver.stream(prompt, seed=0)
+        finally:
+            await driver.close()
+        assert record.ok and record.audio, record.error
+        return record.audio[0][1]
+
+    assert asyncio.run(first_packet(2)) == 2 * 1920
+    assert asyncio.run(first_packet(None)) > 2 * 1920  # the preset's first chunk is larger

@@ -39,7 +39,7 @@ def speech_prompts(count: int, words: int, seed: int) -> list[BenchPrompt]:
 
 class SpeechInProcessDriver:
     def __init__(self, model: str, audio_frames: int, stage_config: str | None = None,
-                 in_process: bool = False) -> None:
+                 in_process: bool = False, initial_chunk_frames: int | None = None) -> None:
         from omnistage.pipeline.async_omni import AsyncOmni
         from omnistage.pipeline.runtime import PipelineOptions
 
@@ -47,6 +47,7 @@ class SpeechInProcessDriver:
         if self.omni.speech is None:
             raise ValueError(f"{model} is not a text-to-speech checkpoint (--backend openai-audio-speech)")
         self.audio_frames = audio_frames
+        self.initial_chunk_frames = initial_chunk_frames  # None: the stage config's (load-aware) first chunk
 
     async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
         from omnistage.core import Modality, OmniRequest, RequestSampling
@@ -56,7 +57,8 @@ class SpeechInProcessDriver:
         ask = SpeechAsk(prompt.text, speech.speakers[0] if speech.speakers else None,
                         None if speech.speakers else "A clear, calm voice.")
         request = OmniRequest(f"bench-{uuid.uuid4().hex[:8]}", speech.prompt(ask), frozenset({Modality.AUDIO}),
-                              RequestSampling(temperature=0.0, max_tokens=self.audio_frames + 1, seed=seed))
+                              RequestSampling(temperature=0.0, max_tokens=self.audio_frames + 1, seed=seed),
+                              initial_codec_chunk_frames=self.initial_chunk_frames)
         record = StreamRecord(time.perf_counter())
         async for out in self.omni.generate(request):
             now = time.perf_counter()
@@ -154,7 +156,8 @@ def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serv
     if args.url:
         driver = SpeechHttpDriver(args.url, args.served_model or args.model)
     else:
-        driver = SpeechInProcessDriver(args.model, frames, args.stage_config)
+        driver = SpeechInProcessDriver(args.model, frames, args.stage_config,
+                                       initial_chunk_frames=args.initial_chunk_frames)
 
     async def drive() -> dict[int, dict[str, float]]:
         try:
