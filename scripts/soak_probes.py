@@ -54,18 +54,23 @@ def wav_bytes(rate: int, frames: int, channels: int = 1, noise: bool = False) ->
             + b"data" + struct.pack("<I", len(data)) + data)
 
 
+def _silent_flac(rate: int, channels: int, seconds: int) -> bytes:
+    """``seconds`` of 16-bit silence as FLAC, written a second at a time (the whole would not fit in memory)."""
+    import soundfile as sf
+
+    out = io.BytesIO()
+    second = np.zeros((rate, channels), dtype=np.int16)
+    with sf.SoundFile(out, "w", samplerate=rate, channels=channels, format="FLAC", subtype="PCM_16") as f:
+        for _ in range(seconds):
+            f.write(second)
+    return out.getvalue()
+
+
 def flac_599s_192k_8ch() -> bytes:
     """The issue's 952 KB FLAC: 599 s of silence at 192 kHz x 8 channels (made once, ~6 s, then cached)."""
     if not FLAC_CACHE.exists():
-        import soundfile as sf
-
-        out = io.BytesIO()
-        second = np.zeros((192_000, 8), dtype=np.int16)
-        with sf.SoundFile(out, "w", samplerate=192_000, channels=8, format="FLAC", subtype="PCM_16") as f:
-            for _ in range(599):
-                f.write(second)
         FLAC_CACHE.parent.mkdir(parents=True, exist_ok=True)
-        FLAC_CACHE.write_bytes(out.getvalue())
+        FLAC_CACHE.write_bytes(_silent_flac(192_000, 8, 599))
     return FLAC_CACHE.read_bytes()
 
 
@@ -73,14 +78,7 @@ def flac_without_length_600s_8ch() -> bytes:
     """600 s of 48 kHz 8-channel silence as a streaming FLAC: STREAMINFO gives no length (total samples 0), so
     no header check can bound it; the decoder must stop at --max-audio-samples (made once, then cached)."""
     if not STREAMING_FLAC_CACHE.exists():
-        import soundfile as sf
-
-        out = io.BytesIO()
-        second = np.zeros((48_000, 8), dtype=np.int16)
-        with sf.SoundFile(out, "w", samplerate=48_000, channels=8, format="FLAC", subtype="PCM_16") as f:
-            for _ in range(600):
-                f.write(second)
-        data = bytearray(out.getvalue())
+        data = bytearray(_silent_flac(48_000, 8, 600))
         data[8 + 13] &= 0xF0  # STREAMINFO's total samples (the low 36 bits of its bytes 10-17): 0, unknown
         data[8 + 14:8 + 18] = b"\0\0\0\0"
         STREAMING_FLAC_CACHE.parent.mkdir(parents=True, exist_ok=True)
