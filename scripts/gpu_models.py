@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from omnistage.engine import Request, SamplingParams
-from omnistage.models.decoder import DecoderConfig, MoeConfig, build_on
+from omnistage.models.build import build_on
+from omnistage.models.decoder import DecoderConfig, MoeConfig
 from omnistage.models.qwen3_omni.thinker import ThinkerTextModel
 from omnistage.runner import StepHook
 from omnistage.tools.bench.engine import StageUnderTest

@@ -8,7 +8,7 @@ checkpoint are data (a rename table), never per-model loading code.
 
 Loading streams: each tensor is read in slices of its leading dimension (at most ``CHUNK_BYTES`` each) straight
 into the tensor that keeps it, and with ``quantization="int8"`` each quantizable weight is quantized slice by
-slice as it is read. A model built with :func:`omnistage.models.decoder.build_on` ``(..., empty=True)`` has no
+slice as it is read. A model built with :func:`omnistage.models.build.build_on` ``(..., empty=True)`` has no
 storage until then, so the peak while loading is the loaded model plus one slice, never the model in full
 precision (docs/memory_plan.md, "Loading").
 """

@@ -103,7 +103,7 @@ def _thinker_kept_in_fp8(folder: Path) -> Thinker:
     """What ``load_checkpoint`` builds on a GPU with FP8 GEMMs (there ``raw`` follows the device; forced here)."""
     from omnistage.models.fp8_checkpoint import keep_fp8_
     from omnistage.models.build import build_on
-    from omnistage.models.decoder import StackedExpertsView
+    from omnistage.models.decoder_checkpoint import StackedExpertsView
     from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
     from omnistage.models.qwen3_omni.thinker import CHECKPOINT_PREFIX
     from omnistage.models.weights import load_module

@@ -13,7 +13,7 @@ from omnistage.layers.quant.apply import quantize_int8_
 from omnistage.layers.quant.fp8 import quantize_fp8
 from omnistage.models import weights
 from omnistage.models.build import assert_materialized, build_on
-from omnistage.models.decoder import load_checkpoint
+from omnistage.models.decoder_checkpoint import load_checkpoint
 from omnistage.models.fp8_checkpoint import Fp8Format, Fp8View
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.talker import CHECKPOINT_PREFIX as TALKER_PREFIX

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from omnistage.models.build import build_on
-from omnistage.models.decoder import KVCacheSpec, load_checkpoint
+from omnistage.models.decoder import KVCacheSpec
+from omnistage.models.decoder_checkpoint import load_checkpoint
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
 from omnistage.models.qwen2_5_omni.text_decoder import Qwen2Decoder, Qwen2Widths
 from omnistage.models.qwen2_5_omni.tmrope import TMRopeTokens

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from omnistage.models.build import build_on
-from omnistage.models.decoder import load_checkpoint
+from omnistage.models.decoder_checkpoint import load_checkpoint
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
 
 CHECKPOINT_PREFIX = "token2wav."

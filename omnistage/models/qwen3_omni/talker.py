@@ -40,8 +40,8 @@ from omnistage.models.decoder import (
     DecoderConfig,
     KVCacheSpec,
     decoder_config,
-    load_checkpoint,
 )
+from omnistage.models.decoder_checkpoint import load_checkpoint
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig

@@ -32,8 +32,8 @@ from omnistage.models.decoder import (
     Deepstack,
     KVCacheSpec,
     decoder_config,
-    load_checkpoint,
 )
+from omnistage.models.decoder_checkpoint import load_checkpoint
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length, mrope_positions
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs

@@ -15,7 +15,7 @@ from torch import nn
 
 from omnistage.layers.quant.apply import apply_quantization, quantizable
 from omnistage.layers.quant.w8a8 import mark_dynamic_inputs_
-from omnistage.models.decoder import build_on
+from omnistage.models.build import build_on
 from omnistage.models.weights import Checkpoint, load_module
 from omnistage.models.qwen3_tts.codec_decoder import CodecDecoder
 from omnistage.models.qwen3_tts.codec_encoder import CodecEncoder

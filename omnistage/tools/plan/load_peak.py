@@ -47,7 +47,7 @@ def _stage_class(stage: str) -> type:
 def _load_then_quantize(cls: type, folder: Path, dtype: torch.dtype, quantization: str) -> torch.nn.Module:
     from omnistage.layers.quant.apply import apply_quantization
     from omnistage.models.build import build_on
-    from omnistage.models.decoder import load_checkpoint
+    from omnistage.models.decoder_checkpoint import load_checkpoint
     from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
     from omnistage.models.qwen3_omni.thinker import HUB_NAMES, Thinker
 
