@@ -293,6 +293,7 @@ class Probes:
         and the session ends as usual (speech.audio.done, close 1000)."""
         started = time.monotonic()
         kinds: list[str] = []
+        codes: list[str] = []  # each error event's code: a segment refused while the talker is stopped is a fault
         async with connect(self._ws("/v1/audio/speech/stream"), additional_headers=self.headers,
                            max_size=None) as ws:
             for event in ('{"type": "nonsense"}', "not json", '{"type": "session.update", "voice": "nobody"}',
@@ -301,11 +302,14 @@ class Probes:
             with contextlib.suppress(ConnectionClosed):
                 async with asyncio.timeout(120):
                     async for message in ws:
-                        kinds.append(json.loads(message).get("type", "") if isinstance(message, str) else "")
+                        event = json.loads(message) if isinstance(message, str) else {}
+                        kinds.append(event.get("type", ""))
+                        if event.get("type") == "error":
+                            codes.append(str((event.get("error") or {}).get("code", "")))
             code = ws.close_code
         ok = kinds.count("error") == 3 and "speech.audio.done" in kinds and code == 1000
         self.record("speech_stream_after_error", started, ok, f"close {code}, events {sorted(set(kinds))}, "
-                                                              f"{kinds.count('error')} errors")
+                                                              f"{kinds.count('error')} errors: {codes}")
 
     # ---- raw connections --------------------------------------------------------------------------------------
 
