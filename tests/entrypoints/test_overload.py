@@ -18,6 +18,14 @@ from tests.entrypoints.server_thread import ServerThread
 MAX_REQUESTS = 3
 CHAT = {"model": "fake-omni", "messages": [{"role": "user", "content": "hi"}]}
 SPEECH = {"model": "fake-omni", "input": "hi", "voice": "Ethan"}
+# Media no decoder can read: answered 400 once looked at, so a 429 for them says nothing was fetched or decoded
+# before admission (item 2 of issue 28: an overloaded server spends no pool job on a body it will not serve).
+NOT_AN_IMAGE = "data:image/png;base64," + "QUJD" * 1000
+CHAT_MEDIA = {"model": "fake-omni", "messages": [{"role": "user", "content": [
+    {"type": "image_url", "image_url": {"url": NOT_AN_IMAGE}},
+    {"type": "input_audio", "input_audio": {"data": "not base64!", "format": "wav"}}]}]}
+RESPONSES_MEDIA = {"model": "fake-omni", "input": [{"role": "user", "content": [
+    {"type": "input_image", "image_url": NOT_AN_IMAGE}]}]}
 
 
 @pytest.fixture()
@@ -53,7 +61,8 @@ def test_past_the_limit_new_requests_get_429_with_retry_after_and_the_slots_come
             while len(engine.requests) < MAX_REQUESTS:
                 await asyncio.sleep(0.01)
             for path, body in (("/v1/chat/completions", CHAT), ("/v1/chat/completions", {**CHAT, "stream": True}),
-                               ("/v1/audio/speech", SPEECH)):
+                               ("/v1/audio/speech", SPEECH), ("/v1/chat/completions", CHAT_MEDIA),
+                               ("/v1/responses", RESPONSES_MEDIA)):
                 refused = await client.post(f"{url}{path}", json=body)
                 assert refused.status_code == 429, refused.text
                 assert int(refused.headers["retry-after"]) >= 1
@@ -68,9 +77,13 @@ def test_past_the_limit_new_requests_get_429_with_retry_after_and_the_slots_come
                     break
                 await asyncio.sleep(0.1)
             assert ok.status_code == 200, ok.text
+            for path, body in (("/v1/chat/completions", CHAT_MEDIA), ("/v1/responses", RESPONSES_MEDIA)):
+                looked_at = await client.post(f"{url}{path}", json=body)  # admitted: the media error, slot back
+                assert looked_at.status_code == 400, looked_at.text
+            assert (await client.post(f"{url}/v1/chat/completions", json={**CHAT, "max_tokens": 1})).status_code == 200
 
     asyncio.run(scenario())
-    assert len(engine.requests) == MAX_REQUESTS + 1  # the refused ones never reached the engine
+    assert len(engine.requests) == MAX_REQUESTS + 2  # the refused ones never reached the engine
 
 
 def test_while_a_stage_is_down_requests_get_503_with_retry_after(server: tuple[str, FakeEngine]) -> None:

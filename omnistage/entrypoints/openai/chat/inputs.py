@@ -1,10 +1,11 @@
 """Chat messages → a ``PromptPlan`` for the shared ``PromptBuilder`` (``media/prompt_builder.py``).
 
-``plan`` (before admission) turns each message into template messages and
-fetches each media item's bytes, then checks what its header declares against
-the request's budget: nothing is decoded. ``build`` (after admission, the
-shared builder's) decodes the items and runs the chat template and the
-processor in the bounded ``DecodePool``; the client leaving cancels it.
+``plan`` turns each message into template messages and fetches each media
+item's bytes, then checks what its header declares against the request's
+budget: no sample or pixel is decoded. ``build`` (the shared builder's) then
+decodes the items and runs the chat template and the processor in the bounded
+``DecodePool``. Both run once the request is admitted; the client leaving
+cancels them.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class ChatPromptBuilder(PromptBuilder):
             plan.messages.append(await self._message(msg, f"messages[{i}]", plan.items))
         return await self.check(plan)
 
-    # -- before admission -------------------------------------------------------------------------
+    # -- planning ---------------------------------------------------------------------
     async def _message(self, msg: ChatMessage, param: str, items: list[MediaItem]) -> TemplateMessage:
         role = _TEXT_ROLE.get(msg.role, msg.role)
         message: TemplateMessage = {"role": role}

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from omnistage.audio import encode_audio
 from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest, RequestSampling, Usage
 from omnistage.engine.logprobs import TokenLogprob
-from omnistage.entrypoints.openai.chat.inputs import ChatPromptBuilder, PromptPlan
+from omnistage.entrypoints.openai.chat.inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.chat.logprobs import LogprobWriter
 from omnistage.entrypoints.openai.chat.protocol import (
     ChatCompletionAudio,
@@ -82,12 +82,13 @@ class ChatService:
     async def create(self, body: ChatCompletionRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
         plan = chat_plan(body, self.engine, self.served)
-        prompt_plan = await self.builder.plan(body.messages, plan.template)  # media fetched and checked
-        # Admitted before the decoding, which then runs in the bounded pool and stops if the client leaves.
+        # Admitted before any media is fetched or decoded (a data: URL's base64 included): an overloaded server
+        # refuses at once instead of first spending a pool job on a body it will not serve. The work then runs in
+        # the bounded pool and stops if the client leaves; a media error gives the tickets back.
         tickets = self._admit(plan.choices)
         group = Ticket(lambda: [t.release() for t in tickets])
         try:
-            prompt, sampling = await prepare_admitted(raw, group, self._prompt(body, prompt_plan, plan))
+            prompt, sampling = await prepare_admitted(raw, group, self._prompt(body, plan))
         except ClientDisconnected:
             return Response(status_code=499)
         requests = self._requests(body, plan, prompt, sampling)
@@ -120,8 +121,8 @@ class ChatService:
             raise
         return tickets
 
-    async def _prompt(self, body: ChatCompletionRequest, prompt_plan: PromptPlan, plan: ChatPlan,
-                      ) -> tuple[ProcessedPrompt, RequestSampling]:
+    async def _prompt(self, body: ChatCompletionRequest, plan: ChatPlan) -> tuple[ProcessedPrompt, RequestSampling]:
+        prompt_plan = await self.builder.plan(body.messages, plan.template)  # media fetched, headers checked
         prompt = await self.builder.build(prompt_plan)
         return prompt, chat_sampling(body, self.engine, len(prompt.token_ids), plan)
 

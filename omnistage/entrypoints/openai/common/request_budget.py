@@ -1,11 +1,12 @@
 """A request's budget, spent before any work is done for it: counted from the raw body, then from headers.
 
-Two passes, both before admission and before any media is decoded:
+Two passes, both before any media is decoded:
 
 1. ``common/prescan.py`` counts the raw JSON body (messages, parts, text, media, tool calls, depth) before
-   pydantic builds a single object.
-2. ``MediaBudget`` adds up what each media item's header declares: audio
-   seconds, sample rate and seconds x rate x channels, image pixels, video frames x pixels.
+   pydantic builds a single object, and before admission.
+2. After admission (a full server refuses before fetching a media byte), ``MediaBudget`` adds up what each
+   media item's header declares: audio seconds, sample rate and seconds x rate x channels, image pixels, video
+   frames x pixels.
 
 Every breach is a 400 naming the limit's flag (413 stays for the body size).
 """

@@ -1,17 +1,19 @@
-"""A request's media and template messages → the thinker's prompt, in two steps either side of admission.
+"""A request's media and template messages → the thinker's prompt, in two steps, both after admission.
 
-Every API that sends a conversation to the thinker (chat completions, responses) first turns its own input shape
-into a ``PromptPlan``: template messages with one placeholder part per media item, and the items' bytes
-(``fetch``/``inline`` read them under the media policy, decoding nothing). Before admission ``check`` reads each
-item's header against the request's budget (``MediaBudget``); after admission ``build`` decodes the items and runs
-the chat template and the processor in one job of the bounded ``DecodePool``; the client leaving cancels it.
+Only the raw body's prescan comes before admission: a server that is full refuses a request before a single media
+byte is fetched or a data: URL's base64 read. Every API that sends a conversation to the thinker (chat
+completions, responses) then turns its own input shape into a ``PromptPlan``: template messages with one
+placeholder part per media item, and the items' bytes (``fetch``/``inline`` read them under the media policy,
+decoding no samples or pixels); ``check`` reads each item's header against the request's budget
+(``MediaBudget``) before ``build`` decodes the items and runs the chat template and the processor in one job of
+the bounded ``DecodePool``. The client leaving cancels either step and gives the admission ticket back.
 
 The processor's chat template places one placeholder per audio/image/video part,
 and ``PromptProcessor.process`` expands them in order, so each kind is collected
 in the order its parts appear. A video part reaches the processor as its sampled
 frames and their rate; with ``use_audio_in_video`` also its sound track, which
 counts against the request's audio budget like any audio part (checked from the
-header before admission, and again while decoding).
+header before decoding, and again while decoding).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ class PromptBuilder:
         self.limits = limits
         self.pool = pool or DecodePool(limits.decode_workers)
 
-    # -- before admission -------------------------------------------------------------------------
+    # -- planning: the bytes and their headers, before any sample is decoded ----------------------
     async def fetch(self, url: str, param: str) -> FetchedMedia:
         """A data:, file:// or http(s) URL's bytes under the server's media policy; a large data: URL is decoded
         in the bounded pool (four 60 MB ones decoded at once on the event loop stalled it for seconds)."""
@@ -153,7 +155,7 @@ class PromptBuilder:
             except MediaError as exc:
                 raise media_error(exc, item.param) from exc
 
-    # -- after admission --------------------------------------------------------------------------
+    # -- building: the decode and the template ----------------------------------------------------
     async def build(self, plan: PromptPlan) -> ProcessedPrompt:
         """Decodes the media and builds the prompt, in the pool (cancelled with the calling task); one request with
         large media at a time (``DecodePool.run_large``)."""

@@ -5,7 +5,7 @@ The conversation is the stored history of ``previous_response_id`` (if any) foll
 onto the chat template's turns: messages keep their role (``developer`` is Qwen's ``system``), ``function_call``
 items join the assistant turn before them as its ``tool_calls``, and each ``function_call_output`` is a ``tool``
 turn. Media parts are fetched (``input_image``) or read inline (``input_audio``) here and checked against the
-request's budget, decoding nothing before admission.
+request's budget before anything is decoded; all of it once the request is admitted.
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ from omnistage.entrypoints.openai.common.streaming import (
     prepare_admitted,
     run_until_disconnect,
 )
+from omnistage.entrypoints.openai.common.tool_calls import ToolSetup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
-from omnistage.entrypoints.openai.media.prompt_builder import PromptBuilder, PromptPlan
+from omnistage.entrypoints.openai.media.prompt_builder import PromptBuilder
 from omnistage.entrypoints.openai.responses.events import ResponseEvent
 from omnistage.entrypoints.openai.responses.inputs import input_items, plan_prompt, tools_of
 from omnistage.entrypoints.openai.responses.protocol import (
@@ -77,10 +78,10 @@ class ResponsesService:
             if body.previous_response_id else []
         items = input_items(body)
         tools = tools_of(body)
-        plan = await plan_prompt(self.builder, body.instructions, history, items, tools)
-        ticket = self.admission.admit()  # the prompt is built (media decoded) only once admitted
+        # Admitted before any media is fetched or decoded (as chat): see ChatService.create.
+        ticket = self.admission.admit()
         try:
-            prompt, sampling = await prepare_admitted(raw, ticket, self._prompt(body, plan))
+            prompt, sampling = await prepare_admitted(raw, ticket, self._prompt(body, history, items, tools))
         except ClientDisconnected:
             return Response(status_code=499)
         request_id = f"resp_{uuid.uuid4().hex}"
@@ -115,7 +116,9 @@ class ResponsesService:
         require_audio_support(self.engine, "modalities")
         return resolve_voice(self.served.voices, body.audio.voice if body.audio else None, "audio.voice")
 
-    async def _prompt(self, body: ResponsesRequest, plan: PromptPlan) -> tuple[ProcessedPrompt, RequestSampling]:
+    async def _prompt(self, body: ResponsesRequest, history: list[InputItem], items: list[InputItem],
+                      tools: ToolSetup) -> tuple[ProcessedPrompt, RequestSampling]:
+        plan = await plan_prompt(self.builder, body.instructions, history, items, tools)
         prompt = await self.builder.build(plan)
         budget = completion_budget(body.max_output_tokens, len(prompt.token_ids), self.engine.max_model_len,
                                    "max_output_tokens", self.engine.default_sampling.max_tokens)
