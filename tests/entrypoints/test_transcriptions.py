@@ -324,6 +324,26 @@ def test_delta_joiner_gives_the_joined_stripped_text() -> None:
     assert sent == joiner.text == "Hello there Next one. End"
 
 
+@pytest.mark.parametrize(("segments", "joined"), [
+    (["你好。", "今天天气很好。"], "你好。今天天气很好。"),  # Chinese: no space between sentences
+    (["こんにちは", "元気ですか"], "こんにちは元気ですか"),  # Japanese kana and kanji
+    (["รถไฟ", "มาแล้ว"], "รถไฟมาแล้ว"),  # Thai
+    (["안녕하세요.", "반갑습니다."], "안녕하세요. 반갑습니다."),  # Korean spaces its words
+    (["Hello.", "你好"], "Hello.你好"),
+    (["It costs", "5 dollars."], "It costs 5 dollars."),
+    (["", "Alone", ""], "Alone"),
+])
+def test_segments_of_unspaced_scripts_join_without_a_space(segments: list[str], joined: str) -> None:
+    """Whole answers (``join_texts``) and streamed deltas (``DeltaJoiner``) put the same separator between
+    segments: a space, except where either side is written without spaces (Chinese, Japanese, Thai...)."""
+    from omnistage.entrypoints.openai.transcription.formats import join_texts
+
+    assert join_texts(segments) == joined
+    joiner = DeltaJoiner()
+    sent = "".join(joiner.feed(i, text[:2]) + joiner.feed(i, text[2:]) for i, text in enumerate(segments))
+    assert sent == joiner.text == joined
+
+
 # ---- the real tiny pipeline -------------------------------------------------------------------------------------
 
 

@@ -59,14 +59,43 @@ class TranscriptResult:
                      sum(s.done.usage.completion_tokens for s in self.segments))
 
 
+# Scripts written without spaces between words: two segments meeting in one are joined with nothing between them
+# (a space inside Chinese or Japanese text is a mistake a reader sees). Korean spaces its words, so Hangul is not here.
+_UNSPACED = ((0x0E00, 0x0EFF),  # Thai, Lao
+             (0x1000, 0x109F),  # Myanmar
+             (0x1780, 0x17FF),  # Khmer
+             (0x3000, 0x30FF),  # CJK punctuation, Hiragana, Katakana
+             (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),  # CJK ideographs
+             (0xFF00, 0xFFEF),  # fullwidth and halfwidth forms
+             (0x20000, 0x3FFFF))  # CJK ideographs, supplementary planes
+
+
+def _unspaced(char: str) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in _UNSPACED)
+
+
+def segment_separator(before: str, after: str) -> str:
+    """What goes between two segments' stripped texts: one space, or nothing where either side is a script
+    written without spaces."""
+    if not before or not after or _unspaced(before[-1]) or _unspaced(after[0]):
+        return ""
+    return " "
+
+
 def join_texts(texts: Iterable[str]) -> str:
-    """Segments' texts joined by one space (each already stripped; empty ones dropped)."""
-    return " ".join(t for t in texts if t)
+    """Segments' texts joined by :func:`segment_separator` (each already stripped; empty ones dropped)."""
+    joined = ""
+    for text in texts:
+        if text:
+            joined += segment_separator(joined, text) + text
+    return joined
 
 
 class DeltaJoiner:
     """Streamed deltas of several segments made into the text ``TranscriptResult.text`` is: each segment's
-    text stripped, segments joined by one space. Trailing spaces are held back until more text follows."""
+    text stripped, segments joined by :func:`segment_separator`. Trailing spaces are held back until more text
+    follows."""
 
     def __init__(self) -> None:
         self.parts: list[str] = []
@@ -84,7 +113,7 @@ class DeltaJoiner:
         if not body:
             self._held += text if self._opened else ""
             return ""
-        lead = self._held if self._opened else (" " if self.parts else "")
+        lead = self._held if self._opened else (segment_separator(self.parts[-1], body) if self.parts else "")
         self._opened, self._held = True, text[len(body):]
         self.parts.append(lead + body)
         return self.parts[-1]
