@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from soak_server import replica_stage
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -101,7 +102,6 @@ class Probes:
     voices_url: str | None = None  # a server that clones voices (a Qwen3-TTS Base checkpoint), if any
     windows: list[tuple[str, float, float]] = field(default_factory=list)
     fault: list[float] = field(default_factory=lambda: [0.0, 0.0])  # (start, end) of a fault the soak caused
-    _talker_pid: int | None = None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -346,26 +346,18 @@ class Probes:
 
     # ---- a stopped talker -------------------------------------------------------------------------------------
 
-    def _replicas(self) -> list[int]:
-        """The server's replica processes, oldest first (started thinker, talker, code2wav)."""
+    def talker_pid(self) -> int | None:
+        """The server's talker replica (the newest, after one was replaced), by its command line's ``--stage``."""
         found = []
         children = [c for task in Path(f"/proc/{self.server_pid}/task").iterdir()  # a restart's is its thread's
                     for c in (task / "children").read_text().split()]
         for child in children:
             try:
-                if b"omnistage.pipeline.replica_process" in Path(f"/proc/{child}/cmdline").read_bytes():
+                if replica_stage(int(child)) == "talker":
                     found.append(int(child))
             except FileNotFoundError:
                 continue
-        return sorted(found)
-
-    def talker_pid(self) -> int | None:
-        replicas = self._replicas()
-        if self._talker_pid is None or self._talker_pid not in replicas:
-            # First look: the second started. After we had it killed: the replica started since (the newest).
-            self._talker_pid = (replicas[1] if self._talker_pid is None else replicas[-1]) if len(replicas) > 1 \
-                else None
-        return self._talker_pid
+        return max(found) if found else None
 
     async def stop_talker(self, client: httpx.AsyncClient) -> dict[str, float | None]:
         """SIGSTOPs the talker for ``sigstop_s``: /health must turn 503 within the stall timeout, and 200 again

@@ -19,8 +19,17 @@ SEND_TIMEOUT_S = 5.0  # the server this script starts uses these; a --url server
 HEADER_TIMEOUT_S = 5.0
 
 
+def replica_stage(pid: int) -> str | None:
+    """The stage a replica process serves, from its command line (``... replica_process ... --stage talker``);
+    None for any other process."""
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    if b"omnistage.pipeline.replica_process" not in args or b"--stage" not in args:
+        return None
+    return args[args.index(b"--stage") + 1].decode()
+
+
 def rss_by_process(pid: int) -> dict[str, int]:
-    """RSS (KiB) of ``pid`` ("api") and each of its descendants ("replica PID" for a stage replica), from /proc."""
+    """RSS (KiB) of ``pid`` ("api") and each of its descendants ("talker PID" for a stage replica), from /proc."""
     out: dict[str, int] = {}
     todo = [pid]
     while todo:
@@ -28,8 +37,7 @@ def rss_by_process(pid: int) -> dict[str, int]:
         try:
             rss = next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text().splitlines()
                        if line.startswith("VmRSS:"))
-            name = "api" if p == pid else ("replica" if b"replica_process" in Path(f"/proc/{p}/cmdline")
-                                           .read_bytes() else "other")
+            name = "api" if p == pid else (replica_stage(p) or "other")
             out[name if p == pid else f"{name} {p}"] = rss
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]

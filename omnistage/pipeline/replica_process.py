@@ -6,7 +6,9 @@ script without an ``if __name__ == "__main__"`` guard, ``python -`` (stdin) or a
 notebook would then run (or fail to find) the caller's code again in every
 replica. The parent writes the replica's launch to its stdin, pickled with the
 parent's ``sys.path`` (so factories defined in the caller's importable modules
-resolve); the child reads it once and runs the replica loop.
+resolve); the child reads it once and runs the replica loop. Its command line also names the pipeline, stage
+and replica (``--stage talker --replica 0``), read by nobody here: so that ``ps``, ``top`` and an operator's
+scripts can tell the replicas apart.
 """
 
 from __future__ import annotations
@@ -15,10 +17,20 @@ import os
 import pickle
 import subprocess
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the launcher imports this module; the child imports the launcher only once it runs
+    from omnistage.pipeline.launcher import ReplicaLaunch
 
 
-def start_replica_process(launch: object, parent_pid: int) -> subprocess.Popen[bytes]:
-    child = subprocess.Popen([sys.executable, "-m", "omnistage.pipeline.replica_process"], stdin=subprocess.PIPE,
+def replica_argv(stage: str, index: int, pipeline_id: str) -> list[str]:
+    """The replica's command line: the module, then its place in words (ignored by :func:`main`)."""
+    return [sys.executable, "-m", "omnistage.pipeline.replica_process", "--pipeline", pipeline_id,
+            "--stage", stage, "--replica", str(index)]
+
+
+def start_replica_process(launch: ReplicaLaunch, parent_pid: int) -> subprocess.Popen[bytes]:
+    child = subprocess.Popen(replica_argv(launch.stage, launch.index, launch.pipeline_id), stdin=subprocess.PIPE,
                              close_fds=True)
     assert child.stdin is not None
     try:

@@ -51,6 +51,10 @@ def test_text_and_audio_through_stage_processes(tiny_dir: Path, tmp_path: Path) 
         own = os.getpriority(os.PRIO_PROCESS, 0)
         assert {link.stage: os.getpriority(os.PRIO_PROCESS, link.handle.pid) for link in links} == \
             {stage: min(own + n, 19) for stage, n in nice.items()}
+        # `ps` tells them apart: each command line names its stage and replica.
+        for link in links:
+            args = Path(f"/proc/{link.handle.pid}/cmdline").read_bytes().decode().split("\0")
+            assert args[args.index("--stage") + 1] == link.stage and args[args.index("--replica") + 1] == "0"
         start = time.monotonic()
         # A 2-frame first chunk (the per-request override) and a long answer keep the margin wide on busy CPUs.
         outputs = list(omni.generate("Hello!", modalities=["text", "audio"], stream=True, max_tokens=200,
