@@ -6,7 +6,10 @@ into turns the same way for every detector: speech *starts* after
 ``min_speech_ms`` of consecutive frames scoring at or above the start level and
 *stops* after ``silence_duration_ms`` of consecutive frames below the stop level
 (a lower stop level than start level is hysteresis: a turn is not cut by one
-soft syllable). Two detectors (``vad_backend.py`` chooses, ``--vad``):
+soft syllable). With ``pause_ms`` set (shorter than the silence), a turn in progress
+also reports a *pause* once that much silence has passed, at the sample heard so
+far, and a *resume* when voice returns before the turn stops: the realtime session
+starts a speculative reply at the pause (``realtime/speculation.py``). Two detectors (``vad_backend.py`` chooses, ``--vad``):
 
 * Silero VAD (``silero.py``, the default): a speech probability per 32 ms;
   OpenAI's ``threshold`` (0..1, default 0.5) is that probability, as in
@@ -44,10 +47,11 @@ class VadConfig:
     silence_duration_ms: int = 500  # unvoiced time that ends a turn (OpenAI's default)
     prefix_padding_ms: int = 300  # audio kept before the detected start (OpenAI's default)
     min_speech_ms: int = 60  # voiced time that starts a turn (ignores clicks)
+    pause_ms: int = 0  # omnistage's: unvoiced time in a turn reported as a pause (0, or >= the silence: never)
 
     def __post_init__(self) -> None:
         threshold_to_dbfs(self.threshold)
-        for name in ("silence_duration_ms", "prefix_padding_ms", "min_speech_ms"):
+        for name in ("silence_duration_ms", "prefix_padding_ms", "min_speech_ms", "pause_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
@@ -58,34 +62,45 @@ class VadConfig:
 
 @dataclass(frozen=True)
 class VadEvent:
-    kind: str  # "speech_started" or "speech_stopped"
-    sample: int  # position in the stream (samples at the detector's rate) where it happened
+    kind: str  # "speech_started", "speech_stopped", "speech_paused" or "speech_resumed"
+    sample: int  # position in the stream (samples at the detector's rate) where it happened (a pause: the end of
+    # what was heard when it was reported)
 
 
 class TurnTracker:
-    """Frame scores in, speech start/stop out (as frame indices counted from the last reset)."""
+    """Frame scores in, speech start/stop (and pause/resume) out (as frame indices counted from the last reset)."""
 
     def __init__(self, config: VadConfig, frame_ms: float) -> None:
         self._need_on = max(1, ceil(config.min_speech_ms / frame_ms))
         self._need_off = max(1, ceil(config.silence_duration_ms / frame_ms))
+        pause = ceil(config.pause_ms / frame_ms) if config.pause_ms > 0 else 0
+        self._need_pause = pause if 0 < pause < self._need_off else 0  # 0: no pauses reported
         self.reset()
 
     def reset(self) -> None:
         self.in_speech = False
+        self.paused = False  # a pause was reported in the turn in progress, and no voice came back since
         self._run = 0  # consecutive frames of the state that would flip ``in_speech``
         self._frames = 0
 
     def update(self, scores: Iterable[float], start_at: float, stop_below: float) -> list[tuple[str, int]]:
-        """``(kind, frame)`` for each turn edge: ``frame`` is the first frame of the run that flipped it."""
+        """``(kind, frame)`` for each turn edge: ``frame`` is the first frame of the run that flipped it (a resume: the
+        voiced frame; a pause: the frame after the last one heard, so the audio before it is what was heard)."""
         edges: list[tuple[str, int]] = []
         for score in scores:
             voiced = score >= (stop_below if self.in_speech else start_at)
             self._run = self._run + 1 if voiced != self.in_speech else 0
             need = self._need_off if self.in_speech else self._need_on
             self._frames += 1
+            if self.paused and voiced:
+                self.paused = False
+                edges.append(("speech_resumed", self._frames - 1))
             if self._run >= need:
-                self.in_speech, self._run = not self.in_speech, 0
+                self.in_speech, self._run, self.paused = not self.in_speech, 0, False
                 edges.append(("speech_started" if self.in_speech else "speech_stopped", self._frames - need))
+            elif self.in_speech and self._need_pause and self._run == self._need_pause:
+                self.paused = True
+                edges.append(("speech_paused", self._frames))
         return edges
 
 

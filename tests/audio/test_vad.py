@@ -140,3 +140,27 @@ def test_auto_falls_back_to_the_energy_detector_without_the_model(tmp_path: Path
     lines = out.stdout.splitlines()
     assert lines[0] == "energy" and lines[1].startswith("refused: silero-vad has no model file")
     assert "falls back to the energy detector" in out.stderr
+
+
+def test_a_pause_inside_a_turn_is_reported_then_resumed_or_stopped() -> None:
+    """``pause_ms``: a turn's silence reports a pause once (at the end of what was heard), then a resume if voice
+    comes back before the turn stops, or the stop; shorter silences and pause_ms >= the silence report none."""
+    rate = 16000
+    quiet = lambda s: np.zeros(int(s * rate), np.float32)  # noqa: E731
+    audio = np.concatenate([quiet(0.3), speech_like(0.6, rate, 1), quiet(0.25), speech_like(0.6, rate, 2),
+                            quiet(0.06), speech_like(0.3, rate, 3), quiet(0.6)])
+    config = VadConfig(silence_duration_ms=500, pause_ms=200)
+    found = edges(EnergyVad(config, rate), audio, rate)
+    assert [k for k, _ in found] == ["speech_started", "speech_paused", "speech_resumed", "speech_paused",
+                                     "speech_stopped"]
+    (_, start), (_, pause), (_, back), (_, last), (_, stop) = found
+    assert abs(pause - (0.9 + 0.2)) <= 0.02 and abs(back - 1.15) <= 0.02  # 200 ms into the 250 ms gap; its end
+    assert abs(last - stop - 0.2) <= 0.02 and abs(stop - 2.05) <= 0.1  # the stop names the silence's start
+    for pause_ms in (0, 500, 800):
+        kinds = [k for k, _ in edges(EnergyVad(VadConfig(silence_duration_ms=500, pause_ms=pause_ms), rate), audio,
+                                     rate)]
+        assert kinds == ["speech_started", "speech_stopped"]
+    tracker = TurnTracker(config, 20)  # fed frame by frame: the same edges
+    scores = [1.0] * 10 + [0.0] * 10 + [1.0] + [0.0] * 30
+    assert [k for k, _ in tracker.update(scores, 0.5, 0.5)] == ["speech_started", "speech_paused",
+                                                                "speech_resumed", "speech_paused", "speech_stopped"]

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 MIB = 1024 * 1024
+# The speculative reply's pause: long enough that the gaps inside a spoken sentence rarely reach it, short enough
+# that the reply's first audio is made during the rest of OpenAI's 500 ms silence wait.
+DEFAULT_SPECULATIVE_REPLY_MS = 200
 
 
 def _limit(default: float, help: str) -> Any:  # noqa: ANN401 - dataclasses.field's own return type
@@ -159,11 +162,14 @@ class ServingOptions:
     vad: str = "auto"
     ice_servers: tuple[IceServer, ...] = ()
     streaming_input: bool = True  # realtime: prefill a turn while it is spoken (realtime/listening.py)
+    speculative_reply_ms: int = DEFAULT_SPECULATIVE_REPLY_MS  # realtime: a pause that starts the reply early (0: off)
     trace_loop_stalls_ms: float = 0.0  # log the threads' stacks when the event loop stalls longer (0: off)
 
     def __post_init__(self) -> None:
         if self.trace_loop_stalls_ms < 0:
             raise ValueError(f"--trace-loop-stalls-ms must be >= 0, got {self.trace_loop_stalls_ms}")
+        if self.speculative_reply_ms < 0:
+            raise ValueError(f"--speculative-reply-ms must be >= 0, got {self.speculative_reply_ms}")
         if self.vad not in ("auto", "silero", "energy"):
             raise ValueError(f"--vad takes auto, silero or energy, got {self.vad!r}")
         if not self.default_modalities or any(m not in ("text", "audio") for m in self.default_modalities):
@@ -184,6 +190,7 @@ def serving_options_from_args(args: argparse.Namespace,
                           voice_aliases=tuple(parse_alias(a) for a in args.voice_alias or ()),
                           default_modalities=tuple(args.default_modalities), voices_dir=args.voices_dir, vad=args.vad,
                           ice_servers=ice_servers_from_args(args, environ), streaming_input=args.streaming_input,
+                          speculative_reply_ms=args.speculative_reply_ms,
                           trace_loop_stalls_ms=args.trace_loop_stalls_ms)
 
 
@@ -239,6 +246,11 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     serving.add_argument("--streaming-input", action=argparse.BooleanOptionalAction, default=True,
                          help="realtime sessions encode and prefill the user's turn window by window while it is "
                               "spoken (default on; a session's streaming_input overrides it)")
+    serving.add_argument("--speculative-reply-ms", type=int, default=DEFAULT_SPECULATIVE_REPLY_MS, metavar="MS",
+                         help="realtime, with streaming input and server VAD: after MS of silence in a turn, start "
+                              "its reply on the audio so far, held until the VAD's silence_duration_ms ends the turn "
+                              "and dropped if the user speaks again (default %(default)s; 0: off; a session's "
+                              "speculative_reply_ms overrides it)")
     serving.add_argument("--trace-loop-stalls-ms", type=float, default=0.0, metavar="MS",
                          help="diagnostic: when the event loop stalls longer than MS, log the stacks of the loop "
                               "thread and every other Python thread, once per stall (default 0: off)")

@@ -84,7 +84,12 @@ def render_prompt_job(processor: PromptProcessor, spec: PromptSpec, token: Cance
 
 
 def _join_16k(pieces: list[np.ndarray], start: int, fmt: InputFormat, token: CancelToken) -> np.ndarray:
-    audio = np.concatenate(pieces)[start:] if pieces else np.zeros(0, np.float32)
+    return _slice_16k(pieces, start, None, fmt, token)
+
+
+def _slice_16k(pieces: list[np.ndarray], start: int, end: int | None, fmt: InputFormat,
+               token: CancelToken) -> np.ndarray:
+    audio = np.concatenate(pieces)[start:end] if pieces else np.zeros(0, np.float32)
     return fmt.to_16k(audio)
 
 
@@ -133,6 +138,13 @@ class InputBuffer:
         start = max(0, start - self.dropped)
         pieces, self.pieces, self.samples, self.dropped = self.pieces, [], 0, 0
         return await pool.run_sized(sum(p.nbytes for p in pieces), _join_16k, pieces, start, self.format)
+
+    async def copy_in(self, pool: DecodePool, start: int, end: int) -> np.ndarray:
+        """Samples ``[start, end)`` at 16 kHz, joined in ``pool`` as ``take_in`` does; the buffer keeps them (a
+        speculative reply's item, which the turn may still go on from)."""
+        start, end = max(0, start - self.dropped), max(0, end - self.dropped)
+        pieces = list(self.pieces)
+        return await pool.run_sized(sum(p.nbytes for p in pieces), _slice_16k, pieces, start, end, self.format)
 
     def keep_last(self, samples: int) -> None:
         """Drops all but the latest ``samples`` (a microphone that never stops: what no turn will need)."""

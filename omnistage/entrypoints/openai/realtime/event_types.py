@@ -34,7 +34,7 @@ SESSION: Spec = {
     "temperature": "num", "tools": [TOOL], "tool_choice": TOOL_CHOICE, "include": ["str"],
     "truncation": ("str", {"type": "str", "retention_ratio": "num", "token_limits": {"post_instructions": "num"}}),
     "input_audio_format": FORMAT, "output_audio_format": FORMAT, "input_audio_transcription": TRANSCRIPTION,
-    "turn_detection": TURN_DETECTION, "streaming_input": "bool",
+    "turn_detection": TURN_DETECTION, "streaming_input": "bool", "speculative_reply_ms": "int",
     "audio": {"input": {"format": FORMAT, "transcription": TRANSCRIPTION, "turn_detection": TURN_DETECTION,
                         "noise_reduction": "obj"},
               "output": {"format": FORMAT, "voice": VOICE, "speed": "num"}},

@@ -168,6 +168,13 @@ class Conversation:
         self._bound_audio(item)
         return previous
 
+    def with_item(self, item: Item) -> Conversation:
+        """A copy with ``item`` added at the end, as ``add`` would leave it (older audio evicted past the bound): the
+        conversation a speculative reply answers before its item is committed."""
+        copy = Conversation(list(self.items), self.max_audio_samples)
+        copy.add(item)
+        return copy
+
     def _bound_audio(self, newest: Item) -> None:
         """Drops the oldest audio items (never ``newest``) until the kept audio fits ``max_audio_samples``: a
         session that commits without ever responding would otherwise grow without end."""

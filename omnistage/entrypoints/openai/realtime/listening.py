@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 
 import numpy as np
+import torch
 
 from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
@@ -63,6 +64,7 @@ class Listener:
         self.processor = processor if isinstance(processor, StreamingAudioInput) else None
         self._mel: WindowedLogMel | None = None
         self._start = 0  # the buffer sample (since its last clear) where the live item starts
+        self._hop = 1  # input samples per mel frame
         self._task: asyncio.Task[None] | None = None
         self._settling: asyncio.Task[None] | None = None  # a committed item's prefill, left to finish
         self.prefilled_windows = 0  # windows whose prefill request finished (all sessions' turns)
@@ -78,6 +80,7 @@ class Listener:
             self._mel = self.processor.listener()
             self._start = start
         if self._mel is not None:
+            self._hop = self._mel.extractor.hop_length
             self._task = asyncio.create_task(self._run(None))  # the conversation so far, while the turn begins
 
     def heard(self, buffer: InputBuffer) -> None:
@@ -126,15 +129,30 @@ class Listener:
     def take(self, audio: np.ndarray) -> ListenedAudio | None:
         """At commit, the item's 16 kHz audio with its frozen windows (None when none completed); the in-flight
         prefill is left to finish (:meth:`settle`), and listening stops until the next speech."""
-        mel, self._mel = self._mel, None
+        head, self._mel = self.head(), None
         task, self._task = self._task, None
         if task is not None and not task.done():
             self._settle_cancel()
             self._settling = task
-        head = None if mel is None else mel.head()
-        if head is None or head.shape[1] * mel.extractor.hop_length > len(audio):
+        return self.listened(audio, head)
+
+    def head(self) -> torch.Tensor | None:
+        """The live item's frozen windows so far (None: none yet)."""
+        return None if self._mel is None else self._mel.head()
+
+    def listened(self, audio: np.ndarray, head: torch.Tensor | None) -> ListenedAudio | None:
+        """``audio`` (16 kHz, from the item's start) with the windows ``head`` froze; None when it has none or they
+        reach past its end."""
+        if head is None or head.shape[1] * self._hop > len(audio):
             return None
         return ListenedAudio(audio, head)
+
+    def in_flight(self) -> asyncio.Task[None] | None:
+        """The prefill running now: a speculative reply's prompt extends it, so it waits for it as a commit's
+        response does (:meth:`settle`), with ``asyncio.wait`` (which leaves it running when the waiter is
+        cancelled)."""
+        task = self._task
+        return task if task is not None and not task.done() else None
 
     def discard(self) -> None:
         """The live item is gone (buffer cleared, VAD reset): its frozen windows and in-flight prefill too."""

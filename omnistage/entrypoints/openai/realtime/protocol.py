@@ -125,6 +125,7 @@ class SessionConfig:
     kind: str = "realtime"  # "transcription": committed audio is written down, never answered
     truncation: Truncation = field(default_factory=Truncation)  # past the context: drop the oldest items
     streaming_input: bool | None = None  # omnistage's: prefill the turn while it is spoken (None: the server's)
+    speculative_reply_ms: int | None = None  # omnistage's: a pause that starts the reply early (speculation.py)
 
     @property
     def input_rate(self) -> int:
@@ -229,6 +230,12 @@ def _temperature(value: Any, param: str) -> float:  # noqa: ANN401
     return float(value)
 
 
+def _speculative_ms(value: Any, param: str) -> int:  # noqa: ANN401
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise EventError("invalid_value", f"{param} must be a non-negative integer (0: no speculative reply)", param)
+    return value
+
+
 def _input_format(value: Any, param: str) -> InputFormat:  # noqa: ANN401
     kind, rate = format_kind(value, param)
     if kind != "pcm16":
@@ -296,6 +303,7 @@ def _session_fields(session: dict[str, Any]) -> list[tuple[str, str, Any]]:  # n
     pick("tool_choice", (session, "tool_choice", "session.tool_choice"))
     pick("truncation", (session, "truncation", "session.truncation"))
     pick("streaming_input", (session, "streaming_input", "session.streaming_input"))
+    pick("speculative_reply_ms", (session, "speculative_reply_ms", "session.speculative_reply_ms"))
     return found
 
 
@@ -308,7 +316,8 @@ def update_session(config: SessionConfig, event: dict[str, Any]) -> tuple[Sessio
                "turn_detection": lambda v, p: _turn_detection(v, config.turn_detection, p),
                "input_format": _input_format, "output_format": _output_format, "transcription": _transcription,
                "max_output_tokens": _max_tokens, "temperature": _temperature, "tools": _tools,
-               "tool_choice": _tool_choice, "truncation": _truncation, "streaming_input": lambda v, p: v}
+               "tool_choice": _tool_choice, "truncation": _truncation, "streaming_input": lambda v, p: v,
+               "speculative_reply_ms": _speculative_ms}
     faults = mistyped({"session": session}, {"session": SESSION})  # each mistyped field fails alone, too
     session = without({"session": session}, faults).get("session", {})
     changes: dict[str, Any] = {}

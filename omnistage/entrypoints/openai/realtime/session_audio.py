@@ -3,25 +3,32 @@ streaming input listening to it (``RealtimeSession`` is a ``SessionAudio``).
 
 A large ``input_audio_buffer.append`` (past ``ON_LOOP_AUDIO`` base64 characters: ~4 s of 24 kHz PCM16) is decoded
 in the session pool, off the event loop; the read loop waits for it, so a session's pieces still enter the buffer
-in order. A model-based VAD runs there too.
+in order. A model-based VAD runs there too. A pause in a turn starts its reply speculatively (``speculation.py``),
+and the turn's end commits the item that reply answers.
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from omnistage.audio.decode import resample
-from omnistage.audio.vad import VadEvent
+from omnistage.audio.vad import VadConfig, VadEvent
 from omnistage.audio.vad_backend import Vad
+from omnistage.entrypoints.openai.common.admission import Overloaded
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat, decode_base64_audio
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
+from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.protocol import new_id, response_options, server_event
 from omnistage.entrypoints.openai.realtime.session import SessionState
+from omnistage.entrypoints.openai.realtime.speculation import Speculation, SpeculativeTurn
 from omnistage.entrypoints.openai.realtime.transport import ClientAudio
+from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
 
 if TYPE_CHECKING:
     from omnistage.entrypoints.openai.realtime.response import CancelReason
@@ -39,17 +46,27 @@ class SessionAudio:
     buffer: InputBuffer
     vad: Vad | None
     listener: Listener
+    requests: TurnRequests
     speech_start: int
     speech_item: str
+    speculation: Speculation | None  # the speculative reply of the turn in progress
+    response: asyncio.Task[None] | None
 
     async def send(self, event: dict[str, Any]) -> None: ...
-    async def _commit(self, item_id: str | None, start: int = 0) -> None: ...
+    async def _commit(self, item_id: str | None, start: int = 0, heard: Item | None = None) -> None: ...
     async def _cancel_response(self, reason: CancelReason = "client_cancelled") -> None: ...
-    async def _start_response(self, options: Any, eid: str | None) -> None: ...  # noqa: ANN401
+    async def _start_response(self, options: Any, eid: str | None,  # noqa: ANN401
+                              speculation: Speculation | None = None) -> None: ...
 
-    def _vad_config(self):  # noqa: ANN202 - VadConfig | None
+    def _vad_config(self) -> VadConfig | None:
+        """The session's server VAD, reporting pauses when a turn's end starts a response and streaming input is
+        on (the speculative reply's pause: the session's ``speculative_reply_ms``, else the server's)."""
         detection = self.state.config.turn_detection
-        return None if detection is None else detection.vad
+        if detection is None:
+            return None
+        ms = self.state.config.speculative_reply_ms
+        ms = self.service.speculative_reply_ms if ms is None else ms
+        return replace(detection.vad, pause_ms=ms if self._streams_input and detection.create_response else 0)
 
     @property
     def _streams_input(self) -> bool:
@@ -63,6 +80,7 @@ class SessionAudio:
             self.vad.reset()
         self.speech_item = ""
         self.listener.discard()
+        self._drop_speculation()
 
     async def _append(self, event: dict[str, Any]) -> None:
         data = event.get("audio")
@@ -99,20 +117,70 @@ class SessionAudio:
         ms = vad_event.sample * 1000 // self.buffer.rate
         detection = self.state.config.turn_detection
         pad = (detection.vad.prefix_padding_ms if detection else 0) * self.buffer.rate // 1000
+        start = max(0, self.speech_start - pad)  # where the item begins (_commit cuts it there)
         if vad_event.kind == "speech_started":
             self.speech_start, self.speech_item = vad_event.sample, new_id("item")
             if self._streams_input:
-                self.listener.begin(max(0, self.speech_start - pad))  # where _commit will cut the item
+                self.listener.begin(max(0, self.speech_start - pad))
             await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
                                          item_id=self.speech_item))
             if detection is not None and detection.interrupt_response:
                 await self._cancel_response("turn_detected")  # barge-in
+        elif vad_event.kind == "speech_paused":
+            self._speculate(start, vad_event.sample)
+        elif vad_event.kind == "speech_resumed":
+            self._drop_speculation()
         elif self.speech_item:
             await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms,
                                          item_id=self.speech_item))
-            await self._commit(self.speech_item, start=max(0, self.speech_start - pad))
-            if detection is not None and detection.create_response and self.state.config.kind == "realtime":
-                await self._start_response(response_options(self.state.config, {}), None)
+            answer = detection is not None and detection.create_response and self.state.config.kind == "realtime"
+            await self._end_turn(start, answer)
+
+    async def _end_turn(self, start: int, answer: bool) -> None:
+        """Commits the turn (the speculative reply's item, when one was built) and, when ``answer``, responds
+        (with the speculative reply, when it still answers the committed conversation)."""
+        speculation, self.speculation = self.speculation, None
+        turn = None if speculation is None else await speculation.ready()
+        try:
+            await self._commit(self.speech_item, start=start, heard=None if turn is None else turn.item)
+            if answer:
+                await self._start_response(response_options(self.state.config, {}), None,
+                                           speculation if turn is not None else None)
+            elif speculation is not None:
+                speculation.cancel()
+        except BaseException:
+            if speculation is not None:
+                speculation.cancel()
+            raise
+
+    def _speculate(self, start: int, cut: int) -> None:
+        """The user paused (``speculation.py``): starts the reply to the item ``[start, cut)`` of the buffer, its
+        outputs held, unless a response is in progress or the server is at its bound."""
+        if not self.speech_item or (self.response is not None and not self.response.done()):
+            return
+        try:
+            ticket = self.service.admission.admit()
+        except Overloaded:
+            return  # the commit's own response is refused or queued as it would be without speculation
+        self._drop_speculation()
+        buffer, item_id, head, pending = self.buffer, self.speech_item, self.listener.head(), self.listener.in_flight()
+
+        async def build() -> SpeculativeTurn:
+            audio = await buffer.copy_in(self.service.pool, start, cut)
+            item = Item(item_id, "message", role="user", audio=audio, listened=self.listener.listened(audio, head))
+            if pending is not None:
+                await asyncio.wait({pending})
+            options = response_options(self.state.config, {})
+            items = self.requests.items(options, self.state.conversation.with_item(item))
+            request, dropped = await self.requests.build(options, items, self.requests.tools(options), None)
+            return SpeculativeTurn(item, options, items, request, dropped)
+
+        self.speculation = Speculation(build, self.service.engine, ticket, self.service.limits.request_timeout)
+
+    def _drop_speculation(self) -> None:
+        speculation, self.speculation = self.speculation, None
+        if speculation is not None:
+            speculation.cancel()
 
 
 def _decode_job(event: dict[str, Any], fmt: InputFormat, token: CancelToken) -> np.ndarray:

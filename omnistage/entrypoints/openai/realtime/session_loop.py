@@ -31,16 +31,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 from omnistage.audio.vad_backend import VadBackend
-from omnistage.core import OmniOutput
+from omnistage.core import OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.common.admission import Admission, Overloaded, Ticket
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
+from omnistage.entrypoints.openai.common.tool_calls import ToolSetup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import to_beta
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
@@ -60,6 +62,7 @@ from omnistage.entrypoints.openai.realtime.protocol import (
 from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.session_audio import SessionAudio
+from omnistage.entrypoints.openai.realtime.speculation import Speculation
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
 from omnistage.entrypoints.openai.realtime.transport import ClientAudio, Incoming, Transport
 from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
@@ -81,6 +84,7 @@ class RealtimeService:
     vad: VadBackend  # the server_vad detector (--vad)
     vad_pool: DecodePool  # where a model-based detector runs and large appends are decoded, off the event loop
     streaming_input: bool = True  # sessions prefill their user's turn while it is spoken (realtime/listening.py)
+    speculative_reply_ms: int = 0  # a turn's pause that starts its reply early (realtime/speculation.py; 0: never)
 
 
 class RealtimeSession(SessionAudio):
@@ -104,6 +108,7 @@ class RealtimeSession(SessionAudio):
         self.dialect: VllmOmniDialect | None = None  # vLLM-Omni's protocol, translated (realtime/vllm_omni.py)
         self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state)
         self.listener = Listener(self.engine, service.pool, self.requests.prefill)
+        self.speculation: Speculation | None = None
 
     @property
     def config(self):  # noqa: ANN201 - SessionConfig
@@ -171,6 +176,8 @@ class RealtimeSession(SessionAudio):
         finally:
             self.closed = True
             await self.listener.close()
+            if self.speculation is not None:
+                await self.speculation.close()
             await self._cancel_response()
             for task in list(self.side_tasks):
                 task.cancel()
@@ -206,6 +213,8 @@ class RealtimeSession(SessionAudio):
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind = event["type"]
+        if kind != "input_audio_buffer.append":
+            self._drop_speculation()  # a speculative reply answers the session as it was at the pause
         if self.config.kind == "transcription" and kind in CONVERSATION_EVENTS:
             raise EventError("invalid_event", f"a transcription session only writes down its input audio: "
                              f"{kind} has nothing to act on", "type")
@@ -255,11 +264,18 @@ class RealtimeSession(SessionAudio):
         self._reset_vad(rebuild=True)
         return errors
 
-    async def _commit(self, item_id: str | None, start: int = 0) -> None:
-        if self.buffer.samples == 0:
+    async def _commit(self, item_id: str | None, start: int = 0, heard: Item | None = None) -> None:
+        """Commits the buffer from ``start`` as a user item; ``heard``: the item a speculative reply answers,
+        committed as it is (the buffer's audio after it, silence, dropped)."""
+        if heard is not None:
+            self.buffer.clear()
+            item = heard
+        elif self.buffer.samples == 0:
             raise EventError("input_audio_buffer_commit_empty", "the input audio buffer is empty")
-        audio = await self.buffer.take_in(self.service.pool, start)  # resampling off the event loop
-        item = Item(item_id or new_id("item"), "message", role="user", audio=audio, listened=self.listener.take(audio))
+        else:
+            audio = await self.buffer.take_in(self.service.pool, start)  # resampling off the event loop
+            item = Item(item_id or new_id("item"), "message", role="user", audio=audio,
+                        listened=self.listener.take(audio))
         self._reset_vad()
         if self.config.kind == "transcription":  # no conversation: the item lives as long as its transcription
             await self.send(server_event("input_audio_buffer.committed", item_id=item.id, previous_item_id=None))
@@ -274,7 +290,10 @@ class RealtimeSession(SessionAudio):
             task.add_done_callback(self.side_tasks.discard)
 
     # -- responses -------------------------------------------------------------------------------
-    async def _start_response(self, options: ResponseOptions, eid: str | None) -> None:
+    async def _start_response(self, options: ResponseOptions, eid: str | None,
+                              speculation: Speculation | None = None) -> None:
+        """Starts a response; ``speculation``: the turn's speculative reply, used when it answers these options and
+        this conversation (else cancelled, and the response built here)."""
         if self.response is not None and not self.response.done():
             raise EventError("conversation_already_has_active_response",
                              "a response is in progress; cancel it or wait for response.done", event_id=eid)
@@ -288,19 +307,32 @@ class RealtimeSession(SessionAudio):
             raise EventError("conversation_empty", "nothing to respond to: commit audio or create an item first",
                              event_id=eid)
         tools = TurnRequests.tools(options)
-        ticket = self.admit(eid)  # before the prompt is built: that work runs in the bounded pool
-        try:
-            await self.listener.settle()  # the committed turn's prefill in flight: the prompt extends it
-            request = await self.requests.response(options, items, tools, eid)
-        except BaseException:
-            ticket.release()
-            raise
+        turn = None if speculation is None else speculation.turn
+        if turn is not None and turn.answers(options, items):
+            self.requests.drop(options, turn.dropped)
+            request, ticket, outputs = turn.request, speculation.ticket, speculation.outputs()
+        else:
+            if speculation is not None:
+                speculation.cancel()
+            request, ticket = await self._build_response(options, items, tools, eid)
+            outputs = engine_outputs(self.engine, request, timeout_s=self.limits.request_timeout, ticket=ticket)
         conversation = self.state.conversation if options.in_conversation else None
         self.writer = ResponseWriter(self.send, self.id, self.config.voice, request, options,
                                      self.config.output_format, conversation, tools.parser())
-        self.response = asyncio.create_task(self._respond(self.writer, ticket))
-        # Released however the task ends, even when cancelled before it ever ran (barge-in right away).
-        self.response.add_done_callback(lambda _: ticket.release())
+        self.response = asyncio.create_task(self._respond(self.writer, outputs))
+        # Released however the task ends, even when cancelled before it ever ran (barge-in right away), and a
+        # speculative request that never got read is aborted then.
+        self.response.add_done_callback(lambda _: _ended(ticket, speculation))
+
+    async def _build_response(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
+                              eid: str | None) -> tuple[OmniRequest, Ticket]:
+        ticket = self.admit(eid)  # before the prompt is built: that work runs in the bounded pool
+        try:
+            await self.listener.settle()  # the committed turn's prefill in flight: the prompt extends it
+            return await self.requests.response(options, items, tools, eid), ticket
+        except BaseException:
+            ticket.release()
+            raise
 
     def admit(self, event_id: str | None) -> Ticket:
         """A place under the server's bound shared with every endpoint; refused as an ``error`` event."""
@@ -310,14 +342,13 @@ class RealtimeSession(SessionAudio):
             raise EventError(exc.detail.code or "overloaded", f"{exc.detail.message} (in {exc.retry_after_s:g} s)",
                              event_id=event_id, error_type="server_error") from exc
 
-    async def _respond(self, writer: ResponseWriter, ticket: Ticket) -> None:
+    async def _respond(self, writer: ResponseWriter, outputs: AsyncGenerator[OmniOutput, None]) -> None:
         final: OmniOutput | None = None
         try:
             await writer.start()
             # Unless read to its final output, the request is aborted in every stage before this returns or
             # raises (cancel, timeout, error); the ticket goes back when it ends.
-            async with aclosing(engine_outputs(self.engine, writer.request, timeout_s=self.limits.request_timeout,
-                                               ticket=ticket)) as outputs:
+            async with aclosing(outputs):
                 async for out in outputs:
                     await writer.delta(out)
                     final = out
@@ -341,3 +372,8 @@ class RealtimeSession(SessionAudio):
             writer.cancel()
             await writer.done(None)
 
+
+def _ended(ticket: Ticket, speculation: Speculation | None) -> None:
+    ticket.release()
+    if speculation is not None:
+        speculation.cancel()

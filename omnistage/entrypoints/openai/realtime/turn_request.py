@@ -17,7 +17,7 @@ from omnistage.entrypoints.openai.common.request_checks import completion_budget
 from omnistage.entrypoints.openai.common.tool_calls import ToolSetup, tool_setup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.conversation import PromptSpec, chat_tools, render_prompt_job
-from omnistage.entrypoints.openai.realtime.items import Item, parse_item
+from omnistage.entrypoints.openai.realtime.items import Conversation, Item, parse_item
 from omnistage.entrypoints.openai.realtime.protocol import EventError, ResponseOptions, new_id, response_options
 from omnistage.entrypoints.openai.realtime.session import SessionState
 from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt
@@ -35,12 +35,13 @@ class TurnRequests:
     pool: DecodePool
     state: SessionState  # the session's settings and conversation (read when a request is built)
 
-    def items(self, options: ResponseOptions) -> tuple[Item, ...]:
-        """The response's items: its own ``input``, else the conversation's within the server's budget."""
+    def items(self, options: ResponseOptions, conversation: Conversation | None = None) -> tuple[Item, ...]:
+        """The response's items: its own ``input``, else the conversation's (the session's, or ``conversation``)
+        within the server's budget."""
         if options.input is not None:
             fmt, seconds = self.state.config.input_format, self.limits.max_audio_seconds
             return tuple(parse_item(i, fmt, seconds) for i in options.input)
-        items = self.state.conversation.items
+        items = (self.state.conversation if conversation is None else conversation).items
         sizes = [(len(i.text) + len(i.output) + len(i.arguments),
                   0.0 if i.audio is None else len(i.audio) / AUDIO_SAMPLE_RATE) for i in items]
         # Past --max-text-chars or --max-audio-seconds the oldest items are dropped, as OpenAI truncates a
@@ -62,7 +63,20 @@ class TurnRequests:
     async def response(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
                        event_id: str | None) -> OmniRequest:
         """The response's engine request: the items rendered (the oldest dropped past the context, as the
-        session's truncation says) and its sampling."""
+        session's truncation says, from the session too) and its sampling."""
+        request, dropped = await self.build(options, items, tools, event_id)
+        self.drop(options, dropped)
+        return request
+
+    def drop(self, options: ResponseOptions, dropped: tuple[Item, ...]) -> None:
+        """The items a response's prompt left out to fit the context leave the session (its memory stays bounded),
+        once the response is sure to run: a refused one drops nothing."""
+        if dropped and options.in_conversation:
+            self.state.conversation.drop(dropped)
+
+    async def build(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
+                    event_id: str | None) -> tuple[OmniRequest, tuple[Item, ...]]:
+        """``response``'s request and the items its prompt dropped, the session left as it is."""
         async def render(kept: tuple[Item, ...]) -> ProcessedPrompt:
             spec = PromptSpec(options.instructions, kept, tools.tools, tools.prefix)
             return await self.pool.run(render_prompt_job, self.engine.processor, spec)
@@ -83,13 +97,11 @@ class TurnRequests:
         except APIError as exc:
             raise EventError(exc.detail.code or "invalid_request", exc.detail.message, exc.detail.param,
                              event_id) from exc
-        if dropped and options.in_conversation:  # gone from the session too (its memory stays bounded), once the
-            self.state.conversation.drop(items[:dropped])  # response is sure to run: a refused one drops nothing
         wants_audio = "audio" in options.output_modalities
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
         unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
         return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
-                           voice=self.state.config.voice, unspoken=unspoken)
+                           voice=self.state.config.voice, unspoken=unspoken), items[:dropped]
 
     async def prefill(self, audio: ListenedAudio | None) -> OmniRequest | None:
         """The prompt the VAD's response would get if the user stopped at ``audio``'s end, as a one-token text
