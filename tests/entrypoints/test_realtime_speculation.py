@@ -10,7 +10,9 @@ every stage's KV blocks free, and the speculative reply's text equals the plain 
 from __future__ import annotations
 
 import asyncio
+import re
 
+import httpx
 import numpy as np
 import pytest
 import torch
@@ -46,6 +48,13 @@ async def turn_events(ws: ClientConnection, audio: np.ndarray) -> list[dict]:
     return [*events, done]
 
 
+def outcomes(server: LiveServer) -> dict[str, float]:
+    """``/metrics``' speculative replies by outcome."""
+    text = httpx.get(f"{server.base_url}/metrics", timeout=WAIT_S).text
+    found = re.findall(r'omnistage_realtime_speculative_replies_total\{outcome="(\w+)"\} (\S+)', text)
+    return {"used": 0.0, "dropped": 0.0, **{k: float(v) for k, v in found}}
+
+
 def shape(events: list[dict]) -> list[str]:
     """The event kinds in order, the deltas of one kind counted as one (their number follows the audio chunks)."""
     kinds = [e["type"] for e in events]
@@ -60,6 +69,7 @@ def test_a_real_end_gives_the_same_events_and_commits_the_audio_to_the_pause(ser
             return await turn_events(ws, speech)
     plain = asyncio.run(one(0))
     plain_audio = len(processor.seen_audios[-1])
+    before = outcomes(server)
     early = asyncio.run(one(200))
     early_audio = len(processor.seen_audios[-1])
     assert shape(early) == shape(plain)
@@ -74,6 +84,7 @@ def test_a_real_end_gives_the_same_events_and_commits_the_audio_to_the_pause(ser
     start = next(e for e in early if e["type"] == "input_audio_buffer.speech_started")["audio_start_ms"] * RATE // 1000
     assert abs((start - PAD + early_audio) / RATE - (2.0 + 0.2)) <= 0.1  # cut where the VAD heard 200 ms of silence
     assert len([r for r in server.engine.requests if r.request_id.startswith("resp")]) == 2  # one each, none wasted
+    assert outcomes(server) == {"used": before["used"] + 1, "dropped": before["dropped"]}
 
 
 def test_the_reply_is_the_reply_to_the_committed_item(server: LiveServer, processor) -> None:  # noqa: ANN001
@@ -112,6 +123,7 @@ def test_a_false_end_leaves_no_trace(server: LiveServer, processor) -> None:  # 
     aborted, the client sees one turn and one response, and the item holds all of it."""
     first, second = speech_like(1.2, RATE, seed=43), speech_like(1.0, RATE, seed=44)
     server.engine.delay_s = 0.05  # the speculative reply is still running when the user speaks again
+    before = outcomes(server)
 
     async def scenario() -> list[dict]:
         async with await open_session(server, output_modalities=["text"], **vad_session(200, 800)) as ws:
@@ -130,6 +142,7 @@ def test_a_false_end_leaves_no_trace(server: LiveServer, processor) -> None:  # 
     assert thrown.request_id not in ids and answer.request_id in ids
     assert events[-1]["response"]["status"] == "completed"
     assert len(processor.seen_audios[-1]) >= len(first) + len(second)  # the committed item spans the pause
+    assert outcomes(server) == {"used": before["used"] + 1, "dropped": before["dropped"] + 1}
 
 
 def test_a_client_event_during_speculation_cancels_it(server: LiveServer) -> None:

@@ -6,8 +6,9 @@ espeak-ng speech at real-time pace and let server VAD end each turn. Per level
 delta and → first text delta (p50, p95), the same from the server's ``speech_stopped``
 (its VAD silence wait excluded) and that wait, the reply's RTF (wall seconds per audio
 second after its first audio), streams that would underrun a player, the
-prompt tokens each turn prefilled (``usage``: input minus cached), and the
-barge-in stop time. ``--streaming-input both`` (default) measures every level
+prompt tokens each turn prefilled (``usage``: input minus cached), the
+barge-in stop time, and the server's speculative replies in the level, used and
+dropped (a false end: started at a pause the user spoke on from; ``/metrics``). ``--streaming-input both`` (default) measures every level
 with and without the server's streaming input prefill, alternating which goes
 first, so the two share the machine's state.
 
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import shlex
 import socket
 import subprocess
@@ -132,6 +134,20 @@ def _served_name(base: str) -> str:
     return httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
 
 
+def speculations(base: str) -> dict[str, int]:
+    """The server's speculative replies so far (``/metrics``): ``used`` (the turn ended at the pause that started
+    one) and ``dropped`` (a false end: the user spoke on, or the session changed first)."""
+    import httpx
+
+    counts = {"used": 0, "dropped": 0}
+    with contextlib.suppress(httpx.HTTPError):
+        text = httpx.get(f"{base}/metrics", timeout=30).text
+        for outcome, value in re.findall(r'omnistage_realtime_speculative_replies_total\{outcome="(\w+)"\} (\S+)',
+                                         text):
+            counts[outcome] = int(float(value))
+    return counts
+
+
 def _fmt(v: object) -> str:
     if isinstance(v, float):
         return f"{v:.0f}" if abs(v) >= 10 else f"{v:.2f}"
@@ -142,13 +158,13 @@ def print_table(levels: list[dict[str, object]]) -> None:
     cols = ("concurrency", "utterance_s", "streaming_input", "eos_to_first_audio_ms_p50", "eos_to_first_audio_ms_p95",
             "speech_stopped_to_first_audio_ms_p50", "vad_wait_ms_p50", "eos_to_first_text_ms_p50", "reply_rtf_p50",
             "underrun_streams", "barge_in_stop_ms_p50", "barge_in_cancel_ms_p50", "failed_turns",
-            "prefill_tokens_per_turn")
+            "speculative_used", "speculative_dropped", "prefill_tokens_per_turn")
     short = ("conc", "utt_s", "stream", "audio_p50", "audio_p95", "stop>aud50", "vad_p50", "text_p50", "rtf",
-             "underrun", "barge_p50", "cancel_p50", "fail", "prefill/turn")
+             "underrun", "barge_p50", "cancel_p50", "fail", "spec_used", "spec_drop", "prefill/turn")
     print(" ".join(f"{c:>10}" for c in short))
     for level in levels:
-        cells = [", ".join(f"{x:.0f}" for x in level[c]) or "-" if c == "prefill_tokens_per_turn" else _fmt(level[c])
-                 for c in cols]
+        cells = [", ".join(f"{x:.0f}" for x in level[c]) or "-" if c == "prefill_tokens_per_turn" else
+                 _fmt(level.get(c)) for c in cols]
         print(" ".join(f"{c:>10}" for c in cells))
         if level["errors"]:
             print(f"{'':>10} errors: {level['errors']}")
@@ -166,8 +182,11 @@ async def _bench(base: str, args: argparse.Namespace) -> list[dict[str, object]]
         for utterance_s in args.utterance_seconds:
             modes = _modes(args.streaming_input)
             for streaming in modes if k % 2 == 0 else modes[::-1]:  # alternate which mode runs first
+                before = await asyncio.to_thread(speculations, base)
                 turns, barges = await run_level(url, concurrency, utterance_s, streaming, args, speech, len(levels))
                 levels.append(summarize(concurrency, utterance_s, streaming, turns, barges, args.underrun_tolerance))
+                after = await asyncio.to_thread(speculations, base)
+                levels[-1].update({f"speculative_{name}": after[name] - before[name] for name in after})
                 print_table(levels[-1:])
             k += 1
     return levels

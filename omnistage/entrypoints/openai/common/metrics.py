@@ -73,10 +73,16 @@ class ServerMetrics:
         self.loop_lag = Histogram("omnistage_event_loop_lag_seconds", "how much later than due the API's event loop "
                                   "ran a timer (every request waits that long)", buckets=_LAG_BUCKETS,
                                   registry=self.registry)
+        self.speculative = Counter("omnistage_realtime_speculative_replies", "realtime replies started at a pause in "
+                                   "the user's turn, by outcome: used (the turn ended there) or dropped (the user "
+                                   "spoke on, or the session changed first)", ["outcome"], registry=self.registry)
         self.registry.register(_EngineCollector(engine))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def count_speculation(self, outcome: str) -> None:
+        self.speculative.labels(outcome).inc()
 
     def track(self, endpoint: str, start: float, streamed: bool = False) -> RequestTimer:
         return RequestTimer(self, endpoint, start, streamed)

@@ -15,6 +15,7 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import wants_beta
 from omnistage.entrypoints.openai.realtime.client_secrets import router as client_secrets_router
 from omnistage.entrypoints.openai.realtime.protocol import EventError, error_event
+from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, ignore_outcome
 from omnistage.entrypoints.openai.realtime.session_loop import VAD_WORKERS, RealtimeService, RealtimeSession
 from omnistage.entrypoints.openai.realtime.transport import WebSocketTransport
 from omnistage.entrypoints.openai.server_config import IceServer, ServerLimits
@@ -50,17 +51,18 @@ def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
                      admission: Admission | None = None, pool: DecodePool | None = None,
                      served: ServedModel | None = None, vad: VadBackend | None = None,
                      ice_servers: tuple[IceServer, ...] = (), streaming_input: bool = True,
-                     speculative_reply_ms: int = 0) -> None:
+                     speculative_reply_ms: int = 0, count_speculation: CountOutcome = ignore_outcome) -> None:
     """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
     takes a place like a request, its prompt is built in the same pool). ``vad``: the server_vad detector
     (default: Silero, or the energy detector when its model cannot load). Ephemeral keys are minted into
     ``app.state.ephemeral_keys`` (``POST /v1/realtime/client_secrets``). ``ice_servers``: STUN/TURN for WebRTC.
     ``streaming_input``: sessions prefill a turn while it is spoken unless they say otherwise;
-    ``speculative_reply_ms``: and start its reply at a pause that long (0: never), unless they say otherwise."""
+    ``speculative_reply_ms``: and start its reply at a pause that long (0: never), unless they say otherwise;
+    ``count_speculation``: told each speculative reply's outcome (``/metrics``)."""
     app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
                                          pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine),
                                          vad or vad_backend(), DecodePool(VAD_WORKERS, "vad"), streaming_input,
-                                         speculative_reply_ms)
+                                         speculative_reply_ms, count_speculation)
     app.state.ephemeral_keys = EphemeralKeys()
     app.include_router(router)
     app.include_router(client_secrets_router)

@@ -175,7 +175,8 @@ class SessionAudio:
             request, dropped = await self.requests.build(options, items, self.requests.tools(options), None)
             return SpeculativeTurn(item, options, items, request, dropped)
 
-        self.speculation = Speculation(build, self.service.engine, ticket, self.service.limits.request_timeout)
+        self.speculation = Speculation(build, self.service.engine, ticket, self.service.limits.request_timeout,
+                                       self.service.count_speculation)
 
     def _drop_speculation(self) -> None:
         speculation, self.speculation = self.speculation, None

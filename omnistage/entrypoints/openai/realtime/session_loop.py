@@ -62,7 +62,7 @@ from omnistage.entrypoints.openai.realtime.protocol import (
 from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.session_audio import SessionAudio
-from omnistage.entrypoints.openai.realtime.speculation import Speculation
+from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, Speculation, ignore_outcome
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
 from omnistage.entrypoints.openai.realtime.transport import ClientAudio, Incoming, Transport
 from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
@@ -85,6 +85,7 @@ class RealtimeService:
     vad_pool: DecodePool  # where a model-based detector runs and large appends are decoded, off the event loop
     streaming_input: bool = True  # sessions prefill their user's turn while it is spoken (realtime/listening.py)
     speculative_reply_ms: int = 0  # a turn's pause that starts its reply early (realtime/speculation.py; 0: never)
+    count_speculation: CountOutcome = ignore_outcome  # told "used" or "dropped" as each speculative reply ends
 
 
 class RealtimeSession(SessionAudio):

@@ -38,6 +38,11 @@ from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.protocol import ResponseOptions
 
 logger = logging.getLogger(__name__)
+CountOutcome = Callable[[str], None]  # told "used" or "dropped" once per speculative reply (``/metrics``)
+
+
+def ignore_outcome(outcome: str) -> None:
+    """No metrics (an app built without them)."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,9 @@ class Speculation:
     """One speculative reply: built by ``build``, run under ``ticket``, its outputs held until read."""
 
     def __init__(self, build: Callable[[], Awaitable[SpeculativeTurn]], engine: OmniEngine, ticket: Ticket,
-                 timeout_s: float | None) -> None:
-        self.ticket = ticket
+                 timeout_s: float | None, count: CountOutcome = ignore_outcome) -> None:
+        self.ticket, self._count = ticket, count
+        self._outcome = ""  # "used" once a response reads it, else "dropped" once cancelled
         self.turn: SpeculativeTurn | None = None
         self._held: asyncio.Queue[OmniOutput | _End] = asyncio.Queue()
         self._built = asyncio.Event()
@@ -104,6 +110,7 @@ class Speculation:
 
     async def outputs(self) -> AsyncGenerator[OmniOutput, None]:
         """The held outputs, then the rest as they come; closing it early cancels the request."""
+        self._settle("used")
         try:
             while True:
                 out = await self._held.get()
@@ -115,8 +122,14 @@ class Speculation:
         finally:
             self.cancel()
 
+    def _settle(self, outcome: str) -> None:
+        if not self._outcome:
+            self._outcome = outcome
+            self._count(outcome)
+
     def cancel(self) -> None:
         """Aborts the request (in every stage, its blocks freed) unless it already ended."""
+        self._settle("dropped")
         self._task.cancel()
         self._built.set()  # a commit waiting for the build goes the ordinary way
 
