@@ -20,8 +20,12 @@ from websockets.asyncio.client import ClientConnection
 
 from omnistage.audio.vad import VadConfig
 from omnistage.audio.vad_backend import vad_backend
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.entrypoints.openai.server_config import ServingOptions
 from omnistage.pipeline.async_omni import AsyncOmni
 from tests.entrypoints.conftest import LiveServer
+from tests.entrypoints.fake_engine import FakeEngine
+from tests.entrypoints.server_thread import ServerThread
 from tests.audio.signals import speech_like
 from tests.entrypoints.test_realtime import open_session, recv, send, stream_audio, until
 from tests.entrypoints.test_realtime_pipeline import _kv_in_use, _Server, live  # noqa: F401 - live: a fixture
@@ -238,3 +242,23 @@ def heard_to_the_pause(speech: np.ndarray) -> np.ndarray:
     start = next(e.sample for e in events if e.kind == "speech_started")
     pause = next(e.sample for e in events if e.kind == "speech_paused")
     return speech[max(0, start - PAD):pause]
+
+
+def test_serve_names_the_first_codec_chunk_of_realtime_replies(processor) -> None:  # noqa: ANN001
+    """``--realtime-first-chunk-frames``: every reply's request (the speculative one too) names its first chunk;
+    without it the request leaves the choice to the stage (None)."""
+    engine = FakeEngine(processor=processor)
+    thread = ServerThread(build_app(engine, serving=ServingOptions(realtime_first_chunk_frames=3)))
+    server = LiveServer(thread.start(), engine, None)  # type: ignore[arg-type] - no media here
+    try:
+        async def scenario() -> None:
+            async with await open_session(server, **vad_session(200)) as ws:
+                await turn_events(ws, np.concatenate([quiet(0.5), speech_like(1.0, RATE, seed=49), quiet(1.5)]))
+        asyncio.run(scenario())
+    finally:
+        thread.stop()
+    (reply,) = [r for r in engine.requests if r.request_id.startswith("resp")]
+    assert reply.initial_codec_chunk_frames == 3 and reply.wants_audio
+    assert ServingOptions().realtime_first_chunk_frames is None
+    with pytest.raises(ValueError, match="realtime-first-chunk-frames"):
+        ServingOptions(realtime_first_chunk_frames=0)

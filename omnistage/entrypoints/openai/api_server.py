@@ -217,7 +217,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     app.include_router(responses_router(engine, builder, admission, served, metrics))  # /v1/responses
     install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad),  # WS /v1/realtime,
                      serving.ice_servers, serving.streaming_input,  # and WebRTC calls
-                     serving.speculative_reply_ms, metrics.count_speculation)
+                     serving.speculative_reply_ms, metrics.count_speculation, serving.realtime_first_chunk_frames)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_landing(app, served, keyed=bool(access.api_keys))  # /, /docs, /redoc and their assets
     # Outermost: refused before any read. The landing's pages (no secret in them) stay open.

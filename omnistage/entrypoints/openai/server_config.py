@@ -163,6 +163,7 @@ class ServingOptions:
     ice_servers: tuple[IceServer, ...] = ()
     streaming_input: bool = True  # realtime: prefill a turn while it is spoken (realtime/listening.py)
     speculative_reply_ms: int = DEFAULT_SPECULATIVE_REPLY_MS  # realtime: a pause that starts the reply early (0: off)
+    realtime_first_chunk_frames: int | None = None  # realtime replies' first code2wav chunk (None: the stage's, by load)
     trace_loop_stalls_ms: float = 0.0  # log the threads' stacks when the event loop stalls longer (0: off)
 
     def __post_init__(self) -> None:
@@ -170,6 +171,8 @@ class ServingOptions:
             raise ValueError(f"--trace-loop-stalls-ms must be >= 0, got {self.trace_loop_stalls_ms}")
         if self.speculative_reply_ms < 0:
             raise ValueError(f"--speculative-reply-ms must be >= 0, got {self.speculative_reply_ms}")
+        if self.realtime_first_chunk_frames is not None and self.realtime_first_chunk_frames < 1:
+            raise ValueError(f"--realtime-first-chunk-frames must be >= 1, got {self.realtime_first_chunk_frames}")
         if self.vad not in ("auto", "silero", "energy"):
             raise ValueError(f"--vad takes auto, silero or energy, got {self.vad!r}")
         if not self.default_modalities or any(m not in ("text", "audio") for m in self.default_modalities):
@@ -191,6 +194,7 @@ def serving_options_from_args(args: argparse.Namespace,
                           default_modalities=tuple(args.default_modalities), voices_dir=args.voices_dir, vad=args.vad,
                           ice_servers=ice_servers_from_args(args, environ), streaming_input=args.streaming_input,
                           speculative_reply_ms=args.speculative_reply_ms,
+                          realtime_first_chunk_frames=args.realtime_first_chunk_frames,
                           trace_loop_stalls_ms=args.trace_loop_stalls_ms)
 
 
@@ -251,6 +255,9 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                               "its reply on the audio so far, held until the VAD's silence_duration_ms ends the turn "
                               "and dropped if the user speaks again (default %(default)s; 0: off; a session's "
                               "speculative_reply_ms overrides it)")
+    serving.add_argument("--realtime-first-chunk-frames", type=int, default=None, metavar="N",
+                         help="codec frames in a realtime reply's first code2wav chunk (default: the stage config's "
+                              "initial_codec_chunk_frames, grown with the codec stage's load)")
     serving.add_argument("--trace-loop-stalls-ms", type=float, default=0.0, metavar="MS",
                          help="diagnostic: when the event loop stalls longer than MS, log the stacks of the loop "
                               "thread and every other Python thread, once per stall (default 0: off)")

@@ -51,18 +51,20 @@ def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
                      admission: Admission | None = None, pool: DecodePool | None = None,
                      served: ServedModel | None = None, vad: VadBackend | None = None,
                      ice_servers: tuple[IceServer, ...] = (), streaming_input: bool = True,
-                     speculative_reply_ms: int = 0, count_speculation: CountOutcome = ignore_outcome) -> None:
+                     speculative_reply_ms: int = 0, count_speculation: CountOutcome = ignore_outcome,
+                     first_chunk_frames: int | None = None) -> None:
     """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
     takes a place like a request, its prompt is built in the same pool). ``vad``: the server_vad detector
     (default: Silero, or the energy detector when its model cannot load). Ephemeral keys are minted into
     ``app.state.ephemeral_keys`` (``POST /v1/realtime/client_secrets``). ``ice_servers``: STUN/TURN for WebRTC.
     ``streaming_input``: sessions prefill a turn while it is spoken unless they say otherwise;
     ``speculative_reply_ms``: and start its reply at a pause that long (0: never), unless they say otherwise;
-    ``count_speculation``: told each speculative reply's outcome (``/metrics``)."""
+    ``count_speculation``: told each speculative reply's outcome (``/metrics``); ``first_chunk_frames``: codec
+    frames in a reply's first code2wav chunk (None: the stage's choice)."""
     app.state.realtime = RealtimeService(engine, limits, admission or Admission(engine, limits.max_queued_requests),
                                          pool or DecodePool(limits.decode_workers), served or ServedModel.of(engine),
                                          vad or vad_backend(), DecodePool(VAD_WORKERS, "vad"), streaming_input,
-                                         speculative_reply_ms, count_speculation)
+                                         speculative_reply_ms, count_speculation, first_chunk_frames)
     app.state.ephemeral_keys = EphemeralKeys()
     app.include_router(router)
     app.include_router(client_secrets_router)

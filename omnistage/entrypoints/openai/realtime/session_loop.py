@@ -86,6 +86,7 @@ class RealtimeService:
     streaming_input: bool = True  # sessions prefill their user's turn while it is spoken (realtime/listening.py)
     speculative_reply_ms: int = 0  # a turn's pause that starts its reply early (realtime/speculation.py; 0: never)
     count_speculation: CountOutcome = ignore_outcome  # told "used" or "dropped" as each speculative reply ends
+    first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
 
 
 class RealtimeSession(SessionAudio):
@@ -107,7 +108,7 @@ class RealtimeSession(SessionAudio):
         self.closed = False
         self._reader: asyncio.Task[Any] | None = None  # the read loop's task, while it waits for a message
         self.dialect: VllmOmniDialect | None = None  # vLLM-Omni's protocol, translated (realtime/vllm_omni.py)
-        self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state)
+        self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state, service.first_chunk_frames)
         self.listener = Listener(self.engine, service.pool, self.requests.prefill)
         self.speculation: Speculation | None = None
 

@@ -34,6 +34,7 @@ class TurnRequests:
     limits: ServerLimits
     pool: DecodePool
     state: SessionState  # the session's settings and conversation (read when a request is built)
+    first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
 
     def items(self, options: ResponseOptions, conversation: Conversation | None = None) -> tuple[Item, ...]:
         """The response's items: its own ``input``, else the conversation's (the session's, or ``conversation``)
@@ -101,7 +102,8 @@ class TurnRequests:
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
         unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
         return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
-                           voice=self.state.config.voice, unspoken=unspoken), items[:dropped]
+                           voice=self.state.config.voice, unspoken=unspoken,
+                           initial_codec_chunk_frames=self.first_chunk_frames), items[:dropped]
 
     async def prefill(self, audio: ListenedAudio | None) -> OmniRequest | None:
         """The prompt the VAD's response would get if the user stopped at ``audio``'s end, as a one-token text
