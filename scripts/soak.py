@@ -125,7 +125,9 @@ class Soak:
         if ok:
             return
         fault_start, fault_end = self.probes.fault
-        unavailable = kind in NORMAL or "stage_unavailable" in detail  # a probe past validation meets the stage too
+        # A probe past validation meets the stopped stage too: refused (stage_unavailable), or failed while the
+        # talker held it (engine_error, as every request on a replica that stalls).
+        unavailable = kind in NORMAL or "stage_unavailable" in detail or "engine_error" in detail
         if unavailable and started <= fault_end and time.monotonic() >= fault_start:
             self.counts["during_fault"] += 1  # the talker was stopped on purpose: its requests may fail
             return

@@ -185,7 +185,7 @@ def test_engine_failure_is_a_server_error(server: LiveServer) -> None:
     server.engine.fail_with = "talker replica 0 died"
     with pytest.raises(openai.InternalServerError) as info:
         server.client().chat.completions.create(model="fake-omni", messages=USER)
-    assert "talker replica 0 died" in info.value.body["message"]
+    assert "talker replica 0 died" in info.value.body["message"] and info.value.body["code"] == "engine_error"
     with pytest.raises(openai.APIError, match="talker replica 0 died"):
         list(server.client().chat.completions.create(model="fake-omni", messages=USER, stream=True))
 

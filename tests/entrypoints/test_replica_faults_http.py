@@ -114,6 +114,7 @@ def test_killed_thinker_during_http_streams(served: tuple[str, PipelineRuntime])
     for events in results:
         last = json.loads(events[-1])
         assert "replica 0" in last["error"]["message"] and last["error"]["type"] == "server_error"
+        assert last["error"]["code"] == "engine_error"  # a code to branch on: retry once /health is 200
     deadline = time.monotonic() + 60
     while httpx.get(f"{url}/health", timeout=10).status_code != 200:
         assert time.monotonic() < deadline, "the thinker was not restarted"

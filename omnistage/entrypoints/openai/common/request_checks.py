@@ -87,7 +87,10 @@ def engine_failure(out: OmniOutput | None) -> APIError | None:
     if out is None or not out.finished:
         return APIError(500, "the engine ended the request without a final output", type=SERVER_ERROR)
     if out.finish_reason is FinishReason.ERROR:
-        return APIError(500, f"the engine failed: {out.error or 'unknown error'}", type=SERVER_ERROR)
+        # A code a client (or a WebSocket session's error event) can branch on: a request held by a stage replica
+        # that died or stalled ends here too, and is worth retrying once /health is 200 again.
+        return APIError(500, f"the engine failed: {out.error or 'unknown error'}", type=SERVER_ERROR,
+                        code="engine_error")
     if out.finish_reason is FinishReason.ABORT and (out.error or "").startswith(TIMED_OUT):
         return APIError(504, f"{out.error} (--request-timeout)", type=SERVER_ERROR, code="timeout")
     if out.finish_reason is FinishReason.ABORT:
