@@ -114,6 +114,7 @@ class Soak:
         self.rng = random.Random(seed)
         self.counts: Counter[str] = Counter()
         self.errors: list[str] = []
+        self.began = time.monotonic()  # error samples say when, in seconds from here (the fault's window beside)
         self.latencies: dict[str, list[float]] = {}
         self.probes = probes
         self.canary: list[tuple[float, float]] = []  # (when, /health latency)
@@ -133,7 +134,10 @@ class Soak:
             return
         self.counts["errors"] += 1
         if len(self.errors) < 30:
-            self.errors.append(f"{kind}: {detail[:300]}")
+            fault = "" if fault_start == 0.0 else \
+                f", the fault {fault_start - self.began:.0f}-{fault_end - self.began:.0f} s"
+            self.errors.append(f"{kind} [{started - self.began:.0f}-{time.monotonic() - self.began:.0f} s{fault}]: "
+                               f"{detail[:300]}")
 
     def _chat(self, **extra: object) -> dict[str, object]:
         return {"model": self.model, "messages": [{"role": "user", "content": f"soak {self.rng.random():.6f}"}],
