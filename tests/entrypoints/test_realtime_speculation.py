@@ -109,7 +109,9 @@ def test_the_reply_is_the_reply_to_the_committed_item(server: LiveServer, proces
             await send(ws, {"type": "response.create"})
             done, plain = await until(ws, "response.done")
         return early, [*plain, done]
+    before = outcomes(server)
     early, plain = asyncio.run(scenario())
+    assert outcomes(server)["used"] == before["used"] + 1  # the first reply was the speculative one
     responses = [r for r in server.engine.requests if r.request_id.startswith("resp")]
     assert len(responses) == 2
     a, b = responses
@@ -262,3 +264,18 @@ def test_serve_names_the_first_codec_chunk_of_realtime_replies(processor) -> Non
     assert ServingOptions().realtime_first_chunk_frames is None
     with pytest.raises(ValueError, match="realtime-first-chunk-frames"):
         ServingOptions(realtime_first_chunk_frames=0)
+
+
+def test_a_session_sets_its_pause_or_turns_it_off(server: LiveServer) -> None:
+    """``session.speculative_reply_ms``: a negative or non-integer value is refused, naming the field (0, which turns
+    the speculative reply off, is the baseline of the real-end test above)."""
+    async def scenario() -> list[dict]:
+        async with await open_session(server) as ws:
+            errors = []
+            for bad in (-1, 0.5, "200"):
+                await send(ws, {"type": "session.update", "session": {"speculative_reply_ms": bad}})
+                error, _ = await until(ws, "error")
+                errors.append(error["error"])
+            return errors
+    for error in asyncio.run(scenario()):
+        assert error["param"] == "session.speculative_reply_ms" and error["code"] in ("invalid_value", "invalid_type")

@@ -22,7 +22,8 @@ new turn is. One prefill request runs per session at a time; a later window
 supersedes a pending one. A cleared buffer or a VAD reset cancels the one in
 flight (its engine request is aborted in every stage and its blocks freed). A
 commit lets it finish: the response's prompt extends it, so the response waits
-for it (:meth:`Listener.settle`) rather than redo its work.
+for it (:meth:`Listener.settle`) rather than redo its work; so does a speculative reply started at a pause
+(``speculation.py``), for the one in flight then.
 Without turn detection (the client commits) the live item is the whole buffer,
 from its first append. The switch is per session (``session.streaming_input``)
 over the server's default (``serve --no-streaming-input``); transcription
