@@ -9,7 +9,8 @@ into turns the same way for every detector: speech *starts* after
 soft syllable). With ``pause_ms`` set (shorter than the silence), a turn in progress
 also reports a *pause* once that much silence has passed, at the sample heard so
 far, and a *resume* when voice returns before the turn stops: the realtime session
-starts a speculative reply at the pause (``realtime/speculation.py``). Two detectors (``vad_backend.py`` chooses, ``--vad``):
+starts a speculative reply at the pause (``realtime/speculation.py``). Two
+detectors (``vad_backend.py`` chooses, ``--vad``):
 
 * Silero VAD (``silero.py``, the default): a speech probability per 32 ms;
   OpenAI's ``threshold`` (0..1, default 0.5) is that probability, as in

@@ -24,7 +24,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServingOptions
 from omnistage.pipeline.async_omni import AsyncOmni
 from tests.entrypoints.conftest import LiveServer
-from tests.entrypoints.fake_engine import FakeEngine
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
 from tests.entrypoints.server_thread import ServerThread
 from tests.audio.signals import speech_like
 from tests.entrypoints.test_realtime import open_session, recv, send, stream_audio, until
@@ -65,7 +65,8 @@ def shape(events: list[dict]) -> list[str]:
     return [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1] or not k.endswith(".delta")]
 
 
-def test_a_real_end_gives_the_same_events_and_commits_the_audio_to_the_pause(server: LiveServer, processor) -> None:  # noqa: ANN001
+def test_a_real_end_gives_the_same_events_and_commits_the_audio_to_the_pause(
+        server: LiveServer, processor: RecordingProcessor) -> None:
     speech = np.concatenate([quiet(0.5), speech_like(1.5, RATE, seed=41), quiet(1.5)])
 
     async def one(speculative_ms: int) -> list[dict]:

@@ -163,7 +163,7 @@ class ServingOptions:
     ice_servers: tuple[IceServer, ...] = ()
     streaming_input: bool = True  # realtime: prefill a turn while it is spoken (realtime/listening.py)
     speculative_reply_ms: int = DEFAULT_SPECULATIVE_REPLY_MS  # realtime: a pause that starts the reply early (0: off)
-    realtime_first_chunk_frames: int | None = None  # realtime replies' first code2wav chunk (None: the stage's, by load)
+    realtime_first_chunk_frames: int | None = None  # realtime replies' first code2wav chunk (None: the stage's)
     trace_loop_stalls_ms: float = 0.0  # log the threads' stacks when the event loop stalls longer (0: off)
 
     def __post_init__(self) -> None:

@@ -8,9 +8,10 @@ delta and → first text delta (p50, p95), the same from the server's ``speech_s
 second after its first audio), streams that would underrun a player, the
 prompt tokens each turn prefilled (``usage``: input minus cached), the
 barge-in stop time, and the server's speculative replies in the level, used and
-dropped (a false end: started at a pause the user spoke on from; ``/metrics``). ``--streaming-input both`` (default) measures every level
-with and without the server's streaming input prefill, alternating which goes
-first, so the two share the machine's state.
+dropped (a false end: started at a pause the user spoke on from; ``/metrics``).
+``--streaming-input both`` (default) measures every level with and without the
+server's streaming input prefill, alternating which goes first, so the two share
+the machine's state.
 
 The server is ``--url`` (a running ``omnistage serve``), or else one started
 here for the run (``omnistage serve MODEL`` on a free local port).
