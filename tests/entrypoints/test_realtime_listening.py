@@ -179,6 +179,22 @@ def test_streaming_input_off_prefills_nothing_early(server: LiveServer, processo
     assert not isinstance(processor.seen_audios[-1], ListenedAudio)
 
 
+def test_the_session_says_its_listening_settings(server: LiveServer) -> None:
+    """``session.created``/``updated`` carry the settings in effect: the server's until the session sets its own."""
+    async def scenario() -> list[tuple[object, object]]:
+        seen = []
+        async with await open_session(server) as ws:
+            for update in ({"streaming_input": False}, {"streaming_input": True, "speculative_reply_ms": 300}):
+                await send(ws, {"type": "session.update", "session": {"type": "realtime", **update}})
+                updated, _ = await until(ws, "session.updated")
+                seen.append((updated["session"]["streaming_input"], updated["session"]["speculative_reply_ms"]))
+        return seen
+
+    from omnistage.entrypoints.openai.server_config import DEFAULT_SPECULATIVE_REPLY_MS
+
+    assert asyncio.run(scenario()) == [(False, DEFAULT_SPECULATIVE_REPLY_MS), (True, 300)]
+
+
 def test_serve_switches_streaming_input_off() -> None:
     def serving(*flags: str) -> ServingOptions:
         return ServeConfig.from_args(build_parser().parse_args(["serve", *flags]), environ={}).serving

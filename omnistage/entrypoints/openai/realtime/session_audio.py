@@ -64,9 +64,13 @@ class SessionAudio:
         detection = self.state.config.turn_detection
         if detection is None:
             return None
-        ms = self.state.config.speculative_reply_ms
-        ms = self.service.speculative_reply_ms if ms is None else ms
+        ms = self._speculative_reply_ms
         return replace(detection.vad, pause_ms=ms if self._streams_input and detection.create_response else 0)
+
+    @property
+    def _speculative_reply_ms(self) -> int:
+        ms = self.state.config.speculative_reply_ms
+        return self.service.speculative_reply_ms if ms is None else ms
 
     @property
     def _streams_input(self) -> bool:

@@ -150,7 +150,10 @@ class RealtimeSession(SessionAudio):
         await self.send(error_event(exc))
 
     def _describe(self) -> dict[str, Any]:
-        return self.config.describe(self.id, self.engine.model_name, self.state.beta)
+        described = self.config.describe(self.id, self.engine.model_name, self.state.beta)
+        if self.config.kind == "realtime" and not self.state.beta:  # omnistage's own settings, as in effect
+            described |= {"streaming_input": self._streams_input, "speculative_reply_ms": self._speculative_reply_ms}
+        return described
 
     # -- the read loop ---------------------------------------------------------------------------
     async def run(self) -> None:
