@@ -55,7 +55,7 @@ class OmniPipeline:
         self.max_model_len = entry.engine.model_len(self.front_end.max_positions)
         # The entry stage config's sampling, under the checkpoint's generation_config.json (vLLM's --generation-config).
         self.default_sampling = sampling_defaults(entry.sampling, folder, generation_config)
-        options = options or PipelineOptions()
+        options = (options or PipelineOptions()).for_model(str(model) in registry.embedded_names())
         self.runtime = PipelineRuntime(self.graph, model_factories(str(folder), self.graph, options),
                                        self.front_end.tokenizer, self.front_end.num_code_groups, options)
 

@@ -3,12 +3,13 @@ check before torch loads; what to run is the stage config."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, DEFAULT_STEP_TIMEOUT_S, StallBounds
 
 BACKENDS = ("local", "ray")
 CONNECTORS = ("inproc", "shm", "frames")  # how tensors cross stages (pipeline/connectors/)
+EMBEDDED_MIN_FRAMES = 8  # 0.64 s of speech: an embedded random checkpoint's shortest reply
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,8 @@ class PipelineOptions:
 
     connector: how tensors cross stages; None picks ``inproc`` for threads and ``shm`` for processes.
     talker_min_new_tokens: frames the talker must make before it may stop (random-weight checkpoints
-        emit codec EOS at once; tests use this to get audio).
+        emit codec EOS at once; tests use this to get audio). None: ``EMBEDDED_MIN_FRAMES`` for an embedded
+        random checkpoint asked for by name (``tiny``...), 0 for a checkpoint folder (:meth:`for_model`).
     seamless_audio: code2wav chunks keep their left context's tail, so streamed chunks join without
         the 555-sample hole transformers' chunked decode leaves at each boundary.
     threads_per_replica: torch threads in each replica process; None splits the machine's cores (Ray: the
@@ -34,7 +36,7 @@ class PipelineOptions:
 
     in_process: bool = False
     connector: str | None = None
-    talker_min_new_tokens: int = 0
+    talker_min_new_tokens: int | None = None
     seamless_audio: bool = True
     ready_timeout_s: float = 900.0
     threads_per_replica: int | None = None
@@ -44,6 +46,8 @@ class PipelineOptions:
     stage_step_timeout_s: float = DEFAULT_STEP_TIMEOUT_S
 
     def __post_init__(self) -> None:
+        if self.talker_min_new_tokens is not None and self.talker_min_new_tokens < 0:
+            raise ValueError(f"--talker-min-new-tokens must be >= 0, got {self.talker_min_new_tokens}")
         StallBounds(self.stage_stall_timeout_s, self.stage_step_timeout_s)  # a bad pair raises here, not at start
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
@@ -56,6 +60,15 @@ class PipelineOptions:
             # Replicas connect back to this process's sockets, so it must run on a cluster node itself.
             raise ValueError("ray_address: Ray Client (ray://) is not supported; run the server on a cluster node "
                              "and give the cluster's GCS address (HOST:6379) or 'auto'")
+
+    def for_model(self, embedded: bool) -> PipelineOptions:
+        """These options with the talker's floor decided: as given, else a floor for an embedded random
+        checkpoint (``embedded``), whose talker samples its end code at the first frame now and then (a user's
+        first reply from ``make serve`` or ``Omni("tiny")`` must not be an empty WAV); a real checkpoint stops
+        where its talker says."""
+        if self.talker_min_new_tokens is not None:
+            return self
+        return replace(self, talker_min_new_tokens=EMBEDDED_MIN_FRAMES if embedded else 0)
 
     @property
     def stall_bounds(self) -> StallBounds:

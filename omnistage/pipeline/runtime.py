@@ -65,7 +65,7 @@ class PipelineRuntime:
         atexit.register(self.close)
         try:
             links = self._make_links(factories)
-            settings = FlowSettings(graph, num_code_groups, options.talker_min_new_tokens)
+            settings = FlowSettings(graph, num_code_groups, options.talker_min_new_tokens or 0)
             self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx, options.stall_bounds)
             for link in links:
                 link.handle.start()

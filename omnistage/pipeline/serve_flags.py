@@ -11,11 +11,8 @@ from dataclasses import dataclass
 
 from omnistage.config.memory import parse_bytes
 from omnistage.config.pipeline import DTYPES, QUANTIZATIONS, PipelineSpec, StageOverrides, load_pipeline, per_stage
-from omnistage.families.registry import DEFAULT_REGISTRY
 from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, DEFAULT_STEP_TIMEOUT_S
-from omnistage.pipeline.options import BACKENDS, CONNECTORS, PipelineOptions
-
-EMBEDDED_MIN_FRAMES = 8  # 0.64 s of speech: an embedded random checkpoint's shortest reply
+from omnistage.pipeline.options import BACKENDS, CONNECTORS, EMBEDDED_MIN_FRAMES, PipelineOptions
 
 
 def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
@@ -128,22 +125,10 @@ def overrides_from_args(args: argparse.Namespace) -> StageOverrides:
                           max_model_len=tuple(args.max_model_len), max_num_seqs=tuple(args.max_num_seqs))
 
 
-def talker_min_new_tokens(flag: int | None, model: str) -> int:
-    """``--talker-min-new-tokens`` as given, else a floor for the embedded random checkpoints: a random talker
-    samples its end code at the first frame now and then, and a user's first `make serve` reply must not be an
-    empty WAV. A real checkpoint stops where its talker says."""
-    if flag is not None:
-        if flag < 0:
-            raise ValueError(f"--talker-min-new-tokens must be >= 0, got {flag}")
-        return flag
-    return EMBEDDED_MIN_FRAMES if model in DEFAULT_REGISTRY.embedded_names() else 0
-
-
-def options_from_args(args: argparse.Namespace, model: str = "") -> PipelineOptions:
+def options_from_args(args: argparse.Namespace) -> PipelineOptions:
     """The flags of :func:`add_pipeline_args` as options; ``ValueError`` names a bad combination."""
     return PipelineOptions(in_process=args.in_process, connector=args.connector,
-                           talker_min_new_tokens=talker_min_new_tokens(args.talker_min_new_tokens, model),
-                           backend=args.backend,
+                           talker_min_new_tokens=args.talker_min_new_tokens, backend=args.backend,
                            ray_address=args.ray_address, stage_stall_timeout_s=args.stage_stall_timeout,
                            stage_step_timeout_s=args.stage_step_timeout)
 
@@ -152,6 +137,6 @@ def pipeline_config_from_args(args: argparse.Namespace, model: str, model_name: 
     """The pipeline flags (:func:`add_pipeline_args`) read once; ``ValueError`` names a bad combination
     (``ConfigError``, a subclass, a bad stage config field)."""
     spec = load_pipeline(args.stage_config) if args.stage_config else None  # a bad YAML is said before loading
-    return PipelineConfig(model=model, stage_config=spec, options=options_from_args(args, model),
+    return PipelineConfig(model=model, stage_config=spec, options=options_from_args(args),
                           overrides=overrides_from_args(args), generation_config=args.generation_config,
                           model_name=model_name)

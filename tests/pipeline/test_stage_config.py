@@ -84,20 +84,27 @@ def test_backend_flags_become_options() -> None:
         PipelineOptions(backend="kubernetes")
 
 
-def test_embedded_random_checkpoints_get_a_talker_floor_unless_told(tmp_path: Path) -> None:
-    """A random talker samples its end code at the first frame now and then (an empty WAV for `make serve`'s
-    first user): served by an embedded name it makes EMBEDDED_MIN_FRAMES at least; a folder or the flag decides
-    otherwise."""
-    from omnistage.pipeline.serve_flags import EMBEDDED_MIN_FRAMES, options_from_args
+def test_embedded_random_checkpoints_get_a_talker_floor_unless_told(tiny_dir: Path, tmp_path: Path) -> None:
+    """A random talker samples its end code at the first frame now and then (an empty WAV for `make serve`'s or
+    `Omni("tiny")`'s first user): a pipeline asked for an embedded name makes EMBEDDED_MIN_FRAMES at least; a folder
+    (the same checkpoint), or the flag, decides otherwise."""
+    from omnistage.pipeline.options import EMBEDDED_MIN_FRAMES, PipelineOptions
+    from omnistage.pipeline.serve_flags import options_from_args
+
+    def floor(model: str | Path, options: PipelineOptions) -> int | None:
+        omni = Omni(model, write_spec(tmp_path, small_dict()), options=options)
+        try:
+            return omni.pipeline.runtime.orchestrator.flows.settings.min_new_tokens
+        finally:
+            omni.close()
 
     parser = argparse.ArgumentParser()
     add_pipeline_args(parser)
-    floors = {model: options_from_args(parser.parse_args([]), model).talker_min_new_tokens
-              for model in ("tiny", "medium", "tts-tiny", str(tmp_path))}
-    assert floors == {"tiny": EMBEDDED_MIN_FRAMES, "medium": EMBEDDED_MIN_FRAMES, "tts-tiny": EMBEDDED_MIN_FRAMES,
-                      str(tmp_path): 0}
-    assert EMBEDDED_MIN_FRAMES > 0
-    told = parser.parse_args(["--talker-min-new-tokens", "0"])
-    assert options_from_args(told, "tiny").talker_min_new_tokens == 0
+    unset = options_from_args(parser.parse_args(["--in-process"]))
+    assert unset.talker_min_new_tokens is None and EMBEDDED_MIN_FRAMES > 0
+    assert (floor("tiny", unset), floor(tiny_dir, unset)) == (EMBEDDED_MIN_FRAMES, 0)
+    told = options_from_args(parser.parse_args(["--in-process", "--talker-min-new-tokens", "0"]))
+    assert floor("tiny", told) == 0
+    assert [PipelineOptions().for_model(e).talker_min_new_tokens for e in (True, False)] == [EMBEDDED_MIN_FRAMES, 0]
     with pytest.raises(ValueError, match="talker-min-new-tokens"):
-        options_from_args(parser.parse_args(["--talker-min-new-tokens", "-1"]), "tiny")
+        options_from_args(parser.parse_args(["--talker-min-new-tokens", "-1"]))
