@@ -83,10 +83,6 @@ def render_prompt_job(processor: PromptProcessor, spec: PromptSpec, token: Cance
     return render_prompt(processor, spec)
 
 
-def _join_16k(pieces: list[np.ndarray], start: int, fmt: InputFormat, token: CancelToken) -> np.ndarray:
-    return _slice_16k(pieces, start, None, fmt, token)
-
-
 def _slice_16k(pieces: list[np.ndarray], start: int, end: int | None, fmt: InputFormat,
                token: CancelToken) -> np.ndarray:
     audio = np.concatenate(pieces)[start:end] if pieces else np.zeros(0, np.float32)
@@ -137,7 +133,8 @@ class InputBuffer:
         buffer is emptied at once, before the job runs."""
         start = max(0, start - self.dropped)
         pieces, self.pieces, self.samples, self.dropped = self.pieces, [], 0, 0
-        return await pool.run_sized(sum(p.nbytes for p in pieces), _join_16k, pieces, start, self.format)
+        return await pool.run_sized(sum(p.nbytes for p in pieces), _slice_16k, pieces, start, None,
+                                     self.format)
 
     async def copy_in(self, pool: DecodePool, start: int, end: int) -> np.ndarray:
         """Samples ``[start, end)`` at 16 kHz, joined in ``pool`` as ``take_in`` does; the buffer keeps them (a
