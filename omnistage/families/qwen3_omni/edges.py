@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from omnistage.engine.request import MultimodalSpan
 from omnistage.families.base import EdgeContext, RequestEdge
 from omnistage.families.spoken import SpokenTokens
 from omnistage.families.qwen3_omni.payloads import PromptHidden, TalkerStart, TextFeed
@@ -24,6 +25,7 @@ class ThinkerToTalker(RequestEdge):
     def __init__(self, context: EdgeContext) -> None:
         self.context = context
         self.hidden: torch.Tensor | None = None
+        self.items: tuple[MultimodalSpan, ...] = ()  # the thinker's multimodal items: the talker's cache keys
         self.spoken = SpokenTokens(context.request.unspoken)  # tool calls are never spoken
         self.started = False
         self.done = False
@@ -32,7 +34,7 @@ class ThinkerToTalker(RequestEdge):
         if self.done:
             return []
         if isinstance(payload, PromptHidden):
-            self.hidden = payload.mm_hidden
+            self.hidden, self.items = payload.mm_hidden, payload.items
             return []
         tokens = self.spoken.take(payload.token_ids) if isinstance(payload, TokenDelta) else []
         out: list[object] = []
@@ -54,4 +56,4 @@ class ThinkerToTalker(RequestEdge):
             raise TypeError(f"a Qwen3-Omni request carries a Qwen3OmniPrompt, not {type(prompt).__name__}")
         sampling = stage_params(target.sampling, request.sampling.seed, self.context.min_new_tokens)
         layout = PromptLayout.of(prompt.token_ids, prompt.mm)
-        return TalkerStart(layout, first_token, request.voice or DEFAULT_VOICE, sampling, self.hidden)
+        return TalkerStart(layout, first_token, request.voice or DEFAULT_VOICE, sampling, self.hidden, self.items)

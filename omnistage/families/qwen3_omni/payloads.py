@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import torch
 
+from omnistage.engine.request import MultimodalSpan
 from omnistage.engine.sampling_params import SamplingParams
 from omnistage.ipc.messages import PayloadTypes
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs, PromptLayout
@@ -22,19 +23,23 @@ class ThinkerPrompt(msgspec.Struct, tag="qwen3_omni.ThinkerPrompt"):
 
 class PromptHidden(msgspec.Struct, tag="qwen3_omni.PromptHidden"):
     """The thinker's accept-layer states ``[M, H]`` at the prompt's M multimodal rows (None when M = 0), sent
-    once, before its first tokens, for a capturing request."""
+    once, before its first tokens, for a capturing request; with its multimodal items' spans and content
+    digests (the thinker's prefix-cache keys), which key the talker's prefix cache."""
 
     mm_hidden: torch.Tensor | None = None
+    items: tuple[MultimodalSpan, ...] = ()
 
 
 class TalkerStart(msgspec.Struct, tag="qwen3_omni.TalkerStart"):
-    """The talker's start: the thinker's prompt layout, hidden states at multimodal rows, its first token."""
+    """The talker's start: the thinker's prompt layout, hidden states at multimodal rows, its first token, and
+    the thinker's multimodal items (:class:`PromptHidden`)."""
 
     layout: PromptLayout
     first_token: int
     voice: str
     sampling: SamplingParams
     mm_hidden: torch.Tensor | None = None
+    thinker_items: tuple[MultimodalSpan, ...] = ()
 
 
 class TextFeed(msgspec.Struct, tag="qwen3_omni.TextFeed"):

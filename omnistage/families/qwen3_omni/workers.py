@@ -77,7 +77,8 @@ class ThinkerWorker(ARWorker[Request]):
                 outputs.append(self.failed(out))
                 continue
             if out.request_id in self.awaiting_hidden:
-                outputs.append(StageOutput(out.request_id, PromptHidden(self._take_hidden(request))))
+                outputs.append(StageOutput(out.request_id, PromptHidden(self._take_hidden(request),
+                                                                        tuple(request.mm_spans or ()))))
             delta = TokenDelta(out.new_token_ids, request.num_prompt_tokens, max(request.num_cached_tokens, 0),
                                out.logprobs)
             outputs.append(StageOutput(out.request_id, delta, out.finished, out.finish_reason))
