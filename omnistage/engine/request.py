@@ -57,8 +57,10 @@ class Request:
     talker's trailing text), opaque to the engine. ``mm_spans`` says that the
     embeddings are the ids' own except over these items (the thinker's merged
     encoder features), so the prompt is identified by ids + item hashes and may
-    share prefix-cache blocks; None (the default with embeddings, e.g. the
-    talker's projected states) means they are not, and it never shares.
+    share prefix-cache blocks. Embeddings without ids may share too when the
+    spans cover every row (the talker's rows, each keyed by the thinker prefix
+    it was made from). None (the default with embeddings) means the embeddings
+    are not identified, and the prompt never shares.
     """
 
     def __init__(
@@ -80,6 +82,8 @@ class Request:
         self.prompt_embeds = prompt_embeds
         self.num_prompt_tokens = len(prompt_embeds) if prompt_embeds is not None else len(self.prompt_token_ids)
         _validate_prompt(self.prompt_token_ids, prompt_embeds, prompt_positions, self.num_prompt_tokens)
+        if prompt_embeds is not None and not self.prompt_token_ids and mm_spans is not None:
+            _validate_cover(mm_spans, self.num_prompt_tokens)
         self.prompt_positions = prompt_positions
         self.rope_delta = rope_delta
         self.sampling_params = sampling_params
@@ -111,8 +115,18 @@ class Request:
 
     @property
     def prefix_cacheable(self) -> bool:
-        """Token prompts, and embedding prompts identified by ids + multimodal item hashes (``mm_spans``)."""
-        return self.prompt_embeds is None or (self.mm_spans is not None and bool(self.prompt_token_ids))
+        """Token prompts, and embedding prompts identified by ids + multimodal item hashes (``mm_spans``) or by
+        spans over every row."""
+        return self.prompt_embeds is None or self.mm_spans is not None
+
+    @property
+    def num_keyed_tokens(self) -> int:
+        """Leading tokens whose KV the ids and spans identify: all of them, except after a prompt of embeddings
+        keyed by spans alone (the talker's), whose generated rows are more than their ids (whole codec frames
+        and the thinker's text), so they are never cached."""
+        if self.prompt_embeds is not None and not self.prompt_token_ids:
+            return self.num_prompt_tokens
+        return self.num_tokens
 
     def mm_spans_in(self, start: int, end: int) -> list[MultimodalSpan]:
         """The multimodal items that overlap positions ``[start, end)`` (a block's extra hash keys)."""
@@ -154,3 +168,15 @@ def _validate_prompt(
         raise ValueError(f"prompt_embeds must be [L, H] with L matching the {len(ids)} prompt ids")
     if positions is not None and positions.shape[-1] != length:
         raise ValueError(f"prompt_positions cover {positions.shape[-1]} tokens, the prompt has {length}")
+
+
+def _validate_cover(spans: tuple[MultimodalSpan, ...], length: int) -> None:
+    """Embeddings without ids are identified by their spans alone: every row must lie in one."""
+    covered = 0
+    for span in sorted(spans, key=lambda s: s.start):
+        if span.start > covered:
+            break
+        covered = max(covered, span.end)
+    if covered < length:
+        raise ValueError(f"an embedding prompt without ids keyed by spans needs them to cover all {length} rows "
+                         f"(row {covered} is in none)")

@@ -8,7 +8,7 @@ import torch
 import zmq
 
 from omnistage.engine.generation_engine import ChunkJob
-from omnistage.engine.request import FinishReason
+from omnistage.engine.request import FinishReason, MultimodalSpan
 from omnistage.engine.sampling_params import SamplingParams
 from omnistage.families.qwen3_omni.payloads import PAYLOADS, PromptHidden, TalkerStart, TextFeed, ThinkerPrompt
 from omnistage.ipc.messages import (
@@ -41,14 +41,15 @@ INPUTS = [
         capture_hidden=True)),
     StageInput("b", ThinkerPrompt([4], SamplingParams())),
     StageInput("a", TalkerStart(PromptLayout([1, 2], audio_lengths=torch.tensor([100])), 7, "ethan", SAMPLING,
-                                mm_hidden=torch.randn(30, 64, dtype=torch.bfloat16))),
+                                mm_hidden=torch.randn(30, 64, dtype=torch.bfloat16),
+                                thinker_items=(MultimodalSpan(1, 31, bytes(range(32))),))),
     StageInput("a", TextFeed([5, 6], finished=True)),
     StageInput("a", ChunkJob("a", 2, torch.randint(0, 64, (4, 35)), left_context=25, is_last=True)),
     AbortRequests(["a", "b"]),
     Shutdown(),
 ]
 OUTPUTS = [
-    StepBatch([StageOutput("a", PromptHidden(torch.randn(2, 16))),
+    StepBatch([StageOutput("a", PromptHidden(torch.randn(2, 16), (MultimodalSpan(3, 5, bytes(32)),))),
                StageOutput("a", TokenDelta([5], num_prompt_tokens=3)),
                StageOutput("a", CodecFrames(torch.randint(0, 64, (1, 4))), finished=True,
                            finish_reason=FinishReason.STOP),

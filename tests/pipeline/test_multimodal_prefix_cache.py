@@ -24,6 +24,7 @@ from omnistage.entrypoints.openai.realtime.conversation import PromptSpec
 from omnistage.entrypoints.openai.realtime.conversation import render_prompt as render_spec
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.families.qwen3_omni.mm_spans import multimodal_spans
+from omnistage.engine.request import MultimodalSpan
 from omnistage.families.qwen3_omni.payloads import PromptHidden, ThinkerPrompt
 from omnistage.families.qwen3_omni.stages import build_thinker_request
 from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData, ThinkerStepHook
@@ -45,6 +46,7 @@ class Run:
     mm_hidden: torch.Tensor | None
     num_cached: int
     encoded: list[int] = field(default_factory=list)  # the prompt's items the encoders ran on, in order
+    items: tuple[MultimodalSpan, ...] = ()  # what PromptHidden passed on: the talker's cache keys
 
 
 class Thinkers:
@@ -78,7 +80,7 @@ class Thinkers:
         while True:
             for msg in worker.step().outputs:
                 if isinstance(msg.payload, PromptHidden):
-                    run.mm_hidden = msg.payload.mm_hidden
+                    run.mm_hidden, run.items = msg.payload.mm_hidden, msg.payload.items
                     continue
                 assert isinstance(msg.payload, TokenDelta)
                 run.tokens += msg.payload.token_ids
@@ -97,6 +99,8 @@ def _same(cached: Run, uncached: Run) -> None:
     assert cached.tokens == uncached.tokens
     assert cached.mm_hidden is not None and uncached.mm_hidden is not None
     torch.testing.assert_close(cached.mm_hidden, uncached.mm_hidden, rtol=1e-5, atol=1e-5)
+    # The thinker's items go on to the talker (its prefix-cache keys), one per multimodal row group, hit or not.
+    assert cached.items == uncached.items and sum(s.end - s.start for s in cached.items) == len(cached.mm_hidden)
 
 
 def test_spoken_turn_two_reuses_turn_one_with_the_same_output(thinkers: Thinkers) -> None:

@@ -82,7 +82,7 @@ class KVCacheManager:
         """Room for ``num_new_tokens`` more tokens; returns the ids of blocks added, or None if full."""
         blocks = self._req_blocks.get(request.request_id, ())
         if not computed_blocks and request.num_computed_tokens + num_new_tokens <= len(blocks) * self.block_size \
-                and not (self.enable_prefix_caching and request.prefix_cacheable):
+                and not self._keys_more(request):
             return []  # the decode fast path: the request's last block still has room
         computed_blocks = computed_blocks or []
         num_computed = request.num_computed_tokens + len(computed_blocks) * self.block_size
@@ -97,9 +97,14 @@ class KVCacheManager:
         added = computed_blocks + self.pool.get_new_blocks(max(need, 0), after=held[-1] if held else None)
         # Stored only on success, so a refused admission leaves no empty entry behind.
         self._req_blocks.setdefault(request.request_id, []).extend(added)
-        if self.enable_prefix_caching and request.prefix_cacheable:
-            self._cache_full_blocks(request, min(total, request.num_tokens) // self.block_size)
+        if self._keys_more(request):
+            self._cache_full_blocks(request, min(total, request.num_keyed_tokens) // self.block_size)
         return [b.block_id for b in added]
+
+    def _keys_more(self, request: Request) -> bool:
+        """Whether blocks of this request may still join the prefix index."""
+        return self.enable_prefix_caching and request.prefix_cacheable and \
+            self._num_cached_blocks.get(request.request_id, 0) < request.num_keyed_tokens // self.block_size
 
     def free(self, request: Request) -> None:
         blocks = self._req_blocks.pop(request.request_id, [])

@@ -14,7 +14,7 @@ the talker config's ids over ``talker_input_ids``; audio is ``chunked_decode(300
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,8 +22,10 @@ import torch
 from torch import nn
 
 from omnistage.engine import Request, SamplingParams
+from omnistage.engine.request import MultimodalSpan
 from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.families.qwen3_omni.mm_spans import multimodal_spans
+from omnistage.families.qwen3_omni.talker_cache_keys import talker_row_keys
 from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData
 from omnistage.models.qwen3_omni.code2wav import Code2Wav
 from omnistage.models.qwen3_omni.code2wav_stream import StreamingCode2Wav
@@ -32,7 +34,8 @@ from omnistage.models.qwen3_omni.inputs import MultimodalInputs, PromptLayout
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia
 from omnistage.models.qwen3_omni.talker import Talker
-from omnistage.models.qwen3_omni.talker_prompt import TalkerProjections, TrailingText, build_talker_prompt
+from omnistage.models.qwen3_omni.talker_prompt import (TalkerProjections, TrailingText, build_talker_prompt,
+                                                       user_positions)
 from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.models.weights import Checkpoint
 from omnistage.runner import GenerationRunner, TalkerRequestData, TalkerStepHook
@@ -142,22 +145,26 @@ class TalkerTextFeed:
 @torch.no_grad()
 def build_talker_request(
     ctx: TalkerContext, request_id: str, layout: PromptLayout, mm_hidden: torch.Tensor | None, first_token: int,
-    params: SamplingParams, speaker: str,
+    params: SamplingParams, speaker: str, thinker_items: Sequence[MultimodalSpan] = (),
 ) -> tuple[Request, TalkerTextFeed]:
     """The talker engine's request once the thinker's first token exists, and its text feed
-    (already given ``first_token``; pass it the later tokens, then ``finish()``)."""
+    (already given ``first_token``; pass it the later tokens, then ``finish()``). ``thinker_items``: the
+    thinker request's multimodal items, which key the talker's prefix cache (:func:`talker_row_keys`)."""
     proj = ctx.projections()
     weight = ctx.talker.codec_head.weight
     hidden = torch.empty(0, ctx.talker.config.thinker_hidden_size) if mm_hidden is None else mm_hidden
+    speaker_id = ctx.token_ids.speaker_id(speaker)
     prompt = build_talker_prompt(layout.token_ids, hidden.to(weight.device, weight.dtype), first_token,
-                                 ctx.token_ids.speaker_id(speaker), ctx.token_ids, proj)
+                                 speaker_id, ctx.token_ids, proj)
     positions, delta = mrope_positions(prompt.input_ids, ctx.mrope, layout.image_grid_thw, layout.video_grid_thw,
                                        layout.audio_lengths, layout.video_second_per_grid)
+    keys = talker_row_keys(layout.token_ids, user_positions(layout.token_ids, ctx.token_ids), len(prompt.embeds),
+                           thinker_items, ctx.token_ids.multimodal, (first_token, speaker_id))
     data = TalkerRequestData(tts_pad_embed=prompt.tts_pad_embed)
     feed = TalkerTextFeed(TrailingText(prompt, proj), data)
     feed.extend([first_token])
     request = Request(request_id, None, params, prompt_embeds=prompt.embeds, prompt_positions=positions,
-                      rope_delta=delta, eos_token_id=ctx.codec_eos, stage_data=data)
+                      rope_delta=delta, eos_token_id=ctx.codec_eos, stage_data=data, mm_spans=keys)
     return request, feed
 
 

@@ -119,7 +119,8 @@ class TalkerWorker(FramesWorker):
         payload, rid = message.payload, message.request_id
         if isinstance(payload, TalkerStart):
             request, feed = build_talker_request(self.ctx, rid, payload.layout, _tensor(payload.mm_hidden),
-                                                 payload.first_token, payload.sampling, payload.voice)
+                                                 payload.first_token, payload.sampling, payload.voice,
+                                                 payload.thinker_items)
             self.engine.add_request(request)
             self.requests[rid] = feed
         elif isinstance(payload, TextFeed):
