@@ -88,10 +88,19 @@ class OmniRequest:
     # is consumed whole, so every later chunk takes the stage's full chunk size (fewer vocoder calls).
     stream: bool = True
     unspoken: UnspokenSpan | None = None  # decided by the front end (tool calls); None: every token is spoken
+    # Only warms the prefix caches of the stages its reply would use (realtime streaming input prefills the
+    # user's turn while it is spoken): with AUDIO the stages up to the talker run their prefill and one step, the
+    # audio stage never runs, nothing waits at the audio gate; its text is one token the caller ignores.
+    prefill_only: bool = False
 
     @property
     def wants_audio(self) -> bool:
         return Modality.AUDIO in self.modalities
+
+    @property
+    def streams_audio(self) -> bool:
+        """Whether audio comes back: a prefill-only request wanting audio warms the talker and makes none."""
+        return self.wants_audio and not self.prefill_only
 
 
 @dataclass(frozen=True)

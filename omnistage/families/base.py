@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from omnistage.config.pipeline import PipelineSpec, StageSpec
 from omnistage.core import Modality, OmniRequest
+from omnistage.engine.sampling_params import SamplingParams
+from omnistage.families.sampling import stage_params
 from omnistage.importing import resolve
 from omnistage.ipc.messages import PayloadTypes
 
@@ -52,6 +54,12 @@ class EdgeContext:
     request: OmniRequest
     target: StageSpec
     min_new_tokens: int = 0  # --talker-min-new-tokens: random test checkpoints stop at once otherwise
+
+    def stage_sampling(self) -> SamplingParams:
+        """The target stage's configured sampling for this request (a talker's): seeded from the request, with the
+        floor; a prefill-only request runs the stage one step, so every family's talker prefills and lets it go."""
+        return stage_params(self.target.sampling, self.request.sampling.seed, self.min_new_tokens,
+                            self.request.prefill_only)
 
 
 class RequestEdge(ABC):

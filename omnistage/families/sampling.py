@@ -16,11 +16,16 @@ def request_params(s: RequestSampling) -> SamplingParams:
                           logprobs=s.logprobs, stop_token_ids=s.stop_token_ids)
 
 
-def stage_params(stage: StageSampling, seed: int | None, min_new_tokens: int = 0) -> SamplingParams:
+def stage_params(stage: StageSampling, seed: int | None, min_new_tokens: int = 0,
+                 prefill_only: bool = False) -> SamplingParams:
     """A stage's configured defaults, seeded from the request so one seed always gives the same audio.
 
     ``min_new_tokens`` keeps a randomly initialised talker from ending on its first frame (tests).
+    ``prefill_only``: the request only warms the stage's prefix cache, so it runs one step (its prefill) and no
+    floor holds it longer.
     """
+    max_tokens = 1 if prefill_only else stage.max_tokens
+    min_tokens = 0 if prefill_only else min(min_new_tokens, max_tokens)
     return SamplingParams(temperature=stage.temperature, top_p=stage.top_p, top_k=stage.top_k,
-                          repetition_penalty=stage.repetition_penalty, seed=seed, max_tokens=stage.max_tokens,
-                          min_tokens=min(min_new_tokens, stage.max_tokens))
+                          repetition_penalty=stage.repetition_penalty, seed=seed, max_tokens=max_tokens,
+                          min_tokens=min_tokens)

@@ -9,7 +9,8 @@ inputs: async chunk streaming, so a talker starts on its source's first token).
 Outputs the caller gets are generic: tokens of the stage whose output is text
 (detokenised, stop strings), audio chunks of the stage whose output is audio
 (the player model, the audio gate). A request is done once every stage it
-entered has let it go.
+entered has let it go. A prefill-only request (``OmniRequest.prefill_only``)
+stops short of the stage that makes audio and passes the gate: it is no stream.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class RequestFlows:
         if missing:
             return self.reject(request, sink, f"this pipeline has no stage that makes {' or '.join(missing)}: "
                                               f"{' and '.join(missing)} output is not available")
-        if request.wants_audio and (self.waiting or not self.gate.admits(self._stream_loads())):
+        if request.streams_audio and (self.waiting or not self.gate.admits(self._stream_loads())):
             self.waiting[rid] = (request, sink)
             return None
         return self._start(request, sink)
@@ -109,7 +110,7 @@ class RequestFlows:
     def _start(self, request: OmniRequest, sink: OutputSink) -> None:
         rid = request.request_id
         state = RequestState(request, sink, IncrementalDetokenizer(self.tokenizer, request.sampling.stop),
-                             self.graph.stages_for(request.modalities), num_prompt_tokens=request.prompt.num_tokens)
+                             self._stages(request), num_prompt_tokens=request.prompt.num_tokens)
         try:
             for edge in self.graph.edges:
                 if edge.source in state.stages and edge.target in state.stages:
@@ -125,6 +126,16 @@ class RequestFlows:
             else:
                 self.reject(request, sink, f"{type(exc).__name__}: {exc}")
         return None
+
+    def _stages(self, request: OmniRequest) -> frozenset[str]:
+        """The stages a request runs through. A prefill-only one stops short of the stage that makes audio: it
+        warms the talker's cache, and with no edge into the audio stage no codec stream (no audio progress, nothing
+        for the gate to count) is made."""
+        stages = self.graph.stages_for(request.modalities)
+        audio = self.graph.output_stage(Modality.AUDIO)
+        if request.prefill_only and audio is not None and audio != self.graph.entry:
+            return stages - {audio}
+        return stages
 
     def _context(self, request: OmniRequest, stage: str) -> EdgeContext:
         return EdgeContext(request, self.graph.stage(stage), self.settings.min_new_tokens)

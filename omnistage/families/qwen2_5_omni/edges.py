@@ -17,7 +17,6 @@ from omnistage.families.base import EdgeContext, RequestEdge
 from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, Token2WavChunk
 from omnistage.families.qwen2_5_omni.prompt import Qwen25OmniPrompt
 from omnistage.families.qwen2_5_omni.voices import DEFAULT_VOICE
-from omnistage.families.sampling import stage_params
 from omnistage.families.spoken import SpokenTokens
 from omnistage.ipc.payloads import CodecFrames, TokenDelta
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
@@ -92,7 +91,7 @@ class ThinkerToTalker(RequestEdge):
         self.fed = 1
         request = self.context.request
         hidden = self._take([*range(p), p + first])
-        sampling = stage_params(self.context.target.sampling, request.sampling.seed, self.context.min_new_tokens)
+        sampling = self.context.stage_sampling()
         return TalkerStart(list(self.prompt.token_ids), layout(self.prompt.mm), hidden[:p], self.tokens[first],
                            hidden[p], request.voice or DEFAULT_VOICE, sampling)
 

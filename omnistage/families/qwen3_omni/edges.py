@@ -14,7 +14,6 @@ from omnistage.engine.request import MultimodalSpan
 from omnistage.families.base import EdgeContext, RequestEdge
 from omnistage.families.spoken import SpokenTokens
 from omnistage.families.qwen3_omni.payloads import PromptHidden, TalkerStart, TextFeed
-from omnistage.families.sampling import stage_params
 from omnistage.ipc.payloads import TokenDelta
 from omnistage.models.qwen3_omni.inputs import PromptLayout
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
@@ -50,10 +49,10 @@ class ThinkerToTalker(RequestEdge):
 
     def _start(self, first_token: int) -> TalkerStart:
         self.started = True
-        request, target = self.context.request, self.context.target
+        request = self.context.request
         prompt = request.prompt
         if not isinstance(prompt, Qwen3OmniPrompt):
             raise TypeError(f"a Qwen3-Omni request carries a Qwen3OmniPrompt, not {type(prompt).__name__}")
-        sampling = stage_params(target.sampling, request.sampling.seed, self.context.min_new_tokens)
+        sampling = self.context.stage_sampling()
         layout = PromptLayout.of(prompt.token_ids, prompt.mm)
         return TalkerStart(layout, first_token, request.voice or DEFAULT_VOICE, sampling, self.hidden, self.items)
