@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omnistage.core import Modality, OmniRequest
+from omnistage.core import Modality, OmniRequest, UnspokenSpan
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.errors import APIError
 from omnistage.entrypoints.openai.common.request_budget import turns_over_budget
@@ -98,18 +98,25 @@ class TurnRequests:
         except APIError as exc:
             raise EventError(exc.detail.code or "invalid_request", exc.detail.message, exc.detail.param,
                              event_id) from exc
-        wants_audio = "audio" in options.output_modalities
-        modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if wants_audio else set()))
-        unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if wants_audio else None
+        modalities, unspoken = self.output(options, tools)
         return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
                            voice=self.state.config.voice, unspoken=unspoken,
                            initial_codec_chunk_frames=self.first_chunk_frames), items[:dropped]
 
+    def output(self, options: ResponseOptions, tools: ToolSetup) -> tuple[frozenset[Modality], UnspokenSpan | None]:
+        """A response's modalities and the text its talker must not speak (tool calls), when it speaks."""
+        if "audio" not in options.output_modalities:
+            return frozenset({Modality.TEXT}), None
+        unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None))
+        return frozenset({Modality.TEXT, Modality.AUDIO}), unspoken
+
     async def prefill(self, audio: ListenedAudio | None) -> OmniRequest | None:
-        """The prompt the VAD's response would get if the user stopped at ``audio``'s end, as a one-token text
+        """The prompt the VAD's response would get if the user stopped at ``audio``'s end, as a one-token
         request: what streaming input prefills while the user speaks (``listening.py``). ``audio`` None: the
         conversation so far and the live turn's header (its message text-only and empty: the template renders
-        the earlier items as it will once the audio is there); None when nothing comes before the live turn."""
+        the earlier items as it will once the audio is there); None when nothing comes before the live turn.
+        When the response will speak, the request asks for audio too, prefill-only: the talker prefills its
+        prompt (the turn's user rows) into its cache as well, and no audio is made."""
         options = response_options(self.state.config, {})
         earlier = self.items(options)
         if audio is None and not earlier and not options.instructions:
@@ -120,5 +127,9 @@ class TurnRequests:
         spec = PromptSpec(options.instructions, (*earlier, live), tools.tools, tools.prefix)
         prompt = await self.pool.run(render_prompt_job, self.engine.processor, spec)
         sampling = make_sampling(max_tokens=1, defaults=self.engine.default_sampling, temperature=0.0)
-        return OmniRequest(request_id=new_id("prefill"), prompt=prompt, modalities=frozenset({Modality.TEXT}),
-                           sampling=sampling, voice=self.state.config.voice)
+        # A prefill is never worth an error: on an engine without audio stages it warms the thinker alone.
+        speaks = self.engine.supports_audio
+        modalities, unspoken = self.output(options, tools) if speaks else (frozenset({Modality.TEXT}), None)
+        return OmniRequest(request_id=new_id("prefill"), prompt=prompt, modalities=modalities, sampling=sampling,
+                           voice=self.state.config.voice, unspoken=unspoken,
+                           prefill_only=Modality.AUDIO in modalities)
