@@ -5,10 +5,12 @@ audio encoder's attention windows (Qwen3-Omni: 8 s), its log-mel is frozen
 (:class:`~omnistage.processing.listened_audio.WindowedLogMel`) and a
 *prefill request* goes to the engine: the prompt the turn's response would
 have if the user stopped now at that window (the conversation so far, the
-live item's audio cut at the window), text only, one token. It runs in the
+live item's audio cut at the window), one token, prefill-only. It runs in the
 engine's ordinary batched steps (chunked prefill beside other sessions'
 decodes) and leaves its blocks in the thinker's prefix cache, keyed by the
-windows' content, when it finishes. At the end of the turn the committed item
+windows' content, when it finishes; when the session's replies speak, also in
+the talker's (its user rows, keyed by the thinker prefix they come from), so
+the talker too prefills only the last window's rows after the user stops. At the end of the turn the committed item
 carries the frozen windows (:class:`ListenedAudio`), so the response's prompt
 has the same features and keys for them: the prefix cache serves the
 conversation and the completed windows, and only the last partial window and
