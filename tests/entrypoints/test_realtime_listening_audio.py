@@ -12,9 +12,13 @@ import asyncio
 
 import numpy as np
 
-from omnistage.core import Modality, OmniRequest
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
+from omnistage.entrypoints.openai.common.decode_pool import DecodePool
+from omnistage.entrypoints.openai.realtime.listening import Listener
+from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from tests.audio.signals import speech_like
 from tests.entrypoints.conftest import LiveServer
+from tests.entrypoints.fake_engine import FakeEngine
 from tests.entrypoints.test_realtime import open_session, stream_audio, until
 from tests.entrypoints.test_realtime_listening import long_turns, server  # noqa: F401 - fixtures
 
@@ -78,3 +82,52 @@ def test_an_engine_without_audio_stages_prefills_as_text(server: LiveServer) -> 
     asyncio.run(scenario())
     (early,) = [r for r in server.engine.requests if r.request_id.startswith("prefill")]
     assert early.modalities == TEXT and not early.prefill_only
+
+
+class _TalkerPart(FakeEngine):
+    """A prefill-only audio request's thinker token comes back at once; its talker part then runs until the test
+    lets it end (``talker_done``)."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.talker_done = asyncio.Event()
+
+    async def generate(self, request: OmniRequest):  # noqa: ANN201
+        self.requests.append(request)
+        try:
+            yield OmniOutput(request.request_id, text="a", token_ids=(1,))
+            await self.talker_done.wait()
+            yield OmniOutput(request.request_id, finished=True, finish_reason=FinishReason.LENGTH)
+        finally:
+            self.closed.append(request.request_id)
+
+
+def test_a_commit_waits_for_the_prefill_s_thinker_part_only(processor) -> None:  # noqa: ANN001
+    """The response's prompt extends the prefill's in the thinker: once the prefill's thinker token is back, its
+    thinker blocks are cached and the response may go, while its talker part runs on (the talker caches rows from
+    the step that computes them, before the response's talker start can ask)."""
+    engine = _TalkerPart(processor=processor)
+
+    async def prefill(audio: object) -> OmniRequest:
+        return OmniRequest("prefill-1", Qwen3OmniPrompt([1, 2, 3]), AUDIO, prefill_only=True)
+
+    async def scenario() -> None:
+        pool = DecodePool(1)
+        listener = Listener(engine, pool, prefill)
+        try:
+            listener.begin(0)  # the conversation so far, as the turn begins: one prefill in flight
+            async with asyncio.timeout(WAIT_S):
+                while not engine.requests:
+                    await asyncio.sleep(0.01)
+                listener.take(np.zeros(RATE, np.float32))
+                await listener.settle()
+            assert engine.closed == [] and not listener.in_flight()  # settled while its talker part still runs
+            engine.talker_done.set()
+            async with asyncio.timeout(WAIT_S):
+                while not engine.closed:  # left to finish, never aborted
+                    await asyncio.sleep(0.01)
+        finally:
+            await listener.close()
+            pool.shutdown()
+        assert engine.closed == ["prefill-1"] and engine.aborted == []
+    asyncio.run(scenario())

@@ -37,7 +37,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 from contextlib import aclosing
 
 import numpy as np
@@ -68,8 +69,8 @@ class Listener:
         self._mel: WindowedLogMel | None = None
         self._start = 0  # the buffer sample (since its last clear) where the live item starts
         self._hop = 1  # input samples per mel frame
-        self._task: asyncio.Task[None] | None = None
-        self._settling: asyncio.Task[None] | None = None  # a committed item's prefill, left to finish
+        self._task: _Job | None = None
+        self._settling: _Job | None = None  # a committed item's prefill, left to finish
         self.prefilled_windows = 0  # windows whose prefill request finished (all sessions' turns)
 
     @property
@@ -84,7 +85,8 @@ class Listener:
             self._start = start
         if self._mel is not None:
             self._hop = self._mel.extractor.hop_length
-            self._task = asyncio.create_task(self._run(None))  # the conversation so far, while the turn begins
+            # The conversation so far, as the turn begins.
+            self._task = _Job(lambda primed: self._run(None, primed))
 
     def heard(self, buffer: InputBuffer) -> None:
         """The buffer grew: starts freezing and prefilling any window it completed (one job at a time)."""
@@ -96,11 +98,11 @@ class Listener:
             return
         # Joined in the pool: a long turn's buffer is tens of MB, and copying it on the event loop stalled it.
         pieces = list(buffer.pieces)
-        self._task = asyncio.create_task(self._prefill(mel, pieces, max(0, self._start - buffer.dropped),
-                                                       buffer.format.to_16k))
+        skip, to_16k = max(0, self._start - buffer.dropped), buffer.format.to_16k
+        self._task = _Job(lambda primed: self._prefill(mel, pieces, skip, to_16k, primed))
 
     async def _prefill(self, mel: WindowedLogMel, pieces: list[np.ndarray], skip: int,
-                       to_16k: Callable[[np.ndarray], np.ndarray]) -> None:
+                       to_16k: Callable[[np.ndarray], np.ndarray], primed: asyncio.Future[None]) -> None:
         try:
             samples = await self.pool.run(_freeze_job, mel, pieces, skip, to_16k)
         except asyncio.CancelledError:
@@ -110,18 +112,20 @@ class Listener:
             return
         head = mel.head()
         if head is not None and await self._run(ListenedAudio(samples[:head.shape[1] * mel.extractor.hop_length],
-                                                              head)):
+                                                              head), primed):
             self.prefilled_windows += 1
 
-    async def _run(self, cut: ListenedAudio | None) -> bool:
-        """Runs the prefill request of the live item cut at ``cut`` (None: before its audio); True when it ran."""
+    async def _run(self, cut: ListenedAudio | None, primed: asyncio.Future[None]) -> bool:
+        """Runs the prefill request of the live item cut at ``cut`` (None: before its audio); True when it ran.
+        ``primed`` is resolved at an output before its last: the thinker's part is done, its talker's goes on."""
         try:
             request = await self.prefill(cut)
             if request is None:
                 return False
             async with aclosing(engine_outputs(self.engine, request)) as outputs:
-                async for _ in outputs:
-                    pass
+                async for out in outputs:
+                    if not out.finished:  # its last output: primed when the task has ended, all closed
+                        _resolve(primed)
             return True
         except asyncio.CancelledError:
             raise
@@ -150,12 +154,12 @@ class Listener:
             return None
         return ListenedAudio(audio, head)
 
-    def in_flight(self) -> asyncio.Task[None] | None:
-        """The prefill running now: a speculative reply's prompt extends it, so it waits for it as a commit's
-        response does (:meth:`settle`), with ``asyncio.wait`` (which leaves it running when the waiter is
-        cancelled)."""
-        task = self._task
-        return task if task is not None and not task.done() else None
+    def in_flight(self) -> asyncio.Future[None] | None:
+        """The prefill running now, done once its thinker part is: a speculative reply's prompt extends it, so it
+        waits for it as a commit's response does (:meth:`settle`), with ``asyncio.wait`` (which leaves it running
+        when the waiter is cancelled)."""
+        job = self._task
+        return job.primed if job is not None and not job.primed.done() else None
 
     def discard(self) -> None:
         """The live item is gone (buffer cleared, VAD reset): its frozen windows and in-flight prefill too."""
@@ -163,11 +167,14 @@ class Listener:
         self._cancel()
 
     async def settle(self) -> None:
-        """Waits for the committed item's prefill still in flight: a response's prompt extends it, and the
-        thinker's prefix cache serves the response only the blocks a finished (or running) prefill computed."""
-        task, self._settling = self._settling, None
-        if task is not None and not task.done():
-            await asyncio.wait({task})  # a cancelled caller leaves it running: its work stays cached
+        """Waits for the committed item's prefill still in flight, until its thinker part is done: a response's
+        prompt extends it, and the thinker's prefix cache serves the response only the blocks a finished (or
+        running) prefill computed. Its talker part, if any, goes on beside the response's thinker prefill: the
+        talker's cache holds its rows from the step that starts computing them, before the response's talker
+        start can ask."""
+        job, self._settling = self._settling, None
+        if job is not None and not job.primed.done():
+            await asyncio.wait({job.primed})  # a cancelled caller leaves it running: its work stays cached
 
     def _cancel(self) -> None:
         task, self._task = self._task, None
@@ -180,7 +187,7 @@ class Listener:
             task.cancel()
 
     async def close(self) -> None:
-        tasks = [t for t in (self._task, self._settling) if t is not None]
+        tasks = [j.task for j in (self._task, self._settling) if j is not None]
         self.discard()
         self._settle_cancel()
         for task in tasks:
@@ -194,3 +201,24 @@ def _freeze_job(mel: WindowedLogMel, pieces: list[np.ndarray], skip: int,
     samples = to_16k(np.concatenate(pieces)[skip:])
     mel.advance(samples)
     return samples
+
+
+class _Job:
+    """One prefill request's task, and ``primed``: resolved once its thinker part is done (its one token came
+    back) or the task ended, however."""
+
+    def __init__(self, run: Callable[[asyncio.Future[None]], Coroutine[Any, Any, object]]) -> None:
+        self.primed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.task = asyncio.create_task(run(self.primed))
+        self.task.add_done_callback(lambda _: _resolve(self.primed))
+
+    def done(self) -> bool:
+        return self.task.done()
+
+    def cancel(self) -> None:
+        self.task.cancel()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
