@@ -22,30 +22,36 @@ from omnistage.pipeline.playback import Playback
 from omnistage.pipeline.request_state import AudioProgress
 
 
-def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: int, capacity: int) -> int:
+def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: int, capacity: int,
+                         head_start: bool = False) -> int:
     """Frames in a request's first codec chunk.
 
     A small first chunk cuts time to first audio but costs one more vocoder call
     per request; under load those calls queue behind other requests' chunks, so
     the first chunk grows linearly with the audio requests already in flight,
     reaching the regular chunk size once the codec stage is at capacity. A request may
-    name its own size.
+    name its own size. A request with a head start (its player starts later, e.g. a
+    speculative reply held until the user's turn ends) gets half the first chunk while
+    nothing else is in flight: no other stream's chunks queue behind the extra
+    vocoder call, and the frames made before its player starts cover the next chunk.
     """
     if requested is not None:
         return max(int(requested), 1)
     low, high = streaming.initial_codec_chunk_frames, max(streaming.codec_chunk_frames,
                                                           streaming.initial_codec_chunk_frames)
+    if head_start and busy == 0:
+        return max(low // 2, 1)
     share = min(busy / max(capacity, 1), 1.0)
     return round(low + (high - low) * share)
 
 
 def audio_progress(request_id: str, streaming: StreamingSpec, codec: StageSpec, requested_first: int | None,
                    played: bool, busy: int, paces: StagePaces, num_groups: int,
-                   prime: torch.Tensor | None = None) -> AudioProgress:
+                   prime: torch.Tensor | None = None, head_start: bool = False) -> AudioProgress:
     """A streamed request's chunks follow its player (a small first chunk, then as large as its buffer
     allows); a request consumed whole gets full-size chunks after the first."""
     capacity = vocoder_batch_cap(codec.engine.max_num_seqs, codec.device) * codec.replicas
-    first = initial_chunk_frames(streaming, requested_first, busy, capacity)
+    first = initial_chunk_frames(streaming, requested_first, busy, capacity, head_start)
     plan = ChunkPlan(chunk_frames=streaming.codec_chunk_frames, left_context=streaming.codec_left_context_frames,
                      first_chunk_frames=first)
     playback = Playback()

@@ -147,7 +147,8 @@ class RequestFlows:
         busy = sum(1 for s in self.states.values() if s.audio is not None and not s.audio.done)
         state.audio = audio_progress(request.request_id, self.graph.spec.streaming, self.graph.stage(edge.target),
                                      request.initial_codec_chunk_frames, request.stream, busy, self.paces,
-                                     self.settings.num_code_groups, self.graph.family.codec_prime(request))
+                                     self.settings.num_code_groups, self.graph.family.codec_prime(request),
+                                     request.head_start)
         return CodecEdge(state.audio)
 
     def reject(self, request: OmniRequest, sink: OutputSink, error: str) -> None:

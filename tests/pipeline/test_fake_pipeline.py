@@ -155,6 +155,22 @@ def test_initial_chunk_grows_with_load() -> None:
     assert initial_chunk_frames(streaming, 2, busy=50, capacity=10) == 2  # the request's own choice wins
 
 
+def test_a_head_start_halves_the_first_chunk_only_while_nothing_else_streams() -> None:
+    """A reply played only from some later moment (a speculative one) has frames in hand when its player starts;
+    with another stream in flight its extra vocoder call would queue before that stream's chunks."""
+    from omnistage.config.pipeline import StreamingSpec
+    from omnistage.pipeline.codec_edge import initial_chunk_frames
+
+    streaming = StreamingSpec(codec_chunk_frames=25, initial_codec_chunk_frames=10)
+    assert initial_chunk_frames(streaming, None, busy=0, capacity=10, head_start=True) == 5
+    assert initial_chunk_frames(streaming, None, busy=0, capacity=10) == 10
+    assert initial_chunk_frames(streaming, None, busy=1, capacity=10, head_start=True) == \
+        initial_chunk_frames(streaming, None, busy=1, capacity=10) == 12
+    assert initial_chunk_frames(streaming, 3, busy=0, capacity=10, head_start=True) == 3  # asked for: as asked
+    one = StreamingSpec(codec_chunk_frames=25, initial_codec_chunk_frames=1)
+    assert initial_chunk_frames(one, None, busy=0, capacity=10, head_start=True) == 1
+
+
 def test_router_places_least_loaded_healthy_and_sticks() -> None:
     from omnistage.pipeline.router import NoHealthyReplica, StageRouter
 
@@ -203,3 +219,23 @@ def test_every_stage_replicated_serves_concurrent_requests() -> None:
         assert used == {"thinker": {0, 1}, "talker": {0, 1}, "code2wav": {0, 1}}
     finally:
         rt.close()
+
+
+def test_a_reply_with_a_head_start_alone_gets_half_the_first_chunk() -> None:
+    """The flow passes ``OmniRequest.head_start`` to the first chunk's size (frame k's code is k, 4 samples each)."""
+    fakes.INSTANCES.clear()
+    spec = parse_pipeline(small_dict(talker_frames=10, gated=False, initial_chunk=4, chunk=6))
+    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(), None, fakes.GROUPS,
+                         PipelineOptions(in_process=True))
+    try:
+        firsts = []
+        for rid, head_start in (("plain", False), ("held", True)):
+            outputs: queue.Queue = queue.Queue()
+            request = OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=6),
+                                  head_start=head_start)
+            rt.orchestrator.submit(request, outputs.put)
+            chunks = [o.audio for o in _collect(outputs) if o.audio is not None]
+            firsts.append(len(chunks[0]) // fakes.SAMPLES_PER_FRAME)
+    finally:
+        rt.close()
+    assert firsts == [4, 2]

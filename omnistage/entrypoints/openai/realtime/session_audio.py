@@ -177,7 +177,8 @@ class SessionAudio:
             options = response_options(self.state.config, {})
             items = self.requests.items(options, self.state.conversation.with_item(item))
             request, dropped = await self.requests.build(options, items, self.requests.tools(options), None)
-            return SpeculativeTurn(item, options, items, request, dropped)
+            # Played only from the turn's end: the pipeline may make its first chunk smaller.
+            return SpeculativeTurn(item, options, items, replace(request, head_start=True), dropped)
 
         self.speculation = Speculation(build, self.service.engine, ticket, self.service.limits.request_timeout,
                                        self.service.count_speculation)

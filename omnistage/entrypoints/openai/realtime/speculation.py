@@ -15,7 +15,10 @@ so the reply is exactly the reply to the committed item; the session then sends
 the usual events in OpenAI's order (``speech_stopped``, ``committed``, the item's,
 ``response.created``) and the response reads the held outputs at once, then the
 rest as they come. The thinker's prefill, the talker's first frames and code2wav's
-first chunk run during the rest of the silence wait. Voice coming back
+first chunk run during the rest of the silence wait; since the client plays the
+reply only from the turn's end, its request has a head start
+(``OmniRequest.head_start``: a first chunk half the stage's while no other stream
+is in flight, so it fits in that wait at concurrency 1). Voice coming back
 (``speech_resumed``), any client event but an append, a cleared buffer or the
 session's end cancels it: the request is aborted in every stage (its KV blocks
 freed) and the client never hears of it.
