@@ -102,7 +102,7 @@ class FakeEngine:
             self.closed.append(request.request_id)
 
     def _output(self, request: OmniRequest, i: int, n: int) -> OmniOutput:
-        audio = sine_chunk(i, self.chunk_seconds) if request.wants_audio else None
+        audio = sine_chunk(i, self.chunk_seconds) if request.streams_audio else None  # prefill-only: none
         k = request.sampling.logprobs
         # Token i+1 at log-probability -(i+1)/10, its alternatives the next ids, each 0.5 less likely.
         logprobs = () if k is None else (TokenLogprob(i + 1, -(i + 1) / 10, tuple(
