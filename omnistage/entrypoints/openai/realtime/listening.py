@@ -5,16 +5,17 @@ audio encoder's attention windows (Qwen3-Omni: 8 s), its log-mel is frozen
 (:class:`~omnistage.processing.listened_audio.WindowedLogMel`) and a
 *prefill request* goes to the engine: the prompt the turn's response would
 have if the user stopped now at that window (the conversation so far, the
-live item's audio cut at the window), one token, prefill-only. It runs in the
-engine's ordinary batched steps (chunked prefill beside other sessions'
-decodes) and leaves its blocks in the thinker's prefix cache, keyed by the
-windows' content, when it finishes; when the session's replies speak, also in
-the talker's (its user rows, keyed by the thinker prefix they come from), so
-the talker too prefills only the last window's rows after the user stops. At the end of the turn the committed item
-carries the frozen windows (:class:`ListenedAudio`), so the response's prompt
-has the same features and keys for them: the prefix cache serves the
-conversation and the completed windows, and only the last partial window and
-the assistant prefix are encoded and prefilled after the user stops.
+live item's audio cut at the window), one token. It runs in the engine's
+ordinary batched steps (chunked prefill beside other sessions' decodes) and
+leaves its blocks in the thinker's prefix cache, keyed by the windows'
+content, when it finishes. When the session's replies speak it also asks for
+audio, prefill-only (``OmniRequest.prefill_only``: no audio is made), so the
+talker caches its user rows too (keyed by the thinker prefix they come from).
+At the end of the turn the committed item carries the frozen windows
+(:class:`ListenedAudio`), so the response's prompt has the same features and
+keys for them: the prefix caches serve the conversation and the completed
+windows, and only the last partial window and the assistant prefix are encoded
+and prefilled after the user stops.
 
 At the speech start a first prefill request carries the conversation so far
 with the live user turn's opening (its role header), before any of its audio:
@@ -38,8 +39,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
 from contextlib import aclosing
+from typing import Any
 
 import numpy as np
 import torch
