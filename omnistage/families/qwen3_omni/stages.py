@@ -34,8 +34,7 @@ from omnistage.models.qwen3_omni.inputs import MultimodalInputs, PromptLayout
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia
 from omnistage.models.qwen3_omni.talker import Talker
-from omnistage.models.qwen3_omni.talker_prompt import (TalkerProjections, TrailingText, build_talker_prompt,
-                                                       user_positions)
+from omnistage.models.qwen3_omni.talker_prompt import TalkerProjections, TrailingText, build_talker_prompt
 from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.models.weights import Checkpoint
 from omnistage.runner import GenerationRunner, TalkerRequestData, TalkerStepHook
@@ -158,8 +157,8 @@ def build_talker_request(
                                  speaker_id, ctx.token_ids, proj)
     positions, delta = mrope_positions(prompt.input_ids, ctx.mrope, layout.image_grid_thw, layout.video_grid_thw,
                                        layout.audio_lengths, layout.video_second_per_grid)
-    keys = talker_row_keys(layout.token_ids, user_positions(layout.token_ids, ctx.token_ids), len(prompt.embeds),
-                           thinker_items, ctx.token_ids.multimodal, (first_token, speaker_id))
+    keys = talker_row_keys(layout.token_ids, prompt.user_rows, len(prompt.embeds), thinker_items,
+                           ctx.token_ids.multimodal, (first_token, speaker_id))
     data = TalkerRequestData(tts_pad_embed=prompt.tts_pad_embed)
     feed = TalkerTextFeed(TrailingText(prompt, proj), data)
     feed.extend([first_token])

@@ -56,10 +56,11 @@ def talker_row_keys(
     ``user_rows[i]``, the rest (the assistant head) from the whole prompt and ``head`` (the first reply token, the
     speaker: whatever else they are made of). None when a multimodal position lies in no item."""
     items = sorted(items, key=lambda s: s.start)
-    if not _items_cover(prompt_ids, items, multimodal):
+    item_of = {p: i for i, item in enumerate(items) for p in range(item.start, item.end)}  # the last one wins
+    if any(tok in multimodal and p not in item_of for p, tok in enumerate(prompt_ids)):
         return None
     prefix, spans, reach = _ThinkerPrefix(prompt_ids, items), [], 0
-    for start, end, thinker_end in _groups(user_rows, items):
+    for start, end, thinker_end in _groups(user_rows, items, item_of):
         reach = max(reach, thinker_end)  # interleaved items (audio in video) overlap: a longer prefix still keys
         spans.append(MultimodalSpan(start, end, prefix.digest(reach)))
     if num_rows > len(user_rows):
@@ -69,12 +70,12 @@ def talker_row_keys(
     return tuple(spans)
 
 
-def _groups(user_rows: Sequence[int], items: Sequence[MultimodalSpan]) -> list[tuple[int, int, int]]:
+def _groups(user_rows: Sequence[int], items: Sequence[MultimodalSpan],
+            item_of: dict[int, int]) -> list[tuple[int, int, int]]:
     """Talker rows cut where their thinker positions stop being consecutive or cross an item's edge: ``(start,
     end, thinker end)``, the thinker end being the enclosing item's end for item rows (its digest is the whole
-    item's) and one past the last position otherwise."""
+    item's) and one past the last position otherwise; ``item_of``: the item of each position inside one."""
     groups: list[tuple[int, int, int]] = []
-    item_of = {p: i for i, item in enumerate(items) for p in range(item.start, item.end)}
     start = 0
     for row in range(1, len(user_rows) + 1):
         last = user_rows[row - 1]
@@ -84,8 +85,3 @@ def _groups(user_rows: Sequence[int], items: Sequence[MultimodalSpan]) -> list[t
         groups.append((start, row, items[item].end if item is not None else last + 1))
         start = row
     return groups
-
-
-def _items_cover(prompt_ids: Sequence[int], items: Sequence[MultimodalSpan], multimodal: frozenset[int]) -> bool:
-    inside = {p for item in items for p in range(item.start, item.end)}
-    return all(p in inside for p, tok in enumerate(prompt_ids) if tok in multimodal)

@@ -21,7 +21,7 @@ its accept-layer hidden states at multimodal rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -46,6 +46,7 @@ class TalkerPrompt:
     input_ids: list[int]  # [P] what transformers passes as talker_input_ids (for M-RoPE)
     tts_pad_embed: torch.Tensor  # [H_talker]
     tts_eos_embed: torch.Tensor  # [H_talker]
+    user_rows: list[int] = field(default_factory=list)  # the thinker position of each leading user-turn row
 
 
 def user_positions(prompt_ids: Sequence[int], ids: TalkerTokenIds) -> list[int]:
@@ -95,7 +96,8 @@ def build_talker_prompt(
     codec_track = torch.cat([codec.new_zeros(3, codec.shape[-1]), codec])
     embeds = torch.cat([user_embeds, text_track + codec_track])
     input_ids = user_ids.tolist() + [ids.tts_pad] * text_track.shape[0]
-    return TalkerPrompt(embeds=embeds, input_ids=input_ids, tts_pad_embed=tts_pad, tts_eos_embed=tts_eos)
+    return TalkerPrompt(embeds=embeds, input_ids=input_ids, tts_pad_embed=tts_pad, tts_eos_embed=tts_eos,
+                        user_rows=user_rows)
 
 
 def _user_part(
