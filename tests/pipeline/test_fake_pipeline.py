@@ -155,20 +155,47 @@ def test_initial_chunk_grows_with_load() -> None:
     assert initial_chunk_frames(streaming, 2, busy=50, capacity=10) == 2  # the request's own choice wins
 
 
-def test_a_head_start_halves_the_first_chunk_only_while_nothing_else_streams() -> None:
-    """A reply played only from some later moment (a speculative one) has frames in hand when its player starts;
-    with another stream in flight its extra vocoder call would queue before that stream's chunks."""
+def test_a_head_start_halves_the_first_chunk_at_any_load() -> None:
+    """A reply played only from some later moment (a speculative one) has frames in hand when its player starts:
+    half the first chunk it would get at that load."""
     from omnistage.config.pipeline import StreamingSpec
     from omnistage.pipeline.codec_edge import initial_chunk_frames
 
     streaming = StreamingSpec(codec_chunk_frames=25, initial_codec_chunk_frames=10)
     assert initial_chunk_frames(streaming, None, busy=0, capacity=10, head_start=True) == 5
     assert initial_chunk_frames(streaming, None, busy=0, capacity=10) == 10
-    assert initial_chunk_frames(streaming, None, busy=1, capacity=10, head_start=True) == \
-        initial_chunk_frames(streaming, None, busy=1, capacity=10) == 12
+    assert initial_chunk_frames(streaming, None, busy=4, capacity=10) == 16
+    assert initial_chunk_frames(streaming, None, busy=4, capacity=10, head_start=True) == 8
+    assert initial_chunk_frames(streaming, None, busy=50, capacity=10, head_start=True) == 12
     assert initial_chunk_frames(streaming, 3, busy=0, capacity=10, head_start=True) == 3  # asked for: as asked
     one = StreamingSpec(codec_chunk_frames=25, initial_codec_chunk_frames=1)
     assert initial_chunk_frames(one, None, busy=0, capacity=10, head_start=True) == 1
+
+
+def test_the_codec_capacity_is_the_streams_its_measured_load_keeps_at_real_time() -> None:
+    """Four streams beside a vocoder that needs 0.03 s per audio second barely load it (capacity 33): the first
+    chunk stays near its smallest. Before any measurement the capacity is the codec batch, which four streams
+    already fill on a CPU."""
+    from dataclasses import replace
+
+    from omnistage.engine.generation_engine import vocoder_batch_cap
+    from omnistage.pipeline.chunk_planner import StagePaces
+    from omnistage.pipeline.codec_edge import audio_progress, codec_capacity
+
+    spec = small_spec(initial_chunk=10, chunk=25)
+    codec = next(stage for stage in spec.stages if stage.name == "code2wav")
+    assert codec_capacity(codec, 0.05) == pytest.approx(20.0)
+    assert codec_capacity(replace(codec, replicas=2), 0.05) == pytest.approx(40.0)
+    batch = vocoder_batch_cap(codec.engine.max_num_seqs, codec.device)
+    assert codec_capacity(codec, None) == codec_capacity(codec, 0.0) == batch
+
+    def first(vocoder_busy: float | None) -> int:
+        return audio_progress("r", spec.streaming, codec, None, True, 4, StagePaces(), fakes.GROUPS,
+                              vocoder_busy=vocoder_busy).initial_chunk_frames
+
+    assert first(0.03) == 12  # 10 + 15 * 4 / 33.3
+    assert first(0.5) == 25  # capacity 2: four streams fill it
+    assert first(None) == round(10 + 15 * min(4 / batch, 1.0))
 
 
 def test_router_places_least_loaded_healthy_and_sticks() -> None:
@@ -221,7 +248,7 @@ def test_every_stage_replicated_serves_concurrent_requests() -> None:
         rt.close()
 
 
-def test_a_reply_with_a_head_start_alone_gets_half_the_first_chunk() -> None:
+def test_a_reply_with_a_head_start_gets_half_the_first_chunk() -> None:
     """The flow passes ``OmniRequest.head_start`` to the first chunk's size (frame k's code is k, 4 samples each)."""
     fakes.INSTANCES.clear()
     spec = parse_pipeline(small_dict(talker_frames=10, gated=False, initial_chunk=4, chunk=6))
@@ -239,3 +266,26 @@ def test_a_reply_with_a_head_start_alone_gets_half_the_first_chunk() -> None:
     finally:
         rt.close()
     assert firsts == [4, 2]
+
+
+@pytest.mark.parametrize(("vocoder_busy", "first"), [(1e-4, 4), (1.0, 8)])
+def test_a_streams_first_chunk_follows_the_measured_codec_load(vocoder_busy: float, first: int) -> None:
+    """A request that starts beside another stream gets a first chunk sized by how loaded the codec stage measures:
+    barely (capacity 10,000 streams: the smallest first chunk) or full (capacity one stream: the regular chunk).
+    Without the measured load the flow would size it by the codec batch (2 on a CPU: 6 frames here)."""
+    spec = parse_pipeline(small_dict(talker_frames=24, gated=False, initial_chunk=4, chunk=8))
+    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(talker_step_s=0.01, vocoder_busy=vocoder_busy),
+                         None, fakes.GROUPS, PipelineOptions(in_process=True))
+    try:
+        warm: queue.Queue = queue.Queue()
+        rt.orchestrator.submit(_request("warm", max_tokens=6), warm.put)
+        _collect(warm)  # its chunks are the load measured
+        running: queue.Queue = queue.Queue()
+        rt.orchestrator.submit(_request("running", max_tokens=6), running.put)
+        running.get(timeout=10)  # its 24 frames take the talker 0.24 s: in flight while the next one starts
+        outputs: queue.Queue = queue.Queue()
+        rt.orchestrator.submit(_request("next", max_tokens=6), outputs.put)
+        chunks = [o.audio for o in _collect(outputs) if o.audio is not None]
+    finally:
+        rt.close()
+    assert len(chunks[0]) // fakes.SAMPLES_PER_FRAME == first
