@@ -30,6 +30,7 @@ def test_summary_of_recorded_turns() -> None:
     assert level["eos_to_first_audio_ms_p50"] == pytest.approx(np.percentile([300, 500, 400], 50))
     assert level["eos_to_first_text_ms_p50"] == pytest.approx(np.percentile([250, 450, 350], 50))
     assert level["underrun_streams"] == 1  # only the slow reply would run a player dry
+    assert level["underrun_ms_max"] == pytest.approx(200.0)  # its fifth packet comes 600 ms in, 400 ms of audio
     assert level["reply_rtf_p50"] == pytest.approx(np.percentile([0.4, 1.2, 0.4], 50))
     assert level["barge_in_stop_ms_p50"] == pytest.approx(120.0) and level["barge_ins"] == 1
     assert level["barge_in_cancel_ms_p50"] == pytest.approx(300.0)

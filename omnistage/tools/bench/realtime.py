@@ -76,6 +76,7 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
         "speech_stopped_to_first_audio_ms_p95": _pct(stopped_ms, 95), "vad_wait_ms_p50": _pct(vad_ms, 50),
         "reply_rtf_p50": _pct(rtf, 50),
         "underrun_streams": sum(1 for t in ok if t.stream().underrun_s() > underrun_tolerance_s),
+        "underrun_ms_max": max((t.stream().underrun_s() * 1000 for t in ok), default=None),
         "barge_in_stop_ms_p50": _pct(stops, 50), "barge_in_cancel_ms_p50": _pct(cancels, 50), "barge_ins": len(stops),
         "prefill_tokens_per_turn": [float(np.mean(per_turn[i])) for i in sorted(per_turn)],
     }
@@ -158,10 +159,10 @@ def _fmt(v: object) -> str:
 def print_table(levels: list[dict[str, object]]) -> None:
     cols = ("concurrency", "utterance_s", "streaming_input", "eos_to_first_audio_ms_p50", "eos_to_first_audio_ms_p95",
             "speech_stopped_to_first_audio_ms_p50", "vad_wait_ms_p50", "eos_to_first_text_ms_p50", "reply_rtf_p50",
-            "underrun_streams", "barge_in_stop_ms_p50", "barge_in_cancel_ms_p50", "failed_turns",
+            "underrun_streams", "underrun_ms_max", "barge_in_stop_ms_p50", "barge_in_cancel_ms_p50", "failed_turns",
             "speculative_used", "speculative_dropped", "prefill_tokens_per_turn")
     short = ("conc", "utt_s", "stream", "audio_p50", "audio_p95", "stop>aud50", "vad_p50", "text_p50", "rtf",
-             "underrun", "barge_p50", "cancel_p50", "fail", "spec_used", "spec_drop", "prefill/turn")
+             "underrun", "under_max", "barge_p50", "cancel_p50", "fail", "spec_used", "spec_drop", "prefill/turn")
     print(" ".join(f"{c:>10}" for c in short))
     for level in levels:
         cells = [", ".join(f"{x:.0f}" for x in level[c]) or "-" if c == "prefill_tokens_per_turn" else
