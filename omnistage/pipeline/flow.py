@@ -19,7 +19,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -95,7 +95,8 @@ class RequestFlows:
         while self.waiting and (room := self.gate.room(loads)) > 0:
             for _ in range(min(room, len(self.waiting))):  # a round starts together: its prefills batch
                 _, (request, sink) = self.waiting.popitem(last=False)
-                self._start(request, sink)
+                # Its head start went by while it waited: its player may be waiting already.
+                self._start(replace(request, head_start=False), sink)
             loads = self._stream_loads()
 
     def _stream_loads(self) -> list[StreamLoad]:

@@ -289,3 +289,24 @@ def test_a_streams_first_chunk_follows_the_measured_codec_load(vocoder_busy: flo
     finally:
         rt.close()
     assert len(chunks[0]) // fakes.SAMPLES_PER_FRAME == first
+
+
+def test_a_reply_held_by_the_gate_loses_its_head_start() -> None:
+    """Two replies with a head start at once: the gate starts the first alone (half the first chunk) and holds the
+    second until the first is measured; by then its head start has gone by, so it gets the first chunk of its load
+    (one stream in flight, the codec batch of a CPU: 6 frames), not half of it."""
+    spec = parse_pipeline(small_dict(talker_frames=24, initial_chunk=4, chunk=8))
+    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(talker_step_s=0.01), None, fakes.GROUPS,
+                         PipelineOptions(in_process=True))
+    try:
+        queues = {rid: queue.Queue() for rid in ("first", "held")}
+        for rid, q in queues.items():
+            rt.orchestrator.submit(OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=6),
+                                               head_start=True), q.put)
+        firsts = {rid: [o.audio for o in _collect(q) if o.audio is not None][0] for rid, q in queues.items()}
+        held = rt.orchestrator.trace("held")
+        first = rt.orchestrator.trace("first")
+    finally:
+        rt.close()
+    assert held.arrival >= first.first_frames  # it waited at the gate
+    assert {rid: len(wav) // fakes.SAMPLES_PER_FRAME for rid, wav in firsts.items()} == {"first": 2, "held": 6}
