@@ -22,43 +22,37 @@ from omnistage.pipeline.playback import Playback
 from omnistage.pipeline.request_state import AudioProgress
 
 
-def codec_capacity(codec: StageSpec, vocoder_busy: float | None) -> float:
-    """Streams the codec stage keeps at real time: its replicas over the busy seconds a second of audio costs it
-    (measured, ``AudioGate.vocoder_busy``); before any measurement, the chunks its replicas decode in one step."""
-    if vocoder_busy is not None and vocoder_busy > 0:
-        return codec.replicas / vocoder_busy
-    return vocoder_batch_cap(codec.engine.max_num_seqs, codec.device) * codec.replicas
-
-
-def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: int, capacity: float,
+def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: int, capacity: int,
                          head_start: bool = False) -> int:
     """Frames in a request's first codec chunk.
 
-    A small first chunk cuts time to first audio but costs one more vocoder call
-    per request; under load those calls queue behind other requests' chunks, so
-    the first chunk grows linearly with the audio streams already in flight, as a
-    share of the streams the codec stage keeps at real time (``capacity``), reaching
-    the regular chunk size at capacity. A request may name its own size. A request with
-    a head start (its player starts later, e.g. a speculative reply held until the
-    user's turn ends) gets half of that: the frames made before its player starts
-    cover the next chunk.
+    A small first chunk cuts time to first audio, but its player starts with
+    little in hand: under load (other streams' prefills slow the talker, their
+    chunks queue at the vocoder) the next chunk may come late. So the first chunk
+    grows linearly with the audio requests already in flight, reaching the regular
+    chunk size once the codec stage's batch is full. A request may name its own size.
+    A request with a head start (its player starts later, e.g. a speculative reply
+    held until the user's turn ends) gets half the unloaded first chunk at any load:
+    the frames made before its player starts cover the next chunk, and a grown chunk
+    would make it wait for talker frames its head start does not cover.
     """
     if requested is not None:
         return max(int(requested), 1)
     low, high = streaming.initial_codec_chunk_frames, max(streaming.codec_chunk_frames,
                                                           streaming.initial_codec_chunk_frames)
-    share = min(busy / max(capacity, 1.0), 1.0)
-    first = round(low + (high - low) * share)
-    return max(first // 2, 1) if head_start else first
+    if head_start:
+        return max(low // 2, 1)
+    share = min(busy / max(capacity, 1), 1.0)
+    return round(low + (high - low) * share)
 
 
 def audio_progress(request_id: str, streaming: StreamingSpec, codec: StageSpec, requested_first: int | None,
                    played: bool, busy: int, paces: StagePaces, num_groups: int,
-                   prime: torch.Tensor | None = None, head_start: bool = False,
-                   vocoder_busy: float | None = None) -> AudioProgress:
+                   prime: torch.Tensor | None = None, head_start: bool = False) -> AudioProgress:
     """A streamed request's chunks follow its player (a small first chunk, then as large as its buffer
     allows); a request consumed whole gets full-size chunks after the first."""
-    first = initial_chunk_frames(streaming, requested_first, busy, codec_capacity(codec, vocoder_busy), head_start)
+    capacity = vocoder_batch_cap(codec.engine.max_num_seqs, codec.device) * codec.replicas
+    first = initial_chunk_frames(streaming, requested_first, busy, capacity, head_start)
     plan = ChunkPlan(chunk_frames=streaming.codec_chunk_frames, left_context=streaming.codec_left_context_frames,
                      first_chunk_frames=first)
     playback = Playback()

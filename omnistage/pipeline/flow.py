@@ -149,7 +149,7 @@ class RequestFlows:
         state.audio = audio_progress(request.request_id, self.graph.spec.streaming, self.graph.stage(edge.target),
                                      request.initial_codec_chunk_frames, request.stream, busy, self.paces,
                                      self.settings.num_code_groups, self.graph.family.codec_prime(request),
-                                     request.head_start, self.gate.vocoder_busy.value)
+                                     request.head_start)
         return CodecEdge(state.audio)
 
     def reject(self, request: OmniRequest, sink: OutputSink, error: str) -> None:

@@ -20,7 +20,6 @@ from omnistage.engine.generation_engine import ChunkJob
 from omnistage.families.qwen3_omni.payloads import TalkerStart, TextFeed, ThinkerPrompt
 from omnistage.ipc.messages import ReplicaLoad, StageInput, StageOutput
 from omnistage.ipc.payloads import AudioChunk, CodecFrames, TokenDelta
-from omnistage.pipeline.request_state import SAMPLE_RATE
 from omnistage.workers.base import StageWorker, StepResult
 
 GROUPS = 2
@@ -124,19 +123,14 @@ class FakeTalker(FakeBase):
         return StepResult(outs, progressed=bool(outs))
 
 
-@dataclass
 class FakeCode2Wav(FakeBase):
-    busy_per_audio_s: float = 0.0  # the busy time each chunk reports, per second of its audio (the gate's load)
-
     def handle(self, message: StageInput) -> list[StageOutput]:
         job = message.payload
         assert isinstance(job, ChunkJob)
         self.seen.append(("chunk", message.request_id))
         new = job.codes[0, job.left_context + job.discard_frames:].float()
         wav = new.repeat_interleave(SAMPLES_PER_FRAME)
-        busy_s = self.busy_per_audio_s * wav.shape[0] / SAMPLE_RATE
-        return [StageOutput(message.request_id, AudioChunk(job.chunk_index, wav, job.is_last, busy_s=busy_s),
-                            finished=job.is_last)]
+        return [StageOutput(message.request_id, AudioChunk(job.chunk_index, wav, job.is_last), finished=job.is_last)]
 
     def step(self) -> StepResult:
         return StepResult([], progressed=False)
@@ -147,12 +141,12 @@ def broken_factory() -> StageWorker:
 
 
 def fake_factories(thinker_step_s: float = 0.0, talker_step_s: float = 0.0, talker_step_s_per_seq: float = 0.0,
-                   vocoder_busy: float = 0.0, **thinker: str) -> dict[str, object]:
+                   **thinker: str) -> dict[str, object]:
     from functools import partial
 
     return {"thinker": partial(FakeThinker, step_s=thinker_step_s, **thinker),
             "talker": partial(FakeTalker, step_s=talker_step_s, step_s_per_seq=talker_step_s_per_seq),
-            "code2wav": partial(FakeCode2Wav, busy_per_audio_s=vocoder_busy)}
+            "code2wav": FakeCode2Wav}
 
 
 def omni_graph(spec):  # noqa: ANN001, ANN201 - PipelineSpec -> StageGraph
