@@ -85,8 +85,8 @@ class OmniRequest:
     # Frames in the first code2wav chunk (None = chosen by load).
     initial_codec_chunk_frames: int | None = None
     # The caller plays this reply only from some later moment (a realtime speculative reply, held until the
-    # user's turn ends): frames pile up before its player starts, so while no other stream is in flight its first
-    # chunk may be smaller than a request played at once could afford.
+    # user's turn ends): frames pile up before its player starts, so its first chunk may be smaller than a request
+    # played at once could afford, at any load (the pipeline drops it for a request its audio gate held).
     head_start: bool = False
     # The caller plays the audio as it arrives: later chunks are sized to keep its player fed. False: the audio
     # is consumed whole, so every later chunk takes the stage's full chunk size (fewer vocoder calls).

@@ -59,6 +59,7 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
     vad_ms = [(t.stopped - t.eos) * 1000 for t in heard]
     text_ms = [(t.first_text - t.eos) * 1000 for t in ok if t.first_text is not None]
     rtf = [(t.done - t.first_audio) / s for t in ok if (s := t.stream().audio_seconds) > 0]
+    shortfalls = [t.stream().underrun_s() for t in ok]
     per_turn: dict[int, list[int]] = {}
     for session in sessions:
         for i, t in enumerate(session):
@@ -75,8 +76,8 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
         "speech_stopped_to_first_audio_ms_p50": _pct(stopped_ms, 50),
         "speech_stopped_to_first_audio_ms_p95": _pct(stopped_ms, 95), "vad_wait_ms_p50": _pct(vad_ms, 50),
         "reply_rtf_p50": _pct(rtf, 50),
-        "underrun_streams": sum(1 for t in ok if t.stream().underrun_s() > underrun_tolerance_s),
-        "underrun_ms_max": max((t.stream().underrun_s() * 1000 for t in ok), default=None),
+        "underrun_streams": sum(1 for s in shortfalls if s > underrun_tolerance_s),
+        "underrun_ms_max": max(shortfalls) * 1000 if shortfalls else None,
         "barge_in_stop_ms_p50": _pct(stops, 50), "barge_in_cancel_ms_p50": _pct(cancels, 50), "barge_ins": len(stops),
         "prefill_tokens_per_turn": [float(np.mean(per_turn[i])) for i in sorted(per_turn)],
     }

@@ -17,8 +17,8 @@ the usual events in OpenAI's order (``speech_stopped``, ``committed``, the item'
 rest as they come. The thinker's prefill, the talker's first frames and code2wav's
 first chunk run during the rest of the silence wait; since the client plays the
 reply only from the turn's end, its request has a head start
-(``OmniRequest.head_start``: a first chunk half the stage's while no other stream
-is in flight, so it fits in that wait at concurrency 1). Voice coming back
+(``OmniRequest.head_start``: half the stage's unloaded first chunk at any load,
+so at concurrency 1 it fits in that wait). Voice coming back
 (``speech_resumed``), any client event but an append, a cleared buffer or the
 session's end cancels it: the request is aborted in every stage (its KV blocks
 freed) and the client never hears of it.
