@@ -84,10 +84,11 @@ class OmniRequest:
     voice: str = ""  # a speaker of the checkpoint; "": the family's default voice
     # Frames in the first code2wav chunk (None = chosen by load).
     initial_codec_chunk_frames: int | None = None
-    # The caller plays this reply only from some later moment (a realtime speculative reply, held until the
-    # user's turn ends): frames pile up before its player starts, so its first chunk may be smaller than a request
-    # played at once could afford, at any load (the pipeline drops it for a request its audio gate held).
-    head_start: bool = False
+    # When the caller starts playing this reply (``time.monotonic()`` on the serving host; None: as its audio
+    # arrives). A realtime speculative reply is played only from the user's turn's end: until then frames pile
+    # up, so a request that starts before that moment (its head start) may take a smaller first chunk than one
+    # played at once could afford, at any load; one its audio gate held past it gets the chunk of its load.
+    plays_at: float | None = None
     # The caller plays the audio as it arrives: later chunks are sized to keep its player fed. False: the audio
     # is consumed whole, so every later chunk takes the stage's full chunk size (fewer vocoder calls).
     stream: bool = True

@@ -31,8 +31,8 @@ def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: 
     chunks queue at the vocoder) the next chunk may come late. So the first chunk
     grows linearly with the audio requests already in flight, reaching the regular
     chunk size once the codec stage's batch is full. A request may name its own size.
-    A request with a head start (its player starts later, e.g. a speculative reply
-    held until the user's turn ends) gets half the unloaded first chunk at any load:
+    A request with a head start (it starts before its player does, e.g. a speculative
+    reply played from the user's turn's end) gets half the unloaded first chunk at any load:
     the frames made before its player starts cover the next chunk, and a grown chunk
     would make it wait for talker frames its head start does not cover.
     """

@@ -19,7 +19,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -95,8 +95,7 @@ class RequestFlows:
         while self.waiting and (room := self.gate.room(loads)) > 0:
             for _ in range(min(room, len(self.waiting))):  # a round starts together: its prefills batch
                 _, (request, sink) = self.waiting.popitem(last=False)
-                # Its head start went by while it waited: its player may be waiting already.
-                self._start(replace(request, head_start=False), sink)
+                self._start(request, sink)  # a head start that went by while it waited is gone (_crossing)
             loads = self._stream_loads()
 
     def _stream_loads(self) -> list[StreamLoad]:
@@ -146,10 +145,12 @@ class RequestFlows:
             return edge.model.make(self._context(state.request, edge.target))
         request = state.request
         busy = sum(1 for s in self.states.values() if s.audio is not None and not s.audio.done)
+        # Starting before its player does (not held by the gate past that moment): a head start.
+        head_start = request.plays_at is not None and time.monotonic() < request.plays_at
         state.audio = audio_progress(request.request_id, self.graph.spec.streaming, self.graph.stage(edge.target),
                                      request.initial_codec_chunk_frames, request.stream, busy, self.paces,
                                      self.settings.num_code_groups, self.graph.family.codec_prime(request),
-                                     request.head_start)
+                                     head_start)
         return CodecEdge(state.audio)
 
     def reject(self, request: OmniRequest, sink: OutputSink, error: str) -> None:

@@ -120,7 +120,7 @@ def test_the_reply_is_the_reply_to_the_committed_item(server: LiveServer, proces
     assert list(a.prompt.token_ids) == list(b.prompt.token_ids) and a.sampling == b.sampling
     assert a.modalities == b.modalities and a.voice == b.voice
     # Only the speculative one is played from the turn's end on (its first codec chunk may be smaller).
-    assert a.head_start and not b.head_start
+    assert a.plays_at is not None and b.plays_at is None
     for x, y in zip(a.prompt.mm.input_features, b.prompt.mm.input_features, strict=True):
         assert torch.equal(x, y)
     deltas = lambda events: [e["delta"] for e in events if e["type"] == "response.output_text.delta"]  # noqa: E731

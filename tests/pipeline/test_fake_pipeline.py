@@ -224,29 +224,33 @@ def test_every_stage_replicated_serves_concurrent_requests() -> None:
 
 
 def test_a_reply_with_a_head_start_gets_half_the_first_chunk() -> None:
-    """The flow passes ``OmniRequest.head_start`` to the first chunk's size (frame k's code is k, 4 samples each)."""
+    """A request that starts before ``OmniRequest.plays_at`` has a head start: the flow halves its first chunk (frame
+    k's code is k, 4 samples each); one whose player starts at once (None, or a moment already past) does not."""
     fakes.INSTANCES.clear()
     spec = parse_pipeline(small_dict(talker_frames=10, gated=False, initial_chunk=4, chunk=6))
     rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(), None, fakes.GROUPS,
                          PipelineOptions(in_process=True))
     try:
         firsts = []
-        for rid, head_start in (("plain", False), ("held", True)):
+        for rid, plays_in in (("plain", None), ("past", -1.0), ("held", 60.0)):
             outputs: queue.Queue = queue.Queue()
+            plays_at = None if plays_in is None else time.monotonic() + plays_in
             request = OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=6),
-                                  head_start=head_start)
+                                  plays_at=plays_at)
             rt.orchestrator.submit(request, outputs.put)
             chunks = [o.audio for o in _collect(outputs) if o.audio is not None]
             firsts.append(len(chunks[0]) // fakes.SAMPLES_PER_FRAME)
     finally:
         rt.close()
-    assert firsts == [4, 2]
+    assert firsts == [4, 4, 2]
 
 
-def test_a_reply_held_by_the_gate_loses_its_head_start() -> None:
+@pytest.mark.parametrize("held_plays_in", [0.005, 60.0])
+def test_a_reply_held_by_the_gate_past_its_head_start_loses_it(held_plays_in: float) -> None:
     """Two replies with a head start at once: the gate starts the first alone (half the first chunk) and holds the
-    second until the first is measured; by then its head start has gone by, so it gets the first chunk of its load
-    (one stream in flight: 6 frames beside a CPU's codec batch of 2), not half of it."""
+    second until the first is measured (at least one 10 ms talker step). Held past the moment its player starts
+    (5 ms on), it gets the first chunk of its load (one stream in flight: 6 frames beside a CPU's codec batch of 2),
+    not half of it; released before that moment (60 s on), it keeps its head start."""
     from omnistage.engine.generation_engine import vocoder_batch_cap
     from omnistage.pipeline.codec_edge import initial_chunk_frames
 
@@ -258,8 +262,9 @@ def test_a_reply_held_by_the_gate_loses_its_head_start() -> None:
     try:
         queues = {rid: queue.Queue() for rid in ("first", "held")}
         for rid, q in queues.items():
+            plays_at = time.monotonic() + (60.0 if rid == "first" else held_plays_in)
             rt.orchestrator.submit(OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=6),
-                                               head_start=True), q.put)
+                                               plays_at=plays_at), q.put)
         firsts = {rid: [o.audio for o in _collect(q) if o.audio is not None][0] for rid, q in queues.items()}
         held = rt.orchestrator.trace("held")
         first = rt.orchestrator.trace("first")
@@ -267,4 +272,5 @@ def test_a_reply_held_by_the_gate_loses_its_head_start() -> None:
         rt.close()
     assert held.arrival >= first.first_frames  # it waited at the gate
     assert loaded > 2
-    assert {rid: len(wav) // fakes.SAMPLES_PER_FRAME for rid, wav in firsts.items()} == {"first": 2, "held": loaded}
+    expected = loaded if held_plays_in < 1 else 2
+    assert {rid: len(wav) // fakes.SAMPLES_PER_FRAME for rid, wav in firsts.items()} == {"first": 2, "held": expected}

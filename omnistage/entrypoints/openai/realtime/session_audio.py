@@ -10,6 +10,7 @@ and the turn's end commits the item that reply answers.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -131,7 +132,10 @@ class SessionAudio:
             if detection is not None and detection.interrupt_response:
                 await self._cancel_response("turn_detected")  # barge-in
         elif vad_event.kind == "speech_paused":
-            self._speculate(start, vad_event.sample)
+            # The rest of the silence ends the turn: from a live microphone, that much later.
+            silence_ms = detection.vad.silence_duration_ms if detection is not None else 0
+            rest_s = max(silence_ms - self._speculative_reply_ms, 0) / 1000
+            self._speculate(start, vad_event.sample, time.monotonic() + rest_s)
         elif vad_event.kind == "speech_resumed":
             self._drop_speculation()
         elif self.speech_item:
@@ -157,9 +161,10 @@ class SessionAudio:
                 speculation.cancel()
             raise
 
-    def _speculate(self, start: int, cut: int) -> None:
+    def _speculate(self, start: int, cut: int, turn_end: float) -> None:
         """The user paused (``speculation.py``): starts the reply to the item ``[start, cut)`` of the buffer, its
-        outputs held, unless a response is in progress or the server is at its bound."""
+        outputs held, unless a response is in progress or the server is at its bound. Its audio is played from
+        ``turn_end`` (``time.monotonic()``), when the turn is expected to end."""
         if not self.speech_item or (self.response is not None and not self.response.done()):
             return
         try:
@@ -177,8 +182,8 @@ class SessionAudio:
             options = response_options(self.state.config, {})
             items = self.requests.items(options, self.state.conversation.with_item(item))
             request, dropped = await self.requests.build(options, items, self.requests.tools(options), None)
-            # Played only from the turn's end: the pipeline may make its first chunk smaller.
-            return SpeculativeTurn(item, options, items, replace(request, head_start=True), dropped)
+            # Played only from the turn's end: until then the pipeline may make its first chunk smaller.
+            return SpeculativeTurn(item, options, items, replace(request, plays_at=turn_end), dropped)
 
         self.speculation = Speculation(build, self.service.engine, ticket, self.service.limits.request_timeout,
                                        self.service.count_speculation)

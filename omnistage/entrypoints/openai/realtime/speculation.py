@@ -16,9 +16,11 @@ the usual events in OpenAI's order (``speech_stopped``, ``committed``, the item'
 ``response.created``) and the response reads the held outputs at once, then the
 rest as they come. The thinker's prefill, the talker's first frames and code2wav's
 first chunk run during the rest of the silence wait; since the client plays the
-reply only from the turn's end, its request has a head start
-(``OmniRequest.head_start``: half the stage's unloaded first chunk at any load,
-so at concurrency 1 it fits in that wait). Voice coming back
+reply only from the turn's end, its request says when that is expected
+(``OmniRequest.plays_at``: the rest of the silence after the pause). Started
+before then (not held that long by the audio gate), it has a head start: half
+the stage's unloaded first chunk at any load, so at concurrency 1 it fits in
+that wait. Voice coming back
 (``speech_resumed``), any client event but an append, a cleared buffer or the
 session's end cancels it: the request is aborted in every stage (its KV blocks
 freed) and the client never hears of it.
