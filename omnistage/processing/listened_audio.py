@@ -8,8 +8,10 @@ freezes each window's Whisper log-mel once the audio reaches ``n_fft`` samples
 past its end (its last STFT frame and the resampler's filter then see only real
 samples, as in the whole clip). :class:`ListenedAudio` carries the frozen
 windows into the prompt: the processor uses them for the clip's leading frames
-and computes the rest from the whole clip, so the prompt's keys and KV rows of
-those windows are the ones prefilled while the user spoke.
+and computes only the frames after them (:func:`listened_features`, as the
+whole-clip pass makes them), so the prompt's keys and KV rows of those windows
+are the ones prefilled while the user spoke, and the work left at the turn's
+end does not grow with its length.
 
 Whisper's level floor is non-causal: every log-mel value is raised to at least
 the clip's maximum − 8 (log10 units, 80 dB), and a louder moment later in the
@@ -113,3 +115,24 @@ class WindowedLogMel:
 
     def head(self) -> torch.Tensor | None:
         return torch.cat(self.windows, dim=1) if self.windows else None
+
+
+def listened_features(extractor, audio: ListenedAudio) -> torch.Tensor:  # noqa: ANN001 - WhisperFeatureExtractor
+    """``audio``'s features ``[mel, len // hop]``: its frozen head, then the frames after it as the extractor's
+    whole-clip pass makes them. Only those are computed (from one ``n_fft`` before the head's end, as
+    :meth:`WindowedLogMel.advance` frames a window), floored at the clip's peak: the larger of theirs and the
+    head's, whose raw peak its scaled maximum gives back (``4·max − 4``; the head's windows froze with its peak
+    raw value in them). Equal to the whole-clip pass with the head put in front, up to float rounding of the
+    STFT over a shorter piece and of that peak (1e-5)."""
+    hop = extractor.hop_length
+    frames, done = len(audio.samples) // hop, audio.head.shape[1]
+    if done > frames:
+        raise ValueError(f"listened features of {done} frames do not fit an audio of {frames}")
+    if done == frames:
+        return audio.head
+    start = done * hop
+    lead = min(start, extractor.n_fft)
+    lead -= lead % hop
+    log = log_mel(extractor, audio.samples[start - lead:])[:, lead // hop:]
+    peak = max(4.0 * float(audio.head.max()) - 4.0 if done else float("-inf"), float(log.max()))
+    return torch.cat([audio.head, floored(log, peak)], dim=1)

@@ -26,7 +26,8 @@ from omnistage.models.qwen3_omni.config import ProcessorSettings, Qwen3OmniConfi
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 from omnistage.families.qwen3_omni.audio_in_video import AudioInVideoTokens, audio_order, interleaved_placeholder
 from omnistage.families.qwen3_omni.video_processor import VideoProcessor
-from omnistage.processing.listened_audio import ListenedAudio, WindowedLogMel
+from omnistage.processing.identity_memo import IdentityMemo
+from omnistage.processing.listened_audio import ListenedAudio, WindowedLogMel, listened_features
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.user_text import guard_for
 from omnistage.processing.video import Video
@@ -67,6 +68,7 @@ class Qwen3OmniPromptProcessor:
         self.tokenizer = self._load_tokenizer()
         self.audio_in_video_tokens = self._audio_in_video_tokens(settings)
         self.features = self._load_feature_extractor(settings.num_mel_bins)
+        self._memo: IdentityMemo[np.ndarray | ListenedAudio, dict[str, torch.Tensor]] = IdentityMemo()
         self.images = self._load_image_processor(settings)
         self.videos = VideoProcessor.from_folder(self.folder, settings)
 
@@ -188,7 +190,8 @@ class Qwen3OmniPromptProcessor:
         # One audio at a time, then padded: batched, the extractor pads the waveforms first and a shorter
         # audio's last frame sees zeros instead of its own reflection, so its features (and every KV row
         # after it) would depend on the other audios of the prompt and a next turn could not reuse them.
-        outs = [self._features(a) for a in audios]
+        # A conversation's earlier audios come back at every turn as the same objects: their features once.
+        outs = [self._memo.get(a, self._features) for a in audios]
         frames = max(out["input_features"].shape[-1] for out in outs)
         features = torch.zeros(len(outs), outs[0]["input_features"].shape[1], frames)
         mask = torch.zeros(len(outs), frames, dtype=outs[0]["attention_mask"].dtype)
@@ -201,17 +204,17 @@ class Qwen3OmniPromptProcessor:
 
     def _features(self, audio: np.ndarray | ListenedAudio) -> dict[str, torch.Tensor]:
         """One audio's features; a listened one keeps the frames frozen while it was spoken (its leading windows:
-        the ones its prompt's earlier requests prefilled)."""
-        samples = audio.samples if isinstance(audio, ListenedAudio) else audio
-        out = self.features(samples.astype(np.float32), sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True,
-                            padding=True, truncation=False, return_tensors="pt")
+        the ones its prompt's earlier requests prefilled), and only the frames after them are computed."""
         if isinstance(audio, ListenedAudio):
-            head = audio.head.to(out["input_features"].dtype)
-            if head.shape[0] != out["input_features"].shape[1] or head.shape[1] > out["input_features"].shape[2]:
-                raise ValueError(f"listened features {tuple(head.shape)} do not fit the audio's "
-                                 f"{tuple(out['input_features'].shape[1:])}")
-            out["input_features"][0, :, :head.shape[1]] = head
-        return out
+            if audio.head.shape[0] != self.features.feature_size:
+                raise ValueError(f"listened features of {audio.head.shape[0]} mel bins, the extractor makes "
+                                 f"{self.features.feature_size}")
+            features = listened_features(self.features, audio).to(torch.float32)
+            # The extractor's mask for one unpadded clip: every frame valid.
+            return {"input_features": features[None], "attention_mask": torch.ones(1, features.shape[1],
+                                                                                   dtype=torch.int32)}
+        return self.features(audio.astype(np.float32), sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True,
+                             padding=True, truncation=False, return_tensors="pt")
 
     def _images(self, images: list) -> tuple[tuple, list[int]]:
         if not images:
