@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from omnistage.entrypoints.cli import build_parser
-from omnistage.tools.bench.realtime import summarize
+from omnistage.tools.bench.realtime import TURN_OVERHEAD_S, start_offsets, summarize
 from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnRecord
 from omnistage.tools.bench.realtime_speech import RATE, appends, shorten_pauses, utterance
 
@@ -106,6 +106,14 @@ def test_cli_arguments() -> None:
     args = build_parser().parse_args(["bench", "realtime", "--model", "medium", "--concurrency", "1,4",
                                       "--utterance-seconds", "2,8,20", "--streaming-input", "off"])
     assert args.concurrency == [1, 4] and args.utterance_seconds == [2.0, 8.0, 20.0]
-    assert args.streaming_input == "off" and args.turns == 3
+    assert args.streaming_input == "off" and args.turns == 3 and args.start == "staggered"
+    assert build_parser().parse_args(["bench", "realtime", "--start", "together"]).start == "together"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "realtime", "--utterance-seconds", "0"])
+
+
+def test_staggered_sessions_spread_over_a_turn_cycle() -> None:
+    cycle = 20.0 + TURN_OVERHEAD_S
+    assert start_offsets(4, 20.0, staggered=True) == pytest.approx([0.0, cycle / 4, cycle / 2, 3 * cycle / 4])
+    assert start_offsets(1, 2.0, staggered=True) == [0.0]
+    assert start_offsets(4, 20.0, staggered=False) == [0.0] * 4

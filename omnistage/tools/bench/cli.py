@@ -79,6 +79,9 @@ def add_realtime_parser(targets: argparse._SubParsersAction) -> None:
     rt.add_argument("--streaming-input", choices=["on", "off", "both", "server"], default="both",
                     help="measure with the server's streaming input prefill, without it, or both alternating "
                          "(server: send no per-session option)")
+    rt.add_argument("--start", choices=["staggered", "together"], default="staggered",
+                    help="sessions' first turns spread evenly over a turn's cycle (default), or all at once (the "
+                         "worst case: every session's turns end together)")
     rt.add_argument("--barge-in", action=argparse.BooleanOptionalAction, default=True,
                     help="end each session with an interrupted reply (barge-in stop time)")
     rt.add_argument("--underrun-tolerance", type=float, default=0.0, help="shortfall (s) a stream may have")

@@ -13,6 +13,13 @@ dropped (a false end: started at a pause the user spoke on from; ``/metrics``).
 server's streaming input prefill, alternating which goes first, so the two share
 the machine's state.
 
+``--start staggered`` (default) spreads the sessions' first turns evenly over one
+turn's cycle, as independent users' turns fall; ``together`` starts them at once,
+the worst case: every session's turns end in the same instant. Together, how long
+the sessions stay aligned is chance (a slow reply shifts its session's later
+turns), and it differs between utterance lengths, so a comparison across lengths
+would mix length with alignment; staggered, every level has the same phases.
+
 The server is ``--url`` (a running ``omnistage serve``), or else one started
 here for the run (``omnistage serve MODEL`` on a free local port).
 """
@@ -38,10 +45,20 @@ from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, Sessio
 from omnistage.tools.bench.realtime_speech import shorten_pauses, synthesize
 
 SERVER_START_TIMEOUT_S = 900.0  # a first run may build the embedded checkpoint
+# A turn's cycle beyond its speech: the breath before it, the VAD's silence wait, and the reply heard (4 s of audio
+# at the medium checkpoint's ~0.3 reply RTF), roughly: it only spreads the sessions' phases.
+TURN_OVERHEAD_S = 2.5
 
 
 def _modes(choice: str) -> list[bool | None]:
     return {"on": [True], "off": [False], "both": [False, True], "server": [None]}[choice]
+
+
+def start_offsets(concurrency: int, utterance_s: float, staggered: bool) -> list[float]:
+    """Seconds each session waits (sending silence) before its first turn: spread evenly over one turn's cycle, or
+    none (every session's turns start, and end, together)."""
+    cycle = utterance_s + TURN_OVERHEAD_S
+    return [cycle * i / concurrency if staggered else 0.0 for i in range(concurrency)]
 
 
 def _pct(values: list[float], p: float) -> float | None:
@@ -87,9 +104,11 @@ async def run_level(url: str, concurrency: int, utterance_s: float, streaming: b
                     speech: np.ndarray, level: int) -> tuple[list[list[TurnRecord]], list[BargeIn]]:
     # Every session of every level says something else: a level must not hit the prefix cache with audio an
     # earlier level (the other streaming mode) already sent.
+    starts = start_offsets(concurrency, utterance_s, args.start == "staggered")
     sessions = [BenchSession(SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in,
                                          speech, offset_s=3.7 * i + 0.913 * level,
-                                         reply_audio_s=args.reply_audio_seconds)) for i in range(concurrency)]
+                                         reply_audio_s=args.reply_audio_seconds, start_s=starts[i]))
+                for i in range(concurrency)]
     results = await asyncio.gather(*(s.run() for s in sessions), return_exceptions=True)
     for session, result in zip(sessions, results):
         if isinstance(result, BaseException):
@@ -190,6 +209,7 @@ async def _bench(base: str, args: argparse.Namespace) -> list[dict[str, object]]
                 levels.append(summarize(concurrency, utterance_s, streaming, turns, barges, args.underrun_tolerance))
                 after = await asyncio.to_thread(speculations, base)
                 levels[-1].update({f"speculative_{name}": after[name] - before[name] for name in after})
+                levels[-1]["start"] = args.start
                 print_table(levels[-1:])
             k += 1
     return levels

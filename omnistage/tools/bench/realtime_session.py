@@ -104,6 +104,7 @@ class SessionPlan:
     speech: np.ndarray  # the paragraph utterances are cut from (24 kHz float32)
     offset_s: float  # where this session's speech starts in it (sessions say different things)
     reply_audio_s: float = 0.0  # audio heard of each reply before the client cancels it (0: all of it)
+    start_s: float = 0.0  # microphone silence before the first turn (sessions staggered over a turn's cycle)
 
 
 class BenchSession:
@@ -127,6 +128,8 @@ class BenchSession:
             reader = asyncio.create_task(self._read())
             try:
                 self._clock = time.perf_counter()
+                if self.plan.start_s > 0:
+                    await self._silence_for(self.plan.start_s)
                 for i in range(self.plan.turns):
                     await self._turn(i)
                 if self.plan.barge_in:
