@@ -68,6 +68,16 @@ def log_mel(extractor, samples: np.ndarray) -> torch.Tensor:  # noqa: ANN001 - t
     return torch.clamp(mel, min=1e-10).log10()[0]
 
 
+def log_mel_from(extractor, samples: np.ndarray, start: int, end: int | None = None) -> torch.Tensor:  # noqa: ANN001
+    """:func:`log_mel` of ``samples[start:end]`` (``start`` a frame boundary) as the whole clip's STFT frames it. A
+    piece's first frame is reflect-padded at its start, where the clip's is not: the piece starts up to one
+    ``n_fft`` earlier, and the frames of that lead go."""
+    hop = extractor.hop_length
+    lead = min(start, extractor.n_fft)
+    lead -= lead % hop
+    return log_mel(extractor, samples[start - lead:end])[:, lead // hop:]
+
+
 def floored(log_spec: torch.Tensor, peak: float) -> torch.Tensor:
     """Whisper's floor at ``peak - 8`` and its scaling: the extractor's output values."""
     return (torch.maximum(log_spec, torch.tensor(peak - FLOOR)) + 4.0) / 4.0
@@ -100,13 +110,8 @@ class WindowedLogMel:
         done = len(self.windows)
         if target <= done:
             return 0
-        start = done * self.window_samples
-        # The STFT of a piece starting on a window boundary frames it as the whole clip does, except its first
-        # frame (reflect-padded at the piece's start): the piece starts one n_fft earlier, and those frames go.
-        lead = min(start, self.lookahead)
-        lead -= lead % self.extractor.hop_length
-        piece = samples[start - lead:target * self.window_samples + self.lookahead]
-        log = log_mel(self.extractor, piece)[:, lead // self.extractor.hop_length:]
+        log = log_mel_from(self.extractor, samples, done * self.window_samples,
+                           target * self.window_samples + self.lookahead)
         for k in range(target - done):
             window = log[:, k * self.window_frames:(k + 1) * self.window_frames]
             self.peak = max(self.peak, float(window.max()))
@@ -119,7 +124,7 @@ class WindowedLogMel:
 
 def listened_features(extractor, audio: ListenedAudio) -> torch.Tensor:  # noqa: ANN001 - WhisperFeatureExtractor
     """``audio``'s features ``[mel, len // hop]``: its frozen head, then the frames after it as the extractor's
-    whole-clip pass makes them. Only those are computed (from one ``n_fft`` before the head's end, as
+    whole-clip pass makes them. Only those are computed (:func:`log_mel_from` the head's end, as
     :meth:`WindowedLogMel.advance` frames a window), floored at the clip's peak: the larger of theirs and the
     head's, whose raw peak its scaled maximum gives back (``4·max − 4``; the head's windows froze with its peak
     raw value in them). Equal to the whole-clip pass with the head put in front, up to float rounding of the
@@ -130,9 +135,6 @@ def listened_features(extractor, audio: ListenedAudio) -> torch.Tensor:  # noqa:
         raise ValueError(f"listened features of {done} frames do not fit an audio of {frames}")
     if done == frames:
         return audio.head
-    start = done * hop
-    lead = min(start, extractor.n_fft)
-    lead -= lead % hop
-    log = log_mel(extractor, audio.samples[start - lead:])[:, lead // hop:]
+    log = log_mel_from(extractor, audio.samples, done * hop)
     peak = max(4.0 * float(audio.head.max()) - 4.0 if done else float("-inf"), float(log.max()))
     return torch.cat([audio.head, floored(log, peak)], dim=1)
