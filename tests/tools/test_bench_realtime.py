@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
 from omnistage.entrypoints.cli import build_parser
-from omnistage.tools.bench.realtime import TURN_OVERHEAD_S, start_offsets, summarize
-from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnRecord
+from omnistage.tools.bench.realtime import TURN_OVERHEAD_S, session_plans, start_offsets, summarize
+from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnAlignment, TurnRecord
 from omnistage.tools.bench.realtime_speech import RATE, appends, shorten_pauses, utterance
 
 
@@ -117,3 +119,63 @@ def test_staggered_sessions_spread_over_a_turn_cycle() -> None:
     assert start_offsets(4, 20.0, staggered=True) == pytest.approx([0.0, cycle / 4, cycle / 2, 3 * cycle / 4])
     assert start_offsets(1, 2.0, staggered=True) == [0.0]
     assert start_offsets(4, 20.0, staggered=False) == [0.0] * 4
+
+
+def test_aligned_turns_start_once_every_running_session_is_ready() -> None:
+    async def scenario() -> None:
+        alignment = TurnAlignment(3)
+        first = [alignment.arrive(0), alignment.arrive(1)]
+        assert not any(e.is_set() for e in first)  # the third session is still in its turn
+        first.append(alignment.arrive(2))
+        assert all(e.is_set() for e in first)
+        # The next turn waits afresh; a session that ends no longer holds the others back.
+        second = [alignment.arrive(1), alignment.arrive(2)]
+        assert not any(e.is_set() for e in second)
+        alignment.leave(0)
+        assert all(e.is_set() for e in second)
+        # Two sessions remain: one alone is not enough, and a session arriving twice counts once.
+        third = [alignment.arrive(1), alignment.arrive(1)]
+        assert not third[0].is_set() and third[0] is third[1]
+        assert alignment.arrive(2).is_set()
+
+    asyncio.run(scenario())
+
+
+def test_together_sessions_share_one_alignment_and_staggered_have_none() -> None:
+    def plans(start: str) -> list[SessionPlan]:
+        args = build_parser().parse_args(["bench", "realtime", "--concurrency", "3", "--start", start])
+        return session_plans("ws://unused", 3, 2.0, True, args, np.zeros(RATE, np.float32), 0)
+
+    together = plans("together")
+    assert len(together) == 3 and together[0].alignment is not None
+    assert all(p.alignment is together[0].alignment and p.start_s == 0.0 for p in together)
+    staggered = plans("staggered")
+    assert all(p.alignment is None for p in staggered) and staggered[1].start_s > 0
+
+
+class _RecordingSocket:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send(self, message: str) -> None:
+        self.sent.append(message)
+
+
+def test_an_aligned_session_sends_silence_until_the_others_are_ready() -> None:
+    import dataclasses
+    import json
+    import time
+
+    async def scenario() -> None:
+        alignment = TurnAlignment(2)
+        session = BenchSession(dataclasses.replace(_session(0.0).plan, alignment=alignment))
+        session._ws, session._clock = _RecordingSocket(), time.perf_counter()
+        waiting = asyncio.create_task(session._align())
+        await asyncio.sleep(0.25)
+        assert not waiting.done()  # the other session is still in its turn
+        assert len(session._ws.sent) >= 2  # a microphone never stops: silence meanwhile
+        assert all(json.loads(m)["type"] == "input_audio_buffer.append" for m in session._ws.sent)
+        alignment.arrive(-1)  # the other session is ready
+        await asyncio.wait_for(waiting, 1.0)
+
+    asyncio.run(scenario())

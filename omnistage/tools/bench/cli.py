@@ -80,8 +80,9 @@ def add_realtime_parser(targets: argparse._SubParsersAction) -> None:
                     help="measure with the server's streaming input prefill, without it, or both alternating "
                          "(server: send no per-session option)")
     rt.add_argument("--start", choices=["staggered", "together"], default="staggered",
-                    help="sessions' first turns spread evenly over a turn's cycle (default), or all at once (the "
-                         "worst case: every session's turns end together)")
+                    help="sessions' first turns spread evenly over a turn's cycle (default), or every turn of "
+                         "every session at once (the worst case: each turn waits for every session's reply, so "
+                         "the sessions' turns end together)")
     rt.add_argument("--barge-in", action=argparse.BooleanOptionalAction, default=True,
                     help="end each session with an interrupted reply (barge-in stop time)")
     rt.add_argument("--underrun-tolerance", type=float, default=0.0, help="shortfall (s) a stream may have")

@@ -14,11 +14,13 @@ server's streaming input prefill, alternating which goes first, so the two share
 the machine's state.
 
 ``--start staggered`` (default) spreads the sessions' first turns evenly over one
-turn's cycle, as independent users' turns fall; ``together`` starts them at once,
-the worst case: every session's turns end in the same instant. Together, how long
-the sessions stay aligned is chance (a slow reply shifts its session's later
-turns), and it differs between utterance lengths, so a comparison across lengths
-would mix length with alignment; staggered, every level has the same phases.
+turn's cycle, as independent users' turns fall; ``together`` starts every turn
+of every session in the same instant, the worst case: every turn's replies come
+as one burst. Each session waits (its microphone sending silence) until every
+other has heard its reply before its next turn; without that, a slow reply would
+shift its session's later turns, how long the sessions stayed aligned would be
+chance, and it would differ between utterance lengths, mixing length with
+alignment. Either way, every level has the same phases.
 
 The server is ``--url`` (a running ``omnistage serve``), or else one started
 here for the run (``omnistage serve MODEL`` on a free local port).
@@ -41,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnRecord
+from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnAlignment, TurnRecord
 from omnistage.tools.bench.realtime_speech import shorten_pauses, synthesize
 
 SERVER_START_TIMEOUT_S = 900.0  # a first run may build the embedded checkpoint
@@ -56,7 +58,7 @@ def _modes(choice: str) -> list[bool | None]:
 
 def start_offsets(concurrency: int, utterance_s: float, staggered: bool) -> list[float]:
     """Seconds each session waits (sending silence) before its first turn: spread evenly over one turn's cycle, or
-    none (every session's turns start, and end, together)."""
+    none (every session's turns start together: ``TurnAlignment`` keeps them so)."""
     cycle = utterance_s + TURN_OVERHEAD_S
     return [cycle * i / concurrency if staggered else 0.0 for i in range(concurrency)]
 
@@ -100,15 +102,23 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
     }
 
 
+def session_plans(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
+                  speech: np.ndarray, level: int) -> list[SessionPlan]:
+    """One level's sessions. Every session of every level says something else: a level must not hit the prefix
+    cache with audio an earlier level (the other streaming mode) already sent."""
+    staggered = args.start == "staggered"
+    starts = start_offsets(concurrency, utterance_s, staggered)
+    alignment = None if staggered else TurnAlignment(concurrency)
+    return [SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in, speech,
+                        offset_s=3.7 * i + 0.913 * level, reply_audio_s=args.reply_audio_seconds, start_s=starts[i],
+                        alignment=alignment)
+            for i in range(concurrency)]
+
+
 async def run_level(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
                     speech: np.ndarray, level: int) -> tuple[list[list[TurnRecord]], list[BargeIn]]:
-    # Every session of every level says something else: a level must not hit the prefix cache with audio an
-    # earlier level (the other streaming mode) already sent.
-    starts = start_offsets(concurrency, utterance_s, args.start == "staggered")
-    sessions = [BenchSession(SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in,
-                                         speech, offset_s=3.7 * i + 0.913 * level,
-                                         reply_audio_s=args.reply_audio_seconds, start_s=starts[i]))
-                for i in range(concurrency)]
+    sessions = [BenchSession(plan)
+                for plan in session_plans(url, concurrency, utterance_s, streaming, args, speech, level)]
     results = await asyncio.gather(*(s.run() for s in sessions), return_exceptions=True)
     for session, result in zip(sessions, results):
         if isinstance(result, BaseException):

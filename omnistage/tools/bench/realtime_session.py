@@ -93,6 +93,35 @@ class BargeIn:
         return None if self.done is None or self.status != "cancelled" else (self.done - self.onset) * 1000.0
 
 
+class TurnAlignment:
+    """Every session's turns start in the same instant (``--start together``), not only their first: each turn
+    waits, its microphone sending silence, until every session still running has come to it. Without it, a slow
+    reply shifts its session's later turns, and how long the sessions stay aligned is chance."""
+
+    def __init__(self, sessions: int) -> None:
+        self._sessions = sessions
+        self._arrived: set[int] = set()
+        self._release = asyncio.Event()
+
+    def arrive(self, session: int) -> asyncio.Event:
+        """Session ``session`` is ready for its next turn; the event is set once every running session is."""
+        release = self._release
+        self._arrived.add(session)
+        self._release_if_all()
+        return release
+
+    def leave(self, session: int) -> None:
+        """The session ended (or failed): the others' turns no longer wait for it."""
+        self._sessions -= 1
+        self._arrived.discard(session)
+        self._release_if_all()
+
+    def _release_if_all(self) -> None:
+        if self._arrived and len(self._arrived) >= self._sessions:
+            self._release.set()
+            self._release, self._arrived = asyncio.Event(), set()
+
+
 @dataclass(frozen=True)
 class SessionPlan:
     url: str  # ws://host:port/v1/realtime?model=...
@@ -105,6 +134,7 @@ class SessionPlan:
     offset_s: float  # where this session's speech starts in it (sessions say different things)
     reply_audio_s: float = 0.0  # audio heard of each reply before the client cancels it (0: all of it)
     start_s: float = 0.0  # microphone silence before the first turn (sessions staggered over a turn's cycle)
+    alignment: TurnAlignment | None = None  # shared by the level's sessions: each turn starts with every other's
 
 
 class BenchSession:
@@ -136,6 +166,8 @@ class BenchSession:
                     await self._barge_in()
             finally:
                 reader.cancel()
+                if self.plan.alignment is not None:
+                    self.plan.alignment.leave(id(self))
 
     def _session(self) -> dict[str, Any]:
         session: dict[str, Any] = {
@@ -175,11 +207,19 @@ class BenchSession:
     async def _turn(self, index: int) -> None:
         turn = TurnRecord(self.plan.utterance_s)
         self.turns.append(turn)
+        await self._align()
         await self._silence_for(0.5)  # a breath between turns
         self._pending, self._finished = turn, asyncio.Event()
         turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s + index * turn.utterance_s))[-1]
         if not await self._silence_until(self._finished, REPLY_TIMEOUT_S):
             turn.error = turn.error or "no response.done"
+
+    async def _align(self) -> None:
+        """With a turn alignment, sends silence until every session is ready for its next turn. The sessions' packet
+        clocks started together and tick in whole packets, so their next turns start on the same tick."""
+        alignment = self.plan.alignment
+        if alignment is not None:
+            await self._silence_until(alignment.arrive(id(self)), REPLY_TIMEOUT_S)
 
     async def _silence_for(self, seconds: float) -> None:
         for _ in range(max(1, round(seconds / APPEND_S))):
@@ -192,6 +232,7 @@ class BenchSession:
         # A long reply, so the new speech lands while it is still being generated.
         await self._ws.send(json.dumps({"type": "session.update",
                                         "session": {"type": "realtime", "max_output_tokens": BARGE_REPLY_TOKENS}}))
+        await self._align()
         await self._silence_for(0.5)
         self._pending, self._finished = turn, asyncio.Event()
         turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s + self.plan.turns * turn.utterance_s))[-1]
