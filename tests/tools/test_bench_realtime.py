@@ -47,6 +47,10 @@ def test_speech_stopped_times_exclude_the_vad_wait() -> None:
     assert level["speech_stopped_to_first_audio_ms_p50"] == pytest.approx(300.0)
     assert level["vad_wait_ms_p50"] == pytest.approx(600.0)
     assert level["eos_to_first_audio_ms_p50"] == pytest.approx(850.0)
+    # Each turn's figures, sorted: the one without speech_stopped is only in the end-of-speech list.
+    assert level["eos_to_first_audio_ms"] == pytest.approx([800.0, 900.0])
+    assert level["speech_stopped_to_first_audio_ms"] == pytest.approx([300.0])
+    assert level["vad_wait_ms"] == pytest.approx([600.0])
 
 
 def _session(reply_audio_s: float) -> BenchSession:

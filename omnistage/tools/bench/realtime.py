@@ -3,7 +3,7 @@
 N concurrent sessions (``realtime_session.py``) each speak several turns of
 espeak-ng speech at real-time pace and let server VAD end each turn. Per level
 (concurrency × utterance length × streaming input): end of speech → first audio
-delta and → first text delta (p50, p95), the same from the server's ``speech_stopped``
+delta and → first text delta (p50, p95; first audio also every turn's), the same from the server's ``speech_stopped``
 (its VAD silence wait excluded) and that wait, the reply's RTF (wall seconds per audio
 second after its first audio), streams that would underrun a player, the
 prompt tokens each turn prefilled (``usage``: input minus cached), the
@@ -99,7 +99,14 @@ def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sess
         "underrun_ms_max": max(shortfalls) * 1000 if shortfalls else None,
         "barge_in_stop_ms_p50": _pct(stops, 50), "barge_in_cancel_ms_p50": _pct(cancels, 50), "barge_ins": len(stops),
         "prefill_tokens_per_turn": [float(np.mean(per_turn[i])) for i in sorted(per_turn)],
+        # Each turn's figures (sorted): a p50 over a dozen turns can sit between two modes, and these show which.
+        "eos_to_first_audio_ms": _ms(audio_ms), "speech_stopped_to_first_audio_ms": _ms(stopped_ms),
+        "vad_wait_ms": _ms(vad_ms),
     }
+
+
+def _ms(values: list[float]) -> list[float]:
+    return sorted(round(v, 1) for v in values)
 
 
 def session_plans(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
