@@ -3,8 +3,9 @@
 N concurrent sessions (``realtime_session.py``) each speak several turns of
 espeak-ng speech at real-time pace and let server VAD end each turn. Per level
 (concurrency × utterance length × streaming input): end of speech → first audio
-delta and → first text delta (p50, p95; first audio also every turn's), the same from the server's ``speech_stopped``
-(its VAD silence wait excluded) and that wait, the reply's RTF (wall seconds per audio
+delta and → first text delta (p50, p95), the same from the server's ``speech_stopped``
+(its VAD silence wait excluded) and that wait (those three also every turn's,
+sorted), the reply's RTF (wall seconds per audio
 second after its first audio), streams that would underrun a player, the
 prompt tokens each turn prefilled (``usage``: input minus cached), the
 barge-in stop time, and the server's speculative replies in the level, used and
@@ -15,8 +16,8 @@ the machine's state.
 
 ``--start staggered`` (default) spreads the sessions' first turns evenly over one
 turn's cycle, as independent users' turns fall; ``together`` starts every turn
-of every session in the same instant, the worst case: every turn's replies come
-as one burst. Each session waits (its microphone sending silence) until every
+of every session at once (within a 100 ms packet), the worst case: every turn's
+replies come as one burst. Each session waits (its microphone sending silence) until every
 other has heard its reply before its next turn; without that, a slow reply would
 shift its session's later turns, how long the sessions stayed aligned would be
 chance, and it would differ between utterance lengths, mixing length with

@@ -94,7 +94,7 @@ class BargeIn:
 
 
 class TurnAlignment:
-    """Every session's turns start in the same instant (``--start together``), not only their first: each turn
+    """Every session's turns start at once (``--start together``), not only their first: each turn
     waits, its microphone sending silence, until every session still running has come to it. Without it, a slow
     reply shifts its session's later turns, and how long the sessions stay aligned is chance."""
 
@@ -216,7 +216,7 @@ class BenchSession:
 
     async def _align(self) -> None:
         """With a turn alignment, sends silence until every session is ready for its next turn. The sessions' packet
-        clocks started together and tick in whole packets, so their next turns start on the same tick."""
+        clocks started together and tick in whole packets, so their next turns start within a packet of each other."""
         alignment = self.plan.alignment
         if alignment is not None:
             await self._silence_until(alignment.arrive(id(self)), REPLY_TIMEOUT_S)
