@@ -207,12 +207,17 @@ class BenchSession:
     async def _turn(self, index: int) -> None:
         turn = TurnRecord(self.plan.utterance_s)
         self.turns.append(turn)
+        await self._say(turn, index)
+        if not await self._silence_until(self._finished, REPLY_TIMEOUT_S):
+            turn.error = turn.error or "no response.done"
+
+    async def _say(self, turn: TurnRecord, index: int) -> None:
+        """Turn ``index``'s speech, after a breath (and, aligned, once every session is ready): the reply it draws
+        is ``turn``'s."""
         await self._align()
         await self._silence_for(0.5)  # a breath between turns
         self._pending, self._finished = turn, asyncio.Event()
         turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s + index * turn.utterance_s))[-1]
-        if not await self._silence_until(self._finished, REPLY_TIMEOUT_S):
-            turn.error = turn.error or "no response.done"
 
     async def _align(self) -> None:
         """With a turn alignment, sends silence until every session is ready for its next turn. The sessions' packet
@@ -232,10 +237,7 @@ class BenchSession:
         # A long reply, so the new speech lands while it is still being generated.
         await self._ws.send(json.dumps({"type": "session.update",
                                         "session": {"type": "realtime", "max_output_tokens": BARGE_REPLY_TOKENS}}))
-        await self._align()
-        await self._silence_for(0.5)
-        self._pending, self._finished = turn, asyncio.Event()
-        turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s + self.plan.turns * turn.utterance_s))[-1]
+        await self._say(turn, self.plan.turns)
         while turn.first_audio is None and not self._finished.is_set():
             await self._send_packet(silence_packet())
             if time.perf_counter() - turn.eos > REPLY_TIMEOUT_S:
