@@ -108,6 +108,29 @@ def test_speech_pauses_are_shortened_and_packets_are_100_ms() -> None:
     assert len(packets) == 50 and all(len(p) == 2 * RATE // 10 for p in packets)
 
 
+def test_utterances_of_any_length_end_with_the_same_words() -> None:
+    rng = np.random.default_rng(0)
+    speech = rng.uniform(-0.5, 0.5, int(3.3 * RATE)).astype(np.float32)
+    short, long = utterance(speech, 2.0, end_s=2.5), utterance(speech, 20.0, end_s=2.5)  # the long one loops
+    assert len(short) == 2 * RATE and len(long) == 20 * RATE
+    np.testing.assert_array_equal(long[-len(short):], short)
+    np.testing.assert_array_equal(short, speech[int(0.5 * RATE):int(2.5 * RATE)])
+    # Past one loop (the paragraph and its 200 ms pause) the same end comes back.
+    period_s = len(speech) / RATE + 0.2
+    np.testing.assert_array_equal(utterance(speech, 2.0, end_s=2.5 + period_s), short)
+    assert not np.array_equal(utterance(speech, 2.0, end_s=2.6), short)
+
+
+def test_a_levels_modes_and_lengths_end_turns_alike_under_instructions_of_their_own() -> None:
+    args = build_parser().parse_args(["bench", "realtime", "--concurrency", "2"])
+    speech = np.zeros(RATE, np.float32)
+    off = session_plans("ws://unused", 2, 2.0, False, args, speech, 0)
+    on = session_plans("ws://unused", 2, 20.0, True, args, speech, 3)
+    assert [p.end_s for p in off] == [p.end_s for p in on] and off[0].end_s != off[1].end_s
+    assert off[0].instructions != on[0].instructions and off[0].instructions == off[1].instructions
+    assert BenchSession(on[0])._session()["instructions"] == on[0].instructions
+
+
 def test_cli_arguments() -> None:
     args = build_parser().parse_args(["bench", "realtime", "--model", "medium", "--concurrency", "1,4",
                                       "--utterance-seconds", "2,8,20", "--streaming-input", "off"])

@@ -12,7 +12,9 @@ barge-in stop time, and the server's speculative replies in the level, used and
 dropped (a false end: started at a pause the user spoke on from; ``/metrics``).
 ``--streaming-input both`` (default) measures every level with and without the
 server's streaming input prefill, alternating which goes first, so the two share
-the machine's state.
+the machine's state. A session's turns end with the same words at every level, so both modes and
+every length wait the same VAD silence; each level's sessions have instructions of
+their own, so no level hits the prefix caches another filled.
 
 ``--start staggered`` (default) spreads the sessions' first turns evenly over one
 turn's cycle, as independent users' turns fall; ``together`` starts every turn
@@ -51,6 +53,8 @@ SERVER_START_TIMEOUT_S = 900.0  # a first run may build the embedded checkpoint
 # A turn's cycle beyond its speech: the breath before it, the VAD's silence wait, and the reply heard (4 s of audio
 # at the medium checkpoint's ~0.3 reply RTF), roughly: it only spreads the sessions' phases.
 TURN_OVERHEAD_S = 2.5
+# Where session i's first turn ends in the (looped) paragraph: FIRST_END_S + i * SESSION_END_STEP_S seconds.
+FIRST_END_S, SESSION_END_STEP_S = 2.0, 3.7
 
 
 def _modes(choice: str) -> list[bool | None]:
@@ -112,14 +116,16 @@ def _ms(values: list[float]) -> list[float]:
 
 def session_plans(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
                   speech: np.ndarray, level: int) -> list[SessionPlan]:
-    """One level's sessions. Every session of every level says something else: a level must not hit the prefix
-    cache with audio an earlier level (the other streaming mode) already sent."""
+    """One level's sessions. Session ``i``'s turns end with the same words at every level, so a level's on and off
+    modes, and its utterance lengths, are compared over the same VAD silence waits (a 100 ms packet more or less
+    when speech ends mid-word, which would otherwise fall on one mode's turns and not the other's). Each level has
+    instructions of its own, so no level's prompts hit the prefix caches an earlier level filled with that audio."""
     staggered = args.start == "staggered"
     starts = start_offsets(concurrency, utterance_s, staggered)
     alignment = None if staggered else TurnAlignment(concurrency)
     return [SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in, speech,
-                        offset_s=3.7 * i + 0.913 * level, reply_audio_s=args.reply_audio_seconds, start_s=starts[i],
-                        alignment=alignment)
+                        end_s=SESSION_END_STEP_S * i + FIRST_END_S, reply_audio_s=args.reply_audio_seconds,
+                        start_s=starts[i], alignment=alignment, instructions=f"Benchmark level {level}.")
             for i in range(concurrency)]
 
 

@@ -32,6 +32,7 @@ from omnistage.tools.bench.realtime_speech import APPEND_S, RATE, appends, silen
 # transcript (which a random checkpoint's tokens re-tokenize into many more) stays within the context.
 BARGE_REPLY_TOKENS = 120
 REPLY_TIMEOUT_S = 300.0  # a reply that never finishes fails the turn instead of hanging the run
+TURN_END_STEP_S = 4.3  # where a session's next turn ends in the paragraph, past its last one's end
 
 
 @dataclass
@@ -131,10 +132,12 @@ class SessionPlan:
     reply_tokens: int
     barge_in: bool
     speech: np.ndarray  # the paragraph utterances are cut from (24 kHz float32)
-    offset_s: float  # where this session's speech starts in it (sessions say different things)
+    end_s: float  # where this session's first turn ends in it (sessions say different things; a level's on and
+    # off modes and its utterance lengths end theirs alike, so each waits the same VAD silence)
     reply_audio_s: float = 0.0  # audio heard of each reply before the client cancels it (0: all of it)
     start_s: float = 0.0  # microphone silence before the first turn (sessions staggered over a turn's cycle)
     alignment: TurnAlignment | None = None  # shared by the level's sessions: each turn starts with every other's
+    instructions: str = ""  # the session's: a level's own, so no level's prompts hit another's prefix caches
 
 
 class BenchSession:
@@ -176,6 +179,8 @@ class BenchSession:
                                 "turn_detection": {"type": "server_vad"}}}}
         if self.plan.streaming_input is not None:
             session["streaming_input"] = self.plan.streaming_input
+        if self.plan.instructions:
+            session["instructions"] = self.plan.instructions
         return session
 
     async def _send_packet(self, pcm: bytes) -> float:
@@ -190,9 +195,9 @@ class BenchSession:
                                         "audio": base64.b64encode(pcm).decode()}))
         return time.perf_counter()
 
-    async def _speak(self, seconds: float, offset_s: float) -> list[float]:
+    async def _speak(self, seconds: float, end_s: float) -> list[float]:
         sent = []
-        for pcm in appends(utterance(self.plan.speech, seconds, offset_s)):
+        for pcm in appends(utterance(self.plan.speech, seconds, end_s)):
             sent.append(await self._send_packet(pcm))
         return sent
 
@@ -217,7 +222,7 @@ class BenchSession:
         await self._align()
         await self._silence_for(0.5)  # a breath between turns
         self._pending, self._finished = turn, asyncio.Event()
-        turn.eos = (await self._speak(turn.utterance_s, self.plan.offset_s + index * turn.utterance_s))[-1]
+        turn.eos = (await self._speak(turn.utterance_s, self.plan.end_s + index * TURN_END_STEP_S))[-1]
 
     async def _align(self) -> None:
         """With a turn alignment, sends silence until every session is ready for its next turn. The sessions' packet
@@ -245,7 +250,7 @@ class BenchSession:
         if self._finished.is_set():
             return  # the reply ended before it could be interrupted
         self._finished = asyncio.Event()
-        packets = appends(utterance(self.plan.speech, 1.5, self.plan.offset_s + 3.0))
+        packets = appends(utterance(self.plan.speech, 1.5, self.plan.end_s + 3.0))
         self.barge = BargeIn(await self._send_packet(packets[0]))
         for pcm in packets[1:]:
             await self._send_packet(pcm)

@@ -61,13 +61,16 @@ def shorten_pauses(samples: np.ndarray, max_pause_s: float = MAX_PAUSE_S, level:
     return frames[loud_idx[0]:loud_idx[-1] + 1].reshape(-1)
 
 
-def utterance(speech: np.ndarray, seconds: float, offset_s: float = 0.0) -> np.ndarray:
-    """``seconds`` of speech starting ``offset_s`` into the (looped) paragraph; it ends on a voiced frame."""
-    n, start = int(seconds * RATE), int(offset_s * RATE) % max(len(speech), 1)
-    gap = np.zeros(int(MAX_PAUSE_S * RATE), np.float32)  # loops joined by a pause, as between sentences
-    reps = (start + n) // (len(speech) + len(gap)) + 2
-    looped = np.concatenate([np.concatenate([speech, gap])] * reps)
-    return looped[start:start + n]
+def utterance(speech: np.ndarray, seconds: float, end_s: float | None = None) -> np.ndarray:
+    """``seconds`` of the looped paragraph (its loops joined by a pause, as between sentences) that end ``end_s``
+    into it (None: the ones from its start). Utterances of any length with the same ``end_s`` end with the same
+    words, so server VAD hears the same end of speech and waits the same silence after each."""
+    gap = np.zeros(int(MAX_PAUSE_S * RATE), np.float32)
+    period, n = len(speech) + len(gap), int(seconds * RATE)
+    end = n if end_s is None else int(end_s * RATE) % period
+    end += -(-(n - end) // period) * period if end < n else 0  # whole loops later, so that n samples come before
+    looped = np.concatenate([np.concatenate([speech, gap])] * (end // period + 1))
+    return looped[end - n:end]
 
 
 def pcm16(samples: np.ndarray) -> bytes:
