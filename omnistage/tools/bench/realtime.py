@@ -13,8 +13,8 @@ dropped (a false end: started at a pause the user spoke on from; ``/metrics``).
 ``--streaming-input both`` (default) measures every level with and without the
 server's streaming input prefill, alternating which goes first, so the two share
 the machine's state. A session's turns end with the same words at every level, so both modes and
-every length wait the same VAD silence; each level's sessions have instructions of
-their own, so no level hits the prefix caches another filled.
+every length wait the same VAD silence; each level's speech is 0.2% quieter than the
+last, so no level hits the prefix caches another filled with its audio.
 
 ``--start staggered`` (default) spreads the sessions' first turns evenly over one
 turn's cycle, as independent users' turns fall; ``together`` starts every turn
@@ -55,6 +55,8 @@ SERVER_START_TIMEOUT_S = 900.0  # a first run may build the embedded checkpoint
 TURN_OVERHEAD_S = 2.5
 # Where session i's first turn ends in the (looped) paragraph: FIRST_END_S + i * SESSION_END_STEP_S seconds.
 FIRST_END_S, SESSION_END_STEP_S = 2.0, 3.7
+# Each level's speech is this much quieter than the last (0.2%: inaudible, and the VAD's waits stay the same).
+LEVEL_GAIN_STEP = 0.002
 
 
 def _modes(choice: str) -> list[bool | None]:
@@ -118,14 +120,16 @@ def session_plans(url: str, concurrency: int, utterance_s: float, streaming: boo
                   speech: np.ndarray, level: int) -> list[SessionPlan]:
     """One level's sessions. Session ``i``'s turns end with the same words at every level, so a level's on and off
     modes, and its utterance lengths, are compared over the same VAD silence waits (a 100 ms packet more or less
-    when speech ends mid-word, which would otherwise fall on one mode's turns and not the other's). Each level has
-    instructions of its own, so no level's prompts hit the prefix caches an earlier level filled with that audio."""
+    when speech ends mid-word, which would otherwise fall on one mode's turns and not the other's). Each level's
+    speech is a little quieter than the last (``LEVEL_GAIN_STEP``): the VAD hears it alike, but its samples differ,
+    so no level's prompts hit the prefix caches an earlier level filled with that audio."""
     staggered = args.start == "staggered"
     starts = start_offsets(concurrency, utterance_s, staggered)
     alignment = None if staggered else TurnAlignment(concurrency)
-    return [SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in, speech,
+    spoken = (speech * (1.0 - LEVEL_GAIN_STEP * level)).astype(np.float32)
+    return [SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in, spoken,
                         end_s=SESSION_END_STEP_S * i + FIRST_END_S, reply_audio_s=args.reply_audio_seconds,
-                        start_s=starts[i], alignment=alignment, instructions=f"Benchmark level {level}.")
+                        start_s=starts[i], alignment=alignment)
             for i in range(concurrency)]
 
 

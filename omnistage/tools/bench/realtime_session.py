@@ -137,7 +137,6 @@ class SessionPlan:
     reply_audio_s: float = 0.0  # audio heard of each reply before the client cancels it (0: all of it)
     start_s: float = 0.0  # microphone silence before the first turn (sessions staggered over a turn's cycle)
     alignment: TurnAlignment | None = None  # shared by the level's sessions: each turn starts with every other's
-    instructions: str = ""  # the session's: a level's own, so no level's prompts hit another's prefix caches
 
 
 class BenchSession:
@@ -179,8 +178,6 @@ class BenchSession:
                                 "turn_detection": {"type": "server_vad"}}}}
         if self.plan.streaming_input is not None:
             session["streaming_input"] = self.plan.streaming_input
-        if self.plan.instructions:
-            session["instructions"] = self.plan.instructions
         return session
 
     async def _send_packet(self, pcm: bytes) -> float:
