@@ -68,7 +68,8 @@ def utterance(speech: np.ndarray, seconds: float, end_s: float | None = None) ->
     gap = np.zeros(int(MAX_PAUSE_S * RATE), np.float32)
     period, n = len(speech) + len(gap), int(seconds * RATE)
     end = n if end_s is None else int(end_s * RATE) % period
-    end += -(-(n - end) // period) * period if end < n else 0  # whole loops later, so that n samples come before
+    while end < n:  # the same point a loop later, so that n samples come before it
+        end += period
     looped = np.concatenate([np.concatenate([speech, gap])] * (end // period + 1))
     return looped[end - n:end]
 
