@@ -17,7 +17,6 @@ from omnistage.engine.logprobs import TokenLogprob
 from omnistage.engine.request import FinishReason
 from omnistage.engine.sampling_params import MAX_LOGPROBS, check_openai_penalties, check_sampling_ranges
 
-OUTPUT_SAMPLE_RATE = 24000
 
 
 class Modality(str, enum.Enum):
@@ -130,7 +129,7 @@ class OmniOutput:
     request_id: str
     text: str = ""
     token_ids: tuple[int, ...] = ()
-    audio: np.ndarray | None = None  # float32 mono at OUTPUT_SAMPLE_RATE
+    audio: np.ndarray | None = None  # float32 mono at the family's rate (``FrontEnd.audio.sample_rate``)
     finished: bool = False
     finish_reason: FinishReason | None = None
     usage: Usage | None = None

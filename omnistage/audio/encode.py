@@ -22,6 +22,7 @@ import numpy as np
 import soundfile as sf
 
 from omnistage.audio.formats import AudioFormat
+from omnistage.audio.resample_stream import StreamResampler
 
 # FFmpeg muxer and encoder per compressed format.
 _AV_CODECS: dict[AudioFormat, tuple[str, str]] = {
@@ -42,8 +43,15 @@ def float_to_pcm16(samples: np.ndarray) -> bytes:
     return (clipped * 32767.0).astype("<i2").tobytes()
 
 
-def encode_audio(samples: np.ndarray, sample_rate: int, fmt: AudioFormat) -> bytes:
-    """One complete file of ``fmt`` holding ``samples`` (float32 mono)."""
+def encode_audio(samples: np.ndarray, source_rate: int, fmt: AudioFormat) -> bytes:
+    """One complete file of ``fmt`` holding ``samples`` (float32 mono at ``source_rate``), at the format's wire
+    rate (:meth:`AudioFormat.wire_rate`): the same samples a streamed encoding of them holds."""
+    sample_rate = fmt.wire_rate(source_rate)
+    samples = StreamResampler(source_rate, sample_rate)(samples)
+    return _encode_at(samples, sample_rate, fmt)
+
+
+def _encode_at(samples: np.ndarray, sample_rate: int, fmt: AudioFormat) -> bytes:
     if fmt is AudioFormat.PCM16:
         return float_to_pcm16(samples)
     if fmt in _SOUNDFILE_FORMATS:
@@ -52,7 +60,7 @@ def encode_audio(samples: np.ndarray, sample_rate: int, fmt: AudioFormat) -> byt
         ints = np.frombuffer(float_to_pcm16(samples), dtype="<i2")
         sf.write(buf, ints, sample_rate, format=_SOUNDFILE_FORMATS[fmt], subtype="PCM_16")
         return buf.getvalue()
-    encoder = StreamingAudioEncoder(fmt, sample_rate)
+    encoder = StreamingAudioEncoder(fmt, sample_rate)  # already at its wire rate: no resampling
     return encoder.feed(samples) + encoder.finish()
 
 
@@ -87,12 +95,15 @@ class StreamingAudioEncoder:
     raw samples; FLAC (``HELD_FORMATS``) is held and encoded whole by ``finish``;
     the others go through an FFmpeg muxer writing to a sink that is drained after
     every chunk. Compressed encoders need whole codec frames, so an ``AudioFifo``
-    holds the remainder until the next chunk or ``finish``.
+    holds the remainder until the next chunk or ``finish``. Audio fed at
+    ``source_rate`` (the served family's) is written at the format's wire rate
+    (``sample_rate``), resampled as it comes, chunk by chunk as whole.
     """
 
-    def __init__(self, fmt: AudioFormat, sample_rate: int) -> None:
+    def __init__(self, fmt: AudioFormat, source_rate: int) -> None:
         self.format = fmt
-        self.sample_rate = sample_rate
+        self.sample_rate = sample_rate = fmt.wire_rate(source_rate)
+        self._resample = StreamResampler(source_rate, sample_rate)
         self._header_sent = False
         self._finished = False
         self._sink = _Sink()
@@ -107,6 +118,7 @@ class StreamingAudioEncoder:
     def feed(self, samples: np.ndarray) -> bytes:
         if self._finished:
             raise RuntimeError("feed() after finish()")
+        samples = self._resample(samples)
         if self.format in HELD_FORMATS:
             self._held.append(np.asarray(samples, dtype=np.float32).reshape(-1))
             return b""
@@ -129,8 +141,8 @@ class StreamingAudioEncoder:
         self._finished = True
         if self.format in HELD_FORMATS:
             held, self._held = self._held, []
-            return encode_audio(np.concatenate(held) if held else np.zeros(0, np.float32), self.sample_rate,
-                                self.format)
+            return _encode_at(np.concatenate(held) if held else np.zeros(0, np.float32), self.sample_rate,
+                              self.format)
         if self._container is None:
             return self._header()
         rest = self._fifo.read()

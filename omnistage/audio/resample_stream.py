@@ -1,13 +1,16 @@
-"""Resampling audio that arrives in pieces: a polyphase FIR whose filter state carries across pieces.
+"""Resampling audio that arrives in pieces: a polyphase FIR whose input history carries across pieces.
 
 ``resample`` (scipy's ``resample_poly``) sees one whole signal; cut into pieces
 it would ring at every cut. A detector that watches a live stream (the realtime
-VAD) needs the stream's own samples at its rate, piece by piece, so here the
-signal is zero-stuffed by ``up``, low-passed by one FIR (``lfilter`` keeps its
-state between calls) and every ``down``-th sample is kept, counting from the
-start of the stream: the pieces' outputs joined are the whole's output.
-The filter delays the output by half its length (``delay`` output samples,
-about a millisecond): nothing a turn detector at 32 ms resolution notices.
+VAD) needs the stream's own samples at its rate, piece by piece, and an API
+encoder turns a model's audio into the rate its wire format takes (a 44.1 kHz
+decoder's chunks as 24 kHz PCM) as each chunk arrives. The signal is, in effect,
+zero-stuffed by ``up``, low-passed by one causal FIR and every ``down``-th sample
+kept, counting from the start of the stream: the pieces' outputs joined are the
+whole's output. Only the taps that meet a real sample are computed (each output
+phase's own ``taps_per_phase`` taps over the newest inputs), so the cost is per
+output sample, not per zero-stuffed one. The filter delays the output by half its
+length (``delay`` output samples, about a millisecond).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 from math import gcd
 
 import numpy as np
-from scipy.signal import firwin, lfilter
+from scipy.signal import firwin
 
 TAPS_PER_PHASE = 16  # filter length per output phase: ~60 dB stop band, a few µs a sample
 
@@ -28,6 +31,11 @@ class StreamResampler:
         if self.up != self.down:
             n = TAPS_PER_PHASE * max(self.up, self.down) + 1
             self._taps = firwin(n, 1.0 / max(self.up, self.down)) * self.up  # up: zero-stuffing's lost gain
+        # Phase p's taps: h[p], h[p + up], h[p + 2 up], ... (zero past the filter's end).
+        self._span = -(-len(self._taps) // self.up) if len(self._taps) else 0
+        phases = np.zeros(self.up * self._span, np.float64)
+        phases[:len(self._taps)] = self._taps
+        self._phases = phases.reshape(self._span, self.up).T.copy() if self._span else phases.reshape(0, 0)
         self.reset()
 
     @property
@@ -36,16 +44,25 @@ class StreamResampler:
         return (len(self._taps) - 1) // 2 // self.down if len(self._taps) else 0
 
     def reset(self) -> None:
-        self._state = np.zeros(max(len(self._taps) - 1, 0), np.float64)
-        self._stuffed = 0  # upsampled samples produced so far: where the next kept sample falls
+        self._history = np.zeros(self._span, np.float64)  # the newest inputs, the filter's reach
+        self._inputs = 0  # input samples consumed so far
+        self._outputs = 0  # output samples produced so far
 
     def __call__(self, samples: np.ndarray) -> np.ndarray:
-        samples = np.asarray(samples, dtype=np.float32)
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         if self.up == self.down:
             return samples
-        stuffed = np.zeros(len(samples) * self.up, np.float64)
-        stuffed[:: self.up] = samples
-        filtered, self._state = lfilter(self._taps, 1.0, stuffed, zi=self._state)
-        first = -self._stuffed % self.down
-        self._stuffed += len(stuffed)
-        return filtered[first:: self.down].astype(np.float32)
+        start = self._inputs - self._span  # the stream index of ``buffer[0]``
+        buffer = np.concatenate([self._history, samples.astype(np.float64)])
+        self._inputs += len(samples)
+        end = -(-self._inputs * self.up // self.down)  # outputs whose stuffed index lies within the input so far
+        n = np.arange(self._outputs, end, dtype=np.int64)
+        self._outputs = end
+        self._history = buffer[len(buffer) - self._span:]
+        if not len(n):
+            return np.zeros(0, np.float32)
+        stuffed = n * self.down
+        newest = stuffed // self.up  # the newest input each output reads
+        rows = newest[:, None] - np.arange(self._span)[None, :] - start
+        out = np.einsum("ij,ij->i", buffer[rows], self._phases[stuffed % self.up])
+        return out.astype(np.float32)

@@ -1,10 +1,11 @@
 """Talker frames in, codec chunk jobs out: how a stream of codec frames becomes vocoder work.
 
-Shared by every family's codec edge (the streaming pipeline) and its offline
-generation: a chunk is cut once a frame past its end exists, so the final chunk
-is always the one :meth:`FrameChunker.finish` emits, marked ``is_last``. Sizes
-come from a :class:`ChunkSizer` (a player-aware planner) or a fixed
-:class:`ChunkPlan`; the left context from the plan.
+Shared by every family's codec edge (the streaming pipeline, run in the talker's replica) and its offline
+generation: a chunk is cut once a frame past its end (and past its look-ahead) exists, so the final chunk is
+always the one :meth:`FrameChunker.finish` emits, marked ``is_last``. Sizes come from a :class:`ChunkSizer`
+(the orchestrator's player-aware orders) or a fixed :class:`ChunkPlan`; the left context and look-ahead from
+the plan. Frames a talker emits under a delay pattern (codebook k ``delays[k]`` steps late) are aligned first,
+so a codec stage always sees each frame whole.
 """
 
 from __future__ import annotations
@@ -23,18 +24,20 @@ class ChunkPlan:
 
     A smaller ``first_chunk_frames`` starts audio sooner. ``seamless`` decodes each request as a stream
     (the vocoder keeps its state between chunks): no hole at each boundary, and the joined chunks equal one
-    whole decode whatever the chunk sizes.
+    whole decode whatever the chunk sizes. ``lookahead``: frames after a chunk's new ones that its decode reads
+    and drops (a decoder that is not causal); a chunk waits for them.
     """
 
     chunk_frames: int = 300
     left_context: int = 25
     first_chunk_frames: int | None = None
     seamless: bool = False
+    lookahead: int = 0
 
     def __post_init__(self) -> None:
-        if self.chunk_frames < 1 or self.left_context < 0 or (self.first_chunk_frames is not None
-                                                               and self.first_chunk_frames < 1):
-            raise ValueError(f"chunk sizes must be positive and left_context >= 0: {self}")
+        if self.chunk_frames < 1 or self.left_context < 0 or self.lookahead < 0 or (
+                self.first_chunk_frames is not None and self.first_chunk_frames < 1):
+            raise ValueError(f"chunk sizes must be positive and contexts >= 0: {self}")
 
     def size(self, chunk_index: int, pending: int = 0) -> int:
         """Frames in chunk ``chunk_index`` (fixed: ``pending`` is for sizers that follow a player)."""
@@ -43,32 +46,73 @@ class ChunkPlan:
 
 
 class ChunkSizer(Protocol):
-    """Frames the chunk ``chunk_index`` takes, asked each time frames arrive (``pending`` are waiting)."""
+    """Frames the chunk ``chunk_index`` takes, asked each time frames arrive (``pending`` are waiting); None: not
+    known yet (the chunk waits for its size)."""
 
-    def size(self, chunk_index: int, pending: int) -> int: ...
+    def size(self, chunk_index: int, pending: int) -> int | None: ...
+
+
+class Undelay:
+    """Rows ``[n, W]`` emitted under a delay pattern in, aligned frames out: frame ``t``'s codebook ``k`` is row
+    ``t + delays[k]``'s. A frame is out once every codebook reached it; the staircase's unfinished tail never is
+    (the reference drops it too)."""
+
+    def __init__(self, delays: tuple[int, ...]) -> None:
+        self.delays = delays
+        self._rows: torch.Tensor | None = None  # rows not yet fully used, from row ``_base`` on
+        self._base = 0  # stream row index of ``_rows[0]``
+        self._done = 0  # aligned frames given out
+
+    def push(self, rows: torch.Tensor) -> torch.Tensor:
+        self._rows = rows if self._rows is None else torch.cat([self._rows, rows])
+        ready = self._base + self._rows.shape[0] - max(self.delays)  # frames every codebook reached
+        if ready <= self._done:
+            return rows[:0]
+        t = torch.arange(self._done, ready)
+        columns = [self._rows[t + d - self._base, k] for k, d in enumerate(self.delays)]
+        out = torch.stack(columns, dim=1)
+        keep = ready + min(self.delays) - self._base  # rows a later frame still reads start here
+        self._rows, self._base, self._done = self._rows[keep:], self._base + keep, ready
+        return out
 
 
 class FrameChunker:
-    """Frames ``[n, G]`` in (any pace), chunk jobs out. ``prime`` ``[G, R]``: frames the stream's first chunk
+    """Frames ``[n, W]`` in (any pace), chunk jobs out. ``prime`` ``[W, R]``: frames the stream's first chunk
     decodes before the new ones without returning their audio (a cloned voice's reference frames)."""
 
-    def __init__(self, request_id: str, plan: ChunkPlan, num_groups: int, sizer: ChunkSizer | None = None,
-                 prime: torch.Tensor | None = None) -> None:
+    def __init__(self, request_id: str, plan: ChunkPlan, width: int, sizer: ChunkSizer | None = None,
+                 prime: torch.Tensor | None = None, delays: tuple[int, ...] = (),
+                 dtype: torch.dtype = torch.long) -> None:
         self.request_id, self.plan = request_id, plan
         self.sizer: ChunkSizer = sizer or plan
+        self._undelay = Undelay(delays) if any(delays) else None
         self._prime = 0 if prime is None else prime.shape[1]
-        self._buf = torch.empty(num_groups, 0, dtype=torch.long) if prime is None else prime.to("cpu", torch.long)
+        self._buf = torch.empty(width, 0, dtype=dtype) if prime is None else prime.to("cpu", dtype)
+        self._dtype = dtype
         self._context = 0
         self._index = 0
 
     @property
     def num_pending(self) -> int:
+        """New frames not yet in a chunk (look-ahead frames already read by one included)."""
         return self._buf.shape[1] - self._context - self._prime
 
+    @property
+    def next_index(self) -> int:
+        return self._index
+
     def push(self, frames: torch.Tensor) -> list[ChunkJob]:
-        self._buf = torch.cat([self._buf, frames.to("cpu", torch.long).T], dim=1)
+        frames = frames.to("cpu", self._dtype)
+        if self._undelay is not None:
+            frames = self._undelay.push(frames)
+        self._buf = torch.cat([self._buf, frames.T], dim=1)
+        return self.cut()
+
+    def cut(self) -> list[ChunkJob]:
+        """Every chunk the sizer's current sizes allow (also after a size changed with no new frame)."""
         jobs = []
-        while self.num_pending > (size := self.sizer.size(self._index, self.num_pending)):
+        while (size := self.sizer.size(self._index, self.num_pending)) is not None \
+                and self.num_pending > size + self.plan.lookahead:
             jobs.append(self._emit(size, last=False))
         return jobs
 
@@ -77,8 +121,9 @@ class FrameChunker:
 
     def _emit(self, num_new: int, last: bool) -> ChunkJob:
         end = self._context + self._prime + num_new
-        job = ChunkJob(self.request_id, self._index, self._buf[:, :end].clone(), self._context, is_last=last,
-                       discard_frames=self._prime)
+        ahead = 0 if last else self.plan.lookahead
+        job = ChunkJob(self.request_id, self._index, self._buf[:, :end + ahead].clone(), self._context,
+                       is_last=last, discard_frames=self._prime, lookahead=ahead)
         keep = min(self.plan.left_context, end)
         self._buf, self._context, self._prime = self._buf[:, end - keep:], keep, 0
         self._index += 1

@@ -37,24 +37,35 @@ def vocoder_batch_cap(max_num_seqs: int, device: str) -> int:
 
 
 class ChunkJob(msgspec.Struct, tag="codec.ChunkJob"):
-    """codes ``[G, T]``: ``left_context`` frames already decoded, then the new ones. The first
+    """codes ``[W, T]`` (W codebooks, or a latent's values): ``left_context`` frames already decoded, then the
+    new ones, then ``lookahead`` frames a decoder that is not causal reads after them. The first
     ``discard_frames`` new frames are decoded (they prime the stream, e.g. a cloned voice's reference frames)
-    but their samples are dropped. The struct is also the codec stage's input on the wire."""
+    but their samples are dropped, as are the look-ahead's. The struct is also the codec stage's input on the
+    wire."""
 
     request_id: str
     chunk_index: int
     codes: torch.Tensor
     left_context: int
     is_last: bool = False
-    deadline: float = 0.0  # when the stream's buffered audio runs out (any clock; only compared)
+    # Seconds until the stream's player runs dry, as its talker saw it when it cut this chunk: the engine orders
+    # by ``arrival + slack_s`` on its own clock (the talker's may be another machine's).
+    slack_s: float = 0.0
     discard_frames: int = 0
+    lookahead: int = 0
 
     def __post_init__(self) -> None:
         if self.codes.dim() != 2 or not 0 <= self.left_context < self.codes.shape[1]:
-            raise ValueError(f"chunk codes must be [G, T] with 0 <= left_context < T, got "
+            raise ValueError(f"chunk codes must be [W, T] with 0 <= left_context < T, got "
                              f"{tuple(self.codes.shape)} and {self.left_context}")
-        if not 0 <= self.discard_frames < self.codes.shape[1] - self.left_context:
-            raise ValueError(f"discard_frames must leave a new frame to decode, got {self.discard_frames}")
+        if min(self.discard_frames, self.lookahead) < 0 or self.new_frames < 1:
+            raise ValueError(f"a chunk must keep a new frame after its discarded and look-ahead frames, got "
+                             f"{self.discard_frames} discarded and {self.lookahead} ahead of {self.codes.shape[1]}")
+
+    @property
+    def new_frames(self) -> int:
+        """Frames whose audio this chunk returns."""
+        return self.codes.shape[1] - self.left_context - self.discard_frames - self.lookahead
 
     @property
     def shape_key(self) -> tuple[int, int, int]:
@@ -99,13 +110,19 @@ class GenerationEngineCore:
         self.policy = policy
         # Request order = arrival order of its first pending job (fairness across requests).
         self._pending: OrderedDict[str, deque[ChunkJob]] = OrderedDict()
+        self._deadlines: dict[tuple[str, int], float] = {}  # (request, chunk) → when its player runs dry
 
-    def add_job(self, job: ChunkJob) -> None:
+    def add_job(self, job: ChunkJob, now: float = 0.0) -> None:
+        """``now``: the job's arrival on this engine's clock (its deadline is ``now + job.slack_s``)."""
         self._pending.setdefault(job.request_id, deque()).append(job)
+        self._deadlines[(job.request_id, job.chunk_index)] = now + job.slack_s
 
     def abort_request(self, request_id: str) -> bool:
         self.runner.drop(request_id)
-        return self._pending.pop(request_id, None) is not None
+        jobs = self._pending.pop(request_id, None)
+        for job in jobs or ():
+            self._deadlines.pop((request_id, job.chunk_index), None)
+        return jobs is not None
 
     def has_pending(self) -> bool:
         return bool(self._pending)
@@ -115,7 +132,7 @@ class GenerationEngineCore:
         if not heads:
             return []
         if self.policy == "deadline":
-            heads.sort(key=lambda job: job.deadline)  # stable: equal deadlines stay round-robin
+            heads.sort(key=lambda job: self._deadlines[(job.request_id, job.chunk_index)])  # stable: ties keep order
         key = heads[0].shape_key
         if self.runner.pads_rows:
             batch = [job for job in heads if job.shape_key[0] == key[0]][:self.max_batch]
@@ -124,6 +141,7 @@ class GenerationEngineCore:
         for job in batch:
             jobs = self._pending[job.request_id]
             jobs.popleft()
+            del self._deadlines[(job.request_id, job.chunk_index)]
             # Served requests go to the back so a busy request cannot starve the others.
             self._pending.move_to_end(job.request_id)
             if not jobs:
@@ -137,9 +155,10 @@ class GenerationEngineCore:
         refs = [ChunkRef(job.request_id, job.chunk_index, job.is_last) for job in batch]
         wavs = self.runner.run([job.codes for job in batch], [job.left_context for job in batch], refs)
         spf = self.runner.samples_per_frame
-        if any(job.discard_frames for job in batch) and not spf:
-            raise ValueError("this vocoder does not say its samples per frame: a chunk cannot discard frames")
-        return [ChunkOutput(job.request_id, job.chunk_index, wav[job.discard_frames * spf:], job.is_last)
+        if any(job.discard_frames or job.lookahead for job in batch) and not spf:
+            raise ValueError("this vocoder does not say its samples per frame: a chunk cannot drop frames")
+        return [ChunkOutput(job.request_id, job.chunk_index,
+                            wav[job.discard_frames * spf:wav.shape[0] - job.lookahead * spf], job.is_last)
                 for job, wav in zip(batch, wavs)]
 
     def run_until_done(self) -> list[ChunkOutput]:

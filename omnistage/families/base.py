@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from omnistage.audio_spec import AudioSpec
 from omnistage.config.pipeline import PipelineSpec, StageSpec
 from omnistage.core import Modality, OmniRequest
 from omnistage.engine.sampling_params import SamplingParams
@@ -161,13 +162,15 @@ class FrontEnd:
     speech: text-to-speech preparation when the family is a TTS model (None otherwise).
     openai_voices: OpenAI's voice names (``alloy``...) → the family's speakers, for clients that allow only those.
     default_voice: the speaker a request that names none gets ("": the first of ``voices``).
+    audio: the family's audio (frame timing, what a frame holds, how its decoder streams, the output rate);
+        None when it makes none. Every generic layer reads these from here (``omnistage.audio_spec``).
     """
 
     tokenizer: object | None
     processor: object | None
     voices: tuple[str, ...]
     max_positions: int
-    num_code_groups: int = 0  # codebooks per codec frame (0: the family makes no audio)
+    audio: AudioSpec | None = None
     speech: SpeechFrontEnd | None = None
     openai_voices: Mapping[str, str] = field(default_factory=dict)
     default_voice: str = ""

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar, Union
 
 import msgspec
+import torch
 
+from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.engine.request import FinishReason
 
 P = TypeVar("P")
@@ -39,7 +41,48 @@ class Shutdown(msgspec.Struct, tag=True):
     pass
 
 
-ReplicaInput = StageInput | AbortRequests | Shutdown
+class OpenCodecStream(msgspec.Struct, tag=True):
+    """To a talker replica, before the request's first input there: cut this request's frames into chunks
+    yourself and send them to the codec replica listening at ``codec_address`` (frames never come back to the
+    orchestrator, only :class:`omnistage.ipc.payloads.FramesMade` notices).
+
+    plan: chunk sizes (the first, then fixed ones unless ``planned``), left context and look-ahead.
+    planned: later chunks wait for the orchestrator's :class:`ChunkOrder` sizes (its player-aware planner).
+    width, delays, latent: the family's frame (codebooks or latent values per frame; codebook delays; float
+        latents rather than integer codes).
+    prime: ``[W, R]`` frames the stream decodes first without their audio (a cloned voice's reference).
+    """
+
+    request_id: str
+    codec_address: str
+    plan: ChunkPlan
+    planned: bool
+    width: int
+    frame_s: float
+    delays: tuple[int, ...] = ()
+    latent: bool = False
+    prime: torch.Tensor | None = None
+
+
+class ChunkOrder(msgspec.Struct, array_like=True):
+    """The orchestrator's plan for one stream, as of sending: chunk ``index`` takes ``frames`` new frames (None:
+    unchanged), the caller's player runs dry ``play_end_in_s`` from now (None: not playing yet), and
+    ``delivered_s`` seconds of audio reached the caller so far (the talker knows what it sent)."""
+
+    request_id: str
+    index: int
+    frames: int | None
+    play_end_in_s: float | None
+    delivered_s: float
+
+
+class ChunkOrders(msgspec.Struct, tag=True):
+    """Every order for one talker replica from one orchestrator pass."""
+
+    orders: list[ChunkOrder]
+
+
+ReplicaInput = StageInput | AbortRequests | Shutdown | OpenCodecStream | ChunkOrders
 
 
 # ---- replica → orchestrator -------------------------------------------------------------------
@@ -83,6 +126,8 @@ class ReplicaReady(msgspec.Struct, tag=True):
     # Seconds of one decode step by batch size, measured before the first request (a talker's; empty when the
     # stage measured none): :mod:`omnistage.engine.step_profile`.
     step_seconds: dict[int, float] = msgspec.field(default_factory=dict)
+    # Where other replicas send it stage inputs directly (a talker its chunks to a codec replica).
+    peer_address: str = ""
 
 
 class Heartbeat(msgspec.Struct, tag=True):
@@ -116,7 +161,7 @@ class PayloadTypes:
         return Union[self.members]  # noqa: UP007 - built at run time from a tuple
 
     def replica_input(self) -> object:
-        return Union[StageInput[self.union()], AbortRequests, Shutdown]  # noqa: UP007
+        return Union[StageInput[self.union()], AbortRequests, Shutdown, OpenCodecStream, ChunkOrders]  # noqa: UP007
 
     def replica_message(self) -> object:
         return Union[StepBatch[self.union()], ReplicaReady, ReplicaFailed, Heartbeat]  # noqa: UP007

@@ -1,9 +1,9 @@
 """The payloads every family's stages share: tokens, codec frames, codec chunks and audio.
 
-The orchestrator understands these (text for the caller, frames to cut into
-chunks, audio for the caller); a family adds its own payloads for what only its
-stages exchange (:class:`omnistage.families.base.Family`). Each is the domain
-type itself: the codec stage's input is the engine's :class:`ChunkJob`.
+The orchestrator understands these (text for the caller, frames a family's own edge turns into its codec's
+input, what a talker cut for its codec, audio for the caller); a family adds its own payloads for what only its
+stages exchange (:class:`omnistage.families.base.Family`). Each is the domain type itself: the codec stage's
+input is the engine's :class:`ChunkJob`, which a talker replica sends its codec replica directly.
 """
 
 from __future__ import annotations
@@ -26,16 +26,36 @@ class TokenDelta(msgspec.Struct, tag="tokens"):
 
 
 class CodecFrames(msgspec.Struct, tag="frames"):
-    """Codec frames ``[n, G]`` of a talker (codec EOS frames excluded)."""
+    """Codec frames ``[n, W]`` of a talker (codec EOS frames excluded)."""
 
     frames: torch.Tensor
 
 
+class ChunkCut(msgspec.Struct, array_like=True):
+    """A chunk a talker replica cut and sent to its codec replica: ``new_frames`` of audio, ``total_frames``
+    decoded (context and look-ahead included)."""
+
+    index: int
+    new_frames: int
+    total_frames: int
+    is_last: bool = False
+
+
+class FramesMade(msgspec.Struct, tag="frames.made"):
+    """What a talker did with a request's frames on a stream it cuts itself (:class:`OpenCodecStream`): ``count``
+    new frames this step, ``pending`` not in a chunk yet, and the chunks it cut. The orchestrator plans and
+    gates from it; the frames themselves went straight to the codec replica."""
+
+    count: int
+    pending: int
+    cuts: list[ChunkCut] = msgspec.field(default_factory=list)
+
+
 class AudioChunk(msgspec.Struct, tag="audio"):
     chunk_index: int
-    wav: torch.Tensor  # float32 mono samples at 24 kHz
+    wav: torch.Tensor  # float32 mono samples at the family's output rate (``AudioSpec.sample_rate``)
     is_last: bool = False
     busy_s: float = 0.0  # this chunk's share of the vocoder step that made it (admission measures load)
 
 
-GENERIC_PAYLOADS = PayloadTypes((TokenDelta, CodecFrames, ChunkJob, AudioChunk))
+GENERIC_PAYLOADS = PayloadTypes((TokenDelta, CodecFrames, FramesMade, ChunkJob, AudioChunk))

@@ -84,11 +84,14 @@ class Sender:
         self.socket = _socket(ctx, zmq.PUSH, address, bind)
         self.address = _bound(self.socket) if bind else address
         self.codec = MessageCodec(message_type, store)
+        self.bytes = 0  # message bytes sent so far (frames; a tensor in shared memory counts as its key)
 
     def send(self, message: msgspec.Struct, block: bool = True) -> None:
         """``block=False`` raises ``zmq.Again`` when no peer is connected (a PUSH would wait for one)."""
+        frames = self.codec.encode(message)
         # copy=False: zmq sends the tensor buffers from their own memory.
-        self.socket.send_multipart(self.codec.encode(message), 0 if block else zmq.NOBLOCK, copy=False)
+        self.socket.send_multipart(frames, 0 if block else zmq.NOBLOCK, copy=False)
+        self.bytes += sum(memoryview(f).nbytes for f in frames)
 
     def close(self, linger_ms: int = 0) -> None:
         """``linger_ms`` > 0 lets messages still queued go out first (a replica's last words)."""
@@ -101,6 +104,7 @@ class Receiver:
         self.socket = _socket(ctx, zmq.PULL, address, bind)
         self.address = _bound(self.socket) if bind else address
         self.codec = MessageCodec(message_type, store)
+        self.bytes = 0  # message bytes received so far
 
     def recv(self, timeout_ms: int | None = None) -> msgspec.Struct | None:
         """The next message, or None when none came within ``timeout_ms`` (None = wait)."""
@@ -119,7 +123,9 @@ class Receiver:
             out.append(self._decode(frames))
 
     def _decode(self, frames: list[zmq.Frame]) -> msgspec.Struct:
-        return self.codec.decode([f.buffer for f in frames])
+        buffers = [f.buffer for f in frames]
+        self.bytes += sum(b.nbytes for b in buffers)
+        return self.codec.decode(buffers)
 
     def close(self) -> None:
         self.socket.close(linger=0)

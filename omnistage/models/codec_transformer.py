@@ -8,6 +8,7 @@ codec builds one for its transformer).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -49,6 +50,15 @@ class Code2WavConfig:
         object.__setattr__(self, "upsampling_ratios", tuple(self.upsampling_ratios))
         object.__setattr__(self, "upsample_rates", tuple(self.upsample_rates))
         self._validate()
+
+    @property
+    def samples_per_frame(self) -> int:
+        """Output samples of one frame: every upsampling stage's factor."""
+        return math.prod(self.upsampling_ratios) * math.prod(self.upsample_rates)
+
+    @property
+    def sample_rate(self) -> int:
+        return 24000  # fixed by training; config.json does not carry it
 
     def _validate(self) -> None:
         sizes = ("codebook_size", "num_quantizers", "hidden_size", "num_hidden_layers", "num_attention_heads",

@@ -8,7 +8,7 @@ caller leaves before its end aborts its request in every stage.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from omnistage.config.generation_defaults import SamplingDefaults
@@ -18,8 +18,7 @@ from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.pipeline.engine import OmniPipeline
 from omnistage.pipeline.serve_flags import PipelineConfig
 from omnistage.pipeline.runtime import PipelineOptions
-from omnistage.families.speech import SpeechFrontEnd
-from omnistage.processing.prompt import PromptProcessor
+from omnistage.families.base import FrontEnd
 
 
 class AsyncOmni:
@@ -28,11 +27,7 @@ class AsyncOmni:
                  *, pipeline: OmniPipeline | None = None) -> None:
         self.pipeline = pipeline or OmniPipeline(model, stage_config, options, model_name)
         self.model_name: str = self.pipeline.model_name
-        self.processor: PromptProcessor | None = self.pipeline.processor
-        self.speech: SpeechFrontEnd | None = self.pipeline.speech
-        self.voices: Sequence[str] = self.pipeline.voices
-        self.openai_voices: Mapping[str, str] = self.pipeline.openai_voices
-        self.default_voice: str = self.pipeline.default_voice
+        self.front_end: FrontEnd = self.pipeline.front_end
         self.supports_audio: bool = self.pipeline.supports_audio
         self.max_model_len: int = self.pipeline.max_model_len
         self.default_sampling: SamplingDefaults = self.pipeline.default_sampling

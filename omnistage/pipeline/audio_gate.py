@@ -3,8 +3,8 @@ past real time.
 
 Every running stream needs one second of audio per wall second. The pipeline keeps up while each stage makes
 audio faster than that for all of them: the talker while its wall time per frame of a stream stays under the
-frame's 80 ms (a talker step serves every stream, so one stream's pace is the stage's), code2wav while its busy
-time per second of audio, times the number of streams, stays under one second. The larger of the two is the
+frame's duration (the family's: 80 ms at 12.5 Hz; a talker step serves every stream, so one stream's pace is the
+stage's), code2wav while its busy time per second of audio, times the number of streams, stays under one second. The larger of the two is the
 pipeline's real-time factor at this load. Starting one more stream past ``limit`` would slow every stream into
 underruns; instead it waits (its caller's admission ticket keeps counting, so ``--max-queued-requests`` still
 bounds the queue with 429s).
@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from omnistage.pipeline.chunk_planner import Pace
-from omnistage.pipeline.playback import FRAME_S
 
 MARGINAL_PRIOR = 0.25  # a stream's added talker pace, as a share of the pace, until two counts are measured
 # While a new stream is in its prefill the running streams' pace can reach about twice its level (seen on the
@@ -116,6 +115,7 @@ class StepProfile:
 @dataclass
 class AudioGate:
     limit: float  # 0: no gate
+    frame_s: float  # seconds of audio in one of the family's codec frames
     # code2wav busy seconds per second of audio it made, over every stream.
     vocoder_busy: RecentMedian = field(default_factory=RecentMedian)
     _pace_by_count: dict[int, Pace] = field(default_factory=dict)
@@ -169,7 +169,7 @@ class AudioGate:
         pace = self.talker_pace(max(talking, 1))
         if pace is None:
             return None
-        return max(pace / FRAME_S, (self.vocoder_busy.value or 0.0) * streams)
+        return max(pace / self.frame_s, (self.vocoder_busy.value or 0.0) * streams)
 
     def admits(self, streams: Sequence[StreamLoad]) -> bool:
         """Whether one more audio stream may start now (:meth:`room`)."""

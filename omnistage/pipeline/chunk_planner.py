@@ -4,8 +4,8 @@ A small chunk starts audio sooner, a large one costs less per frame (each vocode
 configured left context is re-decoded with every chunk; the presets' stateful vocoders need none). Which is right
 changes during a stream: the first chunk must be small (time to first audio); after it, the player holds what was
 delivered, and the next chunk may grow as long as it is decoded and back before the player runs dry. Fixed sizes
-get this wrong at realistic widths: a 10-frame first chunk holds 0.8 s of audio, and making and decoding a 25-frame
-second chunk can take longer than that.
+get this wrong at realistic widths: a 10-frame first chunk of a 12.5 Hz codec holds 0.8 s of audio, and making and
+decoding a 25-frame second chunk can take longer than that.
 
 So the planner decides, each time talker frames arrive, how many frames the next chunk takes, from
 - the player's state (:class:`Playback`: audio delivered minus wall time since it started, plus audio in flight),
@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from omnistage.pipeline.playback import FRAME_S, Playback
+from omnistage.pipeline.playback import Playback
 
 # Before anything is measured: a talker at half real time, a vocoder at a quarter of real time per frame.
-DEFAULT_TALKER_FRAME_S = 0.5 * FRAME_S
-DEFAULT_VOCODER_FRAME_S = 0.25 * FRAME_S
+DEFAULT_TALKER_RTF = 0.5
+DEFAULT_VOCODER_RTF = 0.25
 
 
 @dataclass
@@ -57,17 +57,20 @@ class StagePaces:
 
 @dataclass(frozen=True)
 class ChunkBounds:
-    """first_frames: the first chunk (time to first audio); max_frames: never more (``codec_chunk_frames``).
-    A chunk may take ``safety`` of the time until the player runs dry, less ``margin_s`` for delivery."""
+    """first_frames: the first chunk (time to first audio); max_frames: never more (``codec_chunk_frames``);
+    frame_s: seconds of audio in one frame (the family's codec). A chunk may take ``safety`` of the time until the
+    player runs dry, less ``margin_s`` for delivery."""
 
     first_frames: int
     max_frames: int
     left_context: int
+    frame_s: float
     safety: float = 0.75
     margin_s: float = 0.05
 
     def __post_init__(self) -> None:
-        if self.first_frames < 1 or self.max_frames < 1 or self.left_context < 0 or not 0 < self.safety <= 1:
+        if self.first_frames < 1 or self.max_frames < 1 or self.left_context < 0 or not 0 < self.safety <= 1 \
+                or not self.frame_s > 0:
             raise ValueError(f"invalid chunk bounds: {self}")
 
 
@@ -112,10 +115,11 @@ class PlaybackPlanner:
         talker pace is the slower of its average and its newest frame: the talker slows at once when other
         streams start (their prefills), and an average that takes frames to follow would plan a chunk for a pace
         that is gone."""
-        talker = self.talker.value or self.stage.talker_frame_s.value or DEFAULT_TALKER_FRAME_S
+        frame_s = self.bounds.frame_s
+        talker = self.talker.value or self.stage.talker_frame_s.value or DEFAULT_TALKER_RTF * frame_s
         if self.talker.latest is not None:
             talker = max(talker, self.talker.latest)
-        vocoder = self.vocoder.value or self.stage.vocoder_frame_s.value or DEFAULT_VOCODER_FRAME_S
+        vocoder = self.vocoder.value or self.stage.vocoder_frame_s.value or DEFAULT_VOCODER_RTF * frame_s
         return talker, vocoder
 
     def min_frames(self) -> int:
@@ -127,7 +131,7 @@ class PlaybackPlanner:
         cost = self.chunk_s.value or self.stage.vocoder_chunk_s.value
         if cost is None:
             return self.bounds.first_frames
-        return min(max(math.ceil(cost / (self.bounds.safety * FRAME_S)), 1), self.bounds.first_frames)
+        return min(max(math.ceil(cost / (self.bounds.safety * self.bounds.frame_s)), 1), self.bounds.first_frames)
 
     # Sizing ---------------------------------------------------------------------------------------
     def size(self, index: int, pending: int) -> int:

@@ -1,25 +1,30 @@
-"""The codec edge of every family: a talker's frames cut into playback-aware chunks for its codec stage.
+"""The codec edge of every family, as the orchestrator plans it: a talker's frames cut into playback-aware chunks.
 
-One request's :class:`CodecEdge` holds its :class:`AudioProgress`: the frame chunker (sizes from the player-aware
-planner when the caller plays the audio as it arrives, the stage's full chunk size otherwise), the caller's
-player and the measured paces. A family only names the edge (``EdgeModel(make=None)``) and may give a voice
-prompt the stream decodes first (:meth:`omnistage.families.base.Family.codec_prime`).
+The frames never come here. The talker replica cuts them itself and sends each chunk straight to the codec
+replica (:mod:`omnistage.pipeline.codec_streams`); the orchestrator opens that stream (:meth:`CodecEdge.opening`:
+the codec replica's address, the chunk plan, the family's frame), hears what the talker cut
+(:class:`FramesMade` notices, :meth:`CodecEdge.frames_made`) and what reached the caller (:meth:`CodecEdge.heard`),
+and answers with small :class:`ChunkOrder`\\ s: how many frames the next chunk takes (the player-aware planner,
+from the caller's player and the measured paces) and where the player stands (the codec's deadline order). A
+family only names the edge (``EdgeModel(make=None)``) and may give a voice prompt the stream decodes first
+(:meth:`omnistage.families.base.Family.codec_prime`); its :class:`AudioSpec` says the frame's duration, width and
+delays, and the context its decoder needs.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 import torch
 
+from omnistage.audio_spec import AudioSpec, Latent, Streaming
 from omnistage.config.pipeline import StageSpec, StreamingSpec
-from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker
-from omnistage.engine.generation_engine import ChunkJob, vocoder_batch_cap
-from omnistage.families.base import RequestEdge
-from omnistage.ipc.payloads import CodecFrames
+from omnistage.engine.frame_chunker import ChunkPlan
+from omnistage.engine.generation_engine import vocoder_batch_cap
+from omnistage.ipc.messages import ChunkOrder, OpenCodecStream
+from omnistage.ipc.payloads import AudioChunk, FramesMade
 from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
 from omnistage.pipeline.playback import Playback
-from omnistage.pipeline.request_state import AudioProgress
 
 
 def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: int, capacity: int,
@@ -46,40 +51,95 @@ def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: 
     return round(low + (high - low) * share)
 
 
-def audio_progress(request_id: str, streaming: StreamingSpec, codec: StageSpec, requested_first: int | None,
-                   played: bool, busy: int, paces: StagePaces, num_groups: int,
-                   prime: torch.Tensor | None = None, head_start: bool = False) -> AudioProgress:
-    """A streamed request's chunks follow its player (a small first chunk, then as large as its buffer
-    allows); a request consumed whole gets full-size chunks after the first."""
-    capacity = vocoder_batch_cap(codec.engine.max_num_seqs, codec.device) * codec.replicas
-    first = initial_chunk_frames(streaming, requested_first, busy, capacity, head_start)
-    plan = ChunkPlan(chunk_frames=streaming.codec_chunk_frames, left_context=streaming.codec_left_context_frames,
-                     first_chunk_frames=first)
-    playback = Playback()
-    bounds = ChunkBounds(first, streaming.codec_chunk_frames, streaming.codec_left_context_frames)
-    planner = PlaybackPlanner(bounds, playback, paces)  # measures every stream; sizes played ones
-    chunker = FrameChunker(request_id, plan, num_groups, planner if played else None, prime)
-    return AudioProgress(chunker, first, playback, planner)
+def chunk_plan(streaming: StreamingSpec, audio: AudioSpec, first: int) -> ChunkPlan:
+    """The stage config's chunk sizes; the context a decoder of overlapping windows needs, at least."""
+    left = streaming.codec_left_context_frames
+    if audio.streaming is Streaming.OVERLAP:
+        left = max(left, audio.past_frames)
+    return ChunkPlan(chunk_frames=streaming.codec_chunk_frames, left_context=left, first_chunk_frames=first,
+                     lookahead=audio.lookahead_frames)
 
 
-class CodecEdge(RequestEdge):
-    def __init__(self, audio: AudioProgress) -> None:
-        self.audio = audio
+@dataclass(frozen=True)
+class StreamSetup:
+    """What one request's codec edge is built from (the orchestrator's view when the request starts)."""
 
-    def on_output(self, payload: object, finished: bool) -> list[ChunkJob]:
-        audio, now = self.audio, time.monotonic()
-        frames = payload.frames if isinstance(payload, CodecFrames) else None
-        jobs: list[ChunkJob] = []
-        if frames is not None and frames.numel():
-            audio.planner.frames_arrived(now, frames.shape[0])
-            jobs += audio.chunker.push(frames)
-        if finished:
-            jobs += audio.chunker.finish()
-            audio.talker_done = True
-        for job in jobs:
-            job.deadline = audio.playback.deadline(now)
-            audio.chunks_sent += 1
-            new_frames = job.codes.shape[1] - job.left_context - job.discard_frames
-            audio.playback.sent(new_frames)
-            audio.planner.chunk_sent(job.chunk_index, now, new_frames, job.codes.shape[1])
-        return jobs
+    source: str  # the stage whose frames feed the codec (the talker)
+    target: str  # the codec stage
+    audio: AudioSpec
+    streaming: StreamingSpec
+    codec: StageSpec
+    played: bool  # the caller plays the audio as it arrives: later chunks follow its player
+    busy: int  # audio streams already in flight
+    requested_first: int | None = None
+    head_start: bool = False
+    prime: torch.Tensor | None = None
+
+
+class CodecEdge:
+    """One request's codec edge: the plan it opened with, its caller's player and the planner measuring its
+    paces (and, when the caller plays the audio as it arrives, sizing its chunks)."""
+
+    def __init__(self, setup: StreamSetup, paces: StagePaces) -> None:
+        self.setup = setup
+        capacity = vocoder_batch_cap(setup.codec.engine.max_num_seqs, setup.codec.device) * setup.codec.replicas
+        self.initial_chunk_frames = initial_chunk_frames(setup.streaming, setup.requested_first, setup.busy,
+                                                         capacity, setup.head_start)
+        self.plan = chunk_plan(setup.streaming, setup.audio, self.initial_chunk_frames)
+        self.playback = Playback()
+        bounds = ChunkBounds(self.initial_chunk_frames, setup.streaming.codec_chunk_frames, self.plan.left_context,
+                             setup.audio.frame_s)
+        self.planner = PlaybackPlanner(bounds, self.playback, paces)  # measures every stream; sizes played ones
+        self.talker_done = False
+        self.chunks_sent = 0
+        self.chunks_received = 0
+        self.delivered_s = 0.0
+        self._pending = 0  # frames the talker holds, not in a chunk yet
+        # The newest (index, frames) ordered: chunk 0's size was in the stream's opening, so nothing yet.
+        self._ordered: tuple[int, int | None] = (0, None)
+
+    @property
+    def source(self) -> str:
+        return self.setup.source
+
+    @property
+    def target(self) -> str:
+        return self.setup.target
+
+    @property
+    def done(self) -> bool:
+        return self.talker_done and self.chunks_received >= self.chunks_sent
+
+    def opening(self, request_id: str, codec_address: str) -> OpenCodecStream:
+        audio = self.setup.audio
+        return OpenCodecStream(request_id, codec_address, self.plan, self.setup.played, audio.frame_width,
+                               audio.frame_s, getattr(audio.frame, "delays", ()), isinstance(audio.frame, Latent),
+                               self.setup.prime)
+
+    def frames_made(self, request_id: str, notice: FramesMade, finished: bool, now: float) -> ChunkOrder | None:
+        """The talker's notice: paces measured, chunks counted as sent; the next chunk's size when it changed."""
+        self.planner.frames_arrived(now, notice.count)
+        for cut in notice.cuts:
+            self.chunks_sent += 1
+            self.playback.sent(cut.new_frames * self.setup.audio.frame_s)
+            self.planner.chunk_sent(cut.index, now, cut.new_frames, cut.total_frames)
+        self._pending = notice.pending
+        self.talker_done = self.talker_done or finished
+        return None if self.talker_done else self._order(request_id, now, player_changed=False)
+
+    def heard(self, request_id: str, chunk: AudioChunk, seconds: float, now: float) -> ChunkOrder | None:
+        """A chunk's audio reached the caller: the player and the codec pace move, and the talker hears so."""
+        self.chunks_received += 1
+        self.delivered_s += seconds
+        self.playback.delivered(now, seconds)
+        self.planner.chunk_returned(chunk.chunk_index, now)
+        return None if self.talker_done else self._order(request_id, now, player_changed=True)
+
+    def _order(self, request_id: str, now: float, player_changed: bool) -> ChunkOrder | None:
+        index = self.chunks_sent
+        frames = self.planner.size(index, self._pending) if self.setup.played and index > 0 else None
+        if not player_changed and (index, frames) == self._ordered:
+            return None
+        self._ordered = (index, frames)
+        play_end = self.playback.play_end
+        return ChunkOrder(request_id, index, frames, None if play_end is None else play_end - now, self.delivered_s)

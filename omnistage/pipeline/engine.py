@@ -44,11 +44,6 @@ class OmniPipeline:
         self.family.check_spec(self.spec, config)
         self.front_end: FrontEnd = self.family.front_end(folder, config)
         self.model_name = model_name or str(model)
-        self.processor = self.front_end.processor
-        self.voices = self.front_end.voices
-        self.openai_voices = self.front_end.openai_voices
-        self.default_voice = self.front_end.default_voice
-        self.speech = self.front_end.speech  # a TTS family's input preparation (None otherwise)
         self.supports_audio = self.graph.supports_audio
         self.supports_text = self.graph.supports(Modality.TEXT)
         entry = self.spec.stage(self.graph.entry)
@@ -57,7 +52,7 @@ class OmniPipeline:
         self.default_sampling = sampling_defaults(entry.sampling, folder, generation_config)
         options = (options or PipelineOptions()).for_model(str(model) in registry.embedded_names())
         self.runtime = PipelineRuntime(self.graph, model_factories(str(folder), self.graph, options),
-                                       self.front_end.tokenizer, self.front_end.num_code_groups, options)
+                                       self.front_end.tokenizer, self.front_end.audio, options)
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> OmniPipeline:

@@ -8,8 +8,12 @@ family prepares, and each output of a stage goes through every edge leaving it
 inputs: async chunk streaming, so a talker starts on its source's first token).
 Outputs the caller gets are generic: tokens of the stage whose output is text
 (detokenised, stop strings), audio chunks of the stage whose output is audio
-(the player model, the audio gate). A request is done once every stage it
-entered has let it go. A prefill-only request (``OmniRequest.prefill_only``)
+(the player model, the audio gate). The generic codec edge carries no frames:
+the talker replica cuts and sends its chunks itself, and this side plans them
+(:mod:`omnistage.pipeline.codec_edge`: the stream opened before the talker's
+first input, orders batched per talker replica and sent once per orchestrator
+pass by :meth:`RequestFlows.flush_orders`). A request is done once every stage
+it entered has let it go. A prefill-only request (``OmniRequest.prefill_only``)
 stops short of the stage that makes audio and passes the gate: it is no stream.
 """
 
@@ -23,17 +27,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from omnistage.audio_spec import AudioSpec
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, Usage
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.families.base import EdgeContext, RequestEdge
-from omnistage.ipc.messages import AbortRequests, ReplicaInput, StageInput, StageOutput
-from omnistage.ipc.payloads import AudioChunk, CodecFrames, TokenDelta
+from omnistage.ipc.messages import AbortRequests, ChunkOrder, ChunkOrders, ReplicaInput, StageInput, StageOutput
+from omnistage.ipc.payloads import AudioChunk, CodecFrames, FramesMade, TokenDelta
 from omnistage.pipeline.audio_gate import AudioGate, StreamLoad
 from omnistage.pipeline.chunk_planner import StagePaces
-from omnistage.pipeline.codec_edge import CodecEdge, audio_progress
+from omnistage.pipeline.codec_edge import CodecEdge, StreamSetup
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer, Tokenizer
 from omnistage.pipeline.graph import Edge, StageGraph
-from omnistage.pipeline.request_state import SAMPLE_RATE, OutputSink, RequestState, RequestTrace
+from omnistage.pipeline.request_state import OutputSink, RequestState, RequestTrace
 from omnistage.pipeline.router import StageRouter
 
 logger = logging.getLogger(__name__)
@@ -41,26 +46,32 @@ KEEP_TRACES = 256
 
 # Sends a message to replica ``index`` of ``stage``.
 SendFn = Callable[[str, int, ReplicaInput], None]
+# The address replica ``index`` of ``stage`` takes its peers' inputs at (a codec replica's, for a talker's chunks).
+PeerAddressFn = Callable[[str, int], str]
 
 
 @dataclass(frozen=True)
 class FlowSettings:
     graph: StageGraph
-    num_code_groups: int  # codebooks per codec frame (the codec edge's chunks)
+    audio: AudioSpec | None  # the served family's audio (None: it makes none)
     min_new_tokens: int = 0  # --talker-min-new-tokens, for stages sampled with their configured defaults
 
 
 class RequestFlows:
     def __init__(self, settings: FlowSettings, routers: dict[str, StageRouter], send: SendFn,
-                 tokenizer: Tokenizer | None) -> None:
+                 tokenizer: Tokenizer | None, peer_address: PeerAddressFn = lambda stage, index: "") -> None:
         self.settings = settings
         self.graph = settings.graph
         self.routers = routers
         self.send = send
+        self.peer_address = peer_address
         self.tokenizer = tokenizer
         self.states: dict[str, RequestState] = {}
         self.paces = StagePaces()  # every stream's measured talker and codec paces
-        self.gate = AudioGate(settings.graph.spec.streaming.admission_rtf_limit)
+        frame_s = settings.audio.frame_s if settings.audio is not None else 1.0
+        self.gate = AudioGate(settings.graph.spec.streaming.admission_rtf_limit, frame_s)
+        # Orders for the talker replicas, gathered during a pass: (stage, replica) → orders.
+        self.orders: dict[tuple[str, int], list[ChunkOrder]] = {}
         # Audio requests held back while the running streams are near real time, in arrival order.
         self.waiting: OrderedDict[str, tuple[OmniRequest, OutputSink]] = OrderedDict()
         self.traces: OrderedDict[str, RequestTrace] = OrderedDict()  # finished requests, newest last
@@ -114,7 +125,9 @@ class RequestFlows:
         try:
             for edge in self.graph.edges:
                 if edge.source in state.stages and edge.target in state.stages:
-                    state.edges[(edge.source, edge.target)] = self._crossing(state, edge)
+                    crossing = self._crossing(state, edge)
+                    if crossing is not None:
+                        state.edges[(edge.source, edge.target)] = crossing
             self.states[rid] = state
             entry = self.graph.entry
             payload = self.graph.family.entry_input(self._context(request, entry))
@@ -140,18 +153,22 @@ class RequestFlows:
     def _context(self, request: OmniRequest, stage: str) -> EdgeContext:
         return EdgeContext(request, self.graph.stage(stage), self.settings.min_new_tokens)
 
-    def _crossing(self, state: RequestState, edge: Edge) -> RequestEdge:
+    def _crossing(self, state: RequestState, edge: Edge) -> RequestEdge | None:
+        """A family's edge for this request, or None for the codec edge (its plan is ``state.audio``)."""
         if edge.model.make is not None:
             return edge.model.make(self._context(state.request, edge.target))
         request = state.request
+        if self.settings.audio is None:
+            raise ValueError(f"the family declares no audio, so its edge {edge.source} -> {edge.target} cannot "
+                             f"be the codec edge")
         busy = sum(1 for s in self.states.values() if s.audio is not None and not s.audio.done)
         # Starting before its player does (not held by the gate past that moment): a head start.
         head_start = request.plays_at is not None and time.monotonic() < request.plays_at
-        state.audio = audio_progress(request.request_id, self.graph.spec.streaming, self.graph.stage(edge.target),
-                                     request.initial_codec_chunk_frames, request.stream, busy, self.paces,
-                                     self.settings.num_code_groups, self.graph.family.codec_prime(request),
-                                     head_start)
-        return CodecEdge(state.audio)
+        setup = StreamSetup(edge.source, edge.target, self.settings.audio, self.graph.spec.streaming,
+                            self.graph.stage(edge.target), request.stream, busy, request.initial_codec_chunk_frames,
+                            head_start, self.graph.family.codec_prime(request))
+        state.audio = CodecEdge(setup, self.paces)
+        return None
 
     def reject(self, request: OmniRequest, sink: OutputSink, error: str) -> None:
         state = RequestState(request, sink, IncrementalDetokenizer(None))
@@ -201,11 +218,11 @@ class RequestFlows:
                 self._abort_at(stage, state.request_id)
                 finished = True
         elif isinstance(payload, AudioChunk):  # paced through the codec edge's player model when it has one
-            audio = self._audio(state, payload) if state.audio is not None else payload.wav.numpy()
+            audio = self._audio(state, stage, payload)
         elif isinstance(payload, CodecFrames) and payload.frames.numel():
-            state.trace.mark("first_frames")
-            if self.graph.output_stage(Modality.TEXT) not in state.stages:  # no text: frames are the output
-                state.num_output_tokens += payload.frames.shape[0]
+            self._frames(state, payload.frames.shape[0])
+        elif isinstance(payload, FramesMade):
+            self._frames_made(state, stage, payload, finished)
         if finished:
             self._close(state, stage, output.finish_reason)
         for edge in self.graph.edges_from(stage):
@@ -229,16 +246,44 @@ class RequestFlows:
             state.reason = FinishReason.STOP
         return detok.text, tuple(delta.token_ids), detok.stopped
 
-    def _audio(self, state: RequestState, chunk: AudioChunk) -> np.ndarray:
-        audio, now = state.audio, time.monotonic()
-        assert audio is not None
-        audio.chunks_received += 1
-        seconds = chunk.wav.shape[0] / SAMPLE_RATE
-        audio.playback.delivered(now, seconds)
-        self.gate.vocoded(chunk.busy_s, seconds)
-        audio.planner.chunk_returned(chunk.chunk_index, now)
+    def _frames(self, state: RequestState, count: int) -> None:
+        if count:
+            state.trace.mark("first_frames")
+            if self.graph.output_stage(Modality.TEXT) not in state.stages:  # no text: frames are the output
+                state.num_output_tokens += count
+
+    def _frames_made(self, state: RequestState, stage: str, notice: FramesMade, finished: bool) -> None:
+        """The talker cut and sent chunks itself: the codec stage holds the request from its first chunk on."""
+        edge = state.audio
+        if edge is None or edge.source != stage:
+            return
+        self._frames(state, notice.count)
+        if notice.cuts:
+            self._enter(state, edge.target)
+        self._queue_order(stage, state, edge.frames_made(state.request_id, notice, finished, time.monotonic()))
+
+    def _audio(self, state: RequestState, stage: str, chunk: AudioChunk) -> np.ndarray:
+        """A chunk for the caller; through the codec edge's player model, which tells the talker."""
+        edge, now = state.audio, time.monotonic()
         state.trace.mark("first_audio")
+        if edge is None:
+            return chunk.wav.numpy()
+        self._enter(state, stage)  # its audio may overtake the talker's notice of the chunk
+        seconds = edge.setup.audio.seconds(chunk.wav.shape[0])
+        self.gate.vocoded(chunk.busy_s, seconds)
+        self._queue_order(edge.source, state, edge.heard(state.request_id, chunk, seconds, now))
         return chunk.wav.numpy()
+
+    def _queue_order(self, stage: str, state: RequestState, order: ChunkOrder | None) -> None:
+        index = self.routers[stage].replica_of(state.request_id)
+        if order is not None and index is not None and stage not in state.closed:
+            self.orders.setdefault((stage, index), []).append(order)
+
+    def flush_orders(self) -> None:
+        """Sends each talker replica the orders of this pass, in one message."""
+        orders, self.orders = self.orders, {}
+        for (stage, index), batch in orders.items():
+            self.send(stage, index, ChunkOrders(batch))
 
     def _close(self, state: RequestState, stage: str, reason: FinishReason | None) -> None:
         """The stage is done with the request. Why the request ended is its text stage's reason when it has
@@ -255,16 +300,27 @@ class RequestFlows:
 
     # Helpers ---------------------------------------------------------------------------------------
     def _to(self, stage: str, request_id: str, payload: object) -> None:
-        """Sends a payload to the request's replica of ``stage``, placing it there the first time."""
+        """Sends a payload to the request's replica of ``stage``, placing it there the first time; a talker
+        feeding the codec edge is told first where to send the request's chunks."""
         state = self.states[request_id]
         if stage in state.closed:
             return  # that stage already let the request go (e.g. the talker hit EOS before the text ended)
-        index = self.routers[stage].place(request_id)
-        if stage not in state.open:
+        first = stage not in state.open
+        index = self._enter(state, stage)
+        edge = state.audio
+        if first and edge is not None and edge.source == stage:
+            codec = self.routers[edge.target].place(request_id)
+            self.send(stage, index, edge.opening(request_id, self.peer_address(edge.target, codec)))
+        self.send(stage, index, StageInput(request_id, payload))
+
+    def _enter(self, state: RequestState, stage: str) -> int:
+        """The request's replica of ``stage``, placed there and marked open the first time."""
+        index = self.routers[stage].place(state.request_id)
+        if stage not in state.open and stage not in state.closed:
             state.open.add(stage)
             state.trace.replicas.setdefault(stage, index)
             state.trace.entered.setdefault(stage, time.monotonic())
-        self.send(stage, index, StageInput(request_id, payload))
+        return index
 
     def _abort_at(self, stage: str, request_id: str) -> None:
         index = self.routers[stage].replica_of(request_id)

@@ -163,7 +163,7 @@ class ProcessReplica(ReplicaHandle):
 
 def _orphan_exit(launch: ReplicaLaunch) -> None:
     """The parent is gone (or we were told to go): remove what it would have removed, then exit at once."""
-    for address in (launch.addresses.inputs, launch.addresses.outputs):
+    for address in (launch.addresses.inputs, launch.addresses.outputs, launch.addresses.peer):
         if address.startswith("ipc://"):
             path = Path(address.removeprefix("ipc://"))
             path.unlink(missing_ok=True)

@@ -52,7 +52,7 @@ class Omni:
         """Chat messages (or a user string, or prompt token ids) plus 16 kHz audios / images / videos (frames
         and their fps) → thinker input. ``use_audio_in_video``: each video's ``audio`` (its 16 kHz sound
         track) is interleaved with its frames, as transformers' processor does."""
-        proc = self.pipeline.processor
+        proc = self.pipeline.front_end.processor
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         if messages and isinstance(messages[0], int):

@@ -72,6 +72,7 @@ class ReplicaLink:
     sender: Sender
     receiver: Receiver
     ready: bool = False
+    peer_address: str = ""  # where other replicas send it inputs (its ReplicaReady says)
     failed: str = ""  # why it is unhealthy; empty while healthy
     load: ReplicaLoad = field(default_factory=ReplicaLoad)
     restarts: int = 0  # times this replica was started again after dying
@@ -91,7 +92,8 @@ class ReplicaLink:
                              bind=True)
         self.receiver = Receiver(ctx, next_address(old.outputs, self.restarts), self.payloads.replica_message(),
                                  self.store, bind=True)
-        addresses = ReplicaAddresses(self.sender.address, self.receiver.address)
+        addresses = ReplicaAddresses(self.sender.address, self.receiver.address,
+                                     next_address(old.peer, self.restarts) if old.peer else "")
         self.handle = self.handle.respawn(replace(self.handle.launch, addresses=addresses))
 
     def use_store(self, same_host: bool) -> None:
@@ -122,7 +124,7 @@ class Orchestrator:
         self.links = {(link.stage, link.index): link for link in links}
         stages = dict.fromkeys(link.stage for link in links)
         self.routers = {s: StageRouter(s, sum(1 for link in links if link.stage == s)) for s in stages}
-        self.flows = RequestFlows(settings, self.routers, self._send, tokenizer)
+        self.flows = RequestFlows(settings, self.routers, self._send, tokenizer, self._peer_address)
         self._commands: queue.SimpleQueue[_Submit | _Abort] = queue.SimpleQueue()
         address = f"inproc://omnistage-waker-{id(self)}"
         self._wake_rx = ctx.socket(zmq.PULL)
@@ -161,7 +163,8 @@ class Orchestrator:
         return EngineStats(tuple(
             ReplicaStats(link.stage, link.index, link.load.kv_blocks_used, link.load.kv_blocks_total,
                          link.load.waiting, link.load.running, kv_cache_bytes(link.load),
-                         link.load.graphs_captured, link.load.graph_capture_failures)
+                         link.load.graphs_captured, link.load.graph_capture_failures, link.sender.bytes,
+                         link.receiver.bytes)
             for link in self.links.values()))
 
     def health(self) -> HealthReport:
@@ -223,6 +226,7 @@ class Orchestrator:
                 self._on_message(link, message)
                 handled += 1
         self.flows.tick()
+        self.flows.flush_orders()
         if time.monotonic() - self._last_liveness > LIVENESS_EVERY_S:
             self._check_liveness()
         return handled
@@ -250,7 +254,7 @@ class Orchestrator:
             for output in message.outputs:
                 self._on_output(link.stage, output)
         elif isinstance(message, ReplicaReady):
-            link.ready, link.load = True, message.load
+            link.ready, link.load, link.peer_address = True, message.load, message.peer_address
             if message.step_seconds:
                 self.flows.stage_profiled(link.stage, message.step_seconds)
             link.liveness.became_healthy(time.monotonic())
@@ -271,6 +275,9 @@ class Orchestrator:
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stall the others
             logger.exception("handling an output of stage %s failed", stage)
             self.flows.fail(output.request_id, f"{type(exc).__name__}: {exc}")
+
+    def _peer_address(self, stage: str, index: int) -> str:
+        return self.links[(stage, index)].peer_address
 
     def _send(self, stage: str, index: int, message: ReplicaInput) -> None:
         link = self.links[(stage, index)]

@@ -2,15 +2,13 @@
 
 Every figure is on one clock (``time.monotonic()`` in the pipeline; any clock in tests). The model is what chunk
 sizing and code2wav's deadline order need to know: when the audio already delivered runs out (``play_end``), how
-much is on its way (``in_flight_s``), and how long the player has stalled so far.
+much is on its way (``in_flight_s``), and how long the player has stalled so far. It counts seconds, whatever the
+family's frame rate (the codec edge converts its frames).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-# One codec frame of audio: the 12.5 Hz codec's frame, 1920 samples at 24 kHz.
-FRAME_S = 0.08
 
 
 @dataclass
@@ -22,9 +20,9 @@ class Playback:
     stalls: int = 0  # times the player ran dry before more audio came
     stall_s: float = 0.0  # seconds it spent dry, waiting
 
-    def sent(self, frames: int, frame_s: float = FRAME_S) -> None:
-        """``frames`` new frames (left context excluded) went to code2wav."""
-        self.in_flight_s += frames * frame_s
+    def sent(self, seconds: float) -> None:
+        """New frames holding ``seconds`` of audio (context excluded) went to the codec stage."""
+        self.in_flight_s += seconds
 
     def delivered(self, now: float, seconds: float) -> float:
         """``seconds`` of audio reached the caller at ``now``; a player that ran dry resumes then. Returns the

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import ray
 import zmq
@@ -43,11 +44,19 @@ class ReplicaActor:
         os.nice(launch.nice)
         same_host = ray.get_runtime_context().get_node_id() == orchestrator_node
         store = make_connector(launch.connector if same_host else "frames", launch.pipeline_id)
+        # Peers reach this replica on its own node (the orchestrator's host is another machine's address).
+        addresses = replace(launch.addresses, peer=f"tcp://{_node_host()}:*")
         ctx = zmq.Context()
         try:
-            ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads, same_host).run()
+            ReplicaLoop(launch.factory, ctx, addresses, store, os.getpid(), launch.payloads, same_host).run()
         finally:
             ctx.destroy(linger=0)
+
+
+def _node_host() -> str:
+    """This node's address as other nodes reach it (bracketed when IPv6, as zmq takes it)."""
+    ip = ray.util.get_node_ip_address()
+    return f"[{ip}]" if ":" in ip else ip
 
 
 _REMOTE_ACTOR = ray.remote(ReplicaActor)

@@ -1,12 +1,17 @@
-"""One stage replica: an engine loop between an input thread and an output thread.
+"""One stage replica: an engine loop fed by an input thread.
 
-The input thread receives and decodes messages while the engine computes;
-the output thread encodes and sends what a pass produced, so serialisation
-overlaps the next step (vLLM v1's engine-core layout). The loop itself only
-moves typed messages between two local queues and the ``StageWorker``. A
-pulse thread sends a ``Heartbeat`` carrying the loop's pass count every
-``HEARTBEAT_S``, so a long step never silences the replica, while a step that
-never ends shows as a count that stops moving (``liveness.py``).
+The input thread receives and decodes messages while the engine computes,
+from the orchestrator and from peer replicas (a talker's chunks reach its codec
+replica directly, on a socket the replica binds); the engine thread sends what
+a pass produced itself, as soon as the pass ends: a stage's outputs are small
+(tokens, notices, a chunk's audio through shared memory), and a queue and a
+thread hop per message cost more than encoding it. The loop moves typed
+messages between the inbox, the ``StageWorker`` and its sockets; a talker's
+frames go through its :class:`CodecStreams` (cut into chunks, sent to the codec
+replica, a notice for the orchestrator in their place). A pulse thread sends a
+``Heartbeat`` carrying the loop's pass count every ``HEARTBEAT_S`` on its own
+socket, so a long step never silences the replica, while a step that never ends
+shows as a count that stops moving (``liveness.py``).
 A replica runs in its own process (``ProcessReplica``), as threads of the
 caller's process (``ThreadReplica``, tests and debugging) or in a Ray actor
 (``RayReplica``, possibly on another machine); all run this loop.
@@ -24,12 +29,13 @@ import zmq
 
 from omnistage.ipc.messages import (
     AbortRequests,
+    ChunkOrders,
     Heartbeat,
+    OpenCodecStream,
     PayloadTypes,
     ReplicaFailed,
     ReplicaInput,
     ReplicaLoad,
-    ReplicaMessage,
     ReplicaReady,
     RequestFailed,
     Shutdown,
@@ -38,19 +44,21 @@ from omnistage.ipc.messages import (
 )
 from omnistage.ipc.queues import Receiver, Sender
 from omnistage.ipc.serialization import TensorStore
+from omnistage.pipeline.codec_streams import CodecStreams
 from omnistage.pipeline.liveness import HEARTBEAT_S
 from omnistage.workers.base import StageWorker, WorkerFactory
 
 logger = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5  # an idle loop wakes this often to notice a stop request
 FLUSH_MS = 2000  # how long a stopping replica may take to deliver its last messages
-_STOP = object()
+READY_WAIT_S = 10.0  # the peer socket is bound long before a model loads; this only bounds a broken bind
 
 
 @dataclass(frozen=True)
 class ReplicaAddresses:
     inputs: str  # orchestrator → replica
     outputs: str  # replica → orchestrator
+    peer: str = ""  # other replicas → replica: bound by the replica (a TCP wildcard port on its own node)
 
 
 class ReplicaLoop:
@@ -65,51 +73,59 @@ class ReplicaLoop:
         self.same_host = same_host  # whether the orchestrator shares this machine (its ReplicaReady says so)
         self.stop = threading.Event()
         self.inbox: queue.Queue[ReplicaInput] = queue.Queue()
-        self.outbox: queue.Queue[ReplicaMessage | object] = queue.Queue()
         self.passes = 0  # engine loop passes begun; the pulse thread reads it (an int: one atomic read)
+        self.peer_address = ""  # the address the peer socket bound (set by the input thread)
+        self._peer_bound = threading.Event()
 
     def run(self) -> None:
         """Runs until ``Shutdown`` arrives or the worker cannot be built; returns after the threads stop."""
         threads = [threading.Thread(target=self._input_thread, name="replica-in", daemon=True),
-                   threading.Thread(target=self._output_thread, name="replica-out", daemon=True),
                    threading.Thread(target=self._pulse_thread, name="replica-pulse", daemon=True)]
         for t in threads:
             t.start()
+        sender = Sender(self.ctx, self.addresses.outputs, self.payloads.replica_message(), self.store, bind=False)
+        streams = CodecStreams(self.ctx, self.payloads)
+        try:
+            self._serve(sender, streams)
+        finally:
+            self.stop.set()
+            streams.close()
+            sender.close(linger_ms=FLUSH_MS)  # its last words (a failure, final outputs) still go out
+            for t in threads:
+                t.join(timeout=5)
+
+    def _serve(self, sender: Sender, streams: CodecStreams) -> None:
         try:
             worker = self.factory()
             step_seconds = worker.step_profile()
         except Exception as exc:  # noqa: BLE001 - any load failure is reported, then the replica exits
             logger.exception("stage worker failed to start")
-            self.outbox.put(ReplicaFailed(f"{type(exc).__name__}: {exc}"))
-        else:
-            self.outbox.put(ReplicaReady(worker.load(), self.pid, self.same_host, step_seconds))
-            try:
-                self._engine_loop(worker)
-            finally:
-                worker.close()
+            sender.send(ReplicaFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        self._peer_bound.wait(timeout=READY_WAIT_S)
+        sender.send(ReplicaReady(worker.load(), self.pid, self.same_host, step_seconds, self.peer_address))
+        try:
+            self._engine_loop(worker, sender, streams)
         finally:
-            self.stop.set()
-            self.outbox.put(_STOP)
-            for t in threads:
-                t.join(timeout=5)
+            worker.close()
 
     # Engine side -------------------------------------------------------------------------------
-    def _engine_loop(self, worker: StageWorker) -> None:
+    def _engine_loop(self, worker: StageWorker, sender: Sender, streams: CodecStreams) -> None:
         last_load: ReplicaLoad | None = None
         busy = False
         while not self.stop.is_set():
             self.passes += 1
-            outputs: list[StageOutput] = []
+            outputs: list[StageOutput | RequestFailed] = []
             for message in self._take_inputs(block=not busy):
                 if isinstance(message, Shutdown):
                     return
-                outputs += self._apply(worker, message)
+                outputs += self._apply(worker, streams, message)
             busy = False
             if worker.has_work():
-                busy = self._step(worker, outputs)
+                busy = self._step(worker, streams, outputs)
             load = worker.load()
             if outputs or load != last_load:
-                self.outbox.put(StepBatch(outputs, load))
+                sender.send(StepBatch(outputs, load))
                 last_load = load
 
     def _take_inputs(self, block: bool) -> list[ReplicaInput]:
@@ -122,57 +138,74 @@ class ReplicaLoop:
             return messages
 
     @staticmethod
-    def _apply(worker: StageWorker, message: ReplicaInput) -> list[StageOutput]:
+    def _apply(worker: StageWorker, streams: CodecStreams, message: ReplicaInput) -> list[StageOutput | RequestFailed]:
         if isinstance(message, AbortRequests):
             worker.abort(message.request_ids)
+            streams.abort(message.request_ids)
             return []
+        rid = getattr(message, "request_id", "")
         try:
-            return worker.handle(message)
+            if isinstance(message, OpenCodecStream):
+                streams.open(message)
+                return []
+            if isinstance(message, ChunkOrders):
+                return streams.order(message)
+            return streams.on_outputs(worker.handle(message))
         except Exception as exc:  # noqa: BLE001 - a bad input fails its request, not the replica
             logger.exception("stage input failed")
-            rid = getattr(message, "request_id", "")
             worker.abort([rid])
+            streams.abort([rid])
             return [RequestFailed(rid, f"{type(exc).__name__}: {exc}")]
 
     @staticmethod
-    def _step(worker: StageWorker, outputs: list[StageOutput]) -> bool:
+    def _step(worker: StageWorker, streams: CodecStreams, outputs: list[StageOutput | RequestFailed]) -> bool:
         try:
             result = worker.step()
         except Exception as exc:  # noqa: BLE001 - the requests in the failed batch are failed, the loop goes on
             logger.error("stage step failed:\n%s", traceback.format_exc())
             held = worker.request_ids()
             worker.abort(held)
+            streams.abort(held)
             outputs.extend(RequestFailed(rid, f"{type(exc).__name__}: {exc}") for rid in held)
             return False
-        outputs.extend(result.outputs)
+        outputs.extend(streams.on_outputs(result.outputs))
         return result.progressed
 
     # I/O threads --------------------------------------------------------------------------------
     def _input_thread(self) -> None:
-        receiver = Receiver(self.ctx, self.addresses.inputs, self.payloads.replica_input(), self.store, bind=False)
+        """Reads the orchestrator's socket and the peer socket (other replicas' stage inputs)."""
+        sockets = [Receiver(self.ctx, self.addresses.inputs, self.payloads.replica_input(), self.store, bind=False)]
+        try:
+            if self.addresses.peer:
+                # Peers send only small chunk jobs, in the message frames (never shared memory).
+                peer = Receiver(self.ctx, self.addresses.peer, self.payloads.replica_input(), None, bind=True)
+                sockets.append(peer)
+                self.peer_address = peer.address
+        finally:
+            self._peer_bound.set()
+        poller = zmq.Poller()
+        for receiver in sockets:
+            poller.register(receiver.socket, zmq.POLLIN)
         try:
             while not self.stop.is_set():
-                message = receiver.recv(timeout_ms=int(IDLE_WAIT_S * 1000))
-                if message is not None:
-                    self.inbox.put(message)
-                if isinstance(message, Shutdown):
-                    return  # nothing after it matters; returning now spares the shutdown an idle wait
+                ready = dict(poller.poll(int(IDLE_WAIT_S * 1000)))
+                for receiver in sockets:
+                    if receiver.socket not in ready:
+                        continue
+                    for message in receiver.drain():
+                        self.inbox.put(message)
+                        if isinstance(message, Shutdown):
+                            return  # nothing after it matters; returning now spares the shutdown an idle wait
         finally:
-            receiver.close()
+            for receiver in sockets:
+                receiver.close()
 
     def _pulse_thread(self) -> None:
-        # Its own thread, so a long step cannot delay it; the pass count it carries tells a long step
+        # Its own thread and socket, so a long step cannot delay it; the pass count it carries tells a long step
         # (the count moves between beats over time) from one that never ends (it stops).
-        while not self.stop.wait(HEARTBEAT_S):
-            self.outbox.put(Heartbeat(self.passes))
-
-    def _output_thread(self) -> None:
-        sender = Sender(self.ctx, self.addresses.outputs, self.payloads.replica_message(), self.store, bind=False)
+        sender = Sender(self.ctx, self.addresses.outputs, self.payloads.replica_message(), None, bind=False)
         try:
-            while True:
-                message = self.outbox.get()
-                if message is _STOP:
-                    return
-                sender.send(message)
+            while not self.stop.wait(HEARTBEAT_S):
+                sender.send(Heartbeat(self.passes))
         finally:
-            sender.close(linger_ms=FLUSH_MS)
+            sender.close()

@@ -49,6 +49,10 @@ class ReplicaStats:
     kv_cache_bytes: int = 0  # memory the KV pool holds (null block included)
     graphs_captured: int = 0  # CUDA graph sets captured at start-up
     graph_capture_failures: int = 0  # sets that failed to capture: their steps run eagerly
+    # Bytes the orchestrator's sockets sent this replica and got from it (message frames; a tensor that went
+    # through shared memory counts as its key): what crosses the server's host, for a replica on another node.
+    bytes_sent: int = 0
+    bytes_received: int = 0
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest
+from omnistage.core import FinishReason, OmniOutput, OmniRequest
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer
-from omnistage.pipeline.playback import Playback
-
-SAMPLE_RATE = OUTPUT_SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from omnistage.engine.frame_chunker import FrameChunker
     from omnistage.families.base import RequestEdge
-    from omnistage.pipeline.chunk_planner import PlaybackPlanner
+    from omnistage.pipeline.codec_edge import CodecEdge
 
 # Receives each delta of a request; called from the orchestrator's thread, so it must not block.
 OutputSink = Callable[[OmniOutput], None]
@@ -50,24 +46,6 @@ class RequestTrace:
 
 
 @dataclass
-class AudioProgress:
-    """The frames → codec leg of one request: its chunker, its caller's player, and the planner that
-    measures its paces (and, when the caller plays the audio as it arrives, sizes its chunks)."""
-
-    chunker: FrameChunker
-    initial_chunk_frames: int
-    playback: Playback
-    planner: PlaybackPlanner
-    talker_done: bool = False
-    chunks_sent: int = 0
-    chunks_received: int = 0
-
-    @property
-    def done(self) -> bool:
-        return self.talker_done and self.chunks_received == self.chunks_sent
-
-
-@dataclass
 class RequestState:
     """``stages``: the stages this request runs through; ``open``/``closed``: those holding it now and those
     done with it. It is complete once every stage it entered is done (a stage opens only while the one before
@@ -85,7 +63,7 @@ class RequestState:
     open: set[str] = field(default_factory=set)
     closed: set[str] = field(default_factory=set)
     edges: dict[tuple[str, str], RequestEdge] = field(default_factory=dict)  # (source, target) → its crossing
-    audio: AudioProgress | None = None  # None for text-only requests
+    audio: CodecEdge | None = None  # its codec edge's plan; None for text-only requests
 
     @property
     def request_id(self) -> str:

@@ -15,12 +15,12 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 import zmq
 
+from omnistage.audio_spec import AudioSpec
 from omnistage.config.pipeline import StageSpec
 from omnistage.ipc.messages import PayloadTypes, Shutdown
 from omnistage.ipc.payloads import GENERIC_PAYLOADS
@@ -47,7 +47,7 @@ class PipelineRuntime:
     through its family; ``factories`` build each stage's worker inside its replica)."""
 
     def __init__(self, graph: StageGraph, factories: dict[str, WorkerFactory], tokenizer: Tokenizer | None,
-                 num_code_groups: int, options: PipelineOptions | None = None) -> None:
+                 audio: AudioSpec | None, options: PipelineOptions | None = None) -> None:
         self.graph = graph
         self.spec = graph.spec
         self.options = options = options or PipelineOptions()
@@ -65,7 +65,7 @@ class PipelineRuntime:
         atexit.register(self.close)
         try:
             links = self._make_links(factories)
-            settings = FlowSettings(graph, num_code_groups, options.talker_min_new_tokens or 0)
+            settings = FlowSettings(graph, audio, options.talker_min_new_tokens or 0)
             self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx, options.stall_bounds)
             for link in links:
                 link.handle.start()
@@ -94,8 +94,9 @@ class PipelineRuntime:
                                 self.payloads.replica_input(), self.store, bind=True)
                 receiver = Receiver(self.ctx, self.addresses.new(f"{stage.name}-{index}-out"),
                                     self.payloads.replica_message(), self.store, bind=True)
+                peer = self.addresses.new(f"{stage.name}-{index}-peer")  # bound by the replica itself
                 launch = ReplicaLaunch(stage.name, index, factories[stage.name],
-                                       ReplicaAddresses(sender.address, receiver.address),
+                                       ReplicaAddresses(sender.address, receiver.address, peer),
                                        self.options.connector_kind, self.pipeline_id, self._threads(stage),
                                        stage.nice, self.payloads)
                 links.append(ReplicaLink(stage.name, index, new_handle(launch), sender, receiver, store=self.store,

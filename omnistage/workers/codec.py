@@ -1,13 +1,16 @@
 """The codec stage of any family: chunk jobs of many requests decoded in batches, audio chunks out.
 
 A family's codec worker only says how to load its vocoder (:meth:`CodecWorker.load_vocoder`); batching, the
-playback-deadline order, per-stream state and the load a replica reports are the same for all.
+playback-deadline order, per-stream state and the load a replica reports are the same for all. Chunk jobs come
+straight from the talker replica, aborts from the orchestrator: a job still on its way when its request was
+aborted arrives after the abort, and is dropped (``ABORTED_KEPT`` ids remembered).
 """
 
 from __future__ import annotations
 
 import time
 from abc import abstractmethod
+from collections import OrderedDict
 
 import torch
 
@@ -17,6 +20,10 @@ from omnistage.ipc.payloads import AudioChunk
 from omnistage.workers.base import StageWorker, StepResult, WorkerSpec, resolve_device
 
 
+# Aborted request ids a codec replica remembers: far more than the chunks that can be on their way at once.
+ABORTED_KEPT = 4096
+
+
 class CodecWorker(StageWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
@@ -24,6 +31,7 @@ class CodecWorker(StageWorker):
         self.engine = GenerationEngineCore(self.load_vocoder(spec, device, dtype), max_batch=max_batch,
                                            policy=spec.stage.engine.scheduling)
         self.pending: dict[str, int] = {}  # request id → jobs queued
+        self.aborted: OrderedDict[str, None] = OrderedDict()  # recently aborted ids, oldest first
 
     @abstractmethod
     def load_vocoder(self, spec: WorkerSpec, device: str, dtype: torch.dtype) -> ChunkDecoder:
@@ -33,7 +41,9 @@ class CodecWorker(StageWorker):
         job = message.payload
         if not isinstance(job, ChunkJob):
             raise TypeError(f"a codec stage does not take {type(job).__name__}")
-        self.engine.add_job(job)
+        if job.request_id in self.aborted:
+            return []  # the talker sent it before it heard of the abort
+        self.engine.add_job(job, time.monotonic())
         self.pending[job.request_id] = self.pending.get(job.request_id, 0) + 1
         return []
 
@@ -41,6 +51,9 @@ class CodecWorker(StageWorker):
         for rid in request_ids:
             self.engine.abort_request(rid)
             self.pending.pop(rid, None)
+            self.aborted[rid] = None
+        while len(self.aborted) > ABORTED_KEPT:
+            self.aborted.popitem(last=False)
 
     def has_work(self) -> bool:
         return self.engine.has_pending()

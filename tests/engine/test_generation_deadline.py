@@ -18,8 +18,8 @@ class _Vocoder:
         return codes[:, 0, left_context:].float()
 
 
-def _job(rid: str, index: int, deadline: float) -> ChunkJob:
-    return ChunkJob(rid, index, torch.zeros(2, 4, dtype=torch.long), 0, deadline=deadline)
+def _job(rid: str, index: int, slack_s: float) -> ChunkJob:
+    return ChunkJob(rid, index, torch.zeros(2, 4, dtype=torch.long), 0, slack_s=slack_s)
 
 
 def _order(policy: str) -> list[str]:
@@ -50,23 +50,23 @@ def test_unknown_policy_is_rejected() -> None:
 def test_playback_deadline_is_when_the_player_runs_dry() -> None:
     progress = Playback()
     assert progress.deadline(now=100.0) == 101.0  # not started: a second of start-up slack
-    progress.sent(25)  # 2 s on the way
+    progress.sent(2.0)  # 25 frames on the way
     assert progress.deadline(now=100.0) == pytest.approx(103.0)
     progress.delivered(50.0, 2.0)  # it arrives at t=50: plays until 52, nothing left in flight
     assert progress.play_end == pytest.approx(52.0) and progress.in_flight_s == pytest.approx(0.0)
     assert progress.deadline(now=51.0) == pytest.approx(52.0)
-    progress.sent(10)
+    progress.sent(0.8)
     assert progress.deadline(now=51.0) == pytest.approx(52.8)
 
 
 def test_a_player_that_ran_dry_resumes_when_audio_arrives() -> None:
     progress = Playback()
-    progress.sent(50)
+    progress.sent(4.0)  # 50 frames
     progress.delivered(10.0, 2.0)  # plays 10..12
     progress.delivered(15.0, 2.0)  # dry 12..15, then plays 15..17
     assert progress.play_end == pytest.approx(17.0)
     # Already dry and more audio on the way: counted from now, not from the past deadline.
-    progress.sent(25)
+    progress.sent(2.0)  # 25 frames
     assert progress.deadline(now=20.0) == pytest.approx(22.0)
 
 
@@ -89,8 +89,8 @@ def _simulate(policy: str, starts: list[float], chunks: int = 6, gen_s: float = 
             _, rid, k = arrivals.pop(0)
             frames = 10 if k == 0 else 25
             core.add_job(ChunkJob(rid, k, torch.zeros(2, frames, dtype=torch.long), 0,
-                                  deadline=progress[rid].deadline(now)))
-            progress[rid].sent(frames)
+                                  slack_s=progress[rid].deadline(now) - now), now)
+            progress[rid].sent(frames * FRAME_S)
         if not core.has_pending():
             now = arrivals[0][0]
             continue

@@ -12,7 +12,7 @@ import pytest
 
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 # Small enough that the error tests can cross them cheaply.
@@ -53,7 +53,7 @@ class LiveServer:
 @pytest.fixture(scope="session")
 def live_server(processor: RecordingProcessor, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     media_dir = tmp_path_factory.mktemp("media")
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     app = build_app(engine, TEST_LIMITS, MediaPolicy(allowed_local_media_path=media_dir))
     thread = ServerThread(app)
     base_url = thread.start()

@@ -9,7 +9,7 @@ tests can check what reached it and that abandoned requests were aborted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +18,9 @@ from PIL import Image
 from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.families.speech import SpeechFrontEnd
-from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest, Usage
+from omnistage.audio_spec import AudioSpec, Codebooks
+from omnistage.core import FinishReason, OmniOutput, OmniRequest, Usage
+from omnistage.families.base import FrontEnd
 from omnistage.pipeline.reports import (
     EngineStats,
     HealthReport,
@@ -52,22 +54,30 @@ class RecordingProcessor(Qwen3OmniPromptProcessor):
                                use_audio_in_video=use_audio_in_video)
 
 
-def sine_chunk(index: int, seconds: float) -> np.ndarray:
-    """Chunk ``index`` of one continuous 440 Hz tone at 24 kHz."""
-    n = int(seconds * OUTPUT_SAMPLE_RATE)
-    t = (np.arange(n) + index * n) / OUTPUT_SAMPLE_RATE
+# Qwen3-Omni's audio: 12.5 Hz frames of 16 codebooks, 24 kHz out.
+AUDIO = AudioSpec(24000, 1920, Codebooks(16, 2048))
+
+
+def fake_front_end(processor: Qwen3OmniPromptProcessor | None, speech: SpeechFrontEnd | None = None,
+                   audio: AudioSpec = AUDIO) -> FrontEnd:
+    """A Qwen3-Omni-like front end: the real processor, its three voices and OpenAI's names for them."""
+    tokenizer = processor.tokenizer if processor is not None else None
+    return FrontEnd(tokenizer, processor, ("Chelsie", "Ethan", "Aiden"), 2048, audio, speech,
+                    openai_voices=dict(OPENAI_VOICES))
+
+
+def sine_chunk(index: int, seconds: float, rate: int = AUDIO.sample_rate) -> np.ndarray:
+    """Chunk ``index`` of one continuous 440 Hz tone at ``rate``."""
+    n = int(seconds * rate)
+    t = (np.arange(n) + index * n) / rate
     return (0.3 * np.sin(2 * np.pi * SINE_HZ * t)).astype(np.float32)
 
 
 @dataclass
 class FakeEngine:
-    processor: Qwen3OmniPromptProcessor
+    front_end: FrontEnd
     model_name: str = "fake-omni"
-    voices: tuple[str, ...] = ("Chelsie", "Ethan", "Aiden")
-    openai_voices: Mapping[str, str] = field(default_factory=lambda: dict(OPENAI_VOICES))
-    default_voice: str = ""
     supports_audio: bool = True
-    speech: SpeechFrontEnd | None = None
     max_model_len: int = 2048
     default_sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     # Knobs a test may turn (reset() restores them).
@@ -102,7 +112,8 @@ class FakeEngine:
             self.closed.append(request.request_id)
 
     def _output(self, request: OmniRequest, i: int, n: int) -> OmniOutput:
-        audio = sine_chunk(i, self.chunk_seconds) if request.streams_audio else None  # prefill-only: none
+        rate = self.front_end.audio.sample_rate if self.front_end.audio is not None else AUDIO.sample_rate
+        audio = sine_chunk(i, self.chunk_seconds, rate) if request.streams_audio else None  # prefill-only: none
         k = request.sampling.logprobs
         # Token i+1 at log-probability -(i+1)/10, its alternatives the next ids, each 0.5 less likely.
         logprobs = () if k is None else (TokenLogprob(i + 1, -(i + 1) / 10, tuple(

@@ -22,7 +22,7 @@ from omnistage.core import OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
-from tests.entrypoints.fake_engine import FakeEngine
+from tests.entrypoints.fake_engine import FakeEngine, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 
@@ -51,7 +51,7 @@ def main() -> None:
     signal.signal(signal.SIGUSR1, _trim)
     processor = Qwen3OmniPromptProcessor.from_folder(sys.argv[1])
     limits = ServerLimits(**json.loads(sys.argv[2]))
-    url = ServerThread(build_app(_ForgetfulEngine(processor=processor), limits)).start()
+    url = ServerThread(build_app(_ForgetfulEngine(fake_front_end(processor)), limits)).start()
     print(url.rsplit(":", 1)[1], flush=True)
     while True:
         time.sleep(3600)

@@ -16,7 +16,7 @@ from omnistage.entrypoints.openai.common.errors import APIError
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.entrypoints.openai.speech.reference_audio import decode_reference
 from tests.audio.signals import flac_without_length, tone
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 RATE, CHANNELS = 48_000, 8
@@ -27,7 +27,7 @@ SHORT = flac_without_length(tone(440, 1.0, RATE, channels=CHANNELS), RATE)
 
 @pytest.fixture(scope="module")
 def base_url(processor: RecordingProcessor) -> Iterator[str]:
-    thread = ServerThread(build_app(FakeEngine(processor=processor), LIMITS, MediaPolicy()))
+    thread = ServerThread(build_app(FakeEngine(fake_front_end(processor)), LIMITS, MediaPolicy()))
     yield thread.start()
     thread.stop()
 

@@ -18,7 +18,7 @@ from omnistage.entrypoints.cli import build_parser
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import AccessPolicy, access_policy_from_args
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 KEY = "sk-test-0123456789"
@@ -36,7 +36,7 @@ class Guarded:
 
 
 def _serve(processor: RecordingProcessor, policy: AccessPolicy) -> Iterator[Guarded]:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     thread = ServerThread(build_app(engine, TEST_LIMITS, access=policy))
     url = thread.start()
     yield Guarded(url, engine)

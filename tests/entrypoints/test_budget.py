@@ -29,7 +29,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodeCancelled, DecodePool
 from omnistage.entrypoints.openai.server_config import MIB, ServerLimits
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.media_samples import b64, data_url
 from tests.entrypoints.server_thread import ServerThread
 from tests.waiting import wait_until
@@ -54,7 +54,7 @@ class Budgeted:
 
 
 def _start(processor: RecordingProcessor, limits: ServerLimits) -> tuple[ServerThread, Budgeted]:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     app = build_app(engine, limits)
     thread = ServerThread(app)
     chat = app.state.services.chat

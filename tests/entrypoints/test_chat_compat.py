@@ -13,7 +13,7 @@ from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServingOptions
 from tests.entrypoints.conftest import TEST_LIMITS, LiveServer
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -43,14 +43,14 @@ def test_tool_call_round_trip(server: LiveServer) -> None:
     assert choice.message.content == "Let me check."
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
-    rendered = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    rendered = server.engine.front_end.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
     assert "<tools>" in rendered and '"get_weather"' in rendered  # the template showed the tools
     server.engine.words = ("It", " is", " sunny.")
     history = [*USER, choice.message.model_dump(exclude_none=True),
                {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "sunny"}'}]
     answer = client.chat.completions.create(model="fake-omni", messages=history, tools=TOOLS)
     assert answer.choices[0].message.content == "It is sunny." and answer.choices[0].finish_reason == "stop"
-    rendered = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    rendered = server.engine.front_end.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in rendered
     assert '<tool_response>\n{"sky": "sunny"}\n</tool_response>' in rendered
 
@@ -67,7 +67,7 @@ def test_streamed_tool_call_and_unspoken_span(server: LiveServer) -> None:
     assert [c.function.name for c in calls] == ["get_weather"] and calls[0].id.startswith("call_")
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     request = server.engine.requests[-1]
-    tokenizer = server.engine.processor.tokenizer
+    tokenizer = server.engine.front_end.processor.tokenizer
     assert request.unspoken is not None and request.voice == "Chelsie"  # OpenAI's alloy, mapped
     assert tokenizer.convert_ids_to_tokens(request.unspoken.open_id) == "<tool_call>"
     assert {c.model_extra.get("modality") for c in chunks if c.choices and
@@ -82,7 +82,7 @@ def test_forced_tool_choice_opens_the_answer_with_a_call(server: LiveServer, cho
                                                     tool_choice=choice)
     (call,) = reply.choices[0].message.tool_calls
     assert call.function.name == "get_weather"
-    tail = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids[-40:])
+    tail = server.engine.front_end.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids[-40:])
     assert tail.endswith('<tool_call>\n{"name": "get_weather", "arguments": ' if forced else "<tool_call>\n")
 
 
@@ -94,7 +94,7 @@ def test_tool_choice_none_hides_tools_and_parallel_false_keeps_one(server: LiveS
     reply = server.client().chat.completions.create(model="fake-omni", messages=USER, tools=TOOLS,
                                                     tool_choice="none")
     assert reply.choices[0].message.tool_calls is None and "<tool_call>" in reply.choices[0].message.content
-    assert "<tools>" not in server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    assert "<tools>" not in server.engine.front_end.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
 
 
 def test_logprobs_whole_and_streamed(server: LiveServer) -> None:
@@ -159,7 +159,7 @@ def test_sampling_defaults_fill_what_the_request_leaves(server: LiveServer) -> N
 
 @pytest.fixture(scope="module")
 def named_server(processor: RecordingProcessor) -> Iterator[LiveServer]:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     options = ServingOptions(served_model_names=("Qwen/Qwen3-Omni-30B-A3B-Instruct", "omni"),
                              voice_aliases=(("robot", "Aiden"), ("alloy", "Ethan")),
                              default_modalities=("text", "audio"))

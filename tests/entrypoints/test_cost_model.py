@@ -23,7 +23,7 @@ from omnistage.entrypoints.openai.common.prescan import prescan_chat
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.entrypoints.openai.speech.reference_audio import check_reference_header
 from omnistage.entrypoints.openai.speech.stream import cut_segments
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.test_hostile_inputs import _wav
 from tests.entrypoints.test_realtime import open_session, send, until
@@ -41,7 +41,7 @@ class _Server:
 
 @pytest.fixture(scope="module")
 def server(processor: RecordingProcessor) -> Iterator[_Server]:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     thread = ServerThread(build_app(engine, LIMITS, MediaPolicy()), lifespan="on")  # on: the loop-lag watcher
     yield _Server(thread.start(), engine)
     thread.stop()
@@ -242,7 +242,7 @@ def test_a_large_body_is_read_in_the_pool_and_served_as_a_small_one(server: _Ser
     body = _chat([{"role": "user", "content": [{"type": "text", "text": "hear this"},
                                                 _audio_part(_wav(192_000, 480_000), "wav")]}], max_tokens=3)
     raw = httpx.Request("POST", "/", json=body).content
-    audio = server.engine.processor.seen_audios
+    audio = server.engine.front_end.processor.seen_audios
     audio.clear()
     assert len(raw) > LARGE_BODY
     response = httpx.post(f"{server.base_url}/v1/chat/completions", content=raw, timeout=60,

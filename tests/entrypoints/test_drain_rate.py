@@ -10,7 +10,7 @@ import httpx
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.common.drain_rate import RETRY_MAX_S, DrainRate
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 
@@ -45,7 +45,7 @@ def test_retry_after_follows_the_drain_rate_and_spreads_a_burst() -> None:
 def test_a_refused_request_hears_when_a_place_should_free(processor: RecordingProcessor) -> None:
     """A burst refused together is told when each of its places should free: 1 s for the first, more for
     those behind (a burst three seconds' drain long)."""
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     app = build_app(engine, ServerLimits(max_queued_requests=2))
     thread = ServerThread(app)
     url = thread.start()

@@ -15,7 +15,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys
 from omnistage.entrypoints.openai.server_config import AccessPolicy
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 
 KEY = "sk-ephemeral-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -55,7 +55,7 @@ def test_the_store_is_bounded() -> None:
 
 @pytest.fixture(scope="module")
 def client(processor: RecordingProcessor) -> Iterator[TestClient]:
-    app = build_app(FakeEngine(processor=processor), TEST_LIMITS, access=AccessPolicy(api_keys=(KEY,)))
+    app = build_app(FakeEngine(fake_front_end(processor)), TEST_LIMITS, access=AccessPolicy(api_keys=(KEY,)))
     with TestClient(app) as test_client:
         yield test_client
 

@@ -29,7 +29,7 @@ from omnistage.entrypoints.openai.server_config import ServingOptions
 from omnistage.families.speech import SpeechAsk, SpeechFrontEnd
 from omnistage.core import Prompt
 from tests.entrypoints.conftest import TEST_LIMITS, LiveServer
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.json_mutations import Json, mutations, variants
 from tests.entrypoints.media_samples import b64, data_url, png_bytes
 from tests.entrypoints.server_thread import ServerThread
@@ -175,7 +175,7 @@ class CloningFrontEnd(SpeechFrontEnd):
 
 @pytest.fixture(scope="module")
 def voices_url(processor: RecordingProcessor, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    engine = FakeEngine(processor=processor, speech=CloningFrontEnd())
+    engine = FakeEngine(fake_front_end(processor, CloningFrontEnd()))
     limits = replace(TEST_LIMITS, max_voices=100_000)
     serving = ServingOptions(voices_dir=tmp_path_factory.mktemp("voices"))
     thread = ServerThread(build_app(engine, limits, serving=serving))

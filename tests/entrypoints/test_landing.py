@@ -12,7 +12,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.landing import wants_json
 from omnistage.entrypoints.openai.server_config import AccessPolicy
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 
 KEY = "sk-landing-0123456789"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -24,7 +24,7 @@ _MIN_BYTES = {"text/javascript": 100_000, "application/javascript": 100_000, "te
 
 
 def _client(processor: RecordingProcessor, policy: AccessPolicy) -> Iterator[TestClient]:
-    with TestClient(build_app(FakeEngine(processor=processor), TEST_LIMITS, access=policy)) as client:
+    with TestClient(build_app(FakeEngine(fake_front_end(processor)), TEST_LIMITS, access=policy)) as client:
         yield client
 
 

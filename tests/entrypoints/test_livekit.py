@@ -94,7 +94,7 @@ def test_realtime_model_session_chat_ctx_and_generate_reply(server: LiveServer, 
     asyncio.run(scenario())
     request = server.engine.requests[-1]
     assert request.wants_audio and request.voice == speaker
-    rendered = server.engine.processor.tokenizer.decode(request.prompt.token_ids)
+    rendered = server.engine.front_end.processor.tokenizer.decode(request.prompt.token_ids)
     assert "Speak like a pirate." in rendered and "Be brief." in rendered and "How are you?" in rendered
 
 
@@ -169,7 +169,7 @@ def test_realtime_model_function_call_round_trip(server: LiveServer) -> None:
     calls, reply = asyncio.run(scenario())
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
     assert reply == "It is sunny."
-    rendered = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    rendered = server.engine.front_end.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
     assert "<tool_response>\nsunny in Paris\n</tool_response>" in rendered and '"get_weather"' in rendered
 
 
@@ -202,5 +202,5 @@ def test_llm_with_metadata_store_parallel_tool_calls_and_tools(server: LiveServe
     calls = [c for chunk in chunks if chunk.delta for c in chunk.delta.tool_calls or ()]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
     assert "".join(chunk.delta.content or "" for chunk in chunks if chunk.delta) == "Let me check."
-    rendered = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    rendered = server.engine.front_end.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
     assert '"get_weather"' in rendered and "the city's name" in rendered  # the tool reached the chat template

@@ -12,7 +12,7 @@ import pytest
 
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 MAX_REQUESTS = 3
@@ -32,7 +32,7 @@ RESPONSES_MEDIA = {"model": "fake-omni", "input": [{"role": "user", "content": [
 def server(processor: RecordingProcessor, request: pytest.FixtureRequest) -> Iterator[tuple[str, FakeEngine]]:
     """A server with MAX_REQUESTS slots and a 60 s request timeout, or the one parametrized indirectly."""
     limits = ServerLimits(max_queued_requests=MAX_REQUESTS, request_timeout=getattr(request, "param", 60.0))
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     thread = ServerThread(build_app(engine, limits, MediaPolicy()))
     url = thread.start()
     yield url, engine

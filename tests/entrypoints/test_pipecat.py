@@ -168,7 +168,7 @@ def test_llm_service_with_penalties_and_a_tool_round_trip(server: LiveServer) ->
     assert calls == [{"city": "Paris"}]
     first, second = server.engine.requests[-2:]
     assert (first.sampling.frequency_penalty, first.sampling.presence_penalty) == (0.5, 0.25)
-    rendered = server.engine.processor.tokenizer.decode(second.prompt.token_ids)
+    rendered = server.engine.front_end.processor.tokenizer.decode(second.prompt.token_ids)
     assert '"get_weather"' in rendered and '{"sky": "sunny"}' in rendered  # the result went back to the model
     assert context.get_messages()[-1] == {"role": "assistant", "content": "It is sunny."}
 
@@ -196,7 +196,7 @@ def test_realtime_service_function_call_round_trip(server: LiveServer) -> None:
     assert errors(up) == []
     assert calls == [{"city": "Paris"}]
     assert "".join(f.text for f in answers.frames if isinstance(f, LLMTextFrame)).endswith("It is sunny.")
-    rendered = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    rendered = server.engine.front_end.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
     assert '"get_weather"' in rendered and '<tool_response>\n{"sky": "sunny"}\n</tool_response>' in rendered
 
 
@@ -209,4 +209,4 @@ def test_tts_service_speaks_with_an_openai_voice(server: LiveServer, voice: str)
     audio = pcm_of(down)
     assert len(audio) > RATE // 10 and abs(peak_hz(audio, RATE) - SINE_HZ) < 5
     request = server.engine.requests[-1]
-    assert request.wants_audio and request.voice in server.engine.voices
+    assert request.wants_audio and request.voice in server.engine.front_end.voices

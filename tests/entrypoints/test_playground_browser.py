@@ -18,7 +18,7 @@ import pytest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import AccessPolicy, ServingOptions
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.speech_sample import speech, write_wav
 
@@ -55,7 +55,7 @@ def browser(speech_wav: Path) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def server(processor: RecordingProcessor) -> Iterator[tuple[str, FakeEngine]]:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     engine.chunk_seconds = 0.3  # a reply of ~2 s: it plays while the screenshot is taken
     app = build_app(engine, TEST_LIMITS, access=AccessPolicy(api_keys=(KEY,)), serving=ServingOptions(vad="energy"))
     thread = ServerThread(app)

@@ -98,7 +98,7 @@ def test_function_call_round_trip_and_items_keep_client_ids(server: LiveServer) 
             events = await events_until(ws, "response.done")
             assert events[-1]["response"]["output"][0]["content"][0]["text"] == "It is sunny."
     asyncio.run(scenario())
-    rendered = server.engine.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
+    rendered = server.engine.front_end.processor.tokenizer.decode(server.engine.requests[-1].prompt.token_ids)
     assert '"get_weather"' in rendered and '<tool_response>\n{"sky": "sunny"}\n</tool_response>' in rendered
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in rendered
 

@@ -11,7 +11,7 @@ import pytest
 
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.test_realtime import open_session, send, until
 
@@ -29,7 +29,7 @@ class _Server:
 def server(processor: RecordingProcessor, request: pytest.FixtureRequest) -> Iterator[_Server]:
     """One admission place; a 60 s request timeout unless parametrized indirectly."""
     limits = ServerLimits(max_queued_requests=MAX_REQUESTS, request_timeout=getattr(request, "param", 60.0))
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     thread = ServerThread(build_app(engine, limits, MediaPolicy()))
     yield _Server(thread.start(), engine)
     thread.stop()

@@ -25,7 +25,7 @@ from omnistage.entrypoints.serve_config import ServeConfig
 from omnistage.processing.listened_audio import ListenedAudio
 from tests.audio.signals import speech_like
 from tests.entrypoints.conftest import LiveServer
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.test_realtime import open_session, send, stream_audio, until
 
@@ -37,7 +37,7 @@ VAD = {"format": {"rate": RATE}, "turn_detection": {"type": "server_vad", "silen
 @pytest.fixture(scope="module")
 def long_turns(processor: RecordingProcessor, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """The fake engine behind a server whose input buffer holds turns longer than one encoder window."""
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     thread = ServerThread(build_app(engine, ServerLimits(max_audio_seconds=30.0)))
     yield LiveServer(thread.start(), engine, tmp_path_factory.mktemp("media"))
     thread.stop()
@@ -114,8 +114,8 @@ def test_turn_two_prefills_the_conversation_when_speech_starts(server: LiveServe
 class _SeesClosed(FakeEngine):
     """The fake engine, noting which requests had ended when each one arrived."""
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
         self.closed_at_arrival: dict[str, list[str]] = {}
 
     async def generate(self, request):  # noqa: ANN001, ANN201
@@ -127,7 +127,7 @@ class _SeesClosed(FakeEngine):
 def test_a_commit_lets_the_prefill_in_flight_finish(processor) -> None:  # noqa: ANN001
     """The user stops while a window's prefill still runs: it is not aborted, and the response (whose prompt
     extends it) is sent once it has finished, so the prefix cache serves what it computed."""
-    engine = _SeesClosed(processor=processor)
+    engine = _SeesClosed(fake_front_end(processor))
     thread = ServerThread(build_app(engine, ServerLimits(max_audio_seconds=30.0)))
     server = LiveServer(thread.start(), engine, None)  # type: ignore[arg-type] - no media here
 

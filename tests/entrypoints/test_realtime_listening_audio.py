@@ -18,7 +18,7 @@ from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from tests.audio.signals import speech_like
 from tests.entrypoints.conftest import LiveServer
-from tests.entrypoints.fake_engine import FakeEngine
+from tests.entrypoints.fake_engine import FakeEngine, fake_front_end
 from tests.entrypoints.test_realtime import open_session, stream_audio, until
 from tests.entrypoints.test_realtime_listening import long_turns, server  # noqa: F401 - fixtures
 
@@ -88,8 +88,8 @@ class _TalkerPart(FakeEngine):
     """A prefill-only audio request's thinker token comes back at once; its talker part then runs until the test
     lets it end (``talker_done``)."""
 
-    def __init__(self, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.talker_done = asyncio.Event()
 
     async def generate(self, request: OmniRequest):  # noqa: ANN201
@@ -106,7 +106,7 @@ def test_a_commit_waits_for_the_prefill_s_thinker_part_only(processor) -> None: 
     """The response's prompt extends the prefill's in the thinker: once the prefill's thinker token is back, its
     thinker blocks are cached and the response may go, while its talker part runs on (the talker caches rows from
     the step that computes them, before the response's talker start can ask)."""
-    engine = _TalkerPart(processor=processor)
+    engine = _TalkerPart(fake_front_end(processor))
 
     async def prefill(audio: object) -> OmniRequest:
         return OmniRequest("prefill-1", Qwen3OmniPrompt([1, 2, 3]), AUDIO, prefill_only=True)

@@ -24,7 +24,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServingOptions
 from omnistage.pipeline.async_omni import AsyncOmni
 from tests.entrypoints.conftest import LiveServer
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.audio.signals import speech_like
 from tests.entrypoints.test_realtime import open_session, recv, send, stream_audio, until
@@ -252,7 +252,7 @@ def heard_to_the_pause(speech: np.ndarray) -> np.ndarray:
 def test_serve_names_the_first_codec_chunk_of_realtime_replies(processor) -> None:  # noqa: ANN001
     """``--realtime-first-chunk-frames``: every reply's request (the speculative one too) names its first chunk;
     without it the request leaves the choice to the stage (None)."""
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     thread = ServerThread(build_app(engine, serving=ServingOptions(realtime_first_chunk_frames=3)))
     server = LiveServer(thread.start(), engine, None)  # type: ignore[arg-type] - no media here
     try:

@@ -46,7 +46,7 @@ async def _outcome(s: Recorder) -> dict:
 
 def kept_markers(server: LiveServer) -> list[list[int]]:
     """For each request the engine saw, the user turns its prompt still holds."""
-    tokenizer = server.engine.processor.tokenizer
+    tokenizer = server.engine.front_end.processor.tokenizer
     return [[int(m) for m in re.findall(r"marker(\d\d)", tokenizer.decode(r.prompt.token_ids))]
             for r in server.engine.requests]
 
@@ -73,7 +73,7 @@ def test_auto_drops_the_oldest_items_and_keeps_answering(small_context: LiveServ
     assert kept[0] == [0] and kept[-1][0] > 0  # the oldest turns were dropped...
     assert all(k == list(range(k[0], k[-1] + 1)) for k in kept)  # ...only the oldest, in order
     assert all(len(r.prompt.token_ids) <= CONTEXT * 3 // 4 for r in server.engine.requests)
-    tokenizer = server.engine.processor.tokenizer
+    tokenizer = server.engine.front_end.processor.tokenizer
     assert all(INSTRUCTIONS in tokenizer.decode(r.prompt.token_ids) for r in server.engine.requests)
     # Dropped from the session too: retrieving the first turn fails, the last one is there.
     assert [e["error"]["code"] for e in errors] == ["item_not_found"]

@@ -16,7 +16,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy
 from tests.audio.signals import soundfile_bytes, tone
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 
@@ -38,7 +38,7 @@ def file_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 
 @pytest.fixture(scope="module")
 def remote_client(processor: RecordingProcessor) -> Iterator[tuple[openai.OpenAI, FakeEngine]]:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     limits = replace(TEST_LIMITS, max_media_bytes=100_000)
     # The test's file server is on loopback: allowed by name, as an operator allows an internal media host.
     policy = MediaPolicy(allow_remote_media=True, remote_timeout_s=5, allowed_media_domains=("127.0.0.1",))

@@ -9,8 +9,8 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -22,7 +22,9 @@ from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.request_state import OutputSink
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
+from omnistage.families.base import FrontEnd
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
+from tests.entrypoints.fake_engine import fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec
@@ -36,15 +38,11 @@ class _FakeStagePipeline:
     """What AsyncOmni needs of a pipeline, over fake stage workers in real replica processes."""
 
     runtime: PipelineRuntime
-    processor: Qwen3OmniPromptProcessor
+    front_end: FrontEnd
     model_name: str = "fake-omni"
-    voices: tuple[str, ...] = ("Ethan",)
-    openai_voices: Mapping[str, str] = field(default_factory=dict)
-    default_voice: str = "Ethan"
     supports_audio: bool = True
     max_model_len: int = 4096
     default_sampling: SamplingDefaults = SamplingDefaults()
-    speech: None = None  # not a text-to-speech model
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)
@@ -65,8 +63,8 @@ class _FakeStagePipeline:
 @pytest.fixture()
 def served(processor: Qwen3OmniPromptProcessor) -> Iterator[tuple[str, PipelineRuntime]]:
     runtime = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=100_000)), fakes.fake_factories(thinker_step_s=0.02), None,
-                              fakes.GROUPS, PipelineOptions(talker_min_new_tokens=100_000))
-    engine = AsyncOmni(pipeline=_FakeStagePipeline(runtime, processor))
+                              fakes.AUDIO, PipelineOptions(talker_min_new_tokens=100_000))
+    engine = AsyncOmni(pipeline=_FakeStagePipeline(runtime, fake_front_end(processor, audio=fakes.AUDIO)))
     thread = ServerThread(build_app(engine, ServerLimits(), MediaPolicy()))
     try:
         yield thread.start(), runtime

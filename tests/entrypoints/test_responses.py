@@ -25,7 +25,7 @@ from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.media_samples import b64, data_url, png_bytes
 from tests.entrypoints.server_thread import ServerThread
 
@@ -46,7 +46,7 @@ class ScriptedEngine(FakeEngine):
 
     async def generate(self, request: OmniRequest):  # noqa: ANN201 - FakeEngine's async generator
         if self.tool_script:
-            rendered = self.processor.tokenizer.decode(request.prompt.token_ids)
+            rendered = self.front_end.processor.tokenizer.decode(request.prompt.token_ids)
             self.words = ANSWER_WORDS if "<tool_response>" in rendered else CALL_WORDS
         async for out in super().generate(request):
             yield out
@@ -61,7 +61,7 @@ class Served:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=20)
 
     def prompt(self, index: int = -1) -> str:
-        return self.engine.processor.tokenizer.decode(self.engine.requests[index].prompt.token_ids)
+        return self.engine.front_end.processor.tokenizer.decode(self.engine.requests[index].prompt.token_ids)
 
     def post(self, body: dict[str, object]) -> httpx.Response:
         return httpx.post(f"{self.url}/v1/responses", json={"model": MODEL, **body}, timeout=20)
@@ -81,7 +81,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def live(processor: RecordingProcessor) -> Iterator[Served]:
-    engine = ScriptedEngine(processor=processor)
+    engine = ScriptedEngine(fake_front_end(processor))
     limits = replace(TEST_LIMITS, max_stored_responses=4, max_messages=8)
     thread = ServerThread(build_app(engine, limits, MediaPolicy()))
     yield Served(thread.start(), engine)

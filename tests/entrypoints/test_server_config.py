@@ -19,7 +19,7 @@ from omnistage.entrypoints.openai.server_config import (
     media_policy_from_args,
     serving_options_from_args,
 )
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 
 
 def test_limits_reject_non_positive_values() -> None:
@@ -52,8 +52,8 @@ def test_vad_flag_chooses_the_realtime_detector(processor: RecordingProcessor) -
     assert serving_options_from_args(build_parser().parse_args(["serve"])).vad == "auto"
     options = serving_options_from_args(build_parser().parse_args(["serve", "--vad", "energy"]))
     assert options.vad == "energy"
-    assert build_app(FakeEngine(processor=processor), serving=options).state.realtime.vad.name == "energy"
-    assert build_app(FakeEngine(processor=processor)).state.realtime.vad.name == "silero"
+    assert build_app(FakeEngine(fake_front_end(processor)), serving=options).state.realtime.vad.name == "energy"
+    assert build_app(FakeEngine(fake_front_end(processor))).state.realtime.vad.name == "silero"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--vad", "webrtc"])
     with pytest.raises(ValueError, match="--vad"):
@@ -75,7 +75,7 @@ def test_param_paths_drop_pydantic_union_labels() -> None:
 
 
 def test_fake_engine_satisfies_the_protocol(processor: RecordingProcessor) -> None:
-    assert isinstance(FakeEngine(processor=processor), OmniEngine)
+    assert isinstance(FakeEngine(fake_front_end(processor)), OmniEngine)
 
 
 def test_serve_without_the_pipeline_says_the_install_is_incomplete(monkeypatch: pytest.MonkeyPatch,
@@ -98,7 +98,7 @@ def test_serve_builds_the_engine_serves_shuts_it_down_and_says_it_is_ready(
 
     import uvicorn
 
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     seen: dict[str, object] = {}
 
     class AsyncOmni:

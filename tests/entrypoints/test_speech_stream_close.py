@@ -14,13 +14,13 @@ from websockets.exceptions import ConnectionClosed
 
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 
 @pytest.fixture(scope="module")
 def ws_url(processor: RecordingProcessor) -> Iterator[str]:
-    thread = ServerThread(build_app(FakeEngine(processor=processor), ServerLimits(ws_idle_timeout=1.0),
+    thread = ServerThread(build_app(FakeEngine(fake_front_end(processor)), ServerLimits(ws_idle_timeout=1.0),
                                     MediaPolicy()))
     yield thread.start().replace("http://", "ws://") + "/v1/audio/speech/stream"
     thread.stop()

@@ -17,7 +17,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.media.remote_fetch import FETCH_FAILED, MAX_REDIRECTS, is_public
 from omnistage.entrypoints.openai.server_config import MediaPolicy
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.media_samples import png_bytes
 from tests.entrypoints.server_thread import ServerThread
 
@@ -82,7 +82,7 @@ web = pytest.fixture(scope="module")(_web)  # an allowed media host (by name: 12
 
 def _server(processor: RecordingProcessor, **policy: object) -> Iterator[str]:
     limits = replace(TEST_LIMITS, max_media_bytes=100_000)
-    thread = ServerThread(build_app(FakeEngine(processor=processor), limits,
+    thread = ServerThread(build_app(FakeEngine(fake_front_end(processor)), limits,
                                     MediaPolicy(allow_remote_media=True, **policy)))
     yield thread.start()
     thread.stop()

@@ -22,7 +22,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.connection_guard import guarded_http_protocol
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.waiting import wait_until
 
@@ -44,7 +44,7 @@ class Guarded:
 
 @pytest.fixture()
 def guarded(processor: RecordingProcessor) -> Iterator[Guarded]:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     app = build_app(engine, LIMITS)
     thread = ServerThread(app, http=guarded_http_protocol(LIMITS.header_timeout, LIMITS.send_timeout,
                                                           LIMITS.body_timeout))
@@ -240,7 +240,7 @@ def test_a_realtime_client_that_stops_reading_is_closed_and_its_response_aborted
 @pytest.fixture()
 def rate_guarded(processor: RecordingProcessor) -> Iterator[Guarded]:
     """A long --body-timeout (60 s) and a least body rate of 2000 B/s judged over 1 s windows."""
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     app = build_app(engine, LIMITS)
     thread = ServerThread(app, http=guarded_http_protocol(LIMITS.header_timeout, LIMITS.send_timeout, 60.0,
                                                           body_min_rate=2000.0, rate_window_s=1.0))

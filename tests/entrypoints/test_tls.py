@@ -20,7 +20,7 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.serve_command import uvicorn_options
 from omnistage.entrypoints.serve_config import ServeConfig
 from omnistage.entrypoints.openai.server_config import AccessPolicy, limits_from_args
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 
@@ -40,7 +40,7 @@ def test_https_and_wss_with_the_serve_flags(processor: RecordingProcessor, cert:
     key, crt = cert
     args = build_parser().parse_args(["serve", "--ssl-keyfile", str(key), "--ssl-certfile", str(crt),
                                       "--api-key", "sk-tls"])
-    thread = ServerThread(build_app(FakeEngine(processor=processor), limits_from_args(args),
+    thread = ServerThread(build_app(FakeEngine(fake_front_end(processor)), limits_from_args(args),
                                     access=AccessPolicy(api_keys=("sk-tls",))),
                           **uvicorn_options(ServeConfig.from_args(args)))
     url = thread.start()
@@ -67,7 +67,7 @@ def test_websockets_are_bounded_and_uncompressed_with_the_serve_flags(processor:
     """No permessage-deflate (inflating frames ran on the event loop), and a message past
     --max-ws-message-bytes closes the socket with 1009 (message too big)."""
     args = build_parser().parse_args(["serve", "--max-ws-message-bytes", "65536"])
-    thread = ServerThread(build_app(FakeEngine(processor=processor), limits_from_args(args)),
+    thread = ServerThread(build_app(FakeEngine(fake_front_end(processor)), limits_from_args(args)),
                           **uvicorn_options(ServeConfig.from_args(args)))
     url = thread.start()
     try:

@@ -27,7 +27,7 @@ from omnistage.entrypoints.openai.server_config import AccessPolicy, ServerLimit
 from omnistage.entrypoints.openai.transcription import service as transcription_service
 from omnistage.entrypoints.openai.transcription.formats import DeltaJoiner
 from omnistage.entrypoints.openai.transcription.segments import split
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 
 KEY = "sk-stt-test"
@@ -95,7 +95,7 @@ def _serve(engine: FakeEngine, limits: ServerLimits = LIMITS) -> Iterator[Served
 
 @pytest.fixture(scope="module")
 def live(processor: RecordingProcessor) -> Iterator[Served]:
-    yield from _serve(FakeEngine(processor=processor))
+    yield from _serve(FakeEngine(fake_front_end(processor)))
 
 
 @pytest.fixture()
@@ -265,7 +265,7 @@ def test_refusals(stt: Served, data: dict[str, object], file: bytes, status: int
 
 
 def test_a_tts_checkpoint_cannot_transcribe(speech_wav: bytes) -> None:
-    for served in _serve(FakeEngine(processor=None, model_name="tts")):
+    for served in _serve(FakeEngine(fake_front_end(None), model_name="tts")):
         for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
             r = served.post(path, {"model": "tts"}, speech_wav)
             assert r.status_code == 400 and r.json()["error"]["code"] == "transcription_not_supported", r.text
@@ -273,7 +273,7 @@ def test_a_tts_checkpoint_cannot_transcribe(speech_wav: bytes) -> None:
 
 
 def test_admission_bounds_transcriptions(processor: RecordingProcessor, speech_wav: bytes) -> None:
-    engine = FakeEngine(processor=processor, delay_s=0.2)
+    engine = FakeEngine(fake_front_end(processor), delay_s=0.2)
     for served in _serve(engine, ServerLimits(max_queued_requests=1)):
         first = threading.Thread(target=served.post, args=("/v1/audio/transcriptions", {"model": "fake-omni"},
                                                            speech_wav))

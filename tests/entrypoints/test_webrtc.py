@@ -29,7 +29,7 @@ from omnistage.entrypoints.openai.server_config import (
 )
 from omnistage.entrypoints.openai.webrtc.tracks import RATE, ReplyTrack
 from tests.entrypoints.conftest import TEST_LIMITS
-from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.realtime_validators import sdk_problems
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.speech_sample import speech
@@ -46,7 +46,7 @@ class Server:
 
 
 def _serve(processor: RecordingProcessor, access: AccessPolicy | None = None) -> Iterator[Server]:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     # The energy detector: no model to load, and espeak's voice is loud and clean.
     app = build_app(engine, TEST_LIMITS, access=access, serving=ServingOptions(vad="energy"))
     thread = ServerThread(app)
@@ -216,7 +216,7 @@ def test_the_form_sets_the_session_and_the_peer_closing_ends_the_call(server: Se
             client.mic.push(spoken)  # the microphone reaches a 16 kHz session at its rate
             await client.event("input_audio_buffer.committed", after=mark)
             await client.event("response.done", after=mark, response__status="completed")
-            heard = server.engine.processor.seen_audios[-1]  # the turn as the prompt got it, at 16 kHz
+            heard = server.engine.front_end.processor.seen_audios[-1]  # the turn as the prompt got it, at 16 kHz
             assert 0.7 * len(spoken) / RATE < len(heard) / 16_000 < len(spoken) / RATE + 1.5
             await client.pc.close()  # the browser tab closes
             await _until(lambda: not server.app.state.webrtc_calls.live)
@@ -258,7 +258,7 @@ class MutedMicrophone(MediaStreamTrack):
 
 
 def test_a_call_that_goes_quiet_ends_at_the_idle_timeout(processor: RecordingProcessor) -> None:
-    engine = FakeEngine(processor=processor)
+    engine = FakeEngine(fake_front_end(processor))
     app = build_app(engine, replace(TEST_LIMITS, ws_idle_timeout=1.0), serving=ServingOptions(vad="energy"))
     thread = ServerThread(app)
     base_url = thread.start()
@@ -296,7 +296,7 @@ def test_stun_and_turn_flags_reach_every_call(processor: RecordingProcessor) -> 
     serving = serving_options_from_args(args, {"OMNISTAGE_WEBRTC_TURN_CREDENTIAL": "secret"})
     assert serving.ice_servers == (IceServer("stun:stun.example.com:3478"),
                                    IceServer("turns:turn.example.com:5349", "omni", "secret"))
-    app = build_app(FakeEngine(processor=processor), TEST_LIMITS, serving=serving)
+    app = build_app(FakeEngine(fake_front_end(processor)), TEST_LIMITS, serving=serving)
     assert [(s.urls, s.username, s.credential) for s in app.state.webrtc_calls.ice_servers] == [
         ("stun:stun.example.com:3478", None, None), ("turns:turn.example.com:5349", "omni", "secret")]
     wrong = build_parser().parse_args(["serve", "--model", "tiny", "--webrtc-stun", "turn:turn.example.com"])

@@ -11,9 +11,13 @@ from omnistage.engine.generation_engine import ChunkJob
 from omnistage.engine.request import FinishReason, MultimodalSpan
 from omnistage.engine.sampling_params import SamplingParams
 from omnistage.families.qwen3_omni.payloads import PAYLOADS, PromptHidden, TalkerStart, TextFeed, ThinkerPrompt
+from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.ipc.messages import (
     AbortRequests,
+    ChunkOrder,
+    ChunkOrders,
     Heartbeat,
+    OpenCodecStream,
     PayloadTypes,
     ReplicaFailed,
     ReplicaLoad,
@@ -24,7 +28,7 @@ from omnistage.ipc.messages import (
     StageOutput,
     StepBatch,
 )
-from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, CodecFrames, TokenDelta
+from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, CodecFrames, FramesMade, TokenDelta
 from omnistage.ipc.queues import AddressBook, Receiver, Sender, next_address
 from omnistage.ipc.serialization import MessageCodec
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs, PromptLayout
@@ -45,6 +49,11 @@ INPUTS = [
                                 thinker_items=(MultimodalSpan(1, 31, bytes(range(32))),))),
     StageInput("a", TextFeed([5, 6], finished=True)),
     StageInput("a", ChunkJob("a", 2, torch.randint(0, 64, (4, 35)), left_context=25, is_last=True)),
+    StageInput("a", ChunkJob("a", 0, torch.randn(32, 12), 0, slack_s=0.4, discard_frames=3, lookahead=2)),
+    OpenCodecStream("a", "tcp://10.0.0.2:5555", ChunkPlan(25, 0, 10, lookahead=2), True, 8, 0.04,
+                    delays=tuple(range(1, 9)), prime=torch.randint(0, 64, (8, 30))),
+    OpenCodecStream("b", "ipc:///tmp/x", ChunkPlan(25, 4), False, 32, 0.08, latent=True),
+    ChunkOrders([ChunkOrder("a", 3, 12, 0.75, 2.4), ChunkOrder("b", 1, None, None, 0.0)]),
     AbortRequests(["a", "b"]),
     Shutdown(),
 ]
@@ -53,10 +62,11 @@ OUTPUTS = [
                StageOutput("a", TokenDelta([5], num_prompt_tokens=3)),
                StageOutput("a", CodecFrames(torch.randint(0, 64, (1, 4))), finished=True,
                            finish_reason=FinishReason.STOP),
-               StageOutput("a", AudioChunk(0, torch.randn(48000))), RequestFailed("b", "boom")],
+               StageOutput("a", AudioChunk(0, torch.randn(48000))), RequestFailed("b", "boom"),
+               StageOutput("a", FramesMade(1, 3, [ChunkCut(0, 10, 10), ChunkCut(1, 4, 6, is_last=True)]), True)],
               ReplicaLoad(1, 2, 3, 4)),
     ReplicaReady(ReplicaLoad(kv_blocks_total=10), pid=42),
-    ReplicaReady(ReplicaLoad(), pid=7, step_seconds={1: 0.031, 2: 0.0325, 8: 0.048}),
+    ReplicaReady(ReplicaLoad(), pid=7, step_seconds={1: 0.031, 2: 0.0325, 8: 0.048}, peer_address="ipc:///tmp/p"),
     ReplicaFailed("out of memory"),
     Heartbeat(passes=12),
 ]

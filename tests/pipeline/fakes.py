@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from omnistage.audio_spec import AudioSpec, Codebooks
 from omnistage.engine import FinishReason
 from omnistage.engine.generation_engine import ChunkJob
 from omnistage.families.qwen3_omni.payloads import TalkerStart, TextFeed, ThinkerPrompt
@@ -24,6 +25,8 @@ from omnistage.workers.base import StageWorker, StepResult
 
 GROUPS = 2
 SAMPLES_PER_FRAME = 4
+# The fakes' audio: 12.5 Hz frames of GROUPS codebooks, each frame SAMPLES_PER_FRAME samples (so 50 Hz output).
+AUDIO = AudioSpec(50, SAMPLES_PER_FRAME, Codebooks(GROUPS, 4096))
 INSTANCES: list[StageWorker] = []  # in-process replicas register here (tests inspect them)
 
 

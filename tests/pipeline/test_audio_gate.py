@@ -17,11 +17,12 @@ from omnistage.pipeline.audio_gate import (
     StepProfile,
     StreamLoad,
 )
-from omnistage.pipeline.playback import FRAME_S
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_dict
+
+FRAME_S = fakes.AUDIO.frame_s
 
 
 def _streams(*rtfs: float | None) -> list[StreamLoad]:
@@ -29,15 +30,15 @@ def _streams(*rtfs: float | None) -> list[StreamLoad]:
 
 
 def test_no_stream_running_always_admits_and_an_unmeasured_talker_waits() -> None:
-    gate = AudioGate(limit=0.9)
+    gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     assert gate.admits([])
     gate.observe(_streams(None))  # a stream started, its talker pace not measured yet: nothing recorded
     assert not gate.admits(_streams(None))
-    assert AudioGate(limit=0.0).admits(_streams(5.0))  # no gate
+    assert AudioGate(limit=0.0, frame_s=FRAME_S).admits(_streams(5.0))  # no gate
 
 
 def test_one_count_measured_assumes_a_batched_talker_then_follows_the_measured_slope() -> None:
-    gate = AudioGate(limit=0.9)
+    gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.observe(_streams(0.6))
     assert gate.rtf(2, 2) == pytest.approx(0.6 * (1 + MARGINAL_PRIOR))
     assert gate.admits(_streams(0.6))
@@ -51,7 +52,7 @@ def test_one_count_measured_assumes_a_batched_talker_then_follows_the_measured_s
 
 
 def test_a_stream_still_in_its_first_frames_is_counted_but_not_measured() -> None:
-    gate = AudioGate(limit=0.9)
+    gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.observe(_streams(0.6))
     gate.observe(_streams(0.6, None))  # the second stream's pace is unknown: no point at 2 streams
     assert gate.talker_pace(2) == pytest.approx(0.6 * FRAME_S * (1 + MARGINAL_PRIOR))
@@ -59,7 +60,7 @@ def test_a_stream_still_in_its_first_frames_is_counted_but_not_measured() -> Non
 
 
 def test_vocoder_load_scales_with_streams() -> None:
-    gate = AudioGate(limit=0.9)
+    gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.observe(_streams(0.1))
     gate.observe(_streams(0.1, 0.1))
     gate.observe(_streams(0.1, 0.1, 0.1))
@@ -74,7 +75,7 @@ def test_vocoder_load_scales_with_streams() -> None:
 def test_a_cold_vocoder_call_does_not_hold_the_next_streams() -> None:
     """A fresh code2wav's first calls are slow (a new chunk length's first run builds its kernels); the load is the
     median of recent calls, so those do not read as load for the rest of a burst."""
-    gate = AudioGate(limit=0.8)
+    gate = AudioGate(limit=0.8, frame_s=FRAME_S)
     gate.observe(_streams(0.1, 0.1, 0.1))
     gate.vocoded(busy_s=0.25, audio_s=1.0)
     assert gate.rtf(4, 4) == pytest.approx(1.0)  # one call measured: it is all there is
@@ -99,7 +100,7 @@ def _runtime(limit: float) -> PipelineRuntime:
     data["streaming"]["admission_rtf_limit"] = limit
     fakes.INSTANCES.clear()
     return PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, talker_step_s_per_seq=0.064), None,
-                           fakes.GROUPS, PipelineOptions(in_process=True))
+                           fakes.AUDIO, PipelineOptions(in_process=True))
 
 
 def _run_two(runtime: PipelineRuntime) -> tuple[float, float]:
@@ -157,7 +158,7 @@ def test_a_held_request_can_be_aborted_and_frees_nothing_it_never_took() -> None
 
 
 def test_a_burst_ramps_up_one_measured_count_at_a_time() -> None:
-    gate = AudioGate(limit=0.9)
+    gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.observe(_streams(0.1))
     gate.observe(_streams(0.11, 0.11))  # a batched talker: the line says 8 streams would be fine
     assert gate.rtf(8, 8) < 0.9
@@ -184,7 +185,7 @@ def test_step_profile_interpolates_and_extends_its_last_slope() -> None:
 
 
 def test_with_a_step_profile_a_burst_starts_in_doubling_rounds_while_it_predicts_room() -> None:
-    gate = AudioGate(limit=0.92)
+    gate = AudioGate(limit=0.92, frame_s=FRAME_S)
     gate.profile(PROFILE)
     assert gate.room(_streams(None)) == 0  # nothing measured while serving yet: the level is unknown
     gate.observe(_streams(0.5))
@@ -199,11 +200,11 @@ def test_with_a_step_profile_a_burst_starts_in_doubling_rounds_while_it_predicts
     # At most as many as are talking each round; 0.5 * step(n) / step(1): 0.90 at n = 10, 0.95 at 11
     assert rounds == [1, 2, 4, 2]
     assert len(loads) == 10
-    assert AudioGate(limit=0.0).room(_streams(5.0, None)) > 100  # no gate: every waiting request starts
+    assert AudioGate(limit=0.0, frame_s=FRAME_S).room(_streams(5.0, None)) > 100  # no gate: every waiting request starts
 
 
 def test_without_a_step_profile_rounds_stay_one_stream() -> None:
-    gate = AudioGate(limit=0.9)
+    gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.observe(_streams(0.1))
     gate.observe(_streams(0.1, 0.1))
     assert gate.rtf(4, 4) < 0.5
@@ -213,7 +214,7 @@ def test_without_a_step_profile_rounds_stay_one_stream() -> None:
 def test_a_passing_slowdown_at_one_count_is_not_read_as_the_cost_of_a_stream() -> None:
     """The second stream's prefill slowed both: along two measured counts that reads as +0.4 a stream; the
     profile knows a stream adds 7%, so a third starts as soon as the measured level is back down."""
-    plain, profiled = AudioGate(limit=0.9), AudioGate(limit=0.9)
+    plain, profiled = AudioGate(limit=0.9, frame_s=FRAME_S), AudioGate(limit=0.9, frame_s=FRAME_S)
     profiled.profile(PROFILE)
     for gate in (plain, profiled):
         gate.observe(_streams(0.5))
@@ -228,7 +229,7 @@ def test_a_passing_slowdown_at_one_count_is_not_read_as_the_cost_of_a_stream() -
 
 
 def test_far_below_the_limit_streams_start_without_waiting_for_each_others_prefill() -> None:
-    gate = AudioGate(limit=0.9)
+    gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.profile(PROFILE)
     gate.observe(_streams(0.1))  # a fast talker: ten streams are predicted at 0.18
     loads = _streams(0.1)
@@ -241,7 +242,7 @@ def test_far_below_the_limit_streams_start_without_waiting_for_each_others_prefi
 
 
 def test_near_the_limit_a_stream_nearly_out_of_audio_holds_the_next_start() -> None:
-    gate = AudioGate(limit=0.9)
+    gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.profile(PROFILE)
     gate.observe(_streams(0.6, 0.6))
     pace = 0.6 * FRAME_S
@@ -252,7 +253,7 @@ def test_near_the_limit_a_stream_nearly_out_of_audio_holds_the_next_start() -> N
     assert gate.rtf(3, 3) < 0.9 and gate.rtf(3, 3) * PREFILL_HEADROOM > 0.9
     assert not gate.admits(thin)
     assert gate.admits(thick) and gate.admits(finished_talking) and gate.admits(unplayed)
-    fast = AudioGate(limit=0.9)
+    fast = AudioGate(limit=0.9, frame_s=FRAME_S)
     fast.profile(PROFILE)
     fast.observe(_streams(0.1, 0.1))
     assert fast.admits([StreamLoad(True, 0.1 * FRAME_S, 0.1), StreamLoad(True, 0.1 * FRAME_S, 3.0)])  # far below

@@ -28,7 +28,7 @@ CONCURRENCY = 48
 
 
 def _request(engine: AsyncOmni, i: int, max_tokens: int) -> OmniRequest:
-    prompt = engine.processor.process(engine.processor.apply_chat_template(
+    prompt = engine.front_end.processor.process(engine.front_end.processor.apply_chat_template(
         [{"role": "user", "content": f"cancel me {i}"}]))
     modalities = {Modality.TEXT, Modality.AUDIO} if i % 4 else {Modality.TEXT}
     return OmniRequest(f"cancel-{i}", prompt, frozenset(modalities), RequestSampling(max_tokens=max_tokens, seed=i),

@@ -17,9 +17,10 @@ import torch
 
 from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker
 from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
-from omnistage.pipeline.playback import FRAME_S, Playback
+from omnistage.pipeline.playback import Playback
 
 FIRST, MAX, CONTEXT = 10, 25, 25
+FRAME_S = 0.08  # a 12.5 Hz codec's frame
 
 
 @dataclass
@@ -37,9 +38,10 @@ def simulate(talker_rtf: float | Callable[[int], float], frames: int = 300, call
     clock = [0.0]
     playback = Playback()
     plan = ChunkPlan(chunk_frames=MAX, left_context=context, first_chunk_frames=FIRST, seamless=True)
-    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, context), playback, StagePaces(), clock=lambda: clock[0])
+    bounds = ChunkBounds(FIRST, MAX, context, FRAME_S)
+    planner = PlaybackPlanner(bounds, playback, StagePaces(), clock=lambda: clock[0])
     rtf = talker_rtf if callable(talker_rtf) else lambda _: talker_rtf
-    chunker = FrameChunker("s", plan, num_groups=1, sizer=planner if planned else None)
+    chunker = FrameChunker("s", plan, width=1, sizer=planner if planned else None)
     deliveries: list[tuple[float, int, int]] = []  # (time, chunk index, new frames)
     vocoder_free, sizes = 0.0, []
 
@@ -48,7 +50,7 @@ def simulate(talker_rtf: float | Callable[[int], float], frames: int = 300, call
         for job in jobs:
             total, new = job.codes.shape[1], job.codes.shape[1] - job.left_context
             planner.chunk_sent(job.chunk_index, clock[0], new, total)
-            playback.sent(new)
+            playback.sent(new * FRAME_S)
             vocoder_free = max(clock[0], vocoder_free) + call_s + frame_cost_s * total
             heapq.heappush(deliveries, (vocoder_free, job.chunk_index, new))
             sizes.append(new)
@@ -134,7 +136,7 @@ def test_smallest_chunk_follows_what_chunks_cost() -> None:
     """Chunks never get smaller than the vocoder keeps up with: a chunk must hold more audio than (``safety`` of)
     a chunk's measured round trip."""
     clock = [0.0]
-    bounds = ChunkBounds(FIRST, MAX, 0)
+    bounds = ChunkBounds(FIRST, MAX, 0, FRAME_S)
     planner = PlaybackPlanner(bounds, Playback(), StagePaces(), clock=lambda: clock[0])
     assert planner.min_frames() == FIRST  # nothing measured: the first chunk's size
     planner.chunk_sent(0, 0.0, FIRST, FIRST)
@@ -158,7 +160,7 @@ def test_behind_a_playing_player_what_is_ready_goes_now_and_a_dry_one_rebuffers(
     whole pauses)."""
     clock = [10.0]
     playback = Playback()
-    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, 0), playback, StagePaces(), clock=lambda: clock[0])
+    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, 0, FRAME_S), playback, StagePaces(), clock=lambda: clock[0])
     for t in (9.0, 9.1, 9.2):
         planner.frames_arrived(t, 1)  # 0.1 s a frame: a slowed talker
     planner.chunk_sent(0, 9.0, FIRST, FIRST)
@@ -174,7 +176,7 @@ def test_behind_a_playing_player_what_is_ready_goes_now_and_a_dry_one_rebuffers(
 
 
 def test_a_slower_newest_frame_sets_the_talker_pace_at_once() -> None:
-    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, 0), Playback(), StagePaces())
+    planner = PlaybackPlanner(ChunkBounds(FIRST, MAX, 0, FRAME_S), Playback(), StagePaces())
     for t in (0.0, 0.04, 0.08, 0.12):
         planner.frames_arrived(t, 1)
     assert planner.paces()[0] == pytest.approx(0.04)
@@ -187,6 +189,6 @@ def test_a_slower_newest_frame_sets_the_talker_pace_at_once() -> None:
 
 def test_bounds_are_validated() -> None:
     with pytest.raises(ValueError):
-        ChunkBounds(0, 25, 25)
+        ChunkBounds(0, 25, 25, FRAME_S)
     with pytest.raises(ValueError):
-        ChunkBounds(10, 25, 25, safety=0.0)
+        ChunkBounds(10, 25, 25, FRAME_S, safety=0.0)

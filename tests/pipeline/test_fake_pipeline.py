@@ -34,7 +34,7 @@ def _collect(outputs: queue.Queue, timeout: float = 10.0) -> list[OmniOutput]:
 def runtime():
     fakes.INSTANCES.clear()
     spec = parse_pipeline(small_dict(talker_replicas=2, talker_frames=10, gated=False))
-    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(0.001, 0.001), None, fakes.AUDIO,
                          PipelineOptions(in_process=True))
     yield rt
     rt.close()
@@ -111,7 +111,7 @@ def test_failed_stage_input_fails_only_its_request(runtime: PipelineRuntime) -> 
 def test_text_only_pipeline_rejects_audio_requests() -> None:
     data = small_dict()
     data["stages"], data["edges"] = data["stages"][:1], []
-    rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(), None, fakes.AUDIO,
                          PipelineOptions(in_process=True))
     try:
         outputs: queue.Queue = queue.Queue()
@@ -124,7 +124,7 @@ def test_text_only_pipeline_rejects_audio_requests() -> None:
 
 
 def test_a_broken_step_fails_its_requests_and_the_replica_serves_on() -> None:
-    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(crash_on="crash"), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(crash_on="crash"), None, fakes.AUDIO,
                          PipelineOptions(in_process=True))
     try:
         outputs: queue.Queue = queue.Queue()
@@ -141,7 +141,7 @@ def test_a_replica_that_cannot_load_stops_the_start() -> None:
 
     factories = {**fakes.fake_factories(), "talker": fakes.broken_factory}
     with pytest.raises(PipelineStartError, match=r"'talker' replica 0 failed to start: OSError: weights not found"):
-        PipelineRuntime(fakes.omni_graph(small_spec()), factories, None, fakes.GROUPS, PipelineOptions(in_process=True))
+        PipelineRuntime(fakes.omni_graph(small_spec()), factories, None, fakes.AUDIO, PipelineOptions(in_process=True))
 
 
 def test_initial_chunk_grows_with_load() -> None:
@@ -189,7 +189,7 @@ def test_router_places_least_loaded_healthy_and_sticks() -> None:
 
 
 def test_close_ends_requests_in_flight() -> None:
-    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(thinker_step_s=0.01), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(thinker_step_s=0.01), None, fakes.AUDIO,
                          PipelineOptions(in_process=True))
     outputs: queue.Queue = queue.Queue()
     rt.orchestrator.submit(_request("busy", max_tokens=10_000), outputs.put)
@@ -207,7 +207,7 @@ def test_every_stage_replicated_serves_concurrent_requests() -> None:
     # A talker as fast as the thinker would let a request leave code2wav before the next one's first chunk arrives
     # on a loaded host: each talker replica's batch makes its requests' frames in the same steps, 10 ms apart.
     rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(data)), fakes.fake_factories(0.001, 0.01), None,
-                         fakes.GROUPS, PipelineOptions(in_process=True))
+                         fakes.AUDIO, PipelineOptions(in_process=True))
     try:
         outputs = {f"r{i}": queue.Queue() for i in range(6)}
         for rid, q in outputs.items():
@@ -228,7 +228,7 @@ def test_a_reply_with_a_head_start_gets_half_the_first_chunk() -> None:
     k's code is k, 4 samples each); one whose player starts at once (None, or a moment already past) does not."""
     fakes.INSTANCES.clear()
     spec = parse_pipeline(small_dict(talker_frames=10, gated=False, initial_chunk=4, chunk=6))
-    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(), None, fakes.AUDIO,
                          PipelineOptions(in_process=True))
     try:
         firsts = []
@@ -257,7 +257,7 @@ def test_a_reply_held_by_the_gate_past_its_head_start_loses_it(held_plays_in: fl
     spec = parse_pipeline(small_dict(talker_frames=24, initial_chunk=4, chunk=8))
     codec = next(stage for stage in spec.stages if stage.name == "code2wav")
     loaded = initial_chunk_frames(spec.streaming, None, 1, vocoder_batch_cap(codec.engine.max_num_seqs, codec.device))
-    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(talker_step_s=0.01), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(talker_step_s=0.01), None, fakes.AUDIO,
                          PipelineOptions(in_process=True))
     try:
         queues = {rid: queue.Queue() for rid in ("first", "held")}

@@ -52,7 +52,7 @@ def _stage_healthy(rt: PipelineRuntime, stage: str) -> bool:
 def test_a_killed_replica_fails_only_its_requests_and_comes_back(stage: str) -> None:
     # Two talker replicas: killing talker 0 must leave the streams on talker 1 untouched.
     factories = fakes.fake_factories(thinker_step_s=0.01, talker_step_s=0.01)
-    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_replicas=2, talker_frames=100_000)), factories, None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_replicas=2, talker_frames=100_000)), factories, None, fakes.AUDIO,
                          PipelineOptions(talker_min_new_tokens=100_000))
     try:
         streams = {f"r{i}": queue.Queue() for i in range(8)}

@@ -1,9 +1,9 @@
 """No head-of-line blocking: one orchestrator pass drains every ready message of every replica.
 
 The replicas here are bare sockets the test writes to, so the backlog is
-exact: a thousand internal messages (talker frames, which only feed code2wav)
-queued ahead of one audio chunk must not keep that chunk from its caller for
-more than the one pass.
+exact: a thousand internal messages (a talker's notices of the frames it made and
+cut for code2wav itself) queued ahead of one audio chunk must not keep that chunk
+from its caller for more than the one pass.
 """
 
 from __future__ import annotations
@@ -17,17 +17,16 @@ import zmq
 from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling
 from omnistage.families.qwen3_omni.payloads import PAYLOADS
 from omnistage.ipc.messages import ReplicaLoad, StageOutput, StepBatch
-from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, CodecFrames, TokenDelta
+from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, FramesMade, TokenDelta
 from omnistage.ipc.queues import AddressBook, Receiver, Sender
 from omnistage.pipeline.flow import FlowSettings
 from omnistage.pipeline.launcher import ReplicaHandle
 from omnistage.pipeline.orchestrator import Orchestrator, ReplicaLink
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
-from tests.pipeline.fakes import omni_graph
+from tests.pipeline.fakes import AUDIO, omni_graph
 from tests.pipeline.specs import small_spec
 
 BACKLOG = 1000
-GROUPS = 2
 TYPES = GENERIC_PAYLOADS + PAYLOADS
 ReplicaInput, ReplicaMessage = TYPES.replica_input(), TYPES.replica_message()
 
@@ -62,7 +61,7 @@ def rig():
         links.append(ReplicaLink(stage, 0, _Manual(None), Sender(ctx, ins, ReplicaInput, None, bind=True),
                                  Receiver(ctx, outs, ReplicaMessage, None, bind=True), ready=True))
         peers[stage] = _Peer(ctx, outs, ins)
-    orch = Orchestrator(FlowSettings(omni_graph(spec), GROUPS), links, None, ctx)
+    orch = Orchestrator(FlowSettings(omni_graph(spec), AUDIO), links, None, ctx)
     yield orch, peers
     orch.close_sockets()
     for peer in peers.values():
@@ -84,19 +83,24 @@ def test_ready_audio_reaches_caller_in_one_pass_behind_a_backlog(rig) -> None:
     orch.poll_once(timeout_ms=1000)
     peers["thinker"].out.send(_batch(StageOutput("r", TokenDelta([7], num_prompt_tokens=3))))
     orch.poll_once(timeout_ms=1000)  # the talker is started with the first token
-    assert [type(m.payload).__name__ for m in peers["talker"].inbox.drain()] == ["TalkerStart"]
+    started = [type(getattr(m, "payload", m)).__name__ for m in peers["talker"].inbox.drain()]
+    assert started == ["OpenCodecStream", "TalkerStart"]  # where to send its chunks, before its first input
     delivered.clear()
 
     for k in range(BACKLOG):
-        peers["talker"].out.send(_batch(StageOutput("r", CodecFrames(torch.full((1, GROUPS), k)))))
+        cuts = [ChunkCut(k // 10, 10, 10)] if k % 10 == 9 else []
+        peers["talker"].out.send(_batch(StageOutput("r", FramesMade(1, k % 10 + 1 if not cuts else 1, cuts))))
     peers["code2wav"].out.send(_batch(StageOutput("r", AudioChunk(0, torch.ones(480)))))
     time.sleep(0.2)  # every message is queued at the orchestrator before the pass starts
 
     handled = orch.poll_once(timeout_ms=0)
     assert handled == BACKLOG + 1
     assert [o.audio.shape for o in delivered if o.audio is not None] == [(480,)]
-    # The frames were routed too, in the same pass: code2wav got its chunks.
-    assert len(peers["code2wav"].inbox.drain()) > 0
+    # The notices were planned in the same pass: the talker got its orders, in one message; code2wav got nothing
+    # from the orchestrator (chunks go to it from the talker).
+    orders = peers["talker"].inbox.drain()
+    assert [type(m).__name__ for m in orders] == ["ChunkOrders"] and orders[0].orders
+    assert peers["code2wav"].inbox.drain() == []
 
 
 def test_a_pass_never_waits_on_an_idle_stage(rig) -> None:

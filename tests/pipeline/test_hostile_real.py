@@ -112,7 +112,8 @@ def test_a_penalty_forced_past_the_api_fails_only_its_request(live: _Live) -> No
         "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "repetition_penalty": 1e300})
     assert r.status_code == 400 and r.json()["error"]["param"] == "repetition_penalty"
     engine = live.engine
-    prompt = engine.processor.process(engine.processor.apply_chat_template([{"role": "user", "content": "hello"}]))
+    processor = engine.front_end.processor
+    prompt = processor.process(processor.apply_chat_template([{"role": "user", "content": "hello"}]))
 
     async def one(i: int) -> OmniOutput:
         sampling = RequestSampling(max_tokens=6, seed=i)

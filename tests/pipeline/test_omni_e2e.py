@@ -100,7 +100,7 @@ def test_abort_frees_kv_blocks_in_every_stage(omni: Omni) -> None:
 def test_async_omni_is_the_servers_engine(omni: Omni) -> None:
     engine = AsyncOmni(pipeline=omni.pipeline)
     assert isinstance(engine, OmniEngine) and engine.supports_audio
-    assert {v.lower() for v in engine.voices} == {"chelsie", "ethan", "aiden"}
+    assert {v.lower() for v in engine.front_end.voices} == {"chelsie", "ethan", "aiden"}
     request = omni.request(PROMPT, ["text", "audio"], max_tokens=24, seed=1, voice="Chelsie")
 
     async def consume() -> list[OmniOutput]:

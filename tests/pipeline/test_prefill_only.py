@@ -67,7 +67,7 @@ class _Run:
         factories = {"thinker": fakes.FakeThinker, "talker": lambda: _Talker(go=self.go),
                      "code2wav": fakes.FakeCode2Wav}
         self.runtime = PipelineRuntime(fakes.omni_graph(parse_pipeline(small_dict(talker_frames=FRAMES))),
-                                       factories, None, fakes.GROUPS,
+                                       factories, None, fakes.AUDIO,
                                        PipelineOptions(in_process=True, talker_min_new_tokens=FLOOR))
         self.outputs: dict[str, queue.Queue[OmniOutput]] = {}
 

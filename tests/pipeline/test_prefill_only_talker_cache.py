@@ -62,7 +62,7 @@ def test_the_reply_finds_the_rows_a_prefill_only_request_put_in_the_talker_cache
         return talkers[-1]
 
     factories = {**model_factories(str(tiny_dir), graph, options), "talker": talker}
-    runtime = PipelineRuntime(graph, factories, front.tokenizer, front.num_code_groups, options)
+    runtime = PipelineRuntime(graph, factories, front.tokenizer, front.audio, options)
     try:
         processor = front.processor
         assert processor is not None

@@ -33,7 +33,7 @@ def pipeline(tiny_dir: Path) -> Iterator[OmniPipeline]:
 
 
 def _request(pipeline: OmniPipeline, prefill_only: bool = True) -> OmniRequest:
-    processor = pipeline.processor
+    processor = pipeline.front_end.processor
     assert processor is not None
     prompt = processor.process(processor.apply_chat_template([{"role": "user", "content": "warm me up"}]))
     return OmniRequest(f"warm-{next(IDS)}", prompt, frozenset({Modality.TEXT, Modality.AUDIO}),

@@ -78,7 +78,7 @@ SCRIPT = textwrap.dedent("""
     from tests.pipeline.specs import small_spec
 
     if __name__ == "__main__":
-        rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(), None, fakes.GROUPS, PipelineOptions())
+        rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(), None, fakes.AUDIO, PipelineOptions())
         print(" ".join(str(l.handle.pid) for l in rt.orchestrator.links.values()), flush=True)
         print(rt.addresses.folder, flush=True)
         time.sleep(120)
@@ -113,7 +113,7 @@ def test_a_dead_replica_fails_its_requests_and_reports_unhealthy() -> None:
     from tests.pipeline import fakes
     from tests.pipeline.specs import small_spec
 
-    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(exit_on="die"), None, fakes.GROUPS, PipelineOptions())
+    rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(exit_on="die"), None, fakes.AUDIO, PipelineOptions())
     try:
         outputs: queue.Queue = queue.Queue()
         request = OmniRequest("die", Qwen3OmniPrompt([1]), frozenset({Modality.TEXT}), RequestSampling())
@@ -133,7 +133,7 @@ def test_a_replica_process_that_cannot_load_reports_why() -> None:
 
     factories = {**fakes.fake_factories(), "code2wav": fakes.broken_factory}
     with pytest.raises(PipelineStartError, match="'code2wav' replica 0 failed to start: OSError: weights not found"):
-        PipelineRuntime(fakes.omni_graph(small_spec()), factories, None, fakes.GROUPS, PipelineOptions())
+        PipelineRuntime(fakes.omni_graph(small_spec()), factories, None, fakes.AUDIO, PipelineOptions())
 
 
 UNGUARDED = textwrap.dedent("""
@@ -142,7 +142,7 @@ UNGUARDED = textwrap.dedent("""
     from tests.pipeline import fakes
     from tests.pipeline.specs import small_spec
 
-    runtime = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(), None, fakes.GROUPS,
+    runtime = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(), None, fakes.AUDIO,
                               PipelineOptions(ready_timeout_s=30))
     print("started")
     runtime.close()

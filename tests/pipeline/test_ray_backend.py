@@ -175,6 +175,32 @@ def test_ray_serves_the_same_text_and_audio_as_local_processes(tiny_dir: Path, c
     print(f"local backend (start + request) {local_s:.1f} s; ray backend request {ray_s:.1f} s")
 
 
+def _crossings(engine: AsyncOmni) -> dict[tuple[str, str], int]:
+    """Bytes through the head's sockets so far, by (stage, direction), tensors in the frames included."""
+    out: dict[tuple[str, str], int] = {}
+    for r in engine.stats().replicas:
+        out[(r.stage, "to")] = out.get((r.stage, "to"), 0) + r.bytes_sent
+        out[(r.stage, "from")] = out.get((r.stage, "from"), 0) + r.bytes_received
+    return out
+
+
+def test_frames_and_chunks_never_cross_the_head(on_ray: _Served) -> None:
+    """The talker and code2wav share the second node: the talker's chunks go to code2wav there, so the head sends
+    code2wav nothing and hears from the talker only what it planned (its notices); the audio comes to the head,
+    where the client is."""
+    before = _crossings(on_ray.engine)
+    _, pcm = _speak(on_ray.url)
+    after = _crossings(on_ray.engine)
+    seconds = len(pcm) / 2 / 24000
+    per_s = {key: (after[key] - before.get(key, 0)) / seconds for key in after}
+    print("bytes through the head per audio second: " + ", ".join(
+        f"{stage} {way} {rate:,.0f}" for (stage, way), rate in sorted(per_s.items())))
+    assert per_s[("code2wav", "to")] == 0  # no chunk job from the head
+    assert per_s[("code2wav", "from")] >= 24000 * 4  # the client's audio (float32 samples) comes to the head
+    # From the talker: a notice per step (request id, counts, cuts), far less than the audio it stands for.
+    assert per_s[("talker", "from")] < 0.1 * per_s[("code2wav", "from")]
+
+
 async def _stream(client: httpx.AsyncClient, url: str, producing: asyncio.Event, counter: list[str]
                   ) -> tuple[str, list[dict]]:
     """A long text + audio stream: its request id and every SSE event; counts itself once audio arrives."""

@@ -73,7 +73,7 @@ def _slow_first_step_runtime(first_step_s: float, spin: bool, step_timeout_s: fl
     factories = fakes.fake_factories()
     factories["thinker"] = partial(SlowFirstStepThinker, first_step_s=first_step_s, spin=spin)
     options = PipelineOptions(stage_stall_timeout_s=STALL_S, stage_step_timeout_s=step_timeout_s)
-    return PipelineRuntime(fakes.omni_graph(small_spec()), factories, None, fakes.GROUPS, options)
+    return PipelineRuntime(fakes.omni_graph(small_spec()), factories, None, fakes.AUDIO, options)
 
 
 def test_a_step_longer_than_the_stall_timeout_is_not_taken_for_a_hang() -> None:
@@ -140,7 +140,7 @@ def test_the_default_stall_timeout_suits_a_voice_server() -> None:
 
 def test_a_stopped_replica_is_detected_killed_and_replaced_while_other_stages_serve() -> None:
     factories = fakes.fake_factories(thinker_step_s=0.01, talker_step_s=0.01)
-    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=100_000)), factories, None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=100_000)), factories, None, fakes.AUDIO,
                          PipelineOptions(talker_min_new_tokens=100_000, stage_stall_timeout_s=STALL_S))
     link = rt.orchestrator.links[("code2wav", 0)]
     old_pid = link.handle.pid

@@ -29,7 +29,7 @@ def test_spoken_tokens_across_pieces() -> None:
 @pytest.fixture
 def runtime():
     fakes.INSTANCES.clear()
-    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=10)), fakes.fake_factories(0.001, 0.001), None, fakes.GROUPS,
+    rt = PipelineRuntime(fakes.omni_graph(small_spec(talker_frames=10)), fakes.fake_factories(0.001, 0.001), None, fakes.AUDIO,
                          PipelineOptions(in_process=True))
     yield rt
     rt.close()

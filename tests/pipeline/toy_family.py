@@ -171,7 +171,7 @@ def serve_one(count: int, in_process: bool) -> dict[str, object]:
     registry = FamilyRegistry({}).with_family(ToyFamily())
     graph = resolve_graph(parse_pipeline(SPEC), registry.family("toy"))
     options = PipelineOptions(in_process=in_process, ready_timeout_s=120)
-    runtime = PipelineRuntime(graph, model_factories("", graph, options), Letters(), 0, options)
+    runtime = PipelineRuntime(graph, model_factories("", graph, options), Letters(), None, options)
     try:
         outputs: queue.Queue = queue.Queue()
         runtime.orchestrator.submit(OmniRequest("toy-1", ToyPrompt(count), frozenset(Modality)), outputs.put)

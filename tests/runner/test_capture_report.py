@@ -5,6 +5,7 @@ so the real capture path fails at its first CUDA call."""
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -58,6 +59,8 @@ def test_cpu_runner_reports_no_graphs() -> None:
 
 
 class _Engine:
+    front_end = SimpleNamespace(audio=None)  # no audio: the metrics' player needs no rate
+
     def stats(self) -> EngineStats:
         return EngineStats((ReplicaStats("thinker", 0, 1, 10, 0, 1, graphs_captured=0, graph_capture_failures=1),
                             ReplicaStats("talker", 0, 1, 10, 0, 1, graphs_captured=2)))

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 import json
 from pathlib import Path
 
 import pytest
 
 from omnistage.config.pipeline import ConfigError, load_preset, parse_pipeline
-from omnistage.tools.bench.metrics import SAMPLE_RATE, StreamRecord, summarize
+from omnistage.tools.bench.metrics import StreamRecord, summarize
+from omnistage.tools.bench.process_cpu import cpu_seconds
+
+SAMPLE_RATE = 24000  # the API's PCM
 from omnistage.tools.bench.serve import BenchPrompt, add_ratios, bench_levels, pinned_spec, plot
 
 
@@ -79,6 +84,28 @@ def test_bench_levels_bounds_concurrency() -> None:
     levels = asyncio.run(bench_levels(driver, prompts, [2], seed=0, warmup=0, progress=False))
     assert driver.peak == 2
     assert levels[2]["completed"] == 6 and levels[2]["total_output_tokens"] == 18
+
+
+def test_a_level_reports_the_server_processes_cpu_per_audio_second() -> None:
+    spent = iter([10.0, 10.3])  # CPU seconds before and after the level
+    levels = asyncio.run(bench_levels(_FakeDriver(), [BenchPrompt([1], "x")] * 3, [1], seed=0, warmup=0,
+                                      progress=False, server_cpu=lambda: next(spent)))
+    assert levels[1]["server_cpu_s"] == pytest.approx(0.3)
+    assert levels[1]["server_cpu_s_per_audio_s"] == pytest.approx(0.3 / 0.3)  # three packets of 0.1 s
+
+
+def test_a_process_cpu_time_grows_as_it_works() -> None:
+    before = cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    assert cpu_seconds(os.getpid()) - before >= 0.03
+
+
+def test_a_record_counts_seconds_at_its_own_rate() -> None:
+    record = StreamRecord(0.0, rate=44100)
+    record.add_audio(0.5, 44100)
+    assert record.audio_seconds == 1.0
 
 
 def test_pinned_spec_holds_talker_length_and_sets_policy() -> None:

@@ -196,7 +196,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     metrics = ServerMetrics(engine)
     pool = DecodePool(limits.decode_workers)  # decoding and preprocessing of every endpoint, bounded
     fetcher = MediaFetcher(media or MediaPolicy(), limits)  # one media policy for chat and speech references
-    builder = ChatPromptBuilder(engine.processor, fetcher, limits, pool)
+    builder = ChatPromptBuilder(engine.front_end.processor, fetcher, limits, pool)
     access = access or AccessPolicy()
     # docs_url/redoc_url None: FastAPI's pages load from a CDN; install_landing serves them from local assets.
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server",

@@ -7,33 +7,32 @@ are frozen dataclasses rather than dicts so both sides agree on every field.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
 from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniOutput, OmniRequest
-from omnistage.families.speech import SpeechFrontEnd
+from omnistage.families.base import FrontEnd
 from omnistage.pipeline.reports import EngineStats, HealthReport
-from omnistage.processing.prompt import PromptProcessor
 
 
 @runtime_checkable
 class OmniEngine(Protocol):
     """The pipeline as the server sees it.
 
-    ``generate`` yields deltas of one request (text and/or a float32 24 kHz audio
-    chunk); the last has ``finished=True``. If the consumer stops early the server
-    calls ``abort`` (shielded from cancellation) and then closes the iterator, so
-    ``abort`` must free the request in every stage and be idempotent; aborting an
-    unknown or finished id is a no-op. ``processor`` and ``speech`` are called from worker threads.
+    ``generate`` yields deltas of one request (text and/or a float32 audio chunk at
+    the family's rate, ``front_end.audio.sample_rate``); the last has ``finished=True``.
+    If the consumer stops early the server calls ``abort`` (shielded from
+    cancellation) and then closes the iterator, so ``abort`` must free the request
+    in every stage and be idempotent; aborting an unknown or finished id is a no-op.
+    The front end's ``processor`` and ``speech`` are called from worker threads.
     """
 
     model_name: str  # the id /v1/models lists and requests must name
-    processor: PromptProcessor | None  # the chat prompt processor; None: the model takes no chat (a TTS model)
-    speech: SpeechFrontEnd | None  # a text-to-speech model's input preparation; None: not a TTS model
-    voices: Sequence[str]  # the checkpoint's speaker names, e.g. ("Chelsie", "Ethan", "Aiden")
-    openai_voices: Mapping[str, str]  # the family's table of OpenAI voice names → its speakers
-    default_voice: str  # the family's default speaker ("": the first of voices)
+    # The served family's front end (its fields are declared there, once): the chat prompt processor (None: the
+    # model takes no chat), a TTS model's speech preparation, voices, OpenAI voice names, default voice, and
+    # its audio (frame timing, output rate; None when it makes none).
+    front_end: FrontEnd
     supports_audio: bool  # False when the pipeline has no talker/code2wav stages
     max_model_len: int  # the thinker's context: prompt + completion tokens
     default_sampling: SamplingDefaults  # what a request's unset sampling knobs take

@@ -38,7 +38,7 @@ def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:
     base = f"{config.scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
     auth = ' -H "Authorization: Bearer $OMNISTAGE_API_KEY"' if config.access.api_keys else ""
     name = config.served_name
-    if engine.processor is not None:
+    if engine.front_end.processor is not None:
         body = (f'{{"model": "{name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
                 f'"modalities": ["text", "audio"], "audio": {{"voice": "{_first_voice(engine)}", "format": "wav"}}}}')
         curl = f"curl {base}/v1/chat/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
@@ -55,7 +55,7 @@ def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:
 
 
 def _first_voice(engine: OmniEngine) -> str:
-    return engine.voices[0] if engine.voices else "default"
+    return engine.front_end.voices[0] if engine.front_end.voices else "default"
 
 
 async def _announce(server: object, config: ServeConfig, engine: OmniEngine, port: int) -> None:

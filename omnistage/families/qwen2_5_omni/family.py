@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from types import MappingProxyType
 
+from omnistage.audio_spec import AudioSpec, Codebooks, Streaming
 from omnistage.config.pipeline import ConfigError, PipelineSpec
 
 from omnistage.core import Modality
@@ -66,7 +67,7 @@ class Qwen25OmniFamily(Family):
 
         voices = tuple(load_speakers(folder))
         default = DEFAULT_VOICE if DEFAULT_VOICE in voices else ""
-        return FrontEnd(processor.tokenizer, processor, voices, cfg.max_positions, num_code_groups=1,
+        return FrontEnd(processor.tokenizer, processor, voices, cfg.max_positions, _audio(cfg),
                         openai_voices=OPENAI_VOICES, default_voice=default)
 
     def entry_input(self, context: EdgeContext) -> ThinkerPrompt:
@@ -87,6 +88,17 @@ def _warn_system_prompt() -> None:
         _warned_system_prompt = True
         logger.warning("Qwen2.5-Omni was asked for audio under a system prompt other than its own; the speech may "
                        "be poor. Set the system message to: %r", SYSTEM_PROMPT)
+
+
+def _audio(cfg: Qwen25OmniConfig) -> AudioSpec:
+    """One codebook of 50 Hz codes (2 mel frames each, 240 samples a mel frame at 24 kHz); token2wav decodes
+    overlapping windows (its DiT is not causal): ``past`` and ``future`` mel frames around each chunk."""
+    from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE
+    from omnistage.models.qwen2_5_omni.token2wav_stream import ChunkPlan
+
+    plan = ChunkPlan()
+    return AudioSpec(24000, SAMPLES_PER_CODE, Codebooks(1, int(cfg.hf.talker_config.vocab_size)), Streaming.OVERLAP,
+                     past_frames=plan.past // plan.repeats, lookahead_frames=plan.future // plan.repeats)
 
 
 def _config(config: object) -> Qwen25OmniConfig:

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from omnistage.audio_spec import AudioSpec, Codebooks
 from omnistage.config.pipeline import ConfigError, PipelineSpec
 from omnistage.core import Modality
 from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
@@ -62,7 +63,7 @@ class Qwen3OmniFamily(Family):
         cfg = _config(config)
         processor = Qwen3OmniPromptProcessor(folder, cfg.processor)
         default = next((v for v in cfg.voices if v.lower() == DEFAULT_VOICE.lower()), "")
-        return FrontEnd(processor.tokenizer, processor, cfg.voices, cfg.max_positions, cfg.num_code_groups,
+        return FrontEnd(processor.tokenizer, processor, cfg.voices, cfg.max_positions, _audio(cfg),
                         openai_voices=OPENAI_VOICES, default_voice=default)
 
     def entry_input(self, context: EdgeContext) -> ThinkerPrompt:
@@ -72,6 +73,15 @@ class Qwen3OmniFamily(Family):
             raise TypeError(f"a Qwen3-Omni request carries a Qwen3OmniPrompt, not {type(prompt).__name__}")
         return ThinkerPrompt(list(prompt.token_ids), request_params(request.sampling), prompt.mm,
                              capture_hidden=request.wants_audio)
+
+
+def _audio(cfg: Qwen3OmniConfig) -> AudioSpec | None:
+    """Code2wav's 12.5 Hz frames of ``num_code_groups`` codebooks, decoded as streams with their state kept."""
+    vocoder = cfg.code2wav
+    if vocoder is None:
+        return None
+    return AudioSpec(vocoder.sample_rate, vocoder.samples_per_frame,
+                     Codebooks(cfg.num_code_groups, vocoder.codebook_size))
 
 
 def _config(config: object) -> Qwen3OmniConfig:

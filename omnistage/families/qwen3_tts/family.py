@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 import torch
 
+from omnistage.audio_spec import AudioSpec, Codebooks
 from omnistage.core import Modality, OmniRequest
 from omnistage.engine.sampling_params import SamplingParams
 from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
@@ -48,7 +49,7 @@ class Qwen3TTSFamily(Family):
 
         cfg = _config(config)
         speech = Qwen3TTSSpeech(folder, cfg)
-        return FrontEnd(None, None, speech.speakers, cfg.talker.max_positions, cfg.talker.num_code_groups, speech,
+        return FrontEnd(None, None, speech.speakers, cfg.talker.max_positions, _audio(cfg), speech,
                         openai_voices=OPENAI_VOICES)
 
     def entry_input(self, context: EdgeContext) -> TalkerSpeech:
@@ -72,6 +73,13 @@ def _prompt(request: OmniRequest) -> PromptSpec:
     if not isinstance(request.prompt, PromptSpec):
         raise TypeError(f"a Qwen3-TTS request carries a PromptSpec, not {type(request.prompt).__name__}")
     return request.prompt
+
+
+def _audio(cfg: Qwen3TTSConfig) -> AudioSpec:
+    """The 12 Hz codec's frames (``decode_upsample_rate`` samples each), decoded as streams with their state kept."""
+    tokenizer = cfg.speech_tokenizer
+    return AudioSpec(tokenizer.output_sample_rate, tokenizer.decode_upsample_rate,
+                     Codebooks(cfg.talker.num_code_groups, tokenizer.decoder.codebook_size))
 
 
 def _config(config: object) -> Qwen3TTSConfig:

@@ -34,8 +34,6 @@ class Code2Wav(nn.Module):
     equal length or right-pads them and calls ``decode_rows``.
     """
 
-    sample_rate = 24000  # fixed by training; config.json does not carry it
-
     def __init__(self, config: Code2WavConfig) -> None:
         super().__init__()
         self.config = config
@@ -57,7 +55,11 @@ class Code2Wav(nn.Module):
 
     @property
     def samples_per_frame(self) -> int:
-        return math.prod(self.config.upsampling_ratios) * math.prod(self.config.upsample_rates)
+        return self.config.samples_per_frame
+
+    @property
+    def sample_rate(self) -> int:
+        return self.config.sample_rate
 
     @property
     def lookahead_samples(self) -> int:

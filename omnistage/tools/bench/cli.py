@@ -149,6 +149,9 @@ def add_serve_parser(targets: argparse._SubParsersAction) -> None:
                             "text-to-speech utterances (a TTS checkpoint; --random-input-len counts words)")
     serve.add_argument("--url", default=None,
                        help="drive a running server (http://HOST:PORT); default: start the pipeline in-process")
+    serve.add_argument("--server-pid", type=int, default=None,
+                       help="with --url: the server's process id; each level reports its CPU seconds (user + system, "
+                            "not its stage replicas') per audio second")
     serve.add_argument("--served-model-name", "--served-model", dest="served_model", default=None,
                        help="model id the server answers to, as serve's --served-model-name (with --url; default "
                             "--model)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from omnistage.tools.bench.metrics import SAMPLE_RATE
+REFERENCE_RATE = 24000  # transformers' Qwen3-Omni speaks at 24 kHz
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class HFBaseline:
             )
         elapsed = time.perf_counter() - start
         samples = 0 if wav is None else int(wav.reshape(-1).shape[0])
-        return HFResult(elapsed, int(sequences.shape[1] - ids.shape[1]), samples / SAMPLE_RATE)
+        return HFResult(elapsed, int(sequences.shape[1] - ids.shape[1]), samples / REFERENCE_RATE)
 
 
 def summarize_hf(results: list[HFResult]) -> dict[str, float]:

@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SAMPLE_RATE = 24000
+from omnistage.audio.formats import PCM_RATE
 
 
 @dataclass
 class StreamRecord:
+    """``rate``: its audio's samples per second (the API's PCM, or the served family's when in process)."""
+
     start: float
+    rate: int = PCM_RATE
     first_token: float | None = None
     token_times: list[float] = field(default_factory=list)  # one entry per text token (a delta of n adds n)
     audio: list[tuple[float, int]] = field(default_factory=list)  # (arrival, samples) per audio packet
@@ -69,7 +72,7 @@ class StreamRecord:
 
     @property
     def audio_seconds(self) -> float:
-        return sum(n for _, n in self.audio) / SAMPLE_RATE
+        return sum(n for _, n in self.audio) / self.rate
 
     @property
     def audio_rtf(self) -> float | None:
@@ -83,7 +86,7 @@ class StreamRecord:
         first, received, worst = self.audio[0][0], 0.0, 0.0
         for now, samples in self.audio:
             worst = max(worst, (now - first) - received)
-            received += samples / SAMPLE_RATE
+            received += samples / self.rate
         return worst
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnistage.tools.bench.metrics import StreamRecord, summarize
+from omnistage.tools.bench.process_cpu import cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class InProcessDriver:
         base = load_pipeline(stage_config) if stage_config else load_preset(preset_for(resolve_model(model)))
         spec = pinned_spec(base, audio_frames, scheduling, code2wav_max_batch)
         self.omni = AsyncOmni(model, spec, PipelineOptions(talker_min_new_tokens=audio_frames))
-        self.processor = self.omni.processor
+        self.processor = self.omni.front_end.processor
+        self.rate = self.omni.front_end.audio.sample_rate if self.omni.front_end.audio else 0
         self.output_tokens, self.ignore_eos = output_tokens, ignore_eos
         self.initial_chunk_frames = initial_chunk_frames
 
@@ -98,7 +100,7 @@ class InProcessDriver:
             RequestSampling(temperature=0.0, max_tokens=self.output_tokens, seed=seed, ignore_eos=self.ignore_eos),
             initial_codec_chunk_frames=self.initial_chunk_frames,
         )
-        record = StreamRecord(time.perf_counter())
+        record = StreamRecord(time.perf_counter(), self.rate)
         async for out in self.omni.generate(request):
             now = time.perf_counter()
             record.add_tokens(now, len(out.token_ids))
@@ -195,16 +197,22 @@ def _progress(total: int, desc: str):  # noqa: ANN202
 
 
 async def bench_levels(driver, prompts: list[BenchPrompt], levels: list[int], seed: int,  # noqa: ANN001
-                       warmup: int = 1, progress: bool = True) -> dict[int, dict[str, float]]:
+                       warmup: int = 1, progress: bool = True,
+                       server_cpu: Callable[[], float] | None = None) -> dict[int, dict[str, float]]:
+    """``server_cpu``: the server process's CPU seconds so far; each level then says what it cost per audio s."""
     if warmup:
         await run_level(driver, prompts[:warmup], warmup, seed)
     results = {}
     for c in levels:
         bar = _progress(len(prompts), f"concurrency {c}") if progress else None
+        cpu_before = server_cpu() if server_cpu else 0.0
         records, wall = await run_level(driver, prompts, c, seed, (lambda: bar.update(1)) if bar else (lambda: None))
         if bar is not None:
             bar.close()
         results[c] = summarize(records, wall)
+        if server_cpu is not None and results[c]["total_audio_s"] > 0:
+            results[c]["server_cpu_s"] = cpu = server_cpu() - cpu_before
+            results[c]["server_cpu_s_per_audio_s"] = cpu / results[c]["total_audio_s"]
     return results
 
 
@@ -251,6 +259,9 @@ def print_table(levels: dict[int, dict[str, float]], hf: dict[str, float] | None
             line += (f" {f.get('audio_throughput_ratio_vs_hf', 0):>10.2f} "
                      f"{f.get('ttfp_ratio_vs_hf_e2e', 0):>11.3f}")
         print(line)
+        if "server_cpu_s" in f:
+            print(f"     server process: {f['server_cpu_s']:.2f} CPU s, {f['server_cpu_s_per_audio_s']:.5f} per audio s "
+                  f"({f['total_audio_s']:.1f} audio s)")
     if hf:
         print(f"  hf: {hf['completed']} requests one at a time, e2e mean {hf['mean_e2el_ms']:.1f} ms "
               f"(best {hf['min_e2el_ms']:.1f} ms, best {hf['best_audio_throughput']:.3f} audio s/s; ratios use the best), "
@@ -315,8 +326,11 @@ def plot(levels: dict[int, dict[str, float]], path: str) -> bool:
 
 
 async def _drive(args: argparse.Namespace, prompts: list[BenchPrompt], driver) -> dict[int, dict[str, float]]:  # noqa: ANN001
+    pid = getattr(args, "server_pid", None)
+    server_cpu = (lambda: cpu_seconds(pid)) if pid else None
     try:
-        return await bench_levels(driver, prompts, args.concurrency, args.seed, args.warmup, not args.no_progress)
+        return await bench_levels(driver, prompts, args.concurrency, args.seed, args.warmup, not args.no_progress,
+                                  server_cpu)
     finally:
         await driver.close()
 

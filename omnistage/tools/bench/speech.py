@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from omnistage.tools.bench.metrics import SAMPLE_RATE, StreamRecord
+from omnistage.tools.bench.metrics import StreamRecord
 from omnistage.tools.bench.serve import BenchPrompt, sse_record
 
 WORDS = ("hello", "there", "how", "are", "you", "today", "the", "weather", "is", "fine", "speech", "stream",
@@ -44,22 +44,23 @@ class SpeechInProcessDriver:
         from omnistage.pipeline.runtime import PipelineOptions
 
         self.omni = AsyncOmni(model, stage_config, PipelineOptions(in_process=in_process))
-        if self.omni.speech is None:
+        if self.omni.front_end.speech is None:
             raise ValueError(f"{model} is not a text-to-speech checkpoint (--backend openai-audio-speech)")
         self.audio_frames = audio_frames
         self.initial_chunk_frames = initial_chunk_frames  # None: the stage config's (load-aware) first chunk
+        self.rate = self.omni.front_end.audio.sample_rate
 
     async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
         from omnistage.core import Modality, OmniRequest, RequestSampling
         from omnistage.families.speech import SpeechAsk
 
-        speech = self.omni.speech
+        speech = self.omni.front_end.speech
         ask = SpeechAsk(prompt.text, speech.speakers[0] if speech.speakers else None,
                         None if speech.speakers else "A clear, calm voice.")
         request = OmniRequest(f"bench-{uuid.uuid4().hex[:8]}", speech.prompt(ask), frozenset({Modality.AUDIO}),
                               RequestSampling(temperature=0.0, max_tokens=self.audio_frames + 1, seed=seed),
                               initial_codec_chunk_frames=self.initial_chunk_frames)
-        record = StreamRecord(time.perf_counter())
+        record = StreamRecord(time.perf_counter(), self.rate)
         async for out in self.omni.generate(request):
             now = time.perf_counter()
             if out.audio is not None:
@@ -117,7 +118,7 @@ def run_sequential(folder: Path, prompts: list[BenchPrompt], audio_frames: int) 
                              instructions=None if speakers else "A clear, calm voice.")
         wav = generate_offline(models, tokenizer, speech, settings).wav
         e2e.append(time.perf_counter() - began)  # its first audio is its whole audio
-        audio.append(wav.numel() / SAMPLE_RATE)
+        audio.append(wav.numel() / models.config.speech_tokenizer.output_sample_rate)
     wall = time.perf_counter() - start
     return {"completed": len(prompts), "mean_e2el_ms": 1000 * sum(e2e) / len(e2e), "min_e2el_ms": 1000 * min(e2e),
             "best_audio_throughput": max(a / t for a, t in zip(audio, e2e)), "output_throughput": 0.0,

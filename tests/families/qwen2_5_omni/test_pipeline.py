@@ -32,7 +32,7 @@ def test_chat_text_through_the_pipeline(omni: Omni, omni25_dir: Path) -> None:
     assert out.finished and out.usage.completion_tokens == 6
     prompt = omni.prompt("Hello, how are you?")
     expected = greedy_tokens(Thinker.from_checkpoint(omni25_dir), list(prompt.token_ids), None, 6)
-    assert omni.pipeline.processor.tokenizer.decode(expected, skip_special_tokens=True) == out.text
+    assert omni.pipeline.front_end.processor.tokenizer.decode(expected, skip_special_tokens=True) == out.text
 
 
 def test_image_prompt_through_the_pipeline(omni: Omni) -> None:
@@ -53,7 +53,7 @@ def test_video_prompt_through_the_pipeline(omni: Omni) -> None:
     prompt = omni.prompt(messages, videos=[Video(frames, fps=2.0)])
     grid = prompt.mm.video_grid_thw
     assert grid.tolist() == [[2, 4, 4]]  # 3 frames padded to 2 temporal patches of 2; 56 px = 4 patches of 14
-    video_id = omni.pipeline.processor.video_token_id
+    video_id = omni.pipeline.front_end.processor.video_token_id
     assert prompt.token_ids.count(video_id) == 2 * 4 * 4 // 4 == prompt.mm.pixel_values_videos.shape[0] // 4
     assert prompt.mm.video_second_per_grid.tolist() == [1.0]  # temporal patch of 2 frames at 2 fps
     out = list(omni.generate(messages, videos=[Video(frames, fps=2.0)], max_tokens=4, ignore_eos=True))[-1]

@@ -25,7 +25,7 @@ from omnistage.entrypoints.openai.common.request_checks import (
     resolve_voice,
     top_k_of,
 )
-from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.common.served_model import ServedModel, audio_rate
 from omnistage.entrypoints.openai.common.tool_calls import ToolSetup, tool_setup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 
@@ -39,6 +39,7 @@ RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "conversation", "tools", "toke
 class AudioOutput:
     voice: str
     format: AudioFormat
+    source_rate: int  # the served family's audio rate: what the encoders resample from
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _audio_output(body: ChatCompletionRequest, engine: OmniEngine, served: Serve
             raise bad_request("'speaker' and 'audio.voice' name different voices", param="speaker")
         name, param = body.speaker, "speaker"
     fmt = AudioFormat.parse(body.audio.format if body.audio is not None else "wav")
-    return AudioOutput(voice=resolve_voice(served.voices, name, param), format=fmt)
+    return AudioOutput(voice=resolve_voice(served.voices, name, param), format=fmt, source_rate=audio_rate(engine))
 
 
 def chat_plan(body: ChatCompletionRequest, engine: OmniEngine, served: ServedModel) -> ChatPlan:

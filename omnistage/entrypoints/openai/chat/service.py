@@ -22,7 +22,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from omnistage.audio import encode_audio
-from omnistage.core import OUTPUT_SAMPLE_RATE, Modality, OmniOutput, OmniRequest, RequestSampling, Usage
+from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling, Usage
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.entrypoints.openai.chat.inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.chat.logprobs import LogprobWriter
@@ -92,7 +92,7 @@ class ChatService:
         except ClientDisconnected:
             return Response(status_code=499)
         requests = self._requests(body, plan, prompt, sampling)
-        logprobs = LogprobWriter(getattr(self.engine.processor, "tokenizer", None), plan.logprobs or 0) \
+        logprobs = LogprobWriter(getattr(self.engine.front_end.processor, "tokenizer", None), plan.logprobs or 0) \
             if plan.logprobs is not None else None
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -130,7 +130,8 @@ class ChatService:
                   sampling: RequestSampling) -> list[OmniRequest]:
         base = f"chatcmpl-{uuid.uuid4().hex}"
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if plan.audio else set()))
-        unspoken = plan.tools.unspoken(getattr(self.engine.processor, "tokenizer", None)) if plan.audio else None
+        tokenizer = getattr(self.engine.front_end.processor, "tokenizer", None)
+        unspoken = plan.tools.unspoken(tokenizer) if plan.audio else None
         voice = {"voice": plan.audio.voice} if plan.audio else {}
         return [OmniRequest(request_id=base if plan.choices == 1 else f"{base}-{i}", prompt=prompt,
                             modalities=modalities,
@@ -193,7 +194,7 @@ class ChatService:
         if plan.audio is not None:
             samples = done.audio if done.audio is not None else np.zeros(0, dtype=np.float32)
             # mp3/opus encoding is CPU work: keep it off the event loop.
-            data = await anyio.to_thread.run_sync(encode_audio, samples, OUTPUT_SAMPLE_RATE, plan.audio.format)
+            data = await anyio.to_thread.run_sync(encode_audio, samples, plan.audio.source_rate, plan.audio.format)
             speech = ChatCompletionAudio(id=f"audio_{uuid.uuid4().hex}", data=base64.b64encode(data).decode("ascii"),
                                          expires_at=int(time.time()) + AUDIO_TTL_S, transcript=text)
         content = None if not plan.text else (text or None) if calls else text

@@ -18,7 +18,7 @@ import time
 import uuid
 
 from omnistage.audio import AudioFormat, StreamingAudioEncoder
-from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput
+from omnistage.core import FinishReason, OmniOutput
 from omnistage.core import Usage
 from omnistage.entrypoints.openai.chat.logprobs import LogprobWriter
 from omnistage.entrypoints.openai.chat.protocol import (
@@ -70,7 +70,7 @@ class _Choice:
         if plan.audio is not None:
             streamed = AudioFormat.PCM16 if plan.audio.format in (AudioFormat.WAV, AudioFormat.PCM16) \
                 else plan.audio.format
-            self.encoder = StreamingAudioEncoder(streamed, OUTPUT_SAMPLE_RATE)
+            self.encoder = StreamingAudioEncoder(streamed, plan.audio.source_rate)
 
     @property
     def called_tools(self) -> bool:

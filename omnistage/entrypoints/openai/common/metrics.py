@@ -11,10 +11,11 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from omnistage.core import OUTPUT_SAMPLE_RATE, OmniOutput
+from omnistage.core import OmniOutput
+from omnistage.entrypoints.openai.common.served_model import audio_rate
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.pipeline.playback import Playback
 
@@ -38,6 +39,9 @@ class _EngineCollector(Collector):
                                    labels=labels)
         failed = GaugeMetricFamily("omnistage_cuda_graph_capture_failures",
                                    "CUDA graph sets whose capture failed (those steps run eagerly)", labels=labels)
+        moved = CounterMetricFamily("omnistage_orchestrator_bytes", "message bytes between the server's orchestrator "
+                                    "and a replica (tensors in shared memory count as their keys)",
+                                    labels=[*labels, "direction"])
         stats = self.engine.stats()
         yield GaugeMetricFamily("omnistage_shm_segments", "shared-memory tensors in flight between stages",
                                 value=stats.shm_segments)
@@ -50,11 +54,14 @@ class _EngineCollector(Collector):
             running.add_metric(key, r.running)
             graphs.add_metric(key, r.graphs_captured)
             failed.add_metric(key, r.graph_capture_failures)
-        yield from (used, total, kv_bytes, queued, running, graphs, failed)
+            moved.add_metric([*key, "to_replica"], r.bytes_sent)
+            moved.add_metric([*key, "from_replica"], r.bytes_received)
+        yield from (used, total, kv_bytes, queued, running, graphs, failed, moved)
 
 
 class ServerMetrics:
     def __init__(self, engine: OmniEngine) -> None:
+        self.sample_rate = audio_rate(engine)  # the served family's audio: what a request's samples last
         self.registry = CollectorRegistry()
         self.requests = Counter("omnistage_requests", "finished API requests", ["endpoint", "outcome"],
                                 registry=self.registry)
@@ -116,7 +123,7 @@ class RequestTimer:
                 self.metrics.ttfa.labels(self.endpoint).observe(now)
             self.audio_samples += int(out.audio.size)
             if self.player is not None:
-                stall = self.player.delivered(now, out.audio.size / OUTPUT_SAMPLE_RATE)
+                stall = self.player.delivered(now, out.audio.size / self.metrics.sample_rate)
                 if stall > 0:
                     self.metrics.underruns.labels(self.endpoint).inc()
                     self.metrics.stall.labels(self.endpoint).observe(stall)
@@ -130,4 +137,4 @@ class RequestTimer:
         self.metrics.requests.labels(self.endpoint, outcome).inc()
         if outcome == "ok" and self.audio_samples:
             elapsed = time.perf_counter() - self.start
-            self.metrics.rtf.labels(self.endpoint).observe(elapsed / (self.audio_samples / OUTPUT_SAMPLE_RATE))
+            self.metrics.rtf.labels(self.endpoint).observe(elapsed / (self.audio_samples / self.metrics.sample_rate))

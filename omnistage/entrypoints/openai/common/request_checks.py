@@ -25,7 +25,7 @@ NO_CHAT = ("this model takes no chat: it is a text-to-speech checkpoint; use POS
 
 
 def require_chat(engine: OmniEngine) -> None:
-    if engine.processor is None:
+    if engine.front_end.processor is None:
         raise bad_request(NO_CHAT, param="model", code="chat_not_supported")
 
 
@@ -56,7 +56,7 @@ def top_k_of(engine: OmniEngine, top_k: int | None) -> int | None:
     vocabulary is a 400 (the vocabulary is the tokenizer's, when the model has one)."""
     if top_k is None or top_k <= 0:
         return None if top_k is None else 0
-    tokenizer = getattr(engine.processor, "tokenizer", None)
+    tokenizer = getattr(engine.front_end.processor, "tokenizer", None)
     vocab = len(tokenizer) if tokenizer is not None else None
     if vocab is not None and top_k > vocab:
         raise bad_request(f"top_k={top_k} is larger than the model's vocabulary of {vocab} tokens", param="top_k",

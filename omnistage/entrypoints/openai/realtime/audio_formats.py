@@ -11,13 +11,15 @@ from typing import Any
 import numpy as np
 
 from omnistage.audio import float_to_pcm16, resample
+from omnistage.audio.formats import PCM_RATE
 from omnistage.audio.g711 import G711_RATE, decode_g711, encode_g711
+from omnistage.audio.resample_stream import StreamResampler
 from omnistage.entrypoints.openai.realtime.event_error import EventError, event_id
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 
 PCM_RATES = (16000, 24000)  # PCM16 mono rates accepted by input_audio_buffer.append
 DEFAULT_INPUT_RATE = 24000  # OpenAI's pcm16 rate
-OUTPUT_RATE = 24000
+OUTPUT_RATE = PCM_RATE  # OpenAI's pcm16 output rate
 
 
 def decode_base64_audio(event: dict[str, Any]) -> bytes:
@@ -56,21 +58,39 @@ class InputFormat:
 
 @dataclass(frozen=True)
 class OutputFormat:
-    """``pcm16`` at 24 kHz, or G.711 at 8 kHz (resampled, then encoded)."""
+    """``pcm16`` at 24 kHz, or G.711 at 8 kHz, whatever the model's own rate (resampled, then encoded)."""
 
     kind: str = "pcm16"
 
-    def encode(self, samples: np.ndarray) -> bytes:
-        if self.kind == "pcm16":
-            return float_to_pcm16(samples)
-        return encode_g711(resample(samples, OUTPUT_RATE, G711_RATE), "ulaw" if self.kind == "pcmu" else "alaw")
+    @property
+    def rate(self) -> int:
+        return OUTPUT_RATE if self.kind == "pcm16" else G711_RATE
+
+    def encoder(self, source_rate: int) -> OutputEncoder:
+        """One response's encoder from audio at ``source_rate`` (the served family's)."""
+        return OutputEncoder(self.kind, StreamResampler(source_rate, self.rate))
 
     @property
     def bytes_per_ms(self) -> float:
         return OUTPUT_RATE * 2 / 1000 if self.kind == "pcm16" else G711_RATE / 1000
 
     def describe(self, beta: bool) -> dict[str, Any] | str:
-        return InputFormat(self.kind, OUTPUT_RATE if self.kind == "pcm16" else G711_RATE).describe(beta)
+        return InputFormat(self.kind, self.rate).describe(beta)
+
+
+@dataclass
+class OutputEncoder:
+    """A response's audio chunks in its output format, resampled as a stream (chunked = whole: no click at
+    each chunk's edge)."""
+
+    kind: str
+    resample: StreamResampler
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        wire = self.resample(samples)
+        if self.kind == "pcm16":
+            return float_to_pcm16(wire)
+        return encode_g711(wire, "ulaw" if self.kind == "pcmu" else "alaw")
 
 
 _BETA_FORMATS = {"pcm16": "pcm16", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}

@@ -58,7 +58,7 @@ def check_settings(service: RealtimeService, session: dict[str, Any]) -> dict[st
     model = session.get("model")
     if model is not None and model not in service.served.names:
         raise model_not_found(str(model))
-    if service.engine.processor is None:
+    if service.engine.front_end.processor is None:
         raise APIError(400, "this checkpoint has no chat template: realtime sessions need one",
                        param="session.model", code="chat_not_supported")
     state = SessionState(service.engine, service.served.voices, service.limits, beta=False)

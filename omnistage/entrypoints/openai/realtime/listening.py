@@ -65,7 +65,7 @@ class Listener:
 
     def __init__(self, engine: OmniEngine, pool: DecodePool, prefill: PrefillRequest) -> None:
         self.engine, self.pool, self.prefill = engine, pool, prefill
-        processor = engine.processor
+        processor = engine.front_end.processor
         self.processor = processor if isinstance(processor, StreamingAudioInput) else None
         self._mel: WindowedLogMel | None = None
         self._start = 0  # the buffer sample (since its last clear) where the live item starts

@@ -25,7 +25,7 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from omnistage.core import OUTPUT_SAMPLE_RATE, FinishReason, OmniOutput, OmniRequest, Usage
+from omnistage.core import FinishReason, OmniOutput, OmniRequest, Usage
 from omnistage.entrypoints.openai.common.streaming import TIMED_OUT
 from omnistage.entrypoints.openai.common.tool_calls import ParsedCall, ToolCallParser
 from omnistage.entrypoints.openai.realtime.items import Conversation, Item
@@ -40,9 +40,11 @@ class ResponseWriter:
 
     def __init__(self, send: SendFn, conversation_id: str, voice: str, request: OmniRequest,
                  options: ResponseOptions, output_format: OutputFormat, conversation: Conversation | None,
-                 parser: ToolCallParser | None = None) -> None:
+                 parser: ToolCallParser | None, source_rate: int) -> None:
+        """``source_rate``: the rate of the engine's audio (the served family's)."""
         self.send, self.conversation_id, self.voice = send, conversation_id, voice
         self.request, self.options, self.output_format = request, options, output_format
+        self.source_rate, self.encoder = source_rate, output_format.encoder(source_rate)
         self.conversation, self.parser = conversation, parser
         self.id = request.request_id
         self.items: list[Item] = []
@@ -105,8 +107,8 @@ class ResponseWriter:
         if out.audio is not None and out.audio.size and self.speaks:
             message = await self._open_message()
             self.audio_samples += out.audio.size
-            message.audio_ms = self.audio_samples * 1000 // OUTPUT_SAMPLE_RATE
-            data = base64.b64encode(self.output_format.encode(out.audio)).decode("ascii")
+            message.audio_ms = self.audio_samples * 1000 // self.source_rate
+            data = base64.b64encode(self.encoder.encode(out.audio)).decode("ascii")
             await self.send(server_event("response.output_audio.delta", **self._ids(message), content_index=0,
                                          delta=data))
 

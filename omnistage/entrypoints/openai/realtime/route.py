@@ -37,7 +37,7 @@ async def realtime(ws: WebSocket) -> None:
         await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
         await ws.close(code=1008)
         return
-    if service.engine.processor is None:
+    if service.engine.front_end.processor is None:
         await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
         await ws.close(code=1008)
         return

@@ -40,7 +40,7 @@ from omnistage.audio.vad_backend import VadBackend
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.common.admission import Admission, Overloaded, Ticket
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
-from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.common.served_model import ServedModel, audio_rate
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
 from omnistage.entrypoints.openai.common.tool_calls import ToolSetup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
@@ -323,7 +323,7 @@ class RealtimeSession(SessionAudio):
             outputs = engine_outputs(self.engine, request, timeout_s=self.limits.request_timeout, ticket=ticket)
         conversation = self.state.conversation if options.in_conversation else None
         self.writer = ResponseWriter(self.send, self.id, self.config.voice, request, options,
-                                     self.config.output_format, conversation, tools.parser())
+                                     self.config.output_format, conversation, tools.parser(), audio_rate(self.engine))
         self.response = asyncio.create_task(self._respond(self.writer, outputs))
         # Released however the task ends, even when cancelled before it ever ran (barge-in right away), and a
         # speculative request that never got read is aborted then.

@@ -46,7 +46,7 @@ async def transcribe(session: RealtimeSession, item: Item) -> None:
     try:
         audio = item.audio if item.audio is not None else np.zeros(0, np.float32)
         ask = TranscriptionAsk(audio, TRANSCRIBE_INSTRUCTIONS)
-        prompt = await session.service.pool.run(render_transcription, session.engine.processor, ask)
+        prompt = await session.service.pool.run(render_transcription, session.engine.front_end.processor, ask)
         request = transcription_request(session.engine, prompt, ask, new_id("transcribe"), param="audio")
     except Exception as exc:  # noqa: BLE001 - reported to the client; the session goes on
         ticket.release()

@@ -80,7 +80,7 @@ class TurnRequests:
         """``response``'s request and the items its prompt dropped, the session left as it is."""
         async def render(kept: tuple[Item, ...]) -> ProcessedPrompt:
             spec = PromptSpec(options.instructions, kept, tools.tools, tools.prefix)
-            return await self.pool.run(render_prompt_job, self.engine.processor, spec)
+            return await self.pool.run(render_prompt_job, self.engine.front_end.processor, spec)
 
         requested = options.max_output_tokens
         # The answer's room, kept free when the conversation is truncated: its own cap, else a share of the context.
@@ -107,7 +107,7 @@ class TurnRequests:
         """A response's modalities and the text its talker must not speak (tool calls), when it speaks."""
         if "audio" not in options.output_modalities:
             return frozenset({Modality.TEXT}), None
-        unspoken = tools.unspoken(getattr(self.engine.processor, "tokenizer", None))
+        unspoken = tools.unspoken(getattr(self.engine.front_end.processor, "tokenizer", None))
         return frozenset({Modality.TEXT, Modality.AUDIO}), unspoken
 
     async def prefill(self, audio: ListenedAudio | None) -> OmniRequest | None:
@@ -125,7 +125,7 @@ class TurnRequests:
                 Item(new_id("item"), "message", role="user", audio=audio.samples, listened=audio))
         tools = self.tools(options)
         spec = PromptSpec(options.instructions, (*earlier, live), tools.tools, tools.prefix)
-        prompt = await self.pool.run(render_prompt_job, self.engine.processor, spec)
+        prompt = await self.pool.run(render_prompt_job, self.engine.front_end.processor, spec)
         sampling = make_sampling(max_tokens=1, defaults=self.engine.default_sampling, temperature=0.0)
         # A prefill is never worth an error: on an engine without audio stages it warms the thinker alone.
         speaks = self.engine.supports_audio

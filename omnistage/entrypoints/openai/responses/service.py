@@ -87,7 +87,7 @@ class ResponsesService:
         request_id = f"resp_{uuid.uuid4().hex}"
         request = OmniRequest(request_id=request_id, prompt=prompt, sampling=sampling, stream=bool(body.stream),
                               modalities=frozenset({Modality.TEXT, Modality.AUDIO} if voice else {Modality.TEXT}),
-                              unspoken=tools.unspoken(getattr(self.engine.processor, "tokenizer", None))
+                              unspoken=tools.unspoken(getattr(self.engine.front_end.processor, "tokenizer", None))
                               if voice else None, **({"voice": voice} if voice else {}))
         writer = ResponseWriter(_initial(body, request_id, sampling), tools.parser(), audio=voice is not None)
         events = self._events(request, ticket, writer, (*history, *items), body, arrived)

@@ -74,7 +74,7 @@ class SpeechInputs(ABC):
 
 def speech_inputs(engine: OmniEngine, served: ServedModel, pool: DecodePool, voices: VoiceStore | None = None,
                   limits: ServerLimits | None = None, fetcher: MediaFetcher | None = None) -> SpeechInputs:
-    speech = getattr(engine, "speech", None)
+    speech = engine.front_end.speech
     if speech is None:
         return RepeatedByThinker(engine, served, pool, limits)
     return TextToSpeech(engine, served, pool, speech, voices, limits, fetcher)
@@ -183,5 +183,5 @@ class RepeatedByThinker(SpeechInputs):
             {"role": "system", "content": body.instructions or DEFAULT_INSTRUCTIONS},
             {"role": "user", "content": body.input},
         ]
-        ids = self.engine.processor.apply_chat_template(messages)
-        return self.engine.processor.process(ids)
+        ids = self.engine.front_end.processor.apply_chat_template(messages)
+        return self.engine.front_end.processor.process(ids)

@@ -24,7 +24,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from omnistage.audio import StreamingAudioEncoder, TimeStretcher
-from omnistage.core import OUTPUT_SAMPLE_RATE, OmniOutput, OmniRequest
+from omnistage.core import OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.common.admission import Admission, Ticket
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.errors import APIError
@@ -32,7 +32,7 @@ from omnistage.entrypoints.openai.common.metrics import RequestTimer, ServerMetr
 from omnistage.entrypoints.openai.common.protocol import ErrorResponse
 from omnistage.entrypoints.openai.common.request_budget import over_budget
 from omnistage.entrypoints.openai.common.request_checks import engine_failure, require_audio_support, usage_of
-from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.common.served_model import ServedModel, audio_rate
 from omnistage.entrypoints.openai.common.streaming import (
     AbortingStreamingResponse,
     ClientDisconnected,
@@ -109,7 +109,7 @@ class SpeechService:
         This generator owns the request's timer: however the stream ends, its ``finally`` records how.
         """
         outcome = "client_disconnected"  # unless the engine's stream ends
-        encoder = StreamingAudioEncoder(body.audio_format, OUTPUT_SAMPLE_RATE)
+        encoder = StreamingAudioEncoder(body.audio_format, audio_rate(self.engine))
         # Stretching and encoding a chunk take milliseconds: done inline, as the chat stream encodes.
         stretcher = TimeStretcher(body.speed)
         try:

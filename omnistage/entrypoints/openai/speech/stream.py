@@ -25,7 +25,7 @@ from contextlib import aclosing
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from omnistage.audio import StreamingAudioEncoder, TimeStretcher
-from omnistage.core import OUTPUT_SAMPLE_RATE
+from omnistage.entrypoints.openai.common.served_model import audio_rate
 from omnistage.entrypoints.openai.common.errors import APIError, scrub_reprs
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
@@ -192,7 +192,8 @@ class SpeechStream:
             ticket.release()
             raise
         await self.dialect.segment_started(index, text, body)
-        encoder, stretcher = StreamingAudioEncoder(body.audio_format, OUTPUT_SAMPLE_RATE), TimeStretcher(body.speed)
+        encoder = StreamingAudioEncoder(body.audio_format, audio_rate(service.engine))
+        stretcher = TimeStretcher(body.speed)
         size = 0
         async with aclosing(engine_outputs(service.engine, request, timeout_s=service.limits.request_timeout,
                                            ticket=ticket)) as outputs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omnistage.core import OUTPUT_SAMPLE_RATE
+from omnistage.audio.formats import PCM_RATE
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
 from omnistage.entrypoints.openai.speech.stream_dialect import (
@@ -47,7 +47,7 @@ class VllmOmniStreamDialect(StreamDialect):
         start: dict[str, object] = {"type": "audio.start", "sentence_index": index, "sentence_text": text,
                                     "format": body.response_format}
         if body.response_format == "pcm":
-            start["sample_rate"] = OUTPUT_SAMPLE_RATE
+            start["sample_rate"] = PCM_RATE  # raw PCM is sent at it, whatever the model's rate
         await self.ws.send_json(start)
 
     async def audio(self, index: int, piece: bytes) -> None:

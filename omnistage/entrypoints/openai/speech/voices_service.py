@@ -47,7 +47,7 @@ class VoiceService:
         self.engine, self.limits, self.store, self.admission, self.pool = engine, limits, store, admission, pool
 
     def _ready(self) -> tuple[SpeechFrontEnd, VoiceStore]:
-        speech = getattr(self.engine, "speech", None)
+        speech = self.engine.front_end.speech
         if speech is None or not speech.clones_voices:
             raise bad_request("this model does not clone voices (a Qwen3-TTS Base checkpoint does)",
                               param="model", code="voice_cloning_not_supported")
@@ -93,7 +93,7 @@ class VoiceService:
             raise store_error(exc) from exc
 
     def list(self) -> VoiceList:
-        speech = getattr(self.engine, "speech", None)
+        speech = self.engine.front_end.speech
         if speech is not None and not speech.clones_voices:  # its built-in speakers, in vLLM-Omni's field
             return VoiceList(data=[], voices=list(speech.speakers))
         _, store = self._ready()

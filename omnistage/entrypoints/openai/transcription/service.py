@@ -110,7 +110,7 @@ class TranscriptionService:
 
     def check(self, form: TranscriptionForm) -> None:
         self.served.check(form.model)
-        if self.engine.processor is None:
+        if self.engine.front_end.processor is None:
             raise bad_request(NO_TRANSCRIPTION, param="model", code="transcription_not_supported")
         form.check()
         if form.prompt is not None and len(form.prompt) > self.limits.max_text_chars:
@@ -158,7 +158,7 @@ class TranscriptionService:
                 ask = TranscriptionAsk(audio[segment.start:segment.end], system, form.sampling_temperature,
                                        logprobs=form.response_format == "verbose_json")
                 try:
-                    prompt = await self.pool.run(render_transcription, self.engine.processor, ask)
+                    prompt = await self.pool.run(render_transcription, self.engine.front_end.processor, ask)
                     request = transcription_request(self.engine, prompt, ask)
                 except APIError as exc:
                     outcome = "client_error"

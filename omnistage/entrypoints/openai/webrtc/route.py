@@ -59,7 +59,7 @@ async def _offer(request: Request) -> tuple[str, dict[str, Any] | None]:
                               "description": "the SDP answer; Location names the call"}})
 async def create_call(request: Request) -> Response:
     calls = _calls(request)
-    if calls.service.engine.processor is None:
+    if calls.service.engine.front_end.processor is None:
         raise APIError(400, NO_CHAT, param="model", code="chat_not_supported")
     sdp, form_settings = await _offer(request)
     if not sdp.lstrip().startswith("v=0"):

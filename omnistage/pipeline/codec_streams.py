@@ -1,0 +1,183 @@
+"""A talker replica's codec streams: its frames cut into chunks here and sent straight to the codec replica.
+
+The orchestrator opens a stream per request (:class:`OpenCodecStream`: the codec replica's address, the chunk
+plan, the family's frame) and keeps planning it: its :class:`ChunkOrder`\\ s say how many frames the next chunk
+takes (from the caller's player and the measured paces) and where that player stands. Here each talker step's
+frames go through the request's :class:`FrameChunker`; every chunk it cuts goes to the codec replica as a
+``StageInput[ChunkJob]`` on a socket this replica owns, carrying the slack its player has left (the codec's
+deadline order), and the orchestrator gets only a :class:`FramesMade` notice in place of the frames. Frames of
+a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
+
+Everything runs on the replica's engine thread (the sockets are used by that thread only).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import zmq
+
+from omnistage.engine.frame_chunker import FrameChunker
+from omnistage.engine.generation_engine import ChunkJob
+from omnistage.ipc.messages import (
+    ChunkOrder,
+    ChunkOrders,
+    OpenCodecStream,
+    PayloadTypes,
+    RequestFailed,
+    StageInput,
+    StageOutput,
+)
+from omnistage.ipc.payloads import ChunkCut, CodecFrames, FramesMade
+from omnistage.ipc.queues import Sender
+from omnistage.pipeline.playback import Playback
+
+logger = logging.getLogger(__name__)
+# A player not started yet cannot run dry: a chunk for it is given this much slack (``Playback.deadline``).
+STARTUP_SLACK_S = 1.0
+LINGER_MS = 1000  # a closed socket's last chunks still go out (a codec replica that died takes none)
+
+
+@dataclass
+class _Order:
+    """The newest chunk size the orchestrator gave: chunk ``index`` takes ``frames``. Any other chunk waits for
+    its size (an order for a chunk already cut came too late and is ignored)."""
+
+    index: int
+    frames: int
+
+    def size(self, chunk_index: int, pending: int) -> int | None:
+        return self.frames if chunk_index == self.index else None
+
+    def update(self, index: int, frames: int) -> None:
+        if index >= self.index:
+            self.index, self.frames = index, frames
+
+
+@dataclass
+class _Stream:
+    chunker: FrameChunker
+    address: str
+    frame_s: float
+    playback: Playback = field(default_factory=Playback)
+    sent_s: float = 0.0  # audio in chunks sent so far
+    frames_made: int = 0
+
+
+class CodecStreams:
+    def __init__(self, ctx: zmq.Context, payloads: PayloadTypes, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ctx, self.payloads, self.clock = ctx, payloads, clock
+        self.streams: dict[str, _Stream] = {}
+        self._senders: dict[str, Sender] = {}  # codec replica address → this thread's socket to it
+
+    def open(self, message: OpenCodecStream) -> None:
+        """A request's frames will be cut here (sent before its first input, so before its first frame)."""
+        planner = _Order(0, message.plan.size(0)) if message.planned else None
+        dtype = torch.float32 if message.latent else torch.long
+        chunker = FrameChunker(message.request_id, message.plan, message.width, planner, message.prime,
+                               message.delays, dtype)
+        if message.codec_address not in self._senders:
+            self._forget_idle_senders()  # e.g. a restarted codec replica's old address
+        self.streams[message.request_id] = _Stream(chunker, message.codec_address, message.frame_s)
+        self._sender(message.codec_address)
+
+    def order(self, orders: ChunkOrders) -> list[StageOutput | RequestFailed]:
+        """Applies the orchestrator's plan; a chunk its new size allows now is cut at once."""
+        outputs = []
+        now = self.clock()
+        for order in orders.orders:
+            stream = self.streams.get(order.request_id)
+            if stream is None:
+                continue  # finished or aborted here while the order was on its way
+            self._sync(stream, order, now)
+            try:
+                cuts = self._send(stream, stream.chunker.cut(), now)
+            except Exception as exc:  # noqa: BLE001 - as in ``_guarded``
+                logger.exception("codec stream of %s failed", order.request_id)
+                self.streams.pop(order.request_id, None)
+                outputs.append(RequestFailed(order.request_id, f"{type(exc).__name__}: {exc}"))
+                continue
+            if cuts:
+                outputs.append(StageOutput(order.request_id, FramesMade(0, stream.chunker.num_pending, cuts)))
+        return outputs
+
+    def on_outputs(self, outputs: list[StageOutput | RequestFailed]) -> list[StageOutput | RequestFailed]:
+        """A step's outputs with every streamed request's frames cut and sent, a notice in their place (a failed
+        request's stream ends here: the orchestrator aborts it in the codec stage)."""
+        for out in outputs:
+            if isinstance(out, RequestFailed):
+                self.streams.pop(out.request_id, None)
+        return [self._guarded(out) if isinstance(out, StageOutput) and out.request_id in self.streams
+                and (isinstance(out.payload, CodecFrames) or out.finished) else out for out in outputs]
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.streams.pop(rid, None)
+
+    def close(self) -> None:
+        for sender in self._senders.values():
+            sender.close(linger_ms=LINGER_MS)
+        self._senders.clear()
+
+    # Internals ------------------------------------------------------------------------------------
+    def _guarded(self, out: StageOutput) -> StageOutput | RequestFailed:
+        """A stream that cannot go on (frames of the wrong width...) fails its request alone."""
+        try:
+            return self._cut(out)
+        except Exception as exc:  # noqa: BLE001 - one request's broken stream must not end the replica
+            logger.exception("codec stream of %s failed", out.request_id)
+            self.streams.pop(out.request_id, None)
+            return RequestFailed(out.request_id, f"{type(exc).__name__}: {exc}")
+
+    def _cut(self, out: StageOutput) -> StageOutput:
+        stream = self.streams[out.request_id]
+        now = self.clock()
+        frames = out.payload.frames if isinstance(out.payload, CodecFrames) else None
+        count = 0 if frames is None else frames.shape[0]
+        jobs = stream.chunker.push(frames) if count else []
+        if out.finished:
+            jobs += stream.chunker.finish()
+            del self.streams[out.request_id]
+        stream.frames_made += count
+        notice = FramesMade(count, stream.chunker.num_pending, self._send(stream, jobs, now))
+        return StageOutput(out.request_id, notice, out.finished, out.finish_reason)
+
+    def _send(self, stream: _Stream, jobs: list[ChunkJob], now: float) -> list[ChunkCut]:
+        cuts = []
+        sender = self._sender(stream.address)
+        for job in jobs:
+            job.slack_s = stream.playback.deadline(now, STARTUP_SLACK_S) - now
+            sender.send(StageInput(job.request_id, job))
+            seconds = job.new_frames * stream.frame_s
+            stream.playback.sent(seconds)
+            stream.sent_s += seconds
+            cuts.append(ChunkCut(job.chunk_index, job.new_frames, job.codes.shape[1], job.is_last))
+        return cuts
+
+    @staticmethod
+    def _sync(stream: _Stream, order: ChunkOrder, now: float) -> None:
+        """The orchestrator's view of the player, on this clock: it plays until ``play_end_in_s`` from now, and
+        what this replica sent but the caller has not got yet is in flight."""
+        if order.frames is not None and isinstance(stream.chunker.sizer, _Order):
+            stream.chunker.sizer.update(order.index, order.frames)
+        playback = stream.playback
+        playback.play_end = None if order.play_end_in_s is None else now + order.play_end_in_s
+        playback.in_flight_s = max(0.0, stream.sent_s - order.delivered_s)
+
+    def _forget_idle_senders(self) -> None:
+        """Closes the sockets no open stream uses, letting what they still hold go out for a while."""
+        live = {stream.address for stream in self.streams.values()}
+        for address in [a for a in self._senders if a not in live]:
+            self._senders.pop(address).close(linger_ms=LINGER_MS)
+
+    def _sender(self, address: str) -> Sender:
+        sender = self._senders.get(address)
+        if sender is None:
+            # Chunk jobs are small: they travel in the message frames (no shared memory, any machine).
+            sender = self._senders[address] = Sender(self.ctx, address, self.payloads.replica_input(), None,
+                                                     bind=False)
+        return sender

@@ -1,0 +1,147 @@
+"""Chunks straight from talker to codec: the talker replica's side (cuts, sends, notices), the orchestrator's plan
+(orders from notices and deliveries), and the codec worker dropping a chunk that overtook its request's abort."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import zmq
+
+from omnistage.audio_spec import AudioSpec, Codebooks
+from omnistage.config.pipeline import parse_pipeline
+from omnistage.engine.frame_chunker import ChunkPlan
+from omnistage.engine.generation_engine import ChunkJob
+from omnistage.ipc.messages import ChunkOrder, ChunkOrders, OpenCodecStream, RequestFailed, StageInput, StageOutput
+from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, CodecFrames, FramesMade
+from omnistage.ipc.queues import Receiver
+from omnistage.pipeline.chunk_planner import StagePaces
+from omnistage.pipeline.codec_edge import CodecEdge, StreamSetup
+from omnistage.pipeline.codec_streams import STARTUP_SLACK_S, CodecStreams
+from omnistage.workers.base import WorkerSpec
+from tests.pipeline.specs import small_dict
+from tests.pipeline.toy_audio import HZ25_16K, ToyCodec
+
+ADDRESS = "inproc://test-codec-peer"
+AUDIO = AudioSpec(24000, 1920, Codebooks(2, 1024))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def rig() -> Iterator[tuple[CodecStreams, Receiver, Clock]]:
+    ctx = zmq.Context()
+    codec = Receiver(ctx, ADDRESS, GENERIC_PAYLOADS.replica_input(), None, bind=True)
+    clock = Clock()
+    streams = CodecStreams(ctx, GENERIC_PAYLOADS, clock)
+    yield streams, codec, clock
+    streams.close()
+    codec.close()
+    ctx.destroy(linger=0)
+
+
+def _open(streams: CodecStreams, rid: str = "r", planned: bool = True, first: int = 2) -> None:
+    plan = ChunkPlan(chunk_frames=4, left_context=0, first_chunk_frames=first)
+    streams.open(OpenCodecStream(rid, ADDRESS, plan, planned, 2, 0.08))
+
+
+def _frames(rid: str, n: int, start: int = 0, finished: bool = False) -> StageOutput:
+    return StageOutput(rid, CodecFrames(torch.arange(start, start + n).repeat(2, 1).T), finished)
+
+
+def _jobs(codec: Receiver) -> list[ChunkJob]:
+    messages = []
+    for _ in range(50):  # inproc delivery is immediate, but give the pipe a moment
+        messages += codec.drain()
+        if messages:
+            break
+        codec.recv(timeout_ms=10)
+    return [m.payload for m in messages]
+
+
+def test_the_talker_cuts_sends_and_tells_the_orchestrator_only_what_it_did(rig) -> None:
+    streams, codec, clock = rig
+    _open(streams)
+    [out] = streams.on_outputs([_frames("r", 3)])
+    assert isinstance(out.payload, FramesMade) and out.payload.count == 3 and out.payload.pending == 1
+    assert out.payload.cuts == [ChunkCut(0, 2, 2)]
+    [job] = _jobs(codec)
+    assert job.codes[0].tolist() == [0, 1] and job.slack_s == pytest.approx(STARTUP_SLACK_S)  # not playing yet
+    # Chunk 1 waits for the orchestrator's size, then goes at once (the player: 0.5 s left, 0.1 s delivered).
+    [out] = streams.on_outputs([_frames("r", 3, start=3)])
+    assert out.payload.cuts == [] and out.payload.pending == 4 and _jobs(codec) == []
+    clock.now += 1.0
+    [notice] = streams.order(ChunkOrders([ChunkOrder("r", 1, 3, 0.5, 0.1)]))
+    assert notice.payload == FramesMade(0, 1, [ChunkCut(1, 3, 3)])
+    [job] = _jobs(codec)
+    # Slack: the player's 0.5 s plus the audio sent and not yet delivered (2 frames = 0.16 s, less 0.1 s).
+    assert job.codes[0].tolist() == [2, 3, 4] and job.slack_s == pytest.approx(0.5 + 0.16 - 0.1)
+    [out] = streams.on_outputs([_frames("r", 1, start=6, finished=True)])
+    assert out.finished and out.payload.cuts == [ChunkCut(2, 2, 2, is_last=True)] and not streams.streams
+    assert _jobs(codec)[0].is_last
+
+
+def test_unplanned_streams_take_fixed_sizes_and_others_pass_through(rig) -> None:
+    streams, codec, _ = rig
+    _open(streams, planned=False)
+    [out] = streams.on_outputs([_frames("r", 8)])
+    assert [c.new_frames for c in out.payload.cuts] == [2, 4]  # the plan's first chunk, then its chunk size
+    other = _frames("other", 2)
+    assert streams.on_outputs([other]) == [other]  # no stream opened: the frames go to the orchestrator as they are
+    streams.on_outputs([RequestFailed("r", "boom")])
+    assert not streams.streams
+
+
+def _edge(played: bool = True) -> CodecEdge:
+    spec = parse_pipeline(small_dict())
+    setup = StreamSetup("talker", "code2wav", AUDIO, spec.streaming, spec.stage("code2wav"), played, busy=0)
+    return CodecEdge(setup, StagePaces())
+
+
+def test_the_orchestrator_orders_the_next_chunk_once_it_heard_of_a_cut() -> None:
+    edge = _edge()
+    first = edge.initial_chunk_frames
+    assert edge.frames_made("r", FramesMade(first, 0, []), False, 1.0) is None  # chunk 0's size is in the plan
+    order = edge.frames_made("r", FramesMade(1, 1, [ChunkCut(0, first, first)]), False, 1.1)
+    assert order is not None and order.index == 1 and order.frames is not None and order.play_end_in_s is None
+    assert edge.frames_made("r", FramesMade(0, 1, []), False, 1.1) is None  # nothing changed: nothing said
+    heard = edge.heard("r", AudioChunk(0, torch.zeros(first * 1920)), first * 0.08, 1.5)
+    assert heard.play_end_in_s == pytest.approx(first * 0.08) and heard.delivered_s == pytest.approx(first * 0.08)
+    assert edge.frames_made("r", FramesMade(0, 0, []), True, 2.0) is None and edge.talker_done
+
+
+def test_an_unplayed_stream_gets_the_player_state_but_no_sizes() -> None:
+    edge = _edge(played=False)
+    order = edge.frames_made("r", FramesMade(3, 1, [ChunkCut(0, 2, 2)]), False, 1.0)
+    assert order is not None and order.frames is None
+
+
+def test_a_chunk_that_overtook_its_abort_is_dropped(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"toy_audio": {
+        "name": HZ25_16K.name, "sample_rate": HZ25_16K.sample_rate, "samples_per_frame": HZ25_16K.samples_per_frame}}))
+    worker = ToyCodec(WorkerSpec(str(tmp_path), parse_pipeline(small_dict()).stage("code2wav")))
+    worker.abort(["r"])
+    assert worker.handle(StageInput("r", ChunkJob("r", 0, torch.zeros(4, 2, dtype=torch.long), 0))) == []
+    assert not worker.has_work() and worker.request_ids() == []
+    worker.handle(StageInput("s", ChunkJob("s", 0, torch.zeros(4, 2, dtype=torch.long), 0, is_last=True)))
+    [out] = worker.step().outputs
+    assert out.request_id == "s" and out.finished and out.payload.wav.numel() == 2 * HZ25_16K.samples_per_frame
+
+
+def test_a_broken_stream_fails_its_request_alone(rig) -> None:
+    streams, _, _ = rig
+    _open(streams, "bad")
+    _open(streams, "good")
+    wide = StageOutput("bad", CodecFrames(torch.zeros(3, 5, dtype=torch.long)))  # 5 codebooks, not 2
+    failed, fine = streams.on_outputs([wide, _frames("good", 3)])
+    assert isinstance(failed, RequestFailed) and failed.request_id == "bad" and "bad" not in streams.streams
+    assert isinstance(fine.payload, FramesMade) and fine.payload.cuts
