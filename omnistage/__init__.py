@@ -21,7 +21,7 @@ _LAZY = {
     "Omni": "omnistage.pipeline.omni",
     "AsyncOmni": "omnistage.pipeline.async_omni",
     "PipelineOptions": "omnistage.pipeline.runtime",
-    "SamplingParams": "omnistage.engine.sampling_params",
+    "SamplingParams": "omnistage.sampling_params",
     "RequestSampling": "omnistage.core",
     "OmniOutput": "omnistage.core",
     "OmniRequest": "omnistage.core",
@@ -29,10 +29,10 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from omnistage.core import OmniOutput, OmniRequest, RequestSampling
-    from omnistage.engine.sampling_params import SamplingParams
     from omnistage.pipeline.async_omni import AsyncOmni
     from omnistage.pipeline.omni import Omni
     from omnistage.pipeline.runtime import PipelineOptions
+    from omnistage.sampling_params import SamplingParams
 
 
 def __getattr__(name: str) -> object:

@@ -15,7 +15,7 @@ import numpy as np
 
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.engine.request import FinishReason
-from omnistage.engine.sampling_params import MAX_LOGPROBS, check_openai_penalties, check_sampling_ranges
+from omnistage.sampling_params import MAX_LOGPROBS, check_openai_penalties, check_sampling_ranges
 
 OUTPUT_SAMPLE_RATE = 24000
 

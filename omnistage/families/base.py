@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from omnistage.config.pipeline import PipelineSpec, StageSpec
 from omnistage.core import Modality, OmniRequest
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.families.sampling import stage_params
 from omnistage.importing import resolve
 from omnistage.ipc.messages import PayloadTypes
+from omnistage.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from omnistage.families.speech import SpeechFrontEnd

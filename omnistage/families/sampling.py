@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omnistage.config.pipeline import StageSampling
 from omnistage.core import RequestSampling
-from omnistage.engine.sampling_params import SamplingParams
+from omnistage.sampling_params import SamplingParams
 
 
 def request_params(s: RequestSampling) -> SamplingParams:

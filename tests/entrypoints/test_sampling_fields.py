@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omnistage.engine.sampling_params import SamplingParams
+from omnistage.sampling_params import SamplingParams
 from tests.entrypoints.conftest import LiveServer
 
 FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "seed", "max_tokens", "max_completion_tokens",

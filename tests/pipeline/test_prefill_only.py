@@ -17,7 +17,6 @@ import pytest
 
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
-from omnistage.engine import SamplingParams
 from omnistage.families.base import EdgeContext
 from omnistage.families.qwen3_omni.edges import ThinkerToTalker
 from omnistage.families.qwen3_omni.payloads import TalkerStart
@@ -25,6 +24,7 @@ from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from omnistage.ipc.messages import StageInput, StageOutput
 from omnistage.ipc.payloads import TokenDelta
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import StepResult
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_dict

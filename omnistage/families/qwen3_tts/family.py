@@ -8,12 +8,12 @@ from types import MappingProxyType
 import torch
 
 from omnistage.core import Modality, OmniRequest
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
 from omnistage.families.qwen3_tts.payloads import PAYLOADS, TalkerSpeech
 from omnistage.families.qwen3_tts.openai_voices import OPENAI_VOICES
 from omnistage.models.qwen3_tts.config import MODEL_TYPE, Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec
+from omnistage.sampling_params import SamplingParams
 
 PRESET = "qwen3_tts"
 MIN_NEW_TOKENS = 2  # the reference's generate fixes it: n talker steps give n - 1 frames

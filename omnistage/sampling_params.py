@@ -1,8 +1,12 @@
-"""Per-request sampling settings: frozen, validated once at construction (also when decoded off the wire).
+"""How a request picks its tokens: the one sampling type, from the API to the sampler.
 
-The sampler reads these into batched tensors, so an invalid value must fail
-here (at the API edge) rather than as a NaN deep inside a batched step. The
+A caller's request carries one (``OmniRequest.sampling``), a stage config's
+``sampling:`` is one, the server's defaults are one, and a stage engine's
+sampler reads one. Frozen and validated once at construction (also when decoded
+off the wire): the sampler reads these into batched tensors, so an invalid
+value must fail here rather than as a NaN deep inside a batched step. The
 struct itself crosses the process boundary (msgspec), so there is no wire copy.
+Light on purpose (no torch): config parsing and the front end import it.
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
         negative ones of every token already seen); 1 disables.
     seed: makes this request's random draws reproducible whatever else shares
         its batch; None draws from the engine's shared generator.
-    max_tokens: stop after this many generated tokens.
+    max_tokens: stop after this many generated tokens; None: once the context is full (the engine's
+        ``max_model_len``), as in vLLM. The server's defaults hold None unless the checkpoint sets
+        ``max_new_tokens``; the front ends then give each request the room its prompt leaves.
     min_tokens: EOS and stop tokens are masked out until this many were made.
     stop_token_ids: generation stops after emitting any of these.
     ignore_eos: keep going past EOS (benchmarks with fixed lengths).
@@ -65,6 +71,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
         ``presence`` once it was generated and ``frequency`` per time it was; 0 disables.
     logprobs: None = none; k >= 0 = the sampled token's log-probability and the k most likely
         (from the model's raw logits, before penalties and temperature, as vLLM reports them).
+    stop: strings that end the text; matched on the detokenised text by the pipeline, not by the engine.
     """
 
     temperature: float = 1.0
@@ -72,21 +79,23 @@ class SamplingParams(msgspec.Struct, frozen=True):
     top_k: int = 0
     repetition_penalty: float = 1.0
     seed: int | None = None
-    max_tokens: int = 16
+    max_tokens: int | None = None
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logprobs: int | None = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        # Lists are accepted for convenience but stored as tuples so the object stays hashable.
+        # Lists (and one stop string) are accepted for convenience but stored as tuples so the object stays hashable.
         msgspec.structs.force_setattr(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        msgspec.structs.force_setattr(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
         check_sampling_ranges(self.temperature, self.top_p, self.top_k, self.repetition_penalty, self.seed)
-        if self.max_tokens < 1:
+        if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if not 0 <= self.min_tokens <= self.max_tokens:
+        if self.min_tokens < 0 or self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens must be in [0, max_tokens], got {self.min_tokens}")
         check_openai_penalties(self.presence_penalty, self.frequency_penalty)
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
