@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omnistage.config.pipeline import StageSampling
+from omnistage.sampling_params import SamplingParams
 
 GENERATION_CONFIG = "generation_config.json"
 
@@ -45,7 +45,7 @@ def _from_file(path: Path) -> dict[str, float | int]:
     return found
 
 
-def sampling_defaults(stage: StageSampling, folder: Path, generation_config: str = "auto") -> SamplingDefaults:
+def sampling_defaults(stage: SamplingParams, folder: Path, generation_config: str = "auto") -> SamplingDefaults:
     """``generation_config``: ``auto`` (the checkpoint folder's file), ``vllm`` (none), or a folder holding one."""
     base = SamplingDefaults(temperature=stage.temperature, top_p=stage.top_p, top_k=stage.top_k,
                             repetition_penalty=stage.repetition_penalty)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from omnistage.config.pipeline import StageSampling
 from omnistage.core import RequestSampling
 from omnistage.sampling_params import SamplingParams
 
@@ -16,7 +15,7 @@ def request_params(s: RequestSampling) -> SamplingParams:
                           logprobs=s.logprobs, stop_token_ids=s.stop_token_ids)
 
 
-def stage_params(stage: StageSampling, seed: int | None, min_new_tokens: int = 0,
+def stage_params(stage: SamplingParams, seed: int | None, min_new_tokens: int = 0,
                  prefill_only: bool = False) -> SamplingParams:
     """A stage's configured defaults, seeded from the request so one seed always gives the same audio.
 

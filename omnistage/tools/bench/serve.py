@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from omnistage.tools.bench.metrics import StreamRecord, summarize
 
 
@@ -65,7 +67,7 @@ def pinned_spec(spec, audio_frames: int, scheduling: str | None = None,  # noqa:
             engine = dataclasses.replace(engine, scheduling=scheduling)
         if code2wav_max_batch is not None and s.kind == "generation":
             engine = dataclasses.replace(engine, max_num_seqs=code2wav_max_batch)
-        sampling = dataclasses.replace(s.sampling, max_tokens=audio_frames) if s.name == "talker" else s.sampling
+        sampling = msgspec.structs.replace(s.sampling, max_tokens=audio_frames) if s.name == "talker" else s.sampling
         stages.append(dataclasses.replace(s, engine=engine, sampling=sampling))
     return dataclasses.replace(spec, stages=tuple(stages))
 
