@@ -16,7 +16,7 @@ import msgspec
 import yaml
 
 from omnistage.config.memory import parse_bytes
-from omnistage.sampling_params import SamplingParams
+from omnistage.sampling_params import TEMPERATURE_MAX, SamplingParams
 
 PRESETS = Path(__file__).parent / "presets"
 STAGE_KINDS = ("ar", "generation")
@@ -64,7 +64,6 @@ class EngineSettings:
 # What a stage's ``sampling:`` starts from: a talker stops at 256 frames, the Python API's requests at 256 tokens,
 # unless the stage config says otherwise (``max_tokens: null``: until the context is full).
 STAGE_SAMPLING = SamplingParams(max_tokens=256)
-STAGE_TEMPERATURE_MAX = 2.0  # the API's range: a configured default is one a request could have asked for
 
 
 @dataclass(frozen=True)
@@ -201,7 +200,8 @@ def _sampling(data: object, path: str) -> SamplingParams:
         message, _, where = str(exc).partition(" - at `$.")
         field_name = where.rstrip("`") or message.split(" ", 1)[0]
         raise ConfigError(f"{path}.{field_name}: {message}" if field_name in known else f"{path}: {message}") from None
-    _check(s.temperature <= STAGE_TEMPERATURE_MAX, f"{path}.temperature", f"must be in [0, {STAGE_TEMPERATURE_MAX:g}]")
+    # The API's range: a configured default is one a request could have asked for.
+    _check(s.temperature <= TEMPERATURE_MAX, f"{path}.temperature", f"must be in [0, {TEMPERATURE_MAX:g}]")
     return s
 
 

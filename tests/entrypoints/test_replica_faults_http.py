@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
@@ -23,6 +22,7 @@ from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.request_state import OutputSink
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
+from omnistage.sampling_params import SamplingParams
 from tests.entrypoints.server_thread import ServerThread
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec
@@ -43,7 +43,7 @@ class _FakeStagePipeline:
     default_voice: str = "Ethan"
     supports_audio: bool = True
     max_model_len: int = 4096
-    default_sampling: SamplingDefaults = SamplingDefaults()
+    default_sampling: SamplingParams = SamplingParams()
     speech: None = None  # not a text-to-speech model
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:

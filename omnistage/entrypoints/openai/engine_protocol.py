@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.families.speech import SpeechFrontEnd
 from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.processing.prompt import PromptProcessor
+from omnistage.sampling_params import SamplingParams
 
 
 @runtime_checkable
@@ -36,7 +36,7 @@ class OmniEngine(Protocol):
     default_voice: str  # the family's default speaker ("": the first of voices)
     supports_audio: bool  # False when the pipeline has no talker/code2wav stages
     max_model_len: int  # the thinker's context: prompt + completion tokens
-    default_sampling: SamplingDefaults  # what a request's unset sampling knobs take
+    default_sampling: SamplingParams  # what a request's unset sampling knobs take
 
     def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]: ...
 

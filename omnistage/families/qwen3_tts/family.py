@@ -13,7 +13,6 @@ from omnistage.families.qwen3_tts.payloads import PAYLOADS, TalkerSpeech
 from omnistage.families.qwen3_tts.openai_voices import OPENAI_VOICES
 from omnistage.models.qwen3_tts.config import MODEL_TYPE, Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec
-from omnistage.sampling_params import SamplingParams
 
 PRESET = "qwen3_tts"
 MIN_NEW_TOKENS = 2  # the reference's generate fixes it: n talker steps give n - 1 frames
@@ -54,12 +53,8 @@ class Qwen3TTSFamily(Family):
     def entry_input(self, context: EdgeContext) -> TalkerSpeech:
         """The talker's sampling is the request's (the speech API fills it from the served defaults), at least
         the reference's two steps."""
-        request = context.request
-        s = request.sampling
-        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                repetition_penalty=s.repetition_penalty, seed=s.seed, max_tokens=s.max_tokens,
-                                min_tokens=min(max(MIN_NEW_TOKENS, context.min_new_tokens), s.max_tokens))
-        return TalkerSpeech(_prompt(request), params)
+        floor = max(MIN_NEW_TOKENS, context.min_new_tokens)
+        return TalkerSpeech(_prompt(context.request), context.request_sampling().with_floor(floor))
 
     def codec_prime(self, request: OmniRequest) -> torch.Tensor | None:
         """A voice cloned in context: its reference frames start the codec stream (their audio dropped), as the

@@ -3,7 +3,7 @@
 Two drivers, same prompts and figures:
 
 * in-process (default): starts the pipeline (``AsyncOmni``, every stage in its own process as ``serve`` runs
-  it) and streams requests straight into it; fixed lengths come from ``RequestSampling.ignore_eos`` and a
+  it) and streams requests straight into it; fixed lengths come from ``SamplingParams.ignore_eos`` and a
   talker held to exactly ``--audio-frames`` frames (stage max = min new tokens).
 * ``--url http://HOST:PORT``: a running ``omnistage serve``; streams ``/v1/chat/completions`` (SSE). The
   OpenAI API has no ``ignore_eos``, so lengths are whatever the model makes (bounded by ``max_tokens``);
@@ -92,12 +92,13 @@ class InProcessDriver:
         self.initial_chunk_frames = initial_chunk_frames
 
     async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
-        from omnistage.core import Modality, OmniRequest, RequestSampling
+        from omnistage.core import Modality, OmniRequest
+        from omnistage.sampling_params import SamplingParams
 
         request = OmniRequest(  # the served family's prompt (a text prompt: nothing to expand)
             f"bench-{uuid.uuid4().hex[:8]}", self.processor.process(list(prompt.token_ids)),
             frozenset({Modality.TEXT, Modality.AUDIO}),
-            RequestSampling(temperature=0.0, max_tokens=self.output_tokens, seed=seed, ignore_eos=self.ignore_eos),
+            SamplingParams(temperature=0.0, max_tokens=self.output_tokens, seed=seed, ignore_eos=self.ignore_eos),
             initial_codec_chunk_frames=self.initial_chunk_frames,
         )
         record = StreamRecord(time.perf_counter())

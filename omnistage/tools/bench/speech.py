@@ -50,14 +50,15 @@ class SpeechInProcessDriver:
         self.initial_chunk_frames = initial_chunk_frames  # None: the stage config's (load-aware) first chunk
 
     async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
-        from omnistage.core import Modality, OmniRequest, RequestSampling
+        from omnistage.core import Modality, OmniRequest
         from omnistage.families.speech import SpeechAsk
+        from omnistage.sampling_params import SamplingParams
 
         speech = self.omni.speech
         ask = SpeechAsk(prompt.text, speech.speakers[0] if speech.speakers else None,
                         None if speech.speakers else "A clear, calm voice.")
         request = OmniRequest(f"bench-{uuid.uuid4().hex[:8]}", speech.prompt(ask), frozenset({Modality.AUDIO}),
-                              RequestSampling(temperature=0.0, max_tokens=self.audio_frames + 1, seed=seed),
+                              SamplingParams(temperature=0.0, max_tokens=self.audio_frames + 1, seed=seed),
                               initial_codec_chunk_frames=self.initial_chunk_frames)
         record = StreamRecord(time.perf_counter())
         async for out in self.omni.generate(request):

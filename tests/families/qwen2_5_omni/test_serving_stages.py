@@ -55,10 +55,10 @@ def test_thinker_sends_captured_rows_before_each_token_output(omni25_dir: Path) 
 
 
 def _edge(prompt_len: int, sampling_seed: int | None = 5, unspoken: UnspokenSpan | None = None) -> ThinkerToTalker:
-    from omnistage.core import RequestSampling
+    from omnistage.sampling_params import SamplingParams
 
     request = OmniRequest("r", Qwen25OmniPrompt(list(range(prompt_len))), frozenset({Modality.TEXT, Modality.AUDIO}),
-                          RequestSampling(seed=sampling_seed), voice="Ethan", unspoken=unspoken)
+                          SamplingParams(seed=sampling_seed), voice="Ethan", unspoken=unspoken)
     return ThinkerToTalker(EdgeContext(request, SPEC.stage("talker")))
 
 
