@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from omnistage.config.pipeline import ConfigError, load_preset, parse_pipeline
+from omnistage.tools.bench.levels import BenchPrompt, bench_levels
 from omnistage.tools.bench.metrics import SAMPLE_RATE, StreamRecord, summarize
-from omnistage.tools.bench.serve import BenchPrompt, add_ratios, bench_levels, pinned_spec, plot
+from omnistage.tools.bench.report import add_ratios, plot
+from omnistage.tools.bench.serve import pinned_spec
 
 
 def _record(start: float, packets: list[tuple[float, float]], tokens: list[float]) -> StreamRecord:

@@ -24,8 +24,9 @@ import time
 import uuid
 from pathlib import Path
 
+from omnistage.tools.bench.levels import BenchPrompt, drive, sse_record
 from omnistage.tools.bench.metrics import SAMPLE_RATE, StreamRecord
-from omnistage.tools.bench.serve import BenchPrompt, sse_record
+from omnistage.tools.bench.report import add_ratios, plot, print_table
 
 WORDS = ("hello", "there", "how", "are", "you", "today", "the", "weather", "is", "fine", "speech", "stream",
          "audio", "voice", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "morning", "evening", "music")
@@ -146,11 +147,10 @@ def run_reference(folder: Path, prompts: list[BenchPrompt], audio_frames: int,
             "audio_throughput": sum(audio) / sum(e2e), "mean_audio_s": sum(audio) / len(audio)}
 
 
-def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
+def main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
     import asyncio
 
     from omnistage.families.registry import DEFAULT_REGISTRY
-    from omnistage.tools.bench.serve import add_ratios, bench_levels, plot, print_table
 
     frames = args.audio_frames or args.output_tokens
     prompts = speech_prompts(args.num_prompts, args.random_input_len, args.seed)
@@ -159,14 +159,7 @@ def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serv
     else:
         driver = SpeechInProcessDriver(args.model, frames, args.stage_config,
                                        initial_chunk_frames=args.initial_chunk_frames)
-
-    async def drive() -> dict[int, dict[str, float]]:
-        try:
-            return await bench_levels(driver, prompts, args.concurrency, args.seed, args.warmup, not args.no_progress)
-        finally:
-            await driver.close()
-
-    levels = asyncio.run(drive())
+    levels = asyncio.run(drive(args, prompts, driver))
     baseline = None
     if args.baseline in ("sequential", "hf", "reference"):  # hf: the reference's sequential generation
         folder = DEFAULT_REGISTRY.resolve_model(args.model)
