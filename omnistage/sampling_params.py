@@ -32,8 +32,8 @@ MAX_LOGPROBS = 20  # OpenAI's top_logprobs bound
 
 
 def _check_ranges(temperature: float, top_p: float, top_k: int, repetition_penalty: float, seed: int | None) -> None:
-    """``ValueError`` naming the first field out of its range (the message starts with it: config errors and 400s
-    name the field from it)."""
+    """``ValueError`` naming the first field out of its range; the message starts with the field's name, which a
+    stage config error takes for its path and a 400 shows the caller."""
     if not math.isfinite(temperature) or temperature < 0.0:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if not 0.0 < top_p <= 1.0:  # also false for NaN
