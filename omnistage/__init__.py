@@ -8,7 +8,7 @@ Public API (imported on first use, so ``import omnistage`` stays light)::
         ...
 
 ``AsyncOmni`` is the asyncio engine the OpenAI server runs; ``SamplingParams``
-are one stage engine's sampling settings; ``RequestSampling`` the user's.
+is how a request samples, from the caller's knobs to a stage engine's sampler.
 """
 
 from __future__ import annotations
@@ -21,18 +21,17 @@ _LAZY = {
     "Omni": "omnistage.pipeline.omni",
     "AsyncOmni": "omnistage.pipeline.async_omni",
     "PipelineOptions": "omnistage.pipeline.runtime",
-    "SamplingParams": "omnistage.engine.sampling_params",
-    "RequestSampling": "omnistage.core",
+    "SamplingParams": "omnistage.sampling_params",
     "OmniOutput": "omnistage.core",
     "OmniRequest": "omnistage.core",
 }
 
 if TYPE_CHECKING:
-    from omnistage.core import OmniOutput, OmniRequest, RequestSampling
-    from omnistage.engine.sampling_params import SamplingParams
+    from omnistage.core import OmniOutput, OmniRequest
     from omnistage.pipeline.async_omni import AsyncOmni
     from omnistage.pipeline.omni import Omni
     from omnistage.pipeline.runtime import PipelineOptions
+    from omnistage.sampling_params import SamplingParams
 
 
 def __getattr__(name: str) -> object:
@@ -44,5 +43,4 @@ def __getattr__(name: str) -> object:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["AsyncOmni", "Omni", "OmniOutput", "OmniRequest", "PipelineOptions", "RequestSampling",
-           "SamplingParams", "__version__"]
+__all__ = ["AsyncOmni", "Omni", "OmniOutput", "OmniRequest", "PipelineOptions", "SamplingParams", "__version__"]

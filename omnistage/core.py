@@ -8,51 +8,20 @@ the served model family's request preparation); the pipeline streams back
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.engine.request import FinishReason
-from omnistage.engine.sampling_params import MAX_LOGPROBS, check_openai_penalties, check_sampling_ranges
+from omnistage.sampling_params import SamplingParams
 
 
 
 class Modality(str, enum.Enum):
     TEXT = "text"
     AUDIO = "audio"
-
-
-@dataclass(frozen=True)
-class RequestSampling:
-    """The user's sampling knobs for the thinker (text); the talker uses its stage defaults."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_tokens: int = 256
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    repetition_penalty: float = 1.0
-    ignore_eos: bool = False
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logprobs: int | None = None  # None: off; k: the sampled token's logprob and the k most likely
-    min_tokens: int = 0
-    stop_token_ids: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.temperature <= 2.0:
-            raise ValueError("temperature must be in [0, 2]")
-        check_sampling_ranges(self.temperature, self.top_p, self.top_k, self.repetition_penalty, self.seed)
-        check_openai_penalties(self.presence_penalty, self.frequency_penalty)
-        if self.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise ValueError(f"top_logprobs must be in [0, {MAX_LOGPROBS}]")
-        if self.min_tokens < 0:
-            raise ValueError("min_tokens must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -79,7 +48,8 @@ class OmniRequest:
     request_id: str
     prompt: Prompt
     modalities: frozenset[Modality] = frozenset({Modality.TEXT})
-    sampling: RequestSampling = field(default_factory=RequestSampling)
+    # The entry stage's (the thinker's, a TTS talker's); a request built without one stops at 256 tokens.
+    sampling: SamplingParams = SamplingParams(max_tokens=256)
     voice: str = ""  # a speaker of the checkpoint; "": the family's default voice
     # Frames in the first code2wav chunk (None = chosen by load).
     initial_codec_chunk_frames: int | None = None

@@ -10,23 +10,13 @@ ignores the checkpoint's file (vLLM's spelling), a folder reads that folder's.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omnistage.config.pipeline import StageSampling
+import msgspec
+
+from omnistage.sampling_params import SamplingParams
 
 GENERATION_CONFIG = "generation_config.json"
-
-
-@dataclass(frozen=True)
-class SamplingDefaults:
-    """max_tokens: None = what the context leaves (vLLM's default when the checkpoint sets no max_new_tokens)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-    max_tokens: int | None = None
 
 
 def _from_file(path: Path) -> dict[str, float | int]:
@@ -45,11 +35,16 @@ def _from_file(path: Path) -> dict[str, float | int]:
     return found
 
 
-def sampling_defaults(stage: StageSampling, folder: Path, generation_config: str = "auto") -> SamplingDefaults:
-    """``generation_config``: ``auto`` (the checkpoint folder's file), ``vllm`` (none), or a folder holding one."""
-    base = SamplingDefaults(temperature=stage.temperature, top_p=stage.top_p, top_k=stage.top_k,
-                            repetition_penalty=stage.repetition_penalty)
+def sampling_defaults(stage: SamplingParams, folder: Path, generation_config: str = "auto") -> SamplingParams:
+    """The entry stage's sampling, but ``max_tokens``: None (a request's room in the context) unless the
+    checkpoint's file sets ``max_new_tokens``; a stage's own cap bounds its talker or the Python API's requests, not
+    the server's. ``generation_config``: ``auto`` (the checkpoint folder's file), ``vllm`` (none), or a folder
+    holding one."""
+    base = msgspec.structs.replace(stage, max_tokens=None)
     if generation_config == "vllm":
         return base
     source = folder if generation_config == "auto" else Path(generation_config)
-    return replace(base, **_from_file(source / GENERATION_CONFIG))
+    try:
+        return msgspec.structs.replace(base, **_from_file(source / GENERATION_CONFIG))
+    except ValueError as exc:
+        raise ValueError(f"{source / GENERATION_CONFIG}: {exc}") from None

@@ -12,9 +12,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from omnistage.config.memory import parse_bytes
+from omnistage.sampling_params import TEMPERATURE_MAX, SamplingParams
 
 PRESETS = Path(__file__).parent / "presets"
 STAGE_KINDS = ("ar", "generation")
@@ -59,13 +61,9 @@ class EngineSettings:
         return length if self.sized_from_memory else min(length, self.num_kv_blocks * self.block_size)
 
 
-@dataclass(frozen=True)
-class StageSampling:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-    max_tokens: int = 256
+# What a stage's ``sampling:`` starts from: a talker stops at 256 frames, the Python API's requests at 256 tokens,
+# unless the stage config says otherwise (``max_tokens: null``: until the context is full).
+STAGE_SAMPLING = SamplingParams(max_tokens=256)
 
 
 @dataclass(frozen=True)
@@ -108,7 +106,7 @@ class StageSpec:
     # bursts, e.g. Qwen3-TTS's talker beside its codec decoder on a small CPU); N > 0 exactly N.
     threads: int = 0
     engine: EngineSettings = field(default_factory=EngineSettings)
-    sampling: StageSampling = field(default_factory=StageSampling)
+    sampling: SamplingParams = STAGE_SAMPLING
     placement: PlacementSpec = field(default_factory=PlacementSpec)
 
 
@@ -188,13 +186,22 @@ def _engine(data: object, path: str) -> EngineSettings:
     return e
 
 
-def _sampling(data: object, path: str) -> StageSampling:
-    s = _build(StageSampling, data, path)
-    _check(0.0 <= s.temperature <= 2.0, f"{path}.temperature", "must be in [0, 2]")
-    _check(0.0 < s.top_p <= 1.0, f"{path}.top_p", "must be in (0, 1]")
-    _check(s.top_k >= 0, f"{path}.top_k", "must be >= 0")
-    _check(s.repetition_penalty > 0, f"{path}.repetition_penalty", "must be > 0")
-    _check(s.max_tokens >= 1, f"{path}.max_tokens", "must be >= 1")
+def _sampling(data: object, path: str) -> SamplingParams:
+    """Any ``SamplingParams`` field over ``STAGE_SAMPLING``, typed as the wire decodes it, ranged as the engine
+    takes it (and temperature as the API does); an error names the field."""
+    _check(isinstance(data, dict), path, f"must be a mapping, got {type(data).__name__}")
+    known = SamplingParams.__struct_fields__
+    for key in data:
+        _check(key in known, f"{path}.{key}", f"unknown field (known: {', '.join(known)})")
+    try:
+        s = msgspec.convert({**msgspec.structs.asdict(STAGE_SAMPLING), **data}, SamplingParams)
+    except msgspec.ValidationError as exc:
+        # msgspec says where a type is wrong (`... - at `$.top_k``); a range error starts with its field's name.
+        message, _, where = str(exc).partition(" - at `$.")
+        field_name = where.rstrip("`") or message.split(" ", 1)[0]
+        raise ConfigError(f"{path}.{field_name}: {message}" if field_name in known else f"{path}: {message}") from None
+    # The API's range: a configured default is one a request could have asked for.
+    _check(s.temperature <= TEMPERATURE_MAX, f"{path}.temperature", f"must be in [0, {TEMPERATURE_MAX:g}]")
     return s
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from omnistage.engine.sampling_params import SamplingParams
+from omnistage.sampling_params import SamplingParams
 
 
 class FinishReason(str, enum.Enum):

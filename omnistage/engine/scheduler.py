@@ -187,6 +187,7 @@ class Scheduler:
                 return FinishReason.STOP
             if token in params.stop_token_ids:
                 return FinishReason.STOP
-        if n_out >= params.max_tokens or request.num_tokens >= self.config.max_model_len:
+        cap = params.max_tokens  # None: the context's end alone
+        if (cap is not None and n_out >= cap) or request.num_tokens >= self.config.max_model_len:
             return FinishReason.LENGTH
         return None

@@ -26,9 +26,9 @@ def _embedded_names() -> str:
 
 def _make_tiny(args: argparse.Namespace) -> int:
     """Dispatched through the family registry to the family's make-tiny hook."""
-    from omnistage.entrypoints.serve_config import UsageError
     from omnistage.families.base import call_hook
     from omnistage.families.registry import DEFAULT_REGISTRY
+    from omnistage.usage_error import UsageError
 
     sizes = DEFAULT_REGISTRY.sizes()[args.model_type]
     if args.size not in sizes:

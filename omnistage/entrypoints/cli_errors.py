@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from omnistage.config.pipeline import ConfigError
-from omnistage.entrypoints.serve_config import UsageError
 from omnistage.families.registry import UnknownFamily
+from omnistage.usage_error import UsageError
 
 EXIT_USAGE = 2
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from omnistage.entrypoints.serve_config import UsageError
+from omnistage.usage_error import UsageError
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -24,12 +24,9 @@ from omnistage.entrypoints.openai.server_config import (
     serving_options_from_args,
 )
 from omnistage.pipeline.serve_flags import PipelineConfig, pipeline_config_from_args
+from omnistage.usage_error import UsageError
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
-class UsageError(ValueError):
-    """A mistake in what the user asked for: reported as one ``omnistage: error:`` line, exit code 2."""
 
 
 @dataclass(frozen=True)

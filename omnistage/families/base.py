@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import msgspec
+
 from omnistage.audio_spec import AudioSpec
 from omnistage.config.pipeline import PipelineSpec, StageSpec
 from omnistage.core import Modality, OmniRequest
-from omnistage.engine.sampling_params import SamplingParams
-from omnistage.families.sampling import stage_params
 from omnistage.importing import resolve
 from omnistage.ipc.messages import PayloadTypes
+from omnistage.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from omnistage.families.speech import SpeechFrontEnd
@@ -56,11 +57,21 @@ class EdgeContext:
     target: StageSpec
     min_new_tokens: int = 0  # --talker-min-new-tokens: random test checkpoints stop at once otherwise
 
+    def request_sampling(self) -> SamplingParams:
+        """The request's own sampling, an entry stage's (a thinker's, a TTS talker's), checked again here: a caller
+        may have forced a value past its checks, and it must fail this request at the pipeline's door rather than
+        its decode in the stage's replica."""
+        return msgspec.structs.replace(self.request.sampling)
+
     def stage_sampling(self) -> SamplingParams:
-        """The target stage's configured sampling for this request (a talker's): seeded from the request, with the
-        floor; a prefill-only request runs the stage one step, so every family's talker prefills and lets it go."""
-        return stage_params(self.target.sampling, self.request.sampling.seed, self.min_new_tokens,
-                            self.request.prefill_only)
+        """The target stage's configured sampling for this request (a talker's): seeded from the request (one seed
+        always gives the same audio), with the floor; a prefill-only request runs the stage one step (its prefill)
+        and no floor holds it longer, so every family's talker prefills and lets it go."""
+        stage = self.target.sampling
+        seed = stage.seed if self.request.sampling.seed is None else self.request.sampling.seed
+        if self.request.prefill_only:
+            return msgspec.structs.replace(stage, seed=seed, max_tokens=1, min_tokens=0)
+        return msgspec.structs.replace(stage, seed=seed).with_floor(self.min_new_tokens)
 
 
 class RequestEdge(ABC):

@@ -11,7 +11,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.config.pipeline import PipelineSpec
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.pipeline.reports import EngineStats, HealthReport
@@ -19,6 +18,7 @@ from omnistage.pipeline.engine import OmniPipeline
 from omnistage.pipeline.serve_flags import PipelineConfig
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.families.base import FrontEnd
+from omnistage.sampling_params import SamplingParams
 
 
 class AsyncOmni:
@@ -30,7 +30,7 @@ class AsyncOmni:
         self.front_end: FrontEnd = self.pipeline.front_end
         self.supports_audio: bool = self.pipeline.supports_audio
         self.max_model_len: int = self.pipeline.max_model_len
-        self.default_sampling: SamplingDefaults = self.pipeline.default_sampling
+        self.default_sampling: SamplingParams = self.pipeline.default_sampling
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> AsyncOmni:

@@ -4,24 +4,21 @@
 
 Processes are fresh interpreters running ``omnistage.pipeline.replica_process``
 (forking a process that already runs torch threads is unsafe, and
-``multiprocessing``'s spawn would re-import the caller's main module). A replica process must never outlive its parent:
-it asks the kernel for SIGTERM when the parent dies (Linux) and also polls
-its parent id, then removes the parent's sockets and shared memory and
-exits; the parent stops every replica on shutdown and at exit.
+``multiprocessing``'s spawn would re-import the caller's main module); the launch reaches it pickled on its
+stdin. A replica process must never outlive its parent: it asks the kernel for SIGTERM when the parent dies
+(Linux) and also polls its parent id, then removes the parent's sockets and shared memory and exits
+(``replica_process.py``); the parent stops every replica on shutdown and at exit.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
+import pickle
 import subprocess
 import sys
 import threading
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 
 import zmq
 
@@ -29,10 +26,6 @@ from omnistage.ipc.messages import PayloadTypes
 from omnistage.pipeline.connectors import make_connector
 from omnistage.pipeline.replica import ReplicaAddresses, ReplicaLoop
 from omnistage.workers.base import WorkerFactory
-
-PARENT_POLL_S = 0.5
-SIGTERM_SETTLE_S = 1.0
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -124,9 +117,7 @@ class ProcessReplica(ReplicaHandle):
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        from omnistage.pipeline.replica_process import start_replica_process
-
-        self.process = start_replica_process(self.launch, os.getpid())
+        self.process = _start_replica_process(self.launch, os.getpid())
 
     def respawn(self, launch: ReplicaLaunch) -> ReplicaHandle:
         return ProcessReplica(launch)
@@ -161,65 +152,18 @@ class ProcessReplica(ReplicaHandle):
         return None if self.process is None else self.process.poll()
 
 
-def _orphan_exit(launch: ReplicaLaunch) -> None:
-    """The parent is gone (or we were told to go): remove what it would have removed, then exit at once."""
-    for address in (launch.addresses.inputs, launch.addresses.outputs, launch.addresses.peer):
-        if address.startswith("ipc://"):
-            path = Path(address.removeprefix("ipc://"))
-            path.unlink(missing_ok=True)
-            try:
-                path.parent.rmdir()
-            except OSError:
-                pass  # another replica's sockets are still there; the last one out removes the folder
-    store = make_connector(launch.connector, launch.pipeline_id)
-    if store is not None:
-        store.cleanup()
-    os._exit(1)
+def _replica_argv(stage: str, index: int, pipeline_id: str) -> list[str]:
+    """The replica's command line: the module, then its place in words (for ``ps``; the process ignores them)."""
+    return [sys.executable, "-m", "omnistage.pipeline.replica_process", "--pipeline", pipeline_id,
+            "--stage", stage, "--replica", str(index)]
 
 
-def _on_sigterm(launch: ReplicaLaunch, parent_pid: int) -> None:
-    # The parent-death signal can come while the parent's other threads are still exiting (getppid
-    # has not changed yet): wait a moment before deciding that only this replica was told to go.
-    deadline = time.monotonic() + SIGTERM_SETTLE_S
-    while os.getppid() == parent_pid and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if os.getppid() == parent_pid:
-        # Only this replica was stopped: the parent restarts it, and the pipeline's sockets and shared
-        # memory (other replicas' tensors in flight) are still in use.
-        os._exit(1)
-    _orphan_exit(launch)
-
-
-def _die_with_parent(launch: ReplicaLaunch, parent_pid: int) -> None:
-    # Ctrl-C reaches the whole process group; the parent decides when replicas stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(launch, parent_pid))
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except OSError:
-            pass  # no libc by that name: the polling thread below still covers it
-
-    def watch() -> None:
-        # Also covers a main thread stuck in a long native call, where the SIGTERM handler cannot run yet.
-        while os.getppid() == parent_pid:
-            time.sleep(PARENT_POLL_S)
-        _orphan_exit(launch)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def replica_main(launch: ReplicaLaunch, parent_pid: int) -> None:
-    """The body of a replica process."""
-    _die_with_parent(launch, parent_pid)
-    import torch
-
-    # Every replica of the machine shares its cores: one process must not claim them all.
-    torch.set_num_threads(launch.num_threads)
-    os.nice(launch.nice)  # this process's own priority (and its tensor-parallel ranks', which inherit it)
-    ctx = zmq.Context()
-    store = make_connector(launch.connector, launch.pipeline_id)
+def _start_replica_process(launch: ReplicaLaunch, parent_pid: int) -> subprocess.Popen[bytes]:
+    child = subprocess.Popen(_replica_argv(launch.stage, launch.index, launch.pipeline_id), stdin=subprocess.PIPE,
+                             close_fds=True)
+    assert child.stdin is not None
     try:
-        ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads).run()
+        child.stdin.write(pickle.dumps((list(sys.path), pickle.dumps((launch, parent_pid)))))
     finally:
-        ctx.destroy(linger=0)
+        child.stdin.close()
+    return child

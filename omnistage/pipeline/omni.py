@@ -16,10 +16,11 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from omnistage.config.pipeline import PipelineSpec
-from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.pipeline.engine import OmniPipeline
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.processing.prompt import ProcessedPrompt
@@ -66,22 +67,19 @@ class Omni:
                 audios: Sequence[np.ndarray] = (), images: Sequence[object] = (), videos: Sequence[Video] = (),
                 use_audio_in_video: bool = False, voice: str = "", initial_codec_chunk_frames: int | None = None, request_id: str | None = None,
                 stream: bool = True, **sampling: object) -> OmniRequest:
-        """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``RequestSampling`` fields.
-        ``stream``: the audio is played as it arrives (chunks follow the player), else consumed whole."""
+        """The ``OmniRequest`` :meth:`generate` sends; ``sampling`` keys are ``SamplingParams`` fields, replacing
+        the server's defaults (with the entry stage's ``max_tokens`` where the checkpoint sets none). ``stream``:
+        the audio is played as it arrives (chunks follow the player), else consumed whole."""
         stage = self.pipeline.spec.stage(self.pipeline.graph.entry).sampling
         defaults = self.pipeline.default_sampling  # the stage config's, under the checkpoint's generation config
-        knobs = {"temperature": defaults.temperature, "top_p": defaults.top_p, "top_k": defaults.top_k,
-                 "repetition_penalty": defaults.repetition_penalty,
-                 "max_tokens": defaults.max_tokens or stage.max_tokens}
+        knobs = {"max_tokens": defaults.max_tokens or stage.max_tokens}
         knobs.update({k: v for k, v in sampling.items() if v is not None})
-        if "stop" in knobs:
-            knobs["stop"] = tuple(knobs["stop"])
         return OmniRequest(
             request_id=request_id or f"omni-{uuid.uuid4().hex[:8]}-{next(self._ids)}",
             prompt=self.prompt(messages, audios, images, videos, use_audio_in_video),
             modalities=frozenset(Modality(m) for m in modalities),
-            sampling=RequestSampling(**knobs), voice=voice, initial_codec_chunk_frames=initial_codec_chunk_frames,
-            stream=stream)
+            sampling=msgspec.structs.replace(defaults, **knobs), voice=voice,
+            initial_codec_chunk_frames=initial_codec_chunk_frames, stream=stream)
 
     def generate(self, messages: Messages, modalities: Iterable[str] = ("text",), stream: bool = False,
                  **kwargs: object) -> Iterator[OmniOutput]:

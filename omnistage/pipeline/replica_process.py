@@ -6,38 +6,99 @@ script without an ``if __name__ == "__main__"`` guard, ``python -`` (stdin) or a
 notebook would then run (or fail to find) the caller's code again in every
 replica. The parent writes the replica's launch to its stdin, pickled with the
 parent's ``sys.path`` (so factories defined in the caller's importable modules
-resolve); the child reads it once and runs the replica loop. Its command line also names the pipeline, stage
-and replica (``--stage talker --replica 0``), read by nobody here: so that ``ps``, ``top`` and an operator's
-scripts can tell the replicas apart.
+resolve); the child reads it once and runs the replica loop, dying with its parent. Its command line also names
+the pipeline, stage and replica (``--stage talker --replica 0``), read by nobody here: so that ``ps``, ``top``
+and an operator's scripts can tell the replicas apart. The parent's side (``ProcessReplica``, the command line)
+is ``pipeline/launcher.py``'s.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
-import subprocess
+import signal
 import sys
+import threading
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the launcher imports this module; the child imports the launcher only once it runs
+import zmq
+
+from omnistage.pipeline.connectors import make_connector
+from omnistage.pipeline.replica import ReplicaLoop
+
+if TYPE_CHECKING:  # a type only here: the launch arrives pickled, and unpickling it imports the launcher
     from omnistage.pipeline.launcher import ReplicaLaunch
 
-
-def replica_argv(stage: str, index: int, pipeline_id: str) -> list[str]:
-    """The replica's command line: the module, then its place in words (ignored by :func:`main`)."""
-    return [sys.executable, "-m", "omnistage.pipeline.replica_process", "--pipeline", pipeline_id,
-            "--stage", stage, "--replica", str(index)]
+PARENT_POLL_S = 0.5
+SIGTERM_SETTLE_S = 1.0
+PR_SET_PDEATHSIG = 1
 
 
-def start_replica_process(launch: ReplicaLaunch, parent_pid: int) -> subprocess.Popen[bytes]:
-    child = subprocess.Popen(replica_argv(launch.stage, launch.index, launch.pipeline_id), stdin=subprocess.PIPE,
-                             close_fds=True)
-    assert child.stdin is not None
+def _orphan_exit(launch: ReplicaLaunch) -> None:
+    """The parent is gone (or we were told to go): remove what it would have removed, then exit at once."""
+    for address in (launch.addresses.inputs, launch.addresses.outputs, launch.addresses.peer):
+        if address.startswith("ipc://"):
+            path = Path(address.removeprefix("ipc://"))
+            path.unlink(missing_ok=True)
+            try:
+                path.parent.rmdir()
+            except OSError:
+                pass  # another replica's sockets are still there; the last one out removes the folder
+    store = make_connector(launch.connector, launch.pipeline_id)
+    if store is not None:
+        store.cleanup()
+    os._exit(1)
+
+
+def _on_sigterm(launch: ReplicaLaunch, parent_pid: int) -> None:
+    # The parent-death signal can come while the parent's other threads are still exiting (getppid
+    # has not changed yet): wait a moment before deciding that only this replica was told to go.
+    deadline = time.monotonic() + SIGTERM_SETTLE_S
+    while os.getppid() == parent_pid and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if os.getppid() == parent_pid:
+        # Only this replica was stopped: the parent restarts it, and the pipeline's sockets and shared
+        # memory (other replicas' tensors in flight) are still in use.
+        os._exit(1)
+    _orphan_exit(launch)
+
+
+def _die_with_parent(launch: ReplicaLaunch, parent_pid: int) -> None:
+    # Ctrl-C reaches the whole process group; the parent decides when replicas stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(launch, parent_pid))
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass  # no libc by that name: the polling thread below still covers it
+
+    def watch() -> None:
+        # Also covers a main thread stuck in a long native call, where the SIGTERM handler cannot run yet.
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        _orphan_exit(launch)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def replica_main(launch: ReplicaLaunch, parent_pid: int) -> None:
+    """The body of a replica process."""
+    _die_with_parent(launch, parent_pid)
+    import torch
+
+    # Every replica of the machine shares its cores: one process must not claim them all.
+    torch.set_num_threads(launch.num_threads)
+    os.nice(launch.nice)  # this process's own priority (and its tensor-parallel ranks', which inherit it)
+    ctx = zmq.Context()
+    store = make_connector(launch.connector, launch.pipeline_id)
     try:
-        child.stdin.write(pickle.dumps((list(sys.path), pickle.dumps((launch, parent_pid)))))
+        ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads).run()
     finally:
-        child.stdin.close()
-    return child
+        ctx.destroy(linger=0)
 
 
 def main() -> None:
@@ -45,8 +106,6 @@ def main() -> None:
     sys.path[:] = [p for p in path if p] + [p for p in sys.path if p not in path]
     launch, parent_pid = pickle.loads(payload)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # stdin was only the launch
-
-    from omnistage.pipeline.launcher import replica_main
 
     replica_main(launch, parent_pid)
 

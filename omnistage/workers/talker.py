@@ -10,11 +10,12 @@ from __future__ import annotations
 import torch
 
 from omnistage.config.pipeline import StageSpec
-from omnistage.engine import FinishReason, Request, RequestOutput, SamplingParams
+from omnistage.engine import FinishReason, Request, RequestOutput
 from omnistage.engine.step_profile import measure_decode_steps, profile_batches
 from omnistage.ipc.messages import RequestFailed, StageOutput
 from omnistage.ipc.payloads import CodecFrames
 from omnistage.runner.talker_hook import TalkerRequestData
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import ARWorker, StepResult
 
 

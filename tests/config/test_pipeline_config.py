@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from omnistage.config.pipeline import PRESETS, ConfigError, load_pipeline, load_preset, parse_pipeline
+from omnistage.config.pipeline import (
+    PRESETS,
+    STAGE_SAMPLING,
+    ConfigError,
+    load_pipeline,
+    load_preset,
+    parse_pipeline,
+)
+from omnistage.sampling_params import SamplingParams
 
 
 def _preset() -> dict:
@@ -23,6 +33,27 @@ def test_preset_parses() -> None:
     assert spec.streaming.codec_chunk_frames == 25
 
 
+
+def test_a_stages_sampling_is_a_sampling_params_value() -> None:
+    """What a stage's ``sampling:`` leaves unset is ``STAGE_SAMPLING``'s; every field of the one type may be set."""
+    data = _preset()
+    data["stages"][0]["sampling"] = {"top_k": 5, "stop_token_ids": [7], "stop": ["END"], "seed": 3}
+    data["stages"][1].pop("sampling")
+    data["stages"][2]["sampling"] = {"max_tokens": None}
+    spec = parse_pipeline(data)
+    assert spec.stage("thinker").sampling == SamplingParams(top_k=5, stop_token_ids=(7,), stop=("END",), seed=3,
+                                                            max_tokens=STAGE_SAMPLING.max_tokens)
+    assert spec.stage("talker").sampling == STAGE_SAMPLING and STAGE_SAMPLING.max_tokens == 256
+    assert spec.stage("code2wav").sampling.max_tokens is None
+
+
+def test_config_parsing_imports_no_torch() -> None:
+    """``serve`` reads its flags and stage config before loading anything: those modules stay light."""
+    code = ("import sys, omnistage.pipeline.serve_flags, omnistage.config.pipeline, omnistage.sampling_params; "
+            "print(sorted(m for m in ('torch', 'omnistage.engine') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
+
 @pytest.mark.parametrize(
     ("mutate", "path"),
     [
@@ -34,6 +65,11 @@ def test_preset_parses() -> None:
         (lambda d: d["stages"][0].update(threads=-2), "stages[0].threads"),
         (lambda d: d["stages"][2].update(colour="red"), "stages[2].colour"),
         (lambda d: d["stages"][0]["sampling"].update(temperature=5), "stages[0].sampling.temperature"),
+        (lambda d: d["stages"][1]["sampling"].update(top_k=1.5), "stages[1].sampling.top_k"),
+        (lambda d: d["stages"][1]["sampling"].update(top_p=0), "stages[1].sampling.top_p"),
+        (lambda d: d["stages"][0]["sampling"].update(min_tokens=300), "stages[0].sampling.min_tokens"),
+        (lambda d: d["stages"][0]["sampling"].update(colour="red"), "stages[0].sampling.colour"),
+        (lambda d: d["stages"][0].update(sampling=[0.7]), "stages[0].sampling"),
         (lambda d: d["edges"][0].update({"to": "nowhere"}), "edges[0].to"),
         (lambda d: d["streaming"].update(codec_chunk_frames=0), "streaming.codec_chunk_frames"),
         (lambda d: d["stages"].append(copy.deepcopy(d["stages"][0])), "stages"),

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from omnistage.engine.config import EngineConfig
 from omnistage.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from omnistage.engine.request import Request
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.engine.scheduler import Scheduler
+from omnistage.sampling_params import SamplingParams
 
 EOS = 2
 
@@ -21,7 +21,7 @@ def make_config(**overrides: object) -> EngineConfig:
 
 
 def make_request(
-    request_id: str, prompt_len: int = 6, max_tokens: int = 8, first_token: int = 10, **params: object
+    request_id: str, prompt_len: int = 6, max_tokens: int | None = 8, first_token: int = 10, **params: object
 ) -> Request:
     prompt = [first_token + i for i in range(prompt_len)]
     sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, **params)

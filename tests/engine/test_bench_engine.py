@@ -34,8 +34,9 @@ def test_cli_writes_results_json(tiny_dir: Path, tmp_path: Path, capsys: pytest.
 def _steps_to_finish(stage, batch: int, output_len: int = 32) -> int:  # noqa: ANN001
     import torch
 
-    from omnistage.engine import EngineConfig, EngineCore, SamplingParams
+    from omnistage.engine import EngineConfig, EngineCore
     from omnistage.runner import ARModelRunner
+    from omnistage.sampling_params import SamplingParams
 
     config = EngineConfig(block_size=16, num_blocks=64, max_num_seqs=16, max_num_batched_tokens=256,
                           max_model_len=64, enable_prefix_caching=False)

@@ -10,8 +10,8 @@ import pytest
 from omnistage.engine.kv_cache import BlockPool, KVCacheManager
 from omnistage.engine.kv_cache.free_runs import FreeRuns
 from omnistage.engine.request import Request
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.layers.attention.paged_cpu import block_runs
+from omnistage.sampling_params import SamplingParams
 
 
 def _req(rid: str, tokens: list[int]) -> Request:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omnistage.engine import EngineCore, Request, SamplingParams
+from omnistage.engine import EngineCore, Request
 from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore
 from omnistage.runner.generation_runner import GenerationRunner
+from omnistage.sampling_params import SamplingParams
 from tests.engine.factories import FakeRunner, make_config, make_request
 
 

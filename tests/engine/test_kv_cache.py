@@ -8,7 +8,7 @@ import torch
 from omnistage.engine.kv_cache import BlockPool, KVCacheManager
 from omnistage.engine.kv_cache.manager import hash_block
 from omnistage.engine.request import MultimodalSpan, Request
-from omnistage.engine.sampling_params import SamplingParams
+from omnistage.sampling_params import SamplingParams
 
 
 def _req(rid: str, tokens: list[int], **kwargs: object) -> Request:

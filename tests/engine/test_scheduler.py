@@ -143,6 +143,17 @@ def test_stop_rules() -> None:
                         "ign": FinishReason.LENGTH, "min": FinishReason.STOP}
 
 
+
+def test_no_max_tokens_runs_until_the_context_is_full() -> None:
+    sched = make_scheduler(max_model_len=12)
+    sched.add_request(make_request("open", prompt_len=5, max_tokens=None, ignore_eos=True))
+    runner = FakeRunner(sched.kv.pool.num_blocks)
+    outputs = []
+    while sched.has_unfinished_requests():
+        out = sched.schedule()
+        outputs += sched.update_from_output(out, runner.execute_model(out))
+    assert len(outputs) == 7 and outputs[-1].finish_reason is FinishReason.LENGTH
+
 def test_not_ready_request_keeps_blocks_and_is_skipped() -> None:
     sched = make_scheduler()
     runner = FakeRunner(sched.kv.pool.num_blocks)

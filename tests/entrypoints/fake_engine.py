@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.families.speech import SpeechFrontEnd
 from omnistage.audio_spec import AudioSpec, Codebooks
@@ -31,6 +30,7 @@ from omnistage.pipeline.reports import (
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
 from omnistage.families.qwen3_omni.voices import OPENAI_VOICES
 from omnistage.processing.video import Video
+from omnistage.sampling_params import SamplingParams
 
 WORDS: tuple[str, ...] = ("Hello", " from", " the", " fake", " engine", ".")
 SINE_HZ = 440.0
@@ -79,7 +79,7 @@ class FakeEngine:
     model_name: str = "fake-omni"
     supports_audio: bool = True
     max_model_len: int = 2048
-    default_sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    default_sampling: SamplingParams = field(default_factory=SamplingParams)
     # Knobs a test may turn (reset() restores them).
     words: tuple[str, ...] = WORDS
     delay_s: float = 0.0

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServingOptions
+from omnistage.sampling_params import SamplingParams
 from tests.entrypoints.conftest import TEST_LIMITS, LiveServer
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
@@ -148,11 +148,11 @@ def test_vllm_omni_shapes(server: LiveServer) -> None:
 
 
 def test_sampling_defaults_fill_what_the_request_leaves(server: LiveServer) -> None:
-    server.engine.default_sampling = SamplingDefaults(temperature=0.0, top_p=0.8, top_k=20, max_tokens=3)
+    server.engine.default_sampling = SamplingParams(temperature=0.0, top_p=0.8, top_k=20, max_tokens=3)
     try:
         server.client().chat.completions.create(model="fake-omni", messages=USER, top_p=0.5)
     finally:
-        server.engine.default_sampling = SamplingDefaults()
+        server.engine.default_sampling = SamplingParams()
     sampling = server.engine.requests[-1].sampling
     assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.max_tokens) == (0.0, 0.5, 20, 3)
 

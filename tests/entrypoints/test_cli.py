@@ -15,8 +15,9 @@ import yaml
 from omnistage import __version__
 from omnistage.config.pipeline import apply_overrides, load_preset
 from omnistage.entrypoints.cli import _commands, build_parser, main
-from omnistage.entrypoints.serve_config import ServeConfig, UsageError
+from omnistage.entrypoints.serve_config import ServeConfig
 from omnistage.families.registry import BUILTIN, DEFAULT_REGISTRY
+from omnistage.usage_error import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
 

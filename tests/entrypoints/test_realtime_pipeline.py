@@ -117,11 +117,11 @@ def test_spoken_turns_report_the_prefix_cache_hits(live: _Server) -> None:
 def test_second_turn_reuses_the_cached_prefix(tiny_dir: Path) -> None:
     """The thinker engine itself (no server): turn 2's prompt, as the session renders it, hits turn 1's blocks."""
     from omnistage.config.pipeline import parse_pipeline
-    from omnistage.engine import SamplingParams
     from omnistage.families.qwen3_omni.payloads import ThinkerPrompt
     from omnistage.families.qwen3_omni.workers import ThinkerWorker
     from omnistage.ipc.messages import StageInput
     from omnistage.ipc.payloads import TokenDelta
+    from omnistage.sampling_params import SamplingParams
     from omnistage.workers.base import WorkerSpec
     from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
 

@@ -24,7 +24,6 @@ import pytest
 import torch
 
 from omnistage.config.pipeline import parse_pipeline
-from omnistage.engine import SamplingParams
 from omnistage.entrypoints.openai.realtime.conversation import PromptSpec, render_prompt
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.families.qwen3_omni.payloads import PromptHidden, ThinkerPrompt
@@ -33,6 +32,7 @@ from omnistage.families.qwen3_omni.workers import ThinkerWorker
 from omnistage.ipc.messages import StageInput
 from omnistage.ipc.payloads import TokenDelta
 from omnistage.processing.listened_audio import ListenedAudio, WindowedLogMel, log_mel
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import WorkerSpec
 from tests.entrypoints.test_realtime import spoken_like
 from tests.pipeline.specs import small_dict

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniRequest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
@@ -24,6 +23,7 @@ from omnistage.pipeline.request_state import OutputSink
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.families.base import FrontEnd
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor
+from omnistage.sampling_params import SamplingParams
 from tests.entrypoints.fake_engine import fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.pipeline import fakes
@@ -42,7 +42,7 @@ class _FakeStagePipeline:
     model_name: str = "fake-omni"
     supports_audio: bool = True
     max_model_len: int = 4096
-    default_sampling: SamplingDefaults = SamplingDefaults()
+    default_sampling: SamplingParams = SamplingParams()
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)

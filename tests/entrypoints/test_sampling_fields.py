@@ -7,11 +7,14 @@ import json
 import math
 
 import httpx
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omnistage.engine.sampling_params import SamplingParams
+from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.request_checks import make_sampling
+from omnistage.sampling_params import TEMPERATURE_MAX, SamplingParams
 from tests.entrypoints.conftest import LiveServer
 
 FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "seed", "max_tokens", "max_completion_tokens",
@@ -61,9 +64,31 @@ def test_numeric_extremes_never_500(server: LiveServer) -> None:
             assert r.json()["error"]["type"] == "invalid_request_error"
             return
         s = server.engine.requests[-1].sampling
-        # What the engine got builds a SamplingParams: no value that could break a batch got through.
-        SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                       repetition_penalty=s.repetition_penalty, seed=s.seed, max_tokens=s.max_tokens)
+        # What the engine got validates again as a SamplingParams (no value that could break a batch got through),
+        # within the API's temperature range.
+        assert SamplingParams(**msgspec.structs.asdict(s)) == s and s.temperature <= TEMPERATURE_MAX
 
     check()
     assert 200 in seen and 400 in seen
+
+
+def test_a_requests_sampling_is_the_defaults_with_its_knobs_replaced() -> None:
+    defaults = SamplingParams(temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05, seed=9, stop=("END",),
+                              stop_token_ids=(5,), max_tokens=None)
+    asked = make_sampling(max_tokens=30, defaults=defaults, top_p=0.5, seed=None, stop=["x", "y"], min_tokens=40,
+                          logprobs=2)
+    assert asked == msgspec.structs.replace(defaults, top_p=0.5, stop=("x", "y"), max_tokens=30, min_tokens=30,
+                                            logprobs=2)
+    assert make_sampling(max_tokens=4, defaults=defaults) == msgspec.structs.replace(defaults, max_tokens=4)
+
+
+@pytest.mark.parametrize(("knobs", "param", "says"), [({"temperature": 2.5}, "temperature", "temperature"),
+                                                      ({"temperature": math.nan}, "temperature", "temperature"),
+                                                      ({"top_p": 0.0}, None, "top_p"),
+                                                      ({"logprobs": 99}, None, "logprobs")])
+def test_sampling_the_api_refuses_is_a_400_naming_the_field(knobs: dict, param: str | None, says: str) -> None:
+    """The API's temperature range is narrower than the engine's (which takes 2.5); other ranges are the type's."""
+    SamplingParams(temperature=2.5)
+    with pytest.raises(APIError) as err:
+        make_sampling(max_tokens=8, **knobs)
+    assert err.value.status_code == 400 and err.value.detail.param == param and says in err.value.detail.message

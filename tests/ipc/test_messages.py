@@ -9,7 +9,6 @@ import zmq
 
 from omnistage.engine.generation_engine import ChunkJob
 from omnistage.engine.request import FinishReason, MultimodalSpan
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.families.qwen3_omni.payloads import PAYLOADS, PromptHidden, TalkerStart, TextFeed, ThinkerPrompt
 from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.ipc.messages import (
@@ -33,6 +32,7 @@ from omnistage.ipc.queues import AddressBook, Receiver, Sender, next_address
 from omnistage.ipc.serialization import MessageCodec
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs, PromptLayout
 from omnistage.pipeline.connectors import InprocConnector, ShmConnector, shm_available
+from omnistage.sampling_params import SamplingParams
 
 # Tensors wrapped on received (read-only) frames are only read; torch warns about that once.
 pytestmark = pytest.mark.filterwarnings("ignore:The given buffer is not writable")

@@ -7,7 +7,7 @@ import queue
 import pytest
 
 from omnistage.config.pipeline import parse_pipeline
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
 from omnistage.pipeline.audio_gate import (
     MARGINAL_PRIOR,
     MIN_BUFFER_S,
@@ -19,6 +19,7 @@ from omnistage.pipeline.audio_gate import (
 )
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
+from omnistage.sampling_params import SamplingParams
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_dict
 
@@ -90,7 +91,7 @@ def test_a_cold_vocoder_call_does_not_hold_the_next_streams() -> None:
 
 def _request(rid: str, audio: bool = True) -> OmniRequest:
     modalities = frozenset({Modality.TEXT, Modality.AUDIO} if audio else {Modality.TEXT})
-    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), modalities, RequestSampling(max_tokens=30))
+    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), modalities, SamplingParams(max_tokens=30))
 
 
 def _runtime(limit: float) -> PipelineRuntime:

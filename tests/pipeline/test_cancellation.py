@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from omnistage.core import FinishReason, Modality, OmniRequest, RequestSampling
+from omnistage.core import FinishReason, Modality, OmniRequest
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
+from omnistage.sampling_params import SamplingParams
 from tests.pipeline.specs import small_dict, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +32,7 @@ def _request(engine: AsyncOmni, i: int, max_tokens: int) -> OmniRequest:
     prompt = engine.front_end.processor.process(engine.front_end.processor.apply_chat_template(
         [{"role": "user", "content": f"cancel me {i}"}]))
     modalities = {Modality.TEXT, Modality.AUDIO} if i % 4 else {Modality.TEXT}
-    return OmniRequest(f"cancel-{i}", prompt, frozenset(modalities), RequestSampling(max_tokens=max_tokens, seed=i),
+    return OmniRequest(f"cancel-{i}", prompt, frozenset(modalities), SamplingParams(max_tokens=max_tokens, seed=i),
                        voice="Ethan")
 
 

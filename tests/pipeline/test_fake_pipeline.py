@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from omnistage.config.pipeline import parse_pipeline
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
+from omnistage.sampling_params import SamplingParams
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_dict, small_spec
 
@@ -20,7 +21,7 @@ AUDIO = frozenset({Modality.TEXT, Modality.AUDIO})
 
 def _request(rid: str, max_tokens: int = 6, audio: bool = True) -> OmniRequest:
     return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO if audio else frozenset({Modality.TEXT}),
-                       RequestSampling(max_tokens=max_tokens))
+                       SamplingParams(max_tokens=max_tokens))
 
 
 def _collect(outputs: queue.Queue, timeout: float = 10.0) -> list[OmniOutput]:
@@ -92,7 +93,7 @@ def test_abort_frees_every_stage(runtime: PipelineRuntime) -> None:
 
 def test_failed_stage_input_fails_only_its_request(runtime: PipelineRuntime) -> None:
     outputs: queue.Queue = queue.Queue()
-    bad = OmniRequest("bad", Qwen3OmniPrompt([1]), AUDIO, RequestSampling(max_tokens=3))
+    bad = OmniRequest("bad", Qwen3OmniPrompt([1]), AUDIO, SamplingParams(max_tokens=3))
     good = _request("good", max_tokens=3)
     thinker = next(w for w in fakes.INSTANCES if isinstance(w, fakes.FakeThinker))
     thinker.fail_on = "bad"
@@ -235,7 +236,7 @@ def test_a_reply_with_a_head_start_gets_half_the_first_chunk() -> None:
         for rid, plays_in in (("plain", None), ("past", -1.0), ("held", 60.0)):
             outputs: queue.Queue = queue.Queue()
             plays_at = None if plays_in is None else time.monotonic() + plays_in
-            request = OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=6),
+            request = OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, SamplingParams(max_tokens=6),
                                   plays_at=plays_at)
             rt.orchestrator.submit(request, outputs.put)
             chunks = [o.audio for o in _collect(outputs) if o.audio is not None]
@@ -263,7 +264,7 @@ def test_a_reply_held_by_the_gate_past_its_head_start_loses_it(held_plays_in: fl
         queues = {rid: queue.Queue() for rid in ("first", "held")}
         for rid, q in queues.items():
             plays_at = time.monotonic() + (60.0 if rid == "first" else held_plays_in)
-            rt.orchestrator.submit(OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=6),
+            rt.orchestrator.submit(OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, SamplingParams(max_tokens=6),
                                                plays_at=plays_at), q.put)
         firsts = {rid: [o.audio for o in _collect(q) if o.audio is not None][0] for rid, q in queues.items()}
         held = rt.orchestrator.trace("held")

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
+from omnistage.sampling_params import SamplingParams
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 def _request(rid: str, max_tokens: int, audio: bool = True) -> OmniRequest:
     modalities = {Modality.TEXT, Modality.AUDIO} if audio else {Modality.TEXT}
-    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), frozenset(modalities), RequestSampling(max_tokens=max_tokens))
+    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), frozenset(modalities), SamplingParams(max_tokens=max_tokens))
 
 
 def _wait(predicate, timeout_s: float) -> bool:  # noqa: ANN001 - a zero-argument callable

@@ -14,7 +14,7 @@ import pytest
 import torch
 import zmq
 
-from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.families.qwen3_omni.payloads import PAYLOADS
 from omnistage.ipc.messages import ReplicaLoad, StageOutput, StepBatch
 from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, FramesMade, TokenDelta
@@ -23,6 +23,7 @@ from omnistage.pipeline.flow import FlowSettings
 from omnistage.pipeline.launcher import ReplicaHandle
 from omnistage.pipeline.orchestrator import Orchestrator, ReplicaLink
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
+from omnistage.sampling_params import SamplingParams
 from tests.pipeline.fakes import AUDIO, omni_graph
 from tests.pipeline.specs import small_spec
 
@@ -78,7 +79,7 @@ def test_ready_audio_reaches_caller_in_one_pass_behind_a_backlog(rig) -> None:
     orch, peers = rig
     delivered: list[OmniOutput] = []
     request = OmniRequest("r", Qwen3OmniPrompt([1, 2, 3]), frozenset({Modality.TEXT, Modality.AUDIO}),
-                          RequestSampling(max_tokens=4))
+                          SamplingParams(max_tokens=4))
     orch.submit(request, delivered.append)
     orch.poll_once(timeout_ms=1000)
     peers["thinker"].out.send(_batch(StageOutput("r", TokenDelta([7], num_prompt_tokens=3))))

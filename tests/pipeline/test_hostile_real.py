@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
+from omnistage.sampling_params import SamplingParams
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.test_hostile_inputs import HOSTILE
 from tests.pipeline.specs import small_dict, write_spec
@@ -116,9 +118,9 @@ def test_a_penalty_forced_past_the_api_fails_only_its_request(live: _Live) -> No
     prompt = processor.process(processor.apply_chat_template([{"role": "user", "content": "hello"}]))
 
     async def one(i: int) -> OmniOutput:
-        sampling = RequestSampling(max_tokens=6, seed=i)
+        sampling = SamplingParams(max_tokens=6, seed=i)
         if i == 0:
-            object.__setattr__(sampling, "repetition_penalty", 1e300)
+            msgspec.structs.force_setattr(sampling, "repetition_penalty", 1e300)
         request = OmniRequest(f"poison-{i}", prompt, frozenset({Modality.TEXT, Modality.AUDIO}), sampling,
                               voice="Ethan")
         audio, last = 0, None

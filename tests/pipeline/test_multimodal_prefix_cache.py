@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from omnistage.config.pipeline import parse_pipeline
-from omnistage.engine import SamplingParams
 from omnistage.entrypoints.openai.realtime.conversation import PromptSpec
 from omnistage.entrypoints.openai.realtime.conversation import render_prompt as render_spec
 from omnistage.entrypoints.openai.realtime.items import Item
@@ -32,6 +31,7 @@ from omnistage.families.qwen3_omni.workers import ThinkerWorker
 from omnistage.ipc.messages import StageInput
 from omnistage.ipc.payloads import TokenDelta
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import WorkerSpec
 from tests.entrypoints.test_realtime import spoken_like
 from tests.runner.helpers import collect, config, make_engine

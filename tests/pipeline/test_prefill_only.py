@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from omnistage.config.pipeline import parse_pipeline
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
-from omnistage.engine import SamplingParams
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
 from omnistage.families.base import EdgeContext
 from omnistage.families.qwen3_omni.edges import ThinkerToTalker
 from omnistage.families.qwen3_omni.payloads import TalkerStart
@@ -25,6 +24,7 @@ from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 from omnistage.ipc.messages import StageInput, StageOutput
 from omnistage.ipc.payloads import TokenDelta
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import StepResult
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_dict
@@ -36,7 +36,7 @@ FRAMES = 24  # the talker's configured max_tokens
 
 
 def _request(rid: str, prefill_only: bool = False, max_tokens: int = 1) -> OmniRequest:
-    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=max_tokens, seed=1),
+    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), AUDIO, SamplingParams(max_tokens=max_tokens, seed=1),
                        prefill_only=prefill_only)
 
 
@@ -165,7 +165,7 @@ def test_aborting_a_prefill_only_request_in_the_talker_frees_every_stage(run: _R
 def test_a_prefill_only_request_without_audio_is_an_ordinary_text_request(run: _Run) -> None:
     run.go.set()
     run.submit(OmniRequest("t", Qwen3OmniPrompt([1, 2, 3]), frozenset({Modality.TEXT}),
-                           RequestSampling(max_tokens=3), prefill_only=True))
+                           SamplingParams(max_tokens=3), prefill_only=True))
     got = run.collect("t")
     assert [t for o in got for t in o.token_ids] == [101, 102, 103] and got[-1].finish_reason is FinishReason.LENGTH
     assert set(run.runtime.orchestrator.trace("t").entered) == {"thinker"}

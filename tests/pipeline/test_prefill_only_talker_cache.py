@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
 from omnistage.engine import Request
 from omnistage.families.qwen3_omni.payloads import TalkerStart
 from omnistage.families.qwen3_omni.workers import TalkerWorker
@@ -18,6 +18,7 @@ from omnistage.families.registry import DEFAULT_REGISTRY
 from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
 from omnistage.pipeline.graph import resolve_graph
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime, model_factories
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import WorkerSpec
 from tests.pipeline.specs import small_spec
 
@@ -69,7 +70,7 @@ def test_the_reply_finds_the_rows_a_prefill_only_request_put_in_the_talker_cache
         audio = (np.random.RandomState(4).randn(16000 * 3) * 0.1).astype(np.float32)
         prompt = processor.process(processor.apply_chat_template([{"role": "user", "content": [{"type": "audio"}]}]),
                                    audios=[audio])
-        sampling = RequestSampling(temperature=0.0, max_tokens=1, seed=3)
+        sampling = SamplingParams(temperature=0.0, max_tokens=1, seed=3)
         warm = _run(runtime, OmniRequest("warm", prompt, AUDIO, sampling, voice="Ethan", prefill_only=True))
         reply = _run(runtime, OmniRequest("reply", prompt, AUDIO, sampling, voice="Ethan"))
     finally:

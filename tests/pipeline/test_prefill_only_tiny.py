@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
 from omnistage.pipeline.engine import OmniPipeline
 from omnistage.pipeline.runtime import PipelineOptions
+from omnistage.sampling_params import SamplingParams
 from tests.pipeline.specs import small_spec
 from tests.waiting import wait_until
 
@@ -37,7 +38,7 @@ def _request(pipeline: OmniPipeline, prefill_only: bool = True) -> OmniRequest:
     assert processor is not None
     prompt = processor.process(processor.apply_chat_template([{"role": "user", "content": "warm me up"}]))
     return OmniRequest(f"warm-{next(IDS)}", prompt, frozenset({Modality.TEXT, Modality.AUDIO}),
-                       RequestSampling(temperature=0.0, max_tokens=1), voice="Ethan", prefill_only=prefill_only)
+                       SamplingParams(temperature=0.0, max_tokens=1), voice="Ethan", prefill_only=prefill_only)
 
 
 def _busy(pipeline: OmniPipeline) -> dict[str, int]:

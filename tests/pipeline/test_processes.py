@@ -107,7 +107,8 @@ def test_replicas_die_with_a_killed_parent(tmp_path: Path) -> None:
 def test_a_dead_replica_fails_its_requests_and_reports_unhealthy() -> None:
     import queue
 
-    from omnistage.core import FinishReason, Modality, OmniRequest, RequestSampling
+    from omnistage.core import FinishReason, Modality, OmniRequest
+    from omnistage.sampling_params import SamplingParams
     from omnistage.pipeline.runtime import PipelineRuntime
     from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
     from tests.pipeline import fakes
@@ -116,7 +117,7 @@ def test_a_dead_replica_fails_its_requests_and_reports_unhealthy() -> None:
     rt = PipelineRuntime(fakes.omni_graph(small_spec()), fakes.fake_factories(exit_on="die"), None, fakes.AUDIO, PipelineOptions())
     try:
         outputs: queue.Queue = queue.Queue()
-        request = OmniRequest("die", Qwen3OmniPrompt([1]), frozenset({Modality.TEXT}), RequestSampling())
+        request = OmniRequest("die", Qwen3OmniPrompt([1]), frozenset({Modality.TEXT}), SamplingParams())
         rt.orchestrator.submit(request, outputs.put)
         final = outputs.get(timeout=10)
         assert final.finish_reason is FinishReason.ERROR and "'thinker' replica 0" in final.error

@@ -12,19 +12,20 @@ import pytest
 import torch
 
 from omnistage.config.pipeline import parse_pipeline
-from omnistage.core import Modality, OmniRequest, RequestSampling
+from omnistage.core import Modality, OmniRequest
 from omnistage.families.speech import SpeechAsk
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.families.qwen3_tts.offline import TTSSettings, generate_offline
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, make_voice_clone, prompt_spec
 from omnistage.pipeline.engine import OmniPipeline, preset_for
 from omnistage.pipeline.runtime import PipelineOptions
+from omnistage.sampling_params import SamplingParams
 from omnistage.tools.verify.tts_compare import REF_TEXT, synthetic_voice
 from tests.pipeline.specs import tts_small_dict
 
 FRAMES = 12  # talker steps: 11 frames (a random talker never says codec EOS)
 # Greedy with the reference's repetition penalty: the offline generation's settings.
-GREEDY = RequestSampling(temperature=0.0, top_k=50, repetition_penalty=1.05, max_tokens=FRAMES)
+GREEDY = SamplingParams(temperature=0.0, top_k=50, repetition_penalty=1.05, max_tokens=FRAMES)
 TEXT = "Hello there, how are you today?"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest
 from omnistage.pipeline.liveness import (
     BACKOFF_RESET_S,
     DEFAULT_STALL_TIMEOUT_S,
@@ -25,6 +25,7 @@ from omnistage.pipeline.liveness import (
 )
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import StepResult
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec
@@ -36,7 +37,7 @@ STALL_S = 2.0
 
 def _request(rid: str, max_tokens: int, audio: bool) -> OmniRequest:
     modalities = {Modality.TEXT, Modality.AUDIO} if audio else {Modality.TEXT}
-    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), frozenset(modalities), RequestSampling(max_tokens=max_tokens))
+    return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), frozenset(modalities), SamplingParams(max_tokens=max_tokens))
 
 
 def _final(outputs: queue.Queue, timeout_s: float) -> OmniOutput:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from omnistage.engine import EngineConfig, Request, SamplingParams
+from omnistage.engine import EngineConfig, Request
 from omnistage.engine.request import MultimodalSpan
 from omnistage.families.qwen3_omni.offline import StageModels
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt, Qwen3OmniPromptProcessor
@@ -20,6 +20,7 @@ from omnistage.families.qwen3_omni.talker_cache_keys import talker_row_keys
 from omnistage.families.qwen3_omni.thinker_hook import ThinkerStepHook
 from omnistage.models.qwen3_omni.inputs import PromptLayout
 from omnistage.runner import build_ar_engine
+from omnistage.sampling_params import SamplingParams
 
 BLOCK = 16
 MM = frozenset({7})

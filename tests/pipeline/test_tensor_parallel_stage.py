@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from omnistage.engine import SamplingParams
 from omnistage.pipeline.omni import Omni
 from omnistage.families.qwen3_omni.offline import StageModels
 from omnistage.families.qwen3_omni.stages import build_thinker_request
 from omnistage.families.qwen3_omni.thinker_hook import ThinkerStepHook
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.runner import build_ar_engine
+from omnistage.sampling_params import SamplingParams
 from tests.pipeline.specs import small_dict, write_spec
 from tests.pipeline.test_processes import _wait_gone
 

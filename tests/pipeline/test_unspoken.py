@@ -7,10 +7,11 @@ import queue
 
 import pytest
 
-from omnistage.core import FinishReason, Modality, OmniRequest, RequestSampling, UnspokenSpan
+from omnistage.core import FinishReason, Modality, OmniRequest, UnspokenSpan
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
 from omnistage.families.spoken import SpokenTokens
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
+from omnistage.sampling_params import SamplingParams
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_spec
 from tests.pipeline.test_fake_pipeline import _collect
@@ -41,7 +42,7 @@ def _talker(runtime: PipelineRuntime) -> fakes.FakeTalker:
 
 def test_the_talker_is_fed_only_spoken_tokens(runtime: PipelineRuntime) -> None:
     outputs: queue.Queue = queue.Queue()
-    request = OmniRequest("a", Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=6),
+    request = OmniRequest("a", Qwen3OmniPrompt([1, 2, 3]), AUDIO, SamplingParams(max_tokens=6),
                           unspoken=UnspokenSpan(open_id=102, close_id=104))
     runtime.orchestrator.submit(request, outputs.put)
     got = _collect(outputs)
@@ -52,7 +53,7 @@ def test_the_talker_is_fed_only_spoken_tokens(runtime: PipelineRuntime) -> None:
 
 def test_nothing_to_speak_finishes_without_audio(runtime: PipelineRuntime) -> None:
     outputs: queue.Queue = queue.Queue()
-    request = OmniRequest("b", Qwen3OmniPrompt([1, 2, 3]), AUDIO, RequestSampling(max_tokens=4),
+    request = OmniRequest("b", Qwen3OmniPrompt([1, 2, 3]), AUDIO, SamplingParams(max_tokens=4),
                           unspoken=UnspokenSpan(open_id=900, close_id=901, open_at_start=True))
     runtime.orchestrator.submit(request, outputs.put)
     got = _collect(outputs)

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import torch
 
-from omnistage.engine import EngineConfig, EngineCore, Request, RequestOutput, SamplingParams
+from omnistage.engine import EngineConfig, EngineCore, Request, RequestOutput
 from omnistage.runner import ARModel, StepHook, build_ar_engine
+from omnistage.sampling_params import SamplingParams
 
 CONFIG = EngineConfig(block_size=4, num_blocks=128, max_num_seqs=16, max_num_batched_tokens=256, max_model_len=128)
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omnistage.engine import Request, SamplingParams
+from omnistage.engine import Request
+from omnistage.sampling_params import SamplingParams
 from tests.runner.helpers import GREEDY, config, generate, make_engine, prompts, requests
 from tests.runner.toy_model import ToyLM
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omnistage.engine import Request, SamplingParams
+from omnistage.engine import Request
 from omnistage.runner.sampler import SamplingBatch, Sampler, apply_penalties
+from omnistage.sampling_params import SamplingParams
 from tests.runner.helpers import make_engine, prompts
 from tests.runner.toy_model import ToyLM
 

@@ -7,9 +7,10 @@ import msgspec
 import pytest
 import torch
 
-from omnistage.engine import FinishReason, Request, SamplingParams
+from omnistage.engine import FinishReason, Request
 from omnistage.engine.scheduler import NON_FINITE
 from omnistage.runner.sampler import SamplingBatch, Sampler
+from omnistage.sampling_params import SamplingParams
 from tests.runner.helpers import GREEDY, generate, make_engine, prompts
 from tests.runner.toy_model import ToyLM
 

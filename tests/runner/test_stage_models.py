@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from omnistage.engine import Request, SamplingParams
+from omnistage.engine import Request
 from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore
 from omnistage.runner import GenerationRunner, TalkerRequestData, TalkerStepHook
 from omnistage.runner.talker_hook import talker_suppress_mask
+from omnistage.sampling_params import SamplingParams
 from tests.runner.helpers import config, make_engine
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omnistage.engine import Request, SamplingParams
+from omnistage.engine import Request
 from omnistage.runner import TalkerRequestData, TalkerStepHook
 from omnistage.runner.talker_hook import talker_suppress_mask
+from omnistage.sampling_params import SamplingParams
 from tests.runner.helpers import config, make_engine
 from tests.runner.toy_model import ToyTalker
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from omnistage.engine import Request, SamplingParams
+from omnistage.engine import Request
+from omnistage.sampling_params import SamplingParams
 from tests.runner.helpers import config, generate, prompts
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)

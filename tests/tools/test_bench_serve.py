@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from omnistage.config.pipeline import ConfigError, load_preset, parse_pipeline
+from omnistage.tools.bench.levels import BenchPrompt, bench_levels
 from omnistage.tools.bench.metrics import StreamRecord, summarize
 from omnistage.tools.bench.process_cpu import cpu_seconds
+from omnistage.tools.bench.report import add_ratios, plot
+from omnistage.tools.bench.serve import pinned_spec
 
 SAMPLE_RATE = 24000  # the API's PCM
-from omnistage.tools.bench.serve import BenchPrompt, add_ratios, bench_levels, pinned_spec, plot
 
 
 def _record(start: float, packets: list[tuple[float, float]], tokens: list[float]) -> StreamRecord:

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from omnistage.entrypoints.cli import main
 from omnistage.tools.verify import run_verify
-from omnistage.tools.verify.cli import main
 
 # Special ids of the variant: the top of a 320-token vocabulary, clear of the verify prompts' filler
 # ids (100..128, newline 198); each start id is followed by its end id, as in the real vocabulary.
@@ -136,14 +136,14 @@ def test_verify_fails_when_omnistage_weights_differ(tiny_dir: Path, tmp_path: Pa
 
 def test_cli_writes_json_and_exit_code(tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.json"
-    assert main(["--model", str(tiny_dir), "--case", "text", "--json", str(out)]) == 0
+    assert main(["verify", "--model", str(tiny_dir), "--case", "text", "--json", str(out)]) == 0
     table = capsys.readouterr().out
     assert "text" in table and table.strip().endswith("PASS")
     report = json.loads(out.read_text())
     assert report["ok"] is True and [c["name"] for c in report["cases"]] == ["text"]
     keys = {"name", "tokens_identical", "logits_max_abs_diff", "codes_identical", "wav_max_abs_diff"}
     assert keys <= set(report["cases"][0])
-    assert main(["--model", str(tmp_path / "missing")]) == 2
+    assert main(["verify", "--model", str(tmp_path / "missing")]) == 2
 
 
 def test_verify_passes_with_a_tensor_parallel_thinker(tiny_dir: Path) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from omnistage.tools.verify.cli import main
+from omnistage.entrypoints.cli import main
 from omnistage.tools.verify.tts_reference_env import PYTHON_ENV, ReferenceUnavailable, reference_python
 
 
@@ -23,7 +23,8 @@ def test_verify_passes_on_a_tiny_checkpoint(voice_design_dir, tmp_path, capsys):
     except ReferenceUnavailable as exc:
         pytest.skip(f"the qwen-tts reference environment cannot be made here: {exc}")
     report = tmp_path / "report.json"
-    assert main(["--model", str(voice_design_dir), "--talker-max-new-tokens", "6", "--json", str(report)]) == 0
+    assert main(["verify", "--model", str(voice_design_dir), "--talker-max-new-tokens", "6",
+                 "--json", str(report)]) == 0
     data = json.loads(report.read_text())
     assert data["ok"] and data["family"] == "qwen3_tts"
     assert [(c["name"], c["codes_identical"], c["frames"]) for c in data["cases"]] == [("voice-design", True, 5)]
@@ -32,10 +33,10 @@ def test_verify_passes_on_a_tiny_checkpoint(voice_design_dir, tmp_path, capsys):
 
 def test_verify_fails_cleanly_without_a_reference(voice_design_dir, monkeypatch, capsys):
     monkeypatch.setenv(PYTHON_ENV, "/nonexistent/python")
-    assert main(["--model", str(voice_design_dir), "--talker-max-new-tokens", "4"]) == 1
+    assert main(["verify", "--model", str(voice_design_dir), "--talker-max-new-tokens", "4"]) == 1
     assert "omnistage verify:" in capsys.readouterr().err
 
 
 def test_omni_cases_are_refused_for_a_tts_checkpoint(voice_design_dir, capsys):
-    assert main(["--model", str(voice_design_dir), "--case", "text+audio"]) == 2
+    assert main(["verify", "--model", str(voice_design_dir), "--case", "text+audio"]) == 2
     assert "voice-design" in capsys.readouterr().err

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from omnistage.config.generation_defaults import SamplingDefaults
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.families.base import FrontEnd
 from omnistage.pipeline.reports import EngineStats, HealthReport
+from omnistage.sampling_params import SamplingParams
 
 
 @runtime_checkable
@@ -35,7 +35,7 @@ class OmniEngine(Protocol):
     front_end: FrontEnd
     supports_audio: bool  # False when the pipeline has no talker/code2wav stages
     max_model_len: int  # the thinker's context: prompt + completion tokens
-    default_sampling: SamplingDefaults  # what a request's unset sampling knobs take
+    default_sampling: SamplingParams  # what a request's unset sampling knobs take
 
     def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]: ...
 

@@ -17,7 +17,8 @@ from omnistage.entrypoints.openai.allocator import return_large_blocks_to_the_sy
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.common.connection_guard import guarded_http_protocol
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
-from omnistage.entrypoints.serve_config import ServeConfig, UsageError
+from omnistage.entrypoints.serve_config import ServeConfig
+from omnistage.usage_error import UsageError
 
 def uvicorn_options(config: ServeConfig) -> dict[str, object]:
     """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP

@@ -19,7 +19,6 @@ from omnistage.families.qwen2_5_omni.edges import TalkerToToken2Wav, ThinkerToTa
 from omnistage.families.qwen2_5_omni.payloads import PAYLOADS, ThinkerPrompt
 from omnistage.families.qwen2_5_omni.prompt import Qwen25OmniPrompt
 from omnistage.families.qwen2_5_omni.voices import DEFAULT_VOICE, SYSTEM_PROMPT
-from omnistage.families.sampling import request_params
 from omnistage.models.qwen2_5_omni.config import MODEL_TYPE, Qwen25OmniConfig
 
 PRESET = Path(__file__).with_name("qwen2_5_omni.yaml")  # thinker → talker → token2wav
@@ -77,7 +76,7 @@ class Qwen25OmniFamily(Family):
             raise TypeError(f"a Qwen2.5-Omni request carries a Qwen25OmniPrompt, not {type(prompt).__name__}")
         if request.wants_audio and not prompt.speech_system_prompt:
             _warn_system_prompt()
-        return ThinkerPrompt(list(prompt.token_ids), request_params(request.sampling), prompt.mm,
+        return ThinkerPrompt(list(prompt.token_ids), context.request_sampling(), prompt.mm,
                              capture_hidden=request.wants_audio)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from omnistage.engine import EngineConfig, SamplingParams
+from omnistage.engine import EngineConfig
 from omnistage.families.qwen2_5_omni.talker_stage import (TalkerContext, audio_codes, build_talker_request,
                                                           feed_reply, finish_reply)
 from omnistage.families.qwen2_5_omni.thinker_hook import HiddenCapture, ThinkerHiddenHook
@@ -19,6 +19,7 @@ from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.talker import Talker
 from omnistage.models.qwen2_5_omni.thinker import Thinker
 from omnistage.runner import build_ar_engine
+from omnistage.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)

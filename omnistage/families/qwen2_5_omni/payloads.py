@@ -11,10 +11,10 @@ from __future__ import annotations
 import msgspec
 import torch
 
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.ipc.messages import PayloadTypes
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.token2wav_stream import ChunkSpan
+from omnistage.sampling_params import SamplingParams
 
 
 class ThinkerPrompt(msgspec.Struct, tag="qwen2_5_omni.ThinkerPrompt"):

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import msgspec
 import torch
 
-from omnistage.engine import Request, SamplingParams
+from omnistage.engine import Request
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.talker import Talker
 from omnistage.models.qwen2_5_omni.tmrope import tmrope_positions
 from omnistage.runner.talker_hook import TalkerRequestData, TalkerStepHook
+from omnistage.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)

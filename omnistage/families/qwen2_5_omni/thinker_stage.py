@@ -13,11 +13,12 @@ import hashlib
 
 import torch
 
-from omnistage.engine import Request, SamplingParams
+from omnistage.engine import Request
 from omnistage.engine.request import MultimodalSpan
 from omnistage.families.qwen2_5_omni.thinker_hook import HiddenCapture
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.thinker import Thinker
+from omnistage.sampling_params import SamplingParams
 
 
 def build_thinker_request(thinker: Thinker, request_id: str, token_ids: list[int], mm: OmniInputs,

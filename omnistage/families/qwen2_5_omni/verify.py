@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from omnistage.engine import EngineConfig, SamplingParams
+from omnistage.engine import EngineConfig
 from omnistage.families.qwen2_5_omni.offline import generate_spoken, load_talker_context
 from omnistage.families.qwen2_5_omni.reference import reference_reply
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
@@ -27,6 +27,7 @@ from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.thinker import Thinker
 from omnistage.models.qwen2_5_omni.token2wav import Token2Wav
 from omnistage.runner import build_ar_engine
+from omnistage.sampling_params import SamplingParams
 
 PROMPT = [{"role": "user", "content": "Hello, how are you today? Tell me a short story."}]
 NEW_TOKENS = 12

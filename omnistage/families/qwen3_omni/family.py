@@ -14,7 +14,6 @@ from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Ho
 from omnistage.families.qwen3_omni.edges import ThinkerToTalker
 from omnistage.families.qwen3_omni.payloads import PAYLOADS, ThinkerPrompt
 from omnistage.families.qwen3_omni.voices import DEFAULT_VOICE, OPENAI_VOICES
-from omnistage.families.sampling import request_params
 from omnistage.models.qwen3_omni.config import MODEL_TYPE, Qwen3OmniConfig, is_qwen3_omni
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 
@@ -71,7 +70,7 @@ class Qwen3OmniFamily(Family):
         prompt = request.prompt
         if not isinstance(prompt, Qwen3OmniPrompt):
             raise TypeError(f"a Qwen3-Omni request carries a Qwen3OmniPrompt, not {type(prompt).__name__}")
-        return ThinkerPrompt(list(prompt.token_ids), request_params(request.sampling), prompt.mm,
+        return ThinkerPrompt(list(prompt.token_ids), context.request_sampling(), prompt.mm,
                              capture_hidden=request.wants_audio)
 
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from omnistage.engine import EngineConfig, RequestOutput, SamplingParams
+from omnistage.engine import EngineConfig, RequestOutput
 from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker
 from omnistage.engine.generation_engine import ChunkOutput, GenerationEngineCore
 from omnistage.families.qwen3_omni.sharded_thinker import load_thinker
@@ -29,6 +29,7 @@ from omnistage.models.qwen3_omni.talker import Talker
 from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.runner.tp_executor import TPExecutor
 from omnistage.runner import build_ar_engine
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.talker import talker_frames
 
 

@@ -6,9 +6,9 @@ import msgspec
 import torch
 
 from omnistage.engine.request import MultimodalSpan
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.ipc.messages import PayloadTypes
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs, PromptLayout
+from omnistage.sampling_params import SamplingParams
 
 
 class ThinkerPrompt(msgspec.Struct, tag="qwen3_omni.ThinkerPrompt"):

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from omnistage.engine import Request, SamplingParams
+from omnistage.engine import Request
 from omnistage.engine.request import MultimodalSpan
 from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.families.qwen3_omni.mm_spans import multimodal_spans
@@ -39,6 +39,7 @@ from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.models.weights import Checkpoint
 from omnistage.runner import GenerationRunner, TalkerRequestData, TalkerStepHook
 from omnistage.runner.talker_hook import talker_suppress_mask
+from omnistage.sampling_params import SamplingParams
 
 
 # Thinker ----------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import torch
 
 from omnistage.audio_spec import AudioSpec, Codebooks
 from omnistage.core import Modality, OmniRequest
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
 from omnistage.families.qwen3_tts.payloads import PAYLOADS, TalkerSpeech
 from omnistage.families.qwen3_tts.openai_voices import OPENAI_VOICES
@@ -55,12 +54,8 @@ class Qwen3TTSFamily(Family):
     def entry_input(self, context: EdgeContext) -> TalkerSpeech:
         """The talker's sampling is the request's (the speech API fills it from the served defaults), at least
         the reference's two steps."""
-        request = context.request
-        s = request.sampling
-        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                repetition_penalty=s.repetition_penalty, seed=s.seed, max_tokens=s.max_tokens,
-                                min_tokens=min(max(MIN_NEW_TOKENS, context.min_new_tokens), s.max_tokens))
-        return TalkerSpeech(_prompt(request), params)
+        floor = max(MIN_NEW_TOKENS, context.min_new_tokens)
+        return TalkerSpeech(_prompt(context.request), context.request_sampling().with_floor(floor))
 
     def codec_prime(self, request: OmniRequest) -> torch.Tensor | None:
         """A voice cloned in context: its reference frames start the codec stream (their audio dropped), as the

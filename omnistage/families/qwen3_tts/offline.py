@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from omnistage.engine import EngineConfig, Request, SamplingParams
+from omnistage.engine import EngineConfig, Request
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
@@ -26,6 +26,7 @@ from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, promp
 from omnistage.models.qwen3_tts.talker import Qwen3TTSTalker
 from omnistage.runner import TalkerRequestData, TalkerStepHook, build_ar_engine
 from omnistage.runner.talker_hook import talker_suppress_mask
+from omnistage.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)

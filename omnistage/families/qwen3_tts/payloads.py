@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import msgspec
 
-from omnistage.engine.sampling_params import SamplingParams
 from omnistage.ipc.messages import PayloadTypes
 from omnistage.models.qwen3_tts.prompt import PromptSpec
+from omnistage.sampling_params import SamplingParams
 
 
 class TalkerSpeech(msgspec.Struct, tag="qwen3_tts.TalkerSpeech"):

@@ -141,6 +141,12 @@ def _policies(text: str) -> list[str]:
     return names
 
 
+def _serve_backend(args: argparse.Namespace) -> int:
+    """``bench serve`` by its backend: chat completions with audio (``serve.py``) or speech (``speech.py``)."""
+    speech = args.backend == "openai-audio-speech"
+    return _lazy_main(f"omnistage.tools.bench.{'speech' if speech else 'serve'}")(args)
+
+
 def add_serve_parser(targets: argparse._SubParsersAction) -> None:
     serve = targets.add_parser("serve", help="streaming text+audio latency/throughput under bounded concurrency")
     serve.add_argument("--model", default="tiny", help=MODEL_HELP)
@@ -182,4 +188,4 @@ def add_serve_parser(targets: argparse._SubParsersAction) -> None:
     serve.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
     serve.add_argument("--plot", default=None, help="write latency vs concurrency as a PNG (needs matplotlib)")
     serve.add_argument("--no-progress", action="store_true", help="no progress bar")
-    serve.set_defaults(func=_lazy_main("omnistage.tools.bench.serve"))
+    serve.set_defaults(func=_serve_backend)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from omnistage.engine import EngineConfig, EngineCore, Request, SamplingParams
+from omnistage.engine import EngineConfig, EngineCore, Request
 from omnistage.runner import ARModel, ARModelRunner, StepHook
+from omnistage.sampling_params import SamplingParams
 
 
 @dataclass

@@ -15,8 +15,9 @@ import time
 
 import torch
 
-from omnistage.engine import EngineConfig, EngineCore, SamplingParams
+from omnistage.engine import EngineConfig, EngineCore
 from omnistage.runner import ARModelRunner
+from omnistage.sampling_params import SamplingParams
 from omnistage.tools.bench.engine import StageUnderTest, load_stage
 
 MODEL_METHODS = ("forward", "compute_logits", "predict_residual_codes", "frame_embedding", "embed_tokens")

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import torch
 
-from omnistage.engine import EngineConfig, EngineCore, SamplingParams
+from omnistage.engine import EngineConfig, EngineCore
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.layers.quant.apply import apply_quantization
 from omnistage.runner import ARModelRunner
 from omnistage.runner.ar_runner import default_backend
+from omnistage.sampling_params import SamplingParams
 from omnistage.tools.bench.engine import StageUnderTest, load_stage
 
 

@@ -22,13 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
-from omnistage.engine import EngineConfig, EngineCore, SamplingParams
+from omnistage.engine import EngineConfig, EngineCore
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.models.qwen3_tts.checkpoint import quantize_talker_
 from omnistage.models.qwen3_tts.talker import Qwen3TTSTalker
 from omnistage.runner import ARModelRunner
 from omnistage.runner.ar_runner import default_backend
+from omnistage.sampling_params import SamplingParams
 from omnistage.tools.bench.engine import StageUnderTest, load_stage
 from omnistage.tools.confident_tts import confident_talker_
 

@@ -39,10 +39,11 @@ from pathlib import Path
 
 import torch
 
-from omnistage.engine import EngineConfig, EngineCore, SamplingParams
+from omnistage.engine import EngineConfig, EngineCore
 from omnistage.layers.quant.apply import apply_quantization
 from omnistage.runner import ARModelRunner
 from omnistage.runner.cuda_graph import describe
+from omnistage.sampling_params import SamplingParams
 from omnistage.tools.bench.engine import StageUnderTest, load_stage
 from omnistage.tools.bench.step_bytes import ByteTally, StepBytes
 

@@ -3,7 +3,7 @@
 Two drivers, same prompts and figures:
 
 * in-process (default): starts the pipeline (``AsyncOmni``, every stage in its own process as ``serve`` runs
-  it) and streams requests straight into it; fixed lengths come from ``RequestSampling.ignore_eos`` and a
+  it) and streams requests straight into it; fixed lengths come from ``SamplingParams.ignore_eos`` and a
   talker held to exactly ``--audio-frames`` frames (stage max = min new tokens).
 * ``--url http://HOST:PORT``: a running ``omnistage serve``; streams ``/v1/chat/completions`` (SSE). The
   OpenAI API has no ``ignore_eos``, so lengths are whatever the model makes (bounded by ``max_tokens``);
@@ -21,21 +21,15 @@ import base64
 import dataclasses
 import json
 import random
-import sys
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from omnistage.tools.bench.metrics import StreamRecord, summarize
-from omnistage.tools.bench.process_cpu import cpu_seconds
+import msgspec
 
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    token_ids: list[int]
-    text: str
+from omnistage.tools.bench.levels import BenchPrompt, drive, progress_bar, sse_record
+from omnistage.tools.bench.metrics import StreamRecord
+from omnistage.tools.bench.report import add_ratios, compare_policies, plot, print_table
 
 
 def random_prompts(processor, count: int, input_len: int, seed: int) -> list[BenchPrompt]:  # noqa: ANN001
@@ -66,7 +60,7 @@ def pinned_spec(spec, audio_frames: int, scheduling: str | None = None,  # noqa:
             engine = dataclasses.replace(engine, scheduling=scheduling)
         if code2wav_max_batch is not None and s.kind == "generation":
             engine = dataclasses.replace(engine, max_num_seqs=code2wav_max_batch)
-        sampling = dataclasses.replace(s.sampling, max_tokens=audio_frames) if s.name == "talker" else s.sampling
+        sampling = msgspec.structs.replace(s.sampling, max_tokens=audio_frames) if s.name == "talker" else s.sampling
         stages.append(dataclasses.replace(s, engine=engine, sampling=sampling))
     return dataclasses.replace(spec, stages=tuple(stages))
 
@@ -92,12 +86,13 @@ class InProcessDriver:
         self.initial_chunk_frames = initial_chunk_frames
 
     async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
-        from omnistage.core import Modality, OmniRequest, RequestSampling
+        from omnistage.core import Modality, OmniRequest
+        from omnistage.sampling_params import SamplingParams
 
         request = OmniRequest(  # the served family's prompt (a text prompt: nothing to expand)
             f"bench-{uuid.uuid4().hex[:8]}", self.processor.process(list(prompt.token_ids)),
             frozenset({Modality.TEXT, Modality.AUDIO}),
-            RequestSampling(temperature=0.0, max_tokens=self.output_tokens, seed=seed, ignore_eos=self.ignore_eos),
+            SamplingParams(temperature=0.0, max_tokens=self.output_tokens, seed=seed, ignore_eos=self.ignore_eos),
             initial_codec_chunk_frames=self.initial_chunk_frames,
         )
         record = StreamRecord(time.perf_counter(), self.rate)
@@ -114,29 +109,6 @@ class InProcessDriver:
 
     async def close(self) -> None:
         await self.omni.shutdown()
-
-
-async def sse_record(client, url: str, body: dict, consume: Callable[[StreamRecord, dict, float], None],  # noqa: ANN001
-                     ) -> StreamRecord:
-    """POSTs ``body`` and feeds each SSE ``data:`` event to ``consume`` until ``[DONE]`` or the stream ends; a failed
-    request is a figure (its error), not a crash."""
-    record = StreamRecord(time.perf_counter())
-    try:
-        async with client.stream("POST", url, json=body) as resp:
-            if resp.status_code != 200:
-                record.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
-                return record
-            async for line in resp.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                now = time.perf_counter()
-                if line[6:] == "[DONE]":
-                    record.end = now
-                    break
-                consume(record, json.loads(line[6:]), now)
-    except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
-        record.error = f"{type(exc).__name__}: {exc}"
-    return record
 
 
 class HttpDriver:
@@ -171,58 +143,13 @@ class HttpDriver:
 
 # ---------------------------------------------------------------------------------------------- runs
 
-async def run_level(driver, prompts: list[BenchPrompt], concurrency: int, seed: int,  # noqa: ANN001
-                    on_done: Callable[[], None] = lambda: None) -> tuple[list[StreamRecord], float]:
-    """All ``prompts`` with at most ``concurrency`` in flight; returns the records and the wall time."""
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(i: int, prompt: BenchPrompt) -> StreamRecord:
-        async with gate:
-            record = await driver.stream(prompt, seed + i)
-        on_done()
-        return record
-
-    start = time.perf_counter()
-    records = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
-    return list(records), time.perf_counter() - start
-
-
-def _progress(total: int, desc: str):  # noqa: ANN202
-    try:
-        from tqdm import tqdm
-
-        return tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
-    except ImportError:
-        return None
-
-
-async def bench_levels(driver, prompts: list[BenchPrompt], levels: list[int], seed: int,  # noqa: ANN001
-                       warmup: int = 1, progress: bool = True,
-                       server_cpu: Callable[[], float] | None = None) -> dict[int, dict[str, float]]:
-    """``server_cpu``: the server process's CPU seconds so far; each level then says what it cost per audio s."""
-    if warmup:
-        await run_level(driver, prompts[:warmup], warmup, seed)
-    results = {}
-    for c in levels:
-        bar = _progress(len(prompts), f"concurrency {c}") if progress else None
-        cpu_before = server_cpu() if server_cpu else 0.0
-        records, wall = await run_level(driver, prompts, c, seed, (lambda: bar.update(1)) if bar else (lambda: None))
-        if bar is not None:
-            bar.close()
-        results[c] = summarize(records, wall)
-        if server_cpu is not None and results[c]["total_audio_s"] > 0:
-            results[c]["server_cpu_s"] = cpu = server_cpu() - cpu_before
-            results[c]["server_cpu_s_per_audio_s"] = cpu / results[c]["total_audio_s"]
-    return results
-
-
 def run_hf(folder: Path, prompts: list[BenchPrompt], output_tokens: int, audio_frames: int, seed: int,
            num: int, progress: bool = True) -> dict[str, float]:
     from omnistage.tools.bench.hf_baseline import HFBaseline, summarize_hf
 
     hf = HFBaseline(folder)
     hf.run(prompts[0].token_ids, 2, 2, seed)  # warm-up
-    bar = _progress(num, "hf baseline") if progress else None
+    bar = progress_bar(num, "hf baseline") if progress else None
     results = []
     for i, prompt in enumerate(prompts[:num]):
         results.append(hf.run(prompt.token_ids, output_tokens, audio_frames, seed + i))
@@ -233,116 +160,10 @@ def run_hf(folder: Path, prompts: list[BenchPrompt], output_tokens: int, audio_f
     return summarize_hf(results)
 
 
-def add_ratios(levels: dict[int, dict[str, float]], hf: dict[str, float]) -> None:
-    """Ratios against HF's best request (its fastest e2e, its best audio s/s), so noise never flatters us."""
-    audio = hf.get("best_audio_throughput", hf.get("audio_throughput"))
-    e2el = hf.get("min_e2el_ms", hf.get("mean_e2el_ms"))
-    for fig in levels.values():
-        if audio:
-            fig["audio_throughput_ratio_vs_hf"] = fig["audio_throughput"] / audio
-        if "mean_audio_ttfp_ms" in fig and e2el:
-            fig["ttfp_ratio_vs_hf_e2e"] = fig["mean_audio_ttfp_ms"] / e2el
-
-
-def print_table(levels: dict[int, dict[str, float]], hf: dict[str, float] | None) -> None:
-    head = (f"{'conc':>4} {'ttft p50':>9} {'ttfp p50':>9} {'e2el p50':>9} {'e2el p90':>9} {'e2el p99':>9} "
-            f"{'tok/s':>8} {'audio s/s':>9} {'rtf':>6} {'underrun':>9} {'stall ms':>8}")
-    if hf:
-        head += f" {'audio x hf':>10} {'ttfp/hf e2e':>11}"
-    print(head)
-    for c, f in levels.items():
-        line = (f"{c:>4} {f.get('median_ttft_ms', 0):>9.1f} {f.get('median_audio_ttfp_ms', 0):>9.1f} "
-                f"{f.get('p50_e2el_ms', 0):>9.1f} {f.get('p90_e2el_ms', 0):>9.1f} {f.get('p99_e2el_ms', 0):>9.1f} "
-                f"{f['output_throughput']:>8.1f} {f['audio_throughput']:>9.3f} {f.get('mean_audio_rtf', 0):>6.2f} "
-                f"{int(f['underrun_streams']):>4}/{int(f['audio_streams']):<4} {f.get('mean_underrun_ms', 0):>8.1f}")
-        if hf:
-            line += (f" {f.get('audio_throughput_ratio_vs_hf', 0):>10.2f} "
-                     f"{f.get('ttfp_ratio_vs_hf_e2e', 0):>11.3f}")
-        print(line)
-        if "server_cpu_s" in f:
-            print(f"     server process: {f['server_cpu_s']:.2f} CPU s, {f['server_cpu_s_per_audio_s']:.5f} per audio s "
-                  f"({f['total_audio_s']:.1f} audio s)")
-    if hf:
-        print(f"  hf: {hf['completed']} requests one at a time, e2e mean {hf['mean_e2el_ms']:.1f} ms "
-              f"(best {hf['min_e2el_ms']:.1f} ms, best {hf['best_audio_throughput']:.3f} audio s/s; ratios use the best), "
-              f"{hf['output_throughput']:.1f} tok/s, {hf['audio_throughput']:.3f} audio s/s "
-              f"({hf['mean_audio_s']:.2f} s audio each)")
-
-
-def compare_policies(runs: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
-    """Runs of the same policy (``fifo``, ``fifo#2`` ...) pooled per concurrency: streams that underran, mean
-    stall per stream, audio throughput. Alternating policies (fifo,deadline,fifo,deadline) spreads the drift of
-    a shared machine over both, so the comparison is of policies rather than of moments."""
-    pooled: dict[str, dict[str, dict[str, float]]] = {}
-    for name, levels in runs.items():
-        policy = name.split("#")[0]
-        for c, f in levels.items():
-            acc = pooled.setdefault(policy, {}).setdefault(str(c), {"runs": 0, "underrun_streams": 0,
-                                                                     "audio_streams": 0, "stall_s": 0.0,
-                                                                     "audio_s": 0.0, "wall_s": 0.0})
-            acc["runs"] += 1
-            acc["underrun_streams"] += f["underrun_streams"]
-            acc["audio_streams"] += f["audio_streams"]
-            acc["stall_s"] += f.get("total_underrun_s", 0.0)
-            acc["audio_s"] += f["total_audio_s"]
-            acc["wall_s"] += f["duration_s"]
-    for levels in pooled.values():
-        for acc in levels.values():
-            acc["mean_underrun_ms"] = 1000.0 * acc["stall_s"] / max(acc["audio_streams"], 1)
-            acc["audio_throughput"] = acc["audio_s"] / acc["wall_s"] if acc["wall_s"] else 0.0
-    print("policies pooled over their runs:")
-    for policy, levels in pooled.items():
-        for c, acc in levels.items():
-            print(f"  {policy:>8} c={c:<3} runs {int(acc['runs'])}: underran {int(acc['underrun_streams'])}/"
-                  f"{int(acc['audio_streams'])} streams, mean stall {acc['mean_underrun_ms']:.1f} ms/stream, "
-                  f"{acc['audio_throughput']:.3f} audio s/s")
-    return pooled
-
-
-def plot(levels: dict[int, dict[str, float]], path: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"--plot {path}: matplotlib is not installed (pip install matplotlib); no plot written",
-              file=sys.stderr)
-        return False
-    xs = list(levels)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key, label in (("p50_e2el_ms", "e2el p50"), ("p99_e2el_ms", "e2el p99"),
-                       ("median_audio_ttfp_ms", "audio ttfp p50"), ("median_ttft_ms", "ttft p50")):
-        ax.plot(xs, [levels[c].get(key, float("nan")) for c in xs], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [str(c) for c in xs])  # the levels run, not powers of two
-    ax.set_xlabel("concurrency")
-    ax.set_ylabel("ms")
-    ax.legend()
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    return True
-
-
-async def _drive(args: argparse.Namespace, prompts: list[BenchPrompt], driver) -> dict[int, dict[str, float]]:  # noqa: ANN001
-    pid = getattr(args, "server_pid", None)
-    server_cpu = (lambda: cpu_seconds(pid)) if pid else None
-    try:
-        return await bench_levels(driver, prompts, args.concurrency, args.seed, args.warmup, not args.no_progress,
-                                  server_cpu)
-    finally:
-        await driver.close()
-
-
 def main(args: argparse.Namespace) -> int:
     from omnistage.families.registry import DEFAULT_REGISTRY
     from omnistage.tools.make_tiny import resolve_model
 
-    if getattr(args, "backend", "openai-chat") == "openai-audio-speech":
-        from omnistage.tools.bench.speech import speech_main
-
-        return speech_main(args)
     folder = resolve_model(args.model)
     output_tokens = args.random_output_len or args.output_tokens
     frames = args.audio_frames or output_tokens
@@ -361,7 +182,7 @@ def main(args: argparse.Namespace) -> int:
                                      args.initial_chunk_frames, policy, args.code2wav_max_batch)
         name = policy or "default"
         name = name if name not in runs else f"{name}#{sum(k.split('#')[0] == name for k in runs) + 1}"
-        runs[name] = asyncio.run(_drive(args, prompts, driver))
+        runs[name] = asyncio.run(drive(args, prompts, driver))
     hf = None
     if args.baseline == "hf":
         hf = run_hf(folder, prompts, output_tokens, frames, args.seed, args.hf_num_prompts or min(args.num_prompts, 4),

@@ -24,8 +24,9 @@ import time
 import uuid
 from pathlib import Path
 
+from omnistage.tools.bench.levels import BenchPrompt, drive, sse_record
 from omnistage.tools.bench.metrics import StreamRecord
-from omnistage.tools.bench.serve import BenchPrompt, sse_record
+from omnistage.tools.bench.report import add_ratios, plot, print_table
 
 WORDS = ("hello", "there", "how", "are", "you", "today", "the", "weather", "is", "fine", "speech", "stream",
          "audio", "voice", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "morning", "evening", "music")
@@ -51,14 +52,15 @@ class SpeechInProcessDriver:
         self.rate = self.omni.front_end.audio.sample_rate
 
     async def stream(self, prompt: BenchPrompt, seed: int) -> StreamRecord:
-        from omnistage.core import Modality, OmniRequest, RequestSampling
+        from omnistage.core import Modality, OmniRequest
         from omnistage.families.speech import SpeechAsk
+        from omnistage.sampling_params import SamplingParams
 
         speech = self.omni.front_end.speech
         ask = SpeechAsk(prompt.text, speech.speakers[0] if speech.speakers else None,
                         None if speech.speakers else "A clear, calm voice.")
         request = OmniRequest(f"bench-{uuid.uuid4().hex[:8]}", speech.prompt(ask), frozenset({Modality.AUDIO}),
-                              RequestSampling(temperature=0.0, max_tokens=self.audio_frames + 1, seed=seed),
+                              SamplingParams(temperature=0.0, max_tokens=self.audio_frames + 1, seed=seed),
                               initial_codec_chunk_frames=self.initial_chunk_frames)
         record = StreamRecord(time.perf_counter(), self.rate)
         async for out in self.omni.generate(request):
@@ -146,11 +148,10 @@ def run_reference(folder: Path, prompts: list[BenchPrompt], audio_frames: int,
             "audio_throughput": sum(audio) / sum(e2e), "mean_audio_s": sum(audio) / len(audio)}
 
 
-def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
+def main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
     import asyncio
 
     from omnistage.families.registry import DEFAULT_REGISTRY
-    from omnistage.tools.bench.serve import add_ratios, bench_levels, plot, print_table
 
     frames = args.audio_frames or args.output_tokens
     prompts = speech_prompts(args.num_prompts, args.random_input_len, args.seed)
@@ -159,14 +160,7 @@ def speech_main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serv
     else:
         driver = SpeechInProcessDriver(args.model, frames, args.stage_config,
                                        initial_chunk_frames=args.initial_chunk_frames)
-
-    async def drive() -> dict[int, dict[str, float]]:
-        try:
-            return await bench_levels(driver, prompts, args.concurrency, args.seed, args.warmup, not args.no_progress)
-        finally:
-            await driver.close()
-
-    levels = asyncio.run(drive())
+    levels = asyncio.run(drive(args, prompts, driver))
     baseline = None
     if args.baseline in ("sequential", "hf", "reference"):  # hf: the reference's sequential generation
         folder = DEFAULT_REGISTRY.resolve_model(args.model)

@@ -116,8 +116,8 @@ def format_plan(placement: Placement) -> str:
 def main(args: argparse.Namespace) -> int:
     folder = Path(args.model).expanduser()
     if not (folder / "config.json").is_file():
-        from omnistage.entrypoints.serve_config import UsageError
         from omnistage.families.registry import missing_checkpoint
+        from omnistage.usage_error import UsageError
 
         raise UsageError(missing_checkpoint(folder))  # plan reads config.json alone: no embedded names
     try:

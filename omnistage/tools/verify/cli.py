@@ -1,7 +1,6 @@
 """``omnistage verify``: parity of omnistage with transformers on one checkpoint.
 
-:func:`add_verify_parser` is wired into ``omnistage.entrypoints.cli``;
-``python -m omnistage.tools.verify.cli`` runs the same command.
+:func:`add_verify_parser` is wired into ``omnistage.entrypoints.cli``, which runs the command (``omnistage verify``).
 Exit status: 0 all cases match, 1 some case differs or a side fails to run, 2 no such model folder.
 """
 
@@ -10,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -60,8 +58,7 @@ def run_verify_command(args: argparse.Namespace) -> int:
     """Dispatched through the family registry to the checkpoint's family's verify hook."""
     from omnistage.families.base import call_hook
     from omnistage.families.registry import DEFAULT_REGISTRY
-
-    from omnistage.entrypoints.serve_config import UsageError
+    from omnistage.usage_error import UsageError
 
     folder = DEFAULT_REGISTRY.resolve_model(args.model)  # a missing folder or unknown family: one line, exit 2
     family = DEFAULT_REGISTRY.for_folder(folder)
@@ -95,16 +92,3 @@ def run_omni_verify(args: argparse.Namespace, folder: Path) -> int:
     write_json(args.json, report.dumps())
     return 0 if report.ok else 1
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="omnistage")
-    add_verify_parser(parser.add_subparsers(dest="command", required=True))
-    parser.add_argument("--log-level", default="info", help=argparse.SUPPRESS)
-    args = parser.parse_args(["verify", *(sys.argv[1:] if argv is None else argv)])
-    from omnistage.entrypoints.cli import run_command
-
-    return run_command(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

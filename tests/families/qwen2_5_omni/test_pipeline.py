@@ -62,12 +62,12 @@ def test_video_prompt_through_the_pipeline(omni: Omni) -> None:
 
 @pytest.mark.parametrize("voice", ("Ethan", ""))
 def test_spoken_reply_equals_the_offline_path(voice: str, omni: Omni, omni25_dir: Path) -> None:
-    from omnistage.engine import SamplingParams
     from omnistage.families.qwen2_5_omni.offline import generate_spoken, load_talker_context
     from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT, load_speakers
     from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
     from omnistage.models.qwen2_5_omni.thinker import Thinker
     from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE, Token2Wav
+    from omnistage.sampling_params import SamplingParams
 
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Hello, how are you?"}]
     out = list(omni.generate(messages, modalities=("text", "audio"), max_tokens=6, ignore_eos=True, seed=3,

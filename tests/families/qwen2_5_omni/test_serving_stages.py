@@ -11,7 +11,7 @@ import torch
 
 from omnistage.config.pipeline import load_pipeline
 from omnistage.core import Modality, OmniRequest, UnspokenSpan
-from omnistage.engine import FinishReason, RequestOutput, SamplingParams
+from omnistage.engine import FinishReason, RequestOutput
 from omnistage.families.base import EdgeContext
 from omnistage.families.qwen2_5_omni.edges import TalkerToToken2Wav, ThinkerToTalker
 from omnistage.families.qwen2_5_omni.family import PRESET
@@ -23,6 +23,7 @@ from omnistage.families.qwen2_5_omni.workers import TalkerWorker, ThinkerWorker
 from omnistage.ipc.messages import StageInput
 from omnistage.ipc.payloads import CodecFrames, TokenDelta
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import WorkerSpec
 from tests.families.qwen2_5_omni.conftest import TAIL, TEXT
 
@@ -54,10 +55,10 @@ def test_thinker_sends_captured_rows_before_each_token_output(omni25_dir: Path) 
 
 
 def _edge(prompt_len: int, sampling_seed: int | None = 5, unspoken: UnspokenSpan | None = None) -> ThinkerToTalker:
-    from omnistage.core import RequestSampling
+    from omnistage.sampling_params import SamplingParams
 
     request = OmniRequest("r", Qwen25OmniPrompt(list(range(prompt_len))), frozenset({Modality.TEXT, Modality.AUDIO}),
-                          RequestSampling(seed=sampling_seed), voice="Ethan", unspoken=unspoken)
+                          SamplingParams(seed=sampling_seed), voice="Ethan", unspoken=unspoken)
     return ThinkerToTalker(EdgeContext(request, SPEC.stage("talker")))
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from omnistage.engine import SamplingParams
 from omnistage.families.qwen2_5_omni.offline import _engine, generate_spoken, load_talker_context
 from omnistage.families.qwen2_5_omni.reference import reference_reply
 from omnistage.families.qwen2_5_omni.talker_stage import (TalkerContext, build_talker_request, feed_reply,
                                                           finish_reply)
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
 from omnistage.models.qwen2_5_omni.thinker import Thinker
+from omnistage.sampling_params import SamplingParams
 from tests.families.qwen2_5_omni.conftest import prompt_cases
 
 THINKER_TOKENS, TALKER_TOKENS = 8, 40

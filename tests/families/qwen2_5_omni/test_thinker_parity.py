@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from omnistage.engine import EngineConfig, SamplingParams
+from omnistage.engine import EngineConfig
 from omnistage.layers.attention import AttentionMetadata, ForwardContext, forward_context
 from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
 from omnistage.models.qwen2_5_omni.thinker import Thinker
 from omnistage.runner import build_ar_engine
+from omnistage.sampling_params import SamplingParams
 from tests.families.qwen2_5_omni.conftest import Case, prompt_cases
 
 ATOL = 1e-4  # fp32 logits; different matmul orders (fused qkv, paged vs dense attention) differ by ~1e-6

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from omnistage.config.pipeline import load_pipeline
-from omnistage.core import Modality, OmniRequest, RequestSampling
+from omnistage.core import Modality, OmniRequest
 from omnistage.families.base import EdgeContext
 from omnistage.families.qwen2_5_omni.edges import STREAM_PLAN, TalkerToToken2Wav
 from omnistage.families.qwen2_5_omni.family import PRESET
@@ -22,6 +22,7 @@ from omnistage.families.qwen2_5_omni.workers import Token2WavWorker
 from omnistage.ipc.messages import StageInput
 from omnistage.ipc.payloads import AudioChunk, CodecFrames
 from omnistage.models.qwen2_5_omni.token2wav_stream import ChunkPlan, NoiseRows
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import WorkerSpec
 
 SPEC = load_pipeline(PRESET)
@@ -33,7 +34,7 @@ SEED = 3
 
 
 def _edge(plan: ChunkPlan) -> TalkerToToken2Wav:
-    request = OmniRequest("r", Qwen25OmniPrompt([1]), frozenset({Modality.AUDIO}), RequestSampling(seed=SEED),
+    request = OmniRequest("r", Qwen25OmniPrompt([1]), frozenset({Modality.AUDIO}), SamplingParams(seed=SEED),
                           voice="Ethan")
     return TalkerToToken2Wav(EdgeContext(request, SPEC.stage("token2wav")), plan)
 

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from omnistage.engine.sampling_params import (
+from omnistage.entrypoints.openai.common.protocol import LenientBody, StrictBody, VoiceRef
+from omnistage.sampling_params import (
     MAX_LOGPROBS,
     OPENAI_PENALTY_MAX,
     REPETITION_PENALTY_MAX,
@@ -22,7 +23,6 @@ from omnistage.engine.sampling_params import (
     SEED_MAX,
     TOP_K_MAX,
 )
-from omnistage.entrypoints.openai.common.protocol import LenientBody, StrictBody, VoiceRef
 
 MAX_CHOICES = 16  # n: each choice is a request of its own in the pipeline
 

@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 
 from omnistage.audio import AudioFormat
-from omnistage.core import RequestSampling
 from omnistage.entrypoints.openai.chat.inputs import TemplateOptions
 from omnistage.entrypoints.openai.chat.protocol import ChatCompletionRequest
 from omnistage.entrypoints.openai.common.errors import bad_request
@@ -28,6 +27,7 @@ from omnistage.entrypoints.openai.common.request_checks import (
 from omnistage.entrypoints.openai.common.served_model import ServedModel, audio_rate
 from omnistage.entrypoints.openai.common.tool_calls import ToolSetup, tool_setup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 # Template variables a request may not set: the server passes them itself.
@@ -109,7 +109,7 @@ def chat_plan(body: ChatCompletionRequest, engine: OmniEngine, served: ServedMod
 
 
 def chat_sampling(body: ChatCompletionRequest, engine: OmniEngine, prompt_len: int, plan: ChatPlan,
-                  ) -> RequestSampling:
+                  ) -> SamplingParams:
     """The thinker's sampling for one choice: the request's knobs, then ``sampling_params_list[0]``'s, then the
     server's defaults (stage config under the checkpoint's generation config)."""
     stage = body.sampling_params_list[0] if body.sampling_params_list else None

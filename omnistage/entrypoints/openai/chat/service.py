@@ -14,15 +14,16 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import anyio
+import msgspec
 import numpy as np
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from omnistage.audio import encode_audio
-from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling, Usage
+from omnistage.core import Modality, OmniOutput, OmniRequest, Usage
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.entrypoints.openai.chat.inputs import ChatPromptBuilder
 from omnistage.entrypoints.openai.chat.logprobs import LogprobWriter
@@ -53,6 +54,7 @@ from omnistage.entrypoints.openai.common.streaming import (
 from omnistage.entrypoints.openai.common.tool_calls import ParsedCall
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -121,13 +123,13 @@ class ChatService:
             raise
         return tickets
 
-    async def _prompt(self, body: ChatCompletionRequest, plan: ChatPlan) -> tuple[ProcessedPrompt, RequestSampling]:
+    async def _prompt(self, body: ChatCompletionRequest, plan: ChatPlan) -> tuple[ProcessedPrompt, SamplingParams]:
         prompt_plan = await self.builder.plan(body.messages, plan.template)  # media fetched, headers checked
         prompt = await self.builder.build(prompt_plan)
         return prompt, chat_sampling(body, self.engine, len(prompt.token_ids), plan)
 
     def _requests(self, body: ChatCompletionRequest, plan: ChatPlan, prompt: ProcessedPrompt,
-                  sampling: RequestSampling) -> list[OmniRequest]:
+                  sampling: SamplingParams) -> list[OmniRequest]:
         base = f"chatcmpl-{uuid.uuid4().hex}"
         modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if plan.audio else set()))
         tokenizer = getattr(self.engine.front_end.processor, "tokenizer", None)
@@ -136,7 +138,7 @@ class ChatService:
         return [OmniRequest(request_id=base if plan.choices == 1 else f"{base}-{i}", prompt=prompt,
                             modalities=modalities,
                             sampling=sampling if sampling.seed is None or i == 0
-                            else replace(sampling, seed=(sampling.seed + i) % 2**63),
+                            else msgspec.structs.replace(sampling, seed=(sampling.seed + i) % 2**63),
                             initial_codec_chunk_frames=body.initial_codec_chunk_frames, stream=bool(body.stream),
                             unspoken=unspoken, **voice)
                 for i in range(plan.choices)]

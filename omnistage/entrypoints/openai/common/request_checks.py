@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from omnistage.config.generation_defaults import SamplingDefaults
-from omnistage.core import FinishReason, OmniOutput, RequestSampling, Usage
+import msgspec
+
+from omnistage.core import FinishReason, OmniOutput, Usage
 from omnistage.entrypoints.openai.common.errors import SERVER_ERROR, APIError, bad_request
 from omnistage.entrypoints.openai.common.streaming import TIMED_OUT
 from omnistage.entrypoints.openai.common.voice_names import UnknownVoice, VoiceBook
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.sampling_params import TEMPERATURE_MAX, SamplingParams
 
 
 def resolve_voice(voices: VoiceBook, name: str | None, param: str) -> str:
@@ -64,20 +66,22 @@ def top_k_of(engine: OmniEngine, top_k: int | None) -> int | None:
     return top_k
 
 
-def make_sampling(*, max_tokens: int, defaults: SamplingDefaults = SamplingDefaults(),  # noqa: B008 - frozen
+def make_sampling(*, max_tokens: int, defaults: SamplingParams = SamplingParams(),  # noqa: B008 - frozen
                   temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
                   repetition_penalty: float | None = None, seed: int | None = None, stop: Sequence[str] = (),
-                  **extra: object) -> RequestSampling:
-    """The thinker's sampling: each knob the request sets, else the server's default for it (the stage config
-    under the checkpoint's generation config). ``extra``: further ``RequestSampling`` fields, as given."""
+                  min_tokens: int | None = None, **extra: object) -> SamplingParams:
+    """The thinker's sampling: the server's defaults (the stage config under the checkpoint's generation config)
+    with each knob the request sets (not None, stop strings not empty) replaced; ``extra``: further
+    ``SamplingParams`` fields, as given. The API's temperature range is narrower than the engine's; ``min_tokens``
+    past the budget is cut to it."""
+    if temperature is not None and not 0.0 <= temperature <= TEMPERATURE_MAX:
+        raise bad_request(f"temperature must be in [0, {TEMPERATURE_MAX:g}], got {temperature}", param="temperature")
+    knobs = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "repetition_penalty": repetition_penalty,
+             "seed": seed, "stop": tuple(stop) or None}
+    floor = defaults.min_tokens if min_tokens is None else min_tokens
     try:
-        return RequestSampling(
-            temperature=defaults.temperature if temperature is None else temperature,
-            top_p=defaults.top_p if top_p is None else top_p,
-            top_k=defaults.top_k if top_k is None else top_k,
-            repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
-            max_tokens=max_tokens, seed=seed, stop=tuple(stop), **extra,
-        )
+        return msgspec.structs.replace(defaults, **{k: v for k, v in knobs.items() if v is not None},
+                                       max_tokens=max_tokens, min_tokens=min(floor, max_tokens), **extra)
     except (TypeError, ValueError) as exc:
         raise bad_request(str(exc)) from exc
 

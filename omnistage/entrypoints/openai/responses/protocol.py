@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag, model_validator
 
-from omnistage.engine.sampling_params import SEED_MAX
 from omnistage.entrypoints.openai.common.protocol import LenientBody, StrictBody
+from omnistage.sampling_params import SEED_MAX
 
 # ---- request: input content and items ----------------------------------------------------------------------
 

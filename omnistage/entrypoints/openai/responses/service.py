@@ -18,7 +18,7 @@ from contextlib import aclosing
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from omnistage.core import Modality, OmniOutput, OmniRequest, RequestSampling
+from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.common.admission import Admission, Ticket
 from omnistage.entrypoints.openai.common.errors import bad_request
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
@@ -54,6 +54,7 @@ from omnistage.entrypoints.openai.responses.protocol import (
 from omnistage.entrypoints.openai.responses.store import ResponseStore, StoredResponse
 from omnistage.entrypoints.openai.responses.stream import ResponseWriter, sse
 from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.sampling_params import SamplingParams
 
 ENDPOINT = "/v1/responses"
 
@@ -117,7 +118,7 @@ class ResponsesService:
         return resolve_voice(self.served.voices, body.audio.voice if body.audio else None, "audio.voice")
 
     async def _prompt(self, body: ResponsesRequest, history: list[InputItem], items: list[InputItem],
-                      tools: ToolSetup) -> tuple[ProcessedPrompt, RequestSampling]:
+                      tools: ToolSetup) -> tuple[ProcessedPrompt, SamplingParams]:
         plan = await plan_prompt(self.builder, body.instructions, history, items, tools)
         prompt = await self.builder.build(plan)
         budget = completion_budget(body.max_output_tokens, len(prompt.token_ids), self.engine.max_model_len,
@@ -163,7 +164,7 @@ class ResponsesService:
             timer.finish(outcome)
 
 
-def _initial(body: ResponsesRequest, request_id: str, sampling: RequestSampling) -> ResponseObject:
+def _initial(body: ResponsesRequest, request_id: str, sampling: SamplingParams) -> ResponseObject:
     """The response as ``response.created`` shows it: the request's settings as they apply, no output yet."""
     return ResponseObject(
         id=request_id, created_at=int(time.time()), status="in_progress", model=body.model,

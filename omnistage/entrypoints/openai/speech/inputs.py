@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omnistage.core import Modality, OmniRequest, Prompt, RequestSampling
+from omnistage.core import Modality, OmniRequest, Prompt
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.common.errors import MediaError, bad_request
 from omnistage.entrypoints.openai.common.request_budget import over_budget
@@ -35,6 +35,7 @@ from omnistage.entrypoints.openai.speech.task_type import check_task_type
 from omnistage.entrypoints.openai.speech.voice_store import VoiceStore, VoiceStoreError
 from omnistage.families.speech import SpeechAsk, SpeechFrontEnd
 from omnistage.processing.prompt import ProcessedPrompt
+from omnistage.sampling_params import SamplingParams
 
 DEFAULT_INSTRUCTIONS = "Read the user's text aloud exactly as written. Do not add, drop or change any words."
 # Room for the thinker's answer: the input re-tokenised plus a margin for its closing tokens.
@@ -174,7 +175,7 @@ class RepeatedByThinker(SpeechInputs):
         prompt_len = prompt.num_tokens
         room = completion_budget(None, prompt_len, self.engine.max_model_len, "input")
         budget = min(room, _BUDGET_FACTOR * prompt_len + _BUDGET_MARGIN)
-        sampling: RequestSampling = make_sampling(max_tokens=budget, defaults=self.engine.default_sampling)
+        sampling: SamplingParams = make_sampling(max_tokens=budget, defaults=self.engine.default_sampling)
         return OmniRequest(request_id=f"speech-{uuid.uuid4().hex}", prompt=prompt,
                            modalities=frozenset({Modality.TEXT, Modality.AUDIO}), sampling=sampling, voice=voice)
 
