@@ -8,6 +8,7 @@ the served model family's request preparation); the pipeline streams back
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -105,3 +106,17 @@ class OmniOutput:
     usage: Usage | None = None
     error: str | None = None
     logprobs: tuple[TokenLogprob, ...] = ()  # of token_ids, when the request asked
+
+    @staticmethod
+    def merge(outputs: Sequence[OmniOutput]) -> OmniOutput:
+        """Consecutive deltas of one request as one: their text, tokens, logprobs and audio joined, the last one's
+        ending."""
+        if len(outputs) == 1:
+            return outputs[0]
+        last = outputs[-1]
+        chunks = [o.audio for o in outputs if o.audio is not None]
+        audio = np.concatenate(chunks).astype(np.float32, copy=False) if chunks else None
+        return OmniOutput(last.request_id, text="".join(o.text for o in outputs),
+                          token_ids=tuple(t for o in outputs for t in o.token_ids), audio=audio,
+                          finished=last.finished, finish_reason=last.finish_reason, usage=last.usage,
+                          error=last.error, logprobs=tuple(p for o in outputs for p in o.logprobs))

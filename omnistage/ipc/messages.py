@@ -82,7 +82,14 @@ class ChunkOrders(msgspec.Struct, tag=True):
     orders: list[ChunkOrder]
 
 
-ReplicaInput = StageInput | AbortRequests | Shutdown | OpenCodecStream | ChunkOrders
+class InputBatch(msgspec.Struct, Generic[P], tag=True):
+    """Everything the orchestrator had for one replica in one pass, in the order it was sent: one message and one
+    socket send, not one per input (at a few dozen streams, sending cost more than handling what was sent)."""
+
+    items: list[StageInput[P] | AbortRequests | OpenCodecStream | ChunkOrders]
+
+
+ReplicaInput = StageInput | AbortRequests | Shutdown | OpenCodecStream | ChunkOrders | InputBatch
 
 
 # ---- replica → orchestrator -------------------------------------------------------------------
@@ -161,7 +168,9 @@ class PayloadTypes:
         return Union[self.members]  # noqa: UP007 - built at run time from a tuple
 
     def replica_input(self) -> object:
-        return Union[StageInput[self.union()], AbortRequests, Shutdown, OpenCodecStream, ChunkOrders]  # noqa: UP007
+        union = self.union()
+        return Union[StageInput[union], AbortRequests, Shutdown, OpenCodecStream, ChunkOrders,  # noqa: UP007
+                     InputBatch[union]]
 
     def replica_message(self) -> object:
         return Union[StepBatch[self.union()], ReplicaReady, ReplicaFailed, Heartbeat]  # noqa: UP007

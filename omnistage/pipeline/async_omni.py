@@ -1,13 +1,19 @@
 """``AsyncOmni``: the pipeline behind asyncio (the ``OmniEngine`` the OpenAI server is written against).
 
-Deltas cross from the orchestrator's thread into the caller's event loop with
-``call_soon_threadsafe``, so neither side ever blocks the other. A stream the
-caller leaves before its end aborts its request in every stage.
+Deltas cross from the orchestrator's thread into the caller's event loop through a :class:`LoopMailbox`: the
+orchestrator appends, and the loop is woken once for everything appended before it runs (a
+``call_soon_threadsafe`` per delta is a write to the loop's wake-up pipe and a loop pass each), so neither side
+ever blocks the other. A request's deltas that queued while its caller was busy reach it as one (their text,
+tokens and audio joined), as vLLM's output collector merges them. A stream the caller leaves before its end
+aborts its request in every stage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import threading
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +27,30 @@ from omnistage.families.base import FrontEnd
 from omnistage.sampling_params import SamplingParams
 
 
+class LoopMailbox:
+    """Deltas for one event loop, handed over in batches: the first delta posted after a drain schedules the next
+    drain, later ones ride along with it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[asyncio.Queue[OmniOutput], OmniOutput]] = []
+
+    def post(self, queue: asyncio.Queue[OmniOutput], output: OmniOutput) -> None:
+        """From any thread."""
+        with self._lock:
+            self._items.append((queue, output))
+            if len(self._items) > 1:
+                return  # a drain is already scheduled
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for queue, output in items:
+            queue.put_nowait(output)
+
+
 class AsyncOmni:
     def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
                  options: PipelineOptions | None = None, model_name: str | None = None,
@@ -31,6 +61,8 @@ class AsyncOmni:
         self.supports_audio: bool = self.pipeline.supports_audio
         self.max_model_len: int = self.pipeline.max_model_len
         self.default_sampling: SamplingParams = self.pipeline.default_sampling
+        self._mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopMailbox] = \
+            weakref.WeakKeyDictionary()
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> AsyncOmni:
@@ -39,16 +71,18 @@ class AsyncOmni:
 
     async def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]:
         loop = asyncio.get_running_loop()
+        mailbox = self._mailboxes.get(loop)
+        if mailbox is None:
+            mailbox = self._mailboxes[loop] = LoopMailbox(loop)
         outputs: asyncio.Queue[OmniOutput] = asyncio.Queue()
-
-        def sink(output: OmniOutput) -> None:
-            loop.call_soon_threadsafe(outputs.put_nowait, output)
-
-        self.pipeline.submit(request, sink)
+        self.pipeline.submit(request, functools.partial(mailbox.post, outputs))
         finished = False
         try:
             while not finished:
-                output = await outputs.get()
+                pending = [await outputs.get()]
+                while not outputs.empty():  # what queued while the caller was busy goes as one delta
+                    pending.append(outputs.get_nowait())
+                output = OmniOutput.merge(pending)
                 finished = output.finished
                 yield output
         finally:

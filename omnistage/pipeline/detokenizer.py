@@ -3,13 +3,17 @@
 Decoding token by token breaks multi-byte characters and merges, so each
 delta decodes a short window of recent tokens twice (with and without the
 new ones) and emits the difference, holding back text that ends in an
-incomplete character (vLLM's prefix/read offsets). Text that could still
-become the start of a stop string is held back too, so a stop string never
-reaches the caller; the text is cut where the first stop string begins.
+incomplete character (vLLM's prefix/read offsets). A transformers fast tokenizer
+is decoded through its Rust backend directly (what its ``decode`` calls, without
+its per-call Python conversions: two decodes per token of every stream). Text that
+could still become the start of a stop string is held back too, so a stop string
+never reaches the caller; the text is cut where the first stop string begins.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,12 +41,13 @@ class IncrementalDetokenizer:
         self.emitted = 0  # characters of ``text`` already given to the caller
         self._prefix = 0
         self._read = 0
+        self._decode = _decoder(tokenizer)
 
     def add(self, token_ids: list[int], final: bool = False) -> TextDelta:
         """Adds new tokens; returns the text that may be shown now (all of it when ``final``)."""
         self.token_ids.extend(token_ids)
-        if self.tokenizer is not None:
-            self.text += self._decode_new()
+        if self._decode is not None:
+            self.text += self._decode_new(self._decode)
         stop_at = self._find_stop()
         if stop_at is not None:
             self.text = self.text[:stop_at]
@@ -50,10 +55,10 @@ class IncrementalDetokenizer:
         safe = len(self.text) if final else len(self.text) - self.hold
         return TextDelta(self._emit(max(safe, self.emitted)), stopped=False)
 
-    def _decode_new(self) -> str:
+    def _decode_new(self, decode: Callable[[list[int]], str]) -> str:
         ids = self.token_ids
-        prefix_text = self.tokenizer.decode(ids[self._prefix:self._read], skip_special_tokens=True)
-        full_text = self.tokenizer.decode(ids[self._prefix:], skip_special_tokens=True)
+        prefix_text = decode(ids[self._prefix:self._read])
+        full_text = decode(ids[self._prefix:])
         if full_text.endswith(REPLACEMENT) or len(full_text) <= len(prefix_text):
             return ""  # an incomplete character (or nothing visible): wait for more tokens
         self._prefix = max(len(ids) - WINDOW, self._read)
@@ -72,3 +77,15 @@ class IncrementalDetokenizer:
         delta = self.text[self.emitted:upto]
         self.emitted = upto
         return delta
+
+
+
+def _decoder(tokenizer: Tokenizer | None) -> Callable[[list[int]], str] | None:
+    """``tokenizer.decode`` without special tokens; through a fast tokenizer's Rust backend when that decodes the
+    same (no clean-up of tokenization spaces)."""
+    if tokenizer is None:
+        return None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
+        return functools.partial(backend.decode, skip_special_tokens=True)
+    return functools.partial(tokenizer.decode, skip_special_tokens=True)

@@ -72,6 +72,8 @@ class RequestFlows:
         self.gate = AudioGate(settings.graph.spec.streaming.admission_rtf_limit, frame_s)
         # Orders for the talker replicas, gathered during a pass: (stage, replica) → orders.
         self.orders: dict[tuple[str, int], list[ChunkOrder]] = {}
+        self._paced = False  # a talker reported frames this pass: the gate records the streams' paces
+        self._text_stage = self.graph.output_stage(Modality.TEXT)
         # Audio requests held back while the running streams are near real time, in arrival order.
         self.waiting: OrderedDict[str, tuple[OmniRequest, OutputSink]] = OrderedDict()
         self.traces: OrderedDict[str, RequestTrace] = OrderedDict()  # finished requests, newest last
@@ -100,9 +102,14 @@ class RequestFlows:
             self.gate.profile(step_seconds)
 
     def tick(self) -> None:
-        """Records the running streams' load, then starts waiting audio requests while there is room."""
+        """Records the running streams' load when a talker reported this pass, then starts waiting audio requests
+        while there is room (both skipped on a pass with neither: the loads are a walk over every stream)."""
+        if not (self._paced or self.waiting):
+            return
         loads = self._stream_loads()
-        self.gate.observe(loads)
+        if self._paced:
+            self.gate.observe(loads)
+            self._paced = False
         while self.waiting and (room := self.gate.room(loads)) > 0:
             for _ in range(min(room, len(self.waiting))):  # a round starts together: its prefills batch
                 _, (request, sink) = self.waiting.popitem(last=False)
@@ -210,6 +217,11 @@ class RequestFlows:
         if state is None or stage in state.closed:
             return  # aborted, or outputs still in flight after a stop string let the stage go
         payload, finished = output.payload, output.finished
+        if type(payload) is FramesMade and not finished:
+            # A talker's notice mid-stream (most messages of an audio stream): it only plans; nothing crosses an
+            # edge or reaches the caller.
+            self._frames_made(state, stage, payload, False)
+            return
         text, token_ids, audio, logprobs = "", (), None, ()
         if isinstance(payload, TokenDelta):
             text, token_ids, stopped = self._tokens(state, stage, payload, finished)
@@ -248,8 +260,9 @@ class RequestFlows:
 
     def _frames(self, state: RequestState, count: int) -> None:
         if count:
-            state.trace.mark("first_frames")
-            if self.graph.output_stage(Modality.TEXT) not in state.stages:  # no text: frames are the output
+            if state.trace.first_frames is None:
+                state.trace.mark("first_frames")
+            if self._text_stage not in state.stages:  # no text: frames are the output
                 state.num_output_tokens += count
 
     def _frames_made(self, state: RequestState, stage: str, notice: FramesMade, finished: bool) -> None:
@@ -258,6 +271,7 @@ class RequestFlows:
         if edge is None or edge.source != stage:
             return
         self._frames(state, notice.count)
+        self._paced = self._paced or notice.count > 0
         if notice.cuts:
             self._enter(state, edge.target)
         self._queue_order(stage, state, edge.frames_made(state.request_id, notice, finished, time.monotonic()))

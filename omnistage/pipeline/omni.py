@@ -107,9 +107,4 @@ def _merged(outputs: Iterator[OmniOutput]) -> Iterator[OmniOutput]:
 
 def merge_outputs(outputs: Sequence[OmniOutput]) -> OmniOutput:
     """One request's deltas → one output with the whole text, tokens and audio (the last one's ending)."""
-    last = outputs[-1]
-    chunks = [o.audio for o in outputs if o.audio is not None]
-    audio = np.concatenate(chunks).astype(np.float32, copy=False) if chunks else None
-    return OmniOutput(last.request_id, text="".join(o.text for o in outputs),
-                      token_ids=tuple(t for o in outputs for t in o.token_ids), audio=audio, finished=last.finished,
-                      finish_reason=last.finish_reason, usage=last.usage, error=last.error)
+    return OmniOutput.merge(outputs)

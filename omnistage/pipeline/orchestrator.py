@@ -29,6 +29,7 @@ from omnistage.pipeline.reports import (
 )
 from omnistage.ipc.messages import (
     Heartbeat,
+    InputBatch,
     PayloadTypes,
     ReplicaFailed,
     ReplicaInput,
@@ -132,10 +133,12 @@ class Orchestrator:
         self._wake_tx = ctx.socket(zmq.PUSH)
         self._wake_tx.connect(address)
         self._wake_lock = threading.Lock()
+        self._wake_pending = False  # a wake-up was sent and its pass has not yet taken the commands
         self._poller = zmq.Poller()
         self._poller.register(self._wake_rx, zmq.POLLIN)
         for link in links:
             self._poller.register(link.receiver.socket, zmq.POLLIN)
+        self._outbox: dict[tuple[str, int], list[ReplicaInput]] = {}  # this pass's messages, per replica
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_liveness = 0.0
@@ -154,6 +157,9 @@ class Orchestrator:
             raise RuntimeError("the pipeline is shut down")
         self._commands.put(command)
         with self._wake_lock:  # callers come from many threads; a zmq socket takes one at a time
+            if self._wake_pending:
+                return  # the loop is due to wake and runs every command queued by then, this one included
+            self._wake_pending = True
             try:
                 self._wake_tx.send(b"", zmq.NOBLOCK)
             except zmq.Again:
@@ -199,6 +205,7 @@ class Orchestrator:
             self._thread.join(timeout=10)
         # Nobody will serve what is still in flight or queued: end it, so no caller waits for ever.
         self.flows.fail_all("the pipeline shut down")
+        self._flush()
         while True:
             try:
                 command = self._commands.get_nowait()
@@ -220,8 +227,12 @@ class Orchestrator:
         if self._wake_rx in events:
             while self._wake_rx.poll(0):
                 self._wake_rx.recv()
+        with self._wake_lock:
+            self._wake_pending = False  # commands queued from here on wake the next pass
         handled = self._run_commands()
         for link in self.links.values():
+            if link.receiver.socket not in events:
+                continue  # nothing was waiting there when the pass began (what came since, the next pass takes)
             for message in link.receiver.drain():
                 self._on_message(link, message)
                 handled += 1
@@ -229,6 +240,7 @@ class Orchestrator:
         self.flows.flush_orders()
         if time.monotonic() - self._last_liveness > LIVENESS_EVERY_S:
             self._check_liveness()
+        self._flush()
         return handled
 
     def _run_commands(self) -> int:
@@ -280,6 +292,15 @@ class Orchestrator:
         return self.links[(stage, index)].peer_address
 
     def _send(self, stage: str, index: int, message: ReplicaInput) -> None:
+        """Queues a message for a replica; the pass's end sends each replica what it got, as one message."""
+        self._outbox.setdefault((stage, index), []).append(message)
+
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        for (stage, index), items in outbox.items():
+            self._transmit(stage, index, items[0] if len(items) == 1 else InputBatch(items))
+
+    def _transmit(self, stage: str, index: int, message: ReplicaInput) -> None:
         link = self.links[(stage, index)]
         if not link.failed:  # a dead replica would never read it
             try:

@@ -31,6 +31,7 @@ from omnistage.ipc.messages import (
     AbortRequests,
     ChunkOrders,
     Heartbeat,
+    InputBatch,
     OpenCodecStream,
     PayloadTypes,
     ReplicaFailed,
@@ -137,8 +138,11 @@ class ReplicaLoop:
         except queue.Empty:
             return messages
 
-    @staticmethod
-    def _apply(worker: StageWorker, streams: CodecStreams, message: ReplicaInput) -> list[StageOutput | RequestFailed]:
+    @classmethod
+    def _apply(cls, worker: StageWorker, streams: CodecStreams,
+               message: ReplicaInput) -> list[StageOutput | RequestFailed]:
+        if isinstance(message, InputBatch):
+            return [out for item in message.items for out in cls._apply(worker, streams, item)]
         if isinstance(message, AbortRequests):
             worker.abort(message.request_ids)
             streams.abort(message.request_ids)

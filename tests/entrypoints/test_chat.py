@@ -195,3 +195,58 @@ def test_finish_reasons_map(server: LiveServer) -> None:
 
     assert finish_reason_name(FinishReason.LENGTH) == "length"
     assert finish_reason_name(FinishReason.STOP) == "stop"
+
+
+@pytest.mark.parametrize("text", [" hello", 'quote " and \\ backslash', "ünïcødé ✓ 中文", "\n\ttabs\x01"])
+@pytest.mark.parametrize(("with_text", "with_audio"), [(True, True), (True, False), (False, True)])
+def test_a_text_delta_chunk_is_the_models_json(text: str, with_text: bool, with_audio: bool) -> None:
+    """The per-token fast path writes what the chunk models would: the same JSON, once parsed."""
+    import json as json_module
+
+    from omnistage.audio.formats import AudioFormat
+    from omnistage.core import OmniOutput
+    from omnistage.entrypoints.openai.chat.protocol import ChatCompletionChunk, ChoiceDelta, ChunkChoice, DeltaAudio
+    from omnistage.entrypoints.openai.chat.request import AudioOutput, ChatPlan
+    from omnistage.entrypoints.openai.chat.stream import ChunkWriter
+    from omnistage.entrypoints.openai.common.streaming import sse_event
+    from omnistage.entrypoints.openai.common.tool_calls import tool_setup
+    from omnistage.entrypoints.openai.media.prompt_builder import TemplateOptions
+
+    audio = AudioOutput("Ethan", AudioFormat.PCM16, 24000) if with_audio else None
+    plan = ChatPlan(audio, with_text, tool_setup(None, None, None), 1, TemplateOptions(), None)
+    writer = ChunkWriter('chat"cmpl-1', "tiny ✓", plan, None)
+    [fast] = writer.output(0, OmniOutput("r", text=text, token_ids=(5,)))
+    transcript = DeltaAudio(id=writer.choices[0].audio_id, transcript=text) if with_audio else None
+    model = ChatCompletionChunk(id='chat"cmpl-1', created=writer.created, model="tiny ✓", modality="text",
+                                choices=[ChunkChoice(index=0, delta=ChoiceDelta(content=text if with_text else None,
+                                                                                audio=transcript))])
+    slow = sse_event(model)
+    assert fast.startswith("data: ") and fast.endswith("\n\n")
+    assert json_module.loads(fast[6:]) == json_module.loads(slow[6:])
+
+
+def test_an_audio_chunk_is_the_models_json() -> None:
+    import json as json_module
+
+    import numpy as np
+
+    from omnistage.audio.formats import AudioFormat
+    from omnistage.core import OmniOutput
+    from omnistage.entrypoints.openai.chat.protocol import ChatCompletionChunk, ChoiceDelta, ChunkChoice, DeltaAudio
+    from omnistage.entrypoints.openai.chat.request import AudioOutput, ChatPlan
+    from omnistage.entrypoints.openai.chat.stream import ChunkWriter
+    from omnistage.entrypoints.openai.common.streaming import sse_event
+    from omnistage.entrypoints.openai.common.tool_calls import tool_setup
+    from omnistage.entrypoints.openai.media.prompt_builder import TemplateOptions
+
+    plan = ChatPlan(AudioOutput("Ethan", AudioFormat.PCM16, 24000), True, tool_setup(None, None, None), 1,
+                    TemplateOptions(), None)
+    writer = ChunkWriter("chatcmpl-1", "tiny", plan, None)
+    samples = np.sin(np.arange(480) / 7).astype(np.float32)
+    [fast] = writer.output(0, OmniOutput("r", audio=samples))
+    data = json_module.loads(fast[6:])["choices"][0]["delta"]["audio"]["data"]
+    delta = ChoiceDelta(audio=DeltaAudio(id=writer.choices[0].audio_id, data=data))
+    slow = sse_event(ChatCompletionChunk(id="chatcmpl-1", created=writer.created, model="tiny", modality="audio",
+                                         choices=[ChunkChoice(index=0, delta=delta)]))
+    assert json_module.loads(fast[6:]) == json_module.loads(slow[6:])
+    assert len(base64.b64decode(data)) == 2 * 480  # PCM16 of every sample

@@ -286,3 +286,24 @@ def test_a_body_above_the_least_rate_is_served_however_long_it_takes(rate_guarde
             sock.sendall(raw[start:start + 2000])
             time.sleep(0.25)
         assert _response(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_a_deadline_cancels_only_the_wait_it_interrupts() -> None:
+    from omnistage.entrypoints.openai.common.streaming import _Deadline
+
+    async def scenario() -> None:
+        deadline = _Deadline(0.05)
+        assert await deadline.wait(asyncio.sleep(0.01, "early")) == "early"
+        with pytest.raises(TimeoutError):
+            await deadline.wait(asyncio.sleep(5))  # the deadline passes while it waits
+        with pytest.raises(TimeoutError):
+            await deadline.wait(asyncio.sleep(0))  # and stays passed
+        other = _Deadline(5.0)
+        task = asyncio.ensure_future(other.wait(asyncio.sleep(5)))
+        await asyncio.sleep(0.01)
+        task.cancel()  # the caller's own cancellation is not a timeout
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        other.cancel()
+
+    asyncio.run(scenario())

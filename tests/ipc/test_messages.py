@@ -16,6 +16,7 @@ from omnistage.ipc.messages import (
     ChunkOrder,
     ChunkOrders,
     Heartbeat,
+    InputBatch,
     OpenCodecStream,
     PayloadTypes,
     ReplicaFailed,
@@ -55,6 +56,8 @@ INPUTS = [
     OpenCodecStream("b", "ipc:///tmp/x", ChunkPlan(25, 4), False, 32, 0.08, latent=True),
     ChunkOrders([ChunkOrder("a", 3, 12, 0.75, 2.4), ChunkOrder("b", 1, None, None, 0.0)]),
     AbortRequests(["a", "b"]),
+    InputBatch([OpenCodecStream("c", "inproc://x", ChunkPlan(8, 0), True, 2, 0.08), StageInput("c", TextFeed([1])),
+                AbortRequests(["d"]), ChunkOrders([ChunkOrder("c", 1, 4, None, 0.0)])]),
     Shutdown(),
 ]
 OUTPUTS = [

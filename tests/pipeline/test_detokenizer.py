@@ -44,3 +44,21 @@ def test_stop_string_cuts_the_text(tokenizer, step: int) -> None:
 def test_without_tokenizer_only_tokens_flow() -> None:
     delta = IncrementalDetokenizer(None, stop=("x",)).add([1, 2, 3], final=True)
     assert delta.text == "" and not delta.stopped
+
+
+
+def test_the_rust_backend_decodes_as_the_tokenizer_does(tokenizer) -> None:
+    """A fast tokenizer is decoded through its backend: token by token, the same deltas as through ``decode``, on
+    random ids (bytes of split characters and special tokens included)."""
+    import random
+
+    class Plain:  # the tokenizer's own decode only (no backend)
+        def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+            return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    rng = random.Random(0)
+    for _ in range(20):
+        ids = [rng.randrange(len(tokenizer)) for _ in range(40)]
+        fast, plain = IncrementalDetokenizer(tokenizer), IncrementalDetokenizer(Plain())
+        assert fast._decode.func == tokenizer.backend_tokenizer.decode
+        assert [fast.add([t]).text for t in ids] == [plain.add([t]).text for t in ids]

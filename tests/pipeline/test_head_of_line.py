@@ -84,7 +84,8 @@ def test_ready_audio_reaches_caller_in_one_pass_behind_a_backlog(rig) -> None:
     orch.poll_once(timeout_ms=1000)
     peers["thinker"].out.send(_batch(StageOutput("r", TokenDelta([7], num_prompt_tokens=3))))
     orch.poll_once(timeout_ms=1000)  # the talker is started with the first token
-    started = [type(getattr(m, "payload", m)).__name__ for m in peers["talker"].inbox.drain()]
+    [batch] = peers["talker"].inbox.drain()  # one message a pass
+    started = [type(getattr(m, "payload", m)).__name__ for m in batch.items]
     assert started == ["OpenCodecStream", "TalkerStart"]  # where to send its chunks, before its first input
     delivered.clear()
 

@@ -224,8 +224,9 @@ class ChatService:
                         return
                     timer.observe(out)
                     tokens[index] += len(out.token_ids)
-                    for event in writer.output(index, out):
-                        yield event
+                    events = writer.output(index, out)
+                    if events:  # one write for an output's events (its transcript and its audio)
+                        yield "".join(events)
                     if not out.finished:
                         continue
                     failure = engine_failure(out)
@@ -247,6 +248,16 @@ class ChatService:
                       ) -> AsyncIterator[tuple[int, OmniOutput | None]]:
         """Every choice's outputs as they come, as ``(index, output)``; ``(index, None)`` when a choice's stream
         ended without a final output. Closing this stops (and aborts) every choice still running."""
+        if len(requests) == 1:  # one choice: its stream as it is (no task and queue hop per output)
+            async with aclosing(engine_outputs(self.engine, requests[0], timeout_s=self.timeout_s,
+                                               ticket=tickets[0])) as outputs:
+                finished = False
+                async for out in outputs:
+                    finished = out.finished
+                    yield 0, out
+            if not finished:
+                yield 0, None
+            return
         # One slot: a choice's engine stream advances only as fast as the client reads (nothing piles up here).
         queue: asyncio.Queue[tuple[int, OmniOutput | None]] = asyncio.Queue(maxsize=1)
 

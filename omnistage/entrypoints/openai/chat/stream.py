@@ -14,6 +14,7 @@ what it carries in ``modality`` ("text" or "audio"), as vLLM-Omni's clients read
 from __future__ import annotations
 
 import base64
+import json
 import time
 import uuid
 
@@ -40,6 +41,13 @@ from omnistage.entrypoints.openai.common.tool_calls import ParsedCall, ToolCallP
 
 # Audio is not kept, but OpenAI's clients expect an expiry; an hour is what OpenAI gives.
 AUDIO_TTL_S = 3600
+_TEXT_TAIL = '}],"modality":"text"}\n\n'
+_AUDIO_TAIL = '}],"modality":"audio"}\n\n'
+
+
+def _json(value: object) -> str:
+    """Compact JSON as pydantic writes it (UTF-8 kept, no spaces)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def finish_reason_name(reason: FinishReason | None, called_tools: bool = False) -> FinishReasonName:
@@ -66,6 +74,7 @@ class _Choice:
         self.index = index
         self.parser: ToolCallParser | None = plan.tools.parser()
         self.audio_id = f"audio_{uuid.uuid4().hex}"
+        self.head: str | None = None  # the start of its chunks up to the delta (``ChunkWriter._head``)
         self.encoder: StreamingAudioEncoder | None = None
         if plan.audio is not None:
             streamed = AudioFormat.PCM16 if plan.audio.format in (AudioFormat.WAV, AudioFormat.PCM16) \
@@ -104,8 +113,27 @@ class ChunkWriter:
             events.extend(self._audio_data(choice, choice.encoder.feed(out.audio)))
         return events
 
+    def _plain_text(self, choice: _Choice, text: str) -> str:
+        """A text delta's chunk (no logprobs, no tool call), the one a stream sends per token: the same JSON as
+        ``_chunk`` writes, without building its models (a dict and one ``json.dumps``; a chunk's models cost
+        several times that, every token of every stream)."""
+        delta: dict[str, object] = {"content": text} if self.plan.text else {}
+        if self.plan.audio:
+            delta["audio"] = {"id": choice.audio_id, "transcript": text}
+        return f"{self._head(choice)}{_json(delta)}{_TEXT_TAIL}"
+
+    def _head(self, choice: _Choice) -> str:
+        """The start of a choice's chunks up to its delta, the same every time."""
+        if choice.head is None:
+            choice.head = (f'data: {{"id":{_json(self.request_id)},"object":"chat.completion.chunk",'
+                           f'"created":{self.created},"model":{_json(self.model)},'
+                           f'"choices":[{{"index":{choice.index},"delta":')
+        return choice.head
+
     def _text(self, choice: _Choice, text: str, calls: list[ParsedCall], out: OmniOutput | None = None) -> list[str]:
         events = []
+        if text and not calls and not (out is not None and out.logprobs and self.logprobs):
+            return [self._plain_text(choice, text)]
         if text or (out is not None and out.logprobs and self.logprobs):
             transcript = DeltaAudio(id=choice.audio_id, transcript=text) if self.plan.audio and text else None
             content = text if self.plan.text else None
@@ -136,8 +164,9 @@ class ChunkWriter:
         return sse_event(ErrorResponse(error=detail))
 
     def _audio_data(self, choice: _Choice, data: bytes) -> list[str]:
+        """An audio piece's chunk, written directly as ``_plain_text`` writes text (base64 needs no JSON escaping,
+        and the models would copy and scan each piece's long string)."""
         if not data:
             return []
         encoded = base64.b64encode(data).decode("ascii")
-        return [self._chunk(choice.index, ChoiceDelta(audio=DeltaAudio(id=choice.audio_id, data=encoded)),
-                            modality="audio")]
+        return [f'{self._head(choice)}{{"audio":{{"id":{_json(choice.audio_id)},"data":"{encoded}"}}}}{_AUDIO_TAIL}']

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TypeVar
 
@@ -43,17 +42,14 @@ async def engine_outputs(engine: OmniEngine, request: OmniRequest, *, timeout_s:
     stream; ``ticket`` (its admission) is released however the stream ends."""
     finished = False
     stream = engine.generate(request)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    deadline = _Deadline(timeout_s)
     try:
         while True:
             try:
-                if deadline is None:
-                    out = await anext(stream)
-                else:
-                    out = await asyncio.wait_for(anext(stream), max(deadline - time.monotonic(), 0.0))
+                out = await deadline.wait(anext(stream))
             except StopAsyncIteration:
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 yield OmniOutput(request.request_id, finished=True, finish_reason=FinishReason.ABORT,
                                  error=f"{TIMED_OUT} after {timeout_s:g} s")
                 return  # not ``finished``: the finally aborts it in every stage
@@ -62,6 +58,7 @@ async def engine_outputs(engine: OmniEngine, request: OmniRequest, *, timeout_s:
             if finished:
                 return
     finally:
+        deadline.cancel()
         with anyio.CancelScope(shield=True):
             if ticket is not None:
                 ticket.release()
@@ -70,6 +67,45 @@ async def engine_outputs(engine: OmniEngine, request: OmniRequest, *, timeout_s:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+class _Deadline:
+    """A request's deadline as one timer for its whole stream: when it passes while the stream is awaited, the
+    waiting task is cancelled and the wait raises ``TimeoutError``; once past, every later wait does. A timeout per
+    awaited output (``wait_for``: a task each; ``asyncio.timeout``: a timer each) cost as much as the output's own
+    handling. The waiting task is taken at each wait (a stream may be read from more than one task)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.expired = False
+        self._waiting: asyncio.Task[object] | None = None
+        self._cancelled = False
+        self._handle = None if timeout_s is None else asyncio.get_running_loop().call_later(timeout_s, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self._waiting is not None:
+            self._cancelled = True
+            self._waiting.cancel()
+
+    async def wait(self, awaitable: Awaitable[T]) -> T:
+        if self.expired:
+            close = getattr(awaitable, "close", None)
+            if close is not None:
+                close()  # never awaited: no "never awaited" warning
+            raise TimeoutError
+        self._waiting = asyncio.current_task()
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self._cancelled and self._waiting is not None and self._waiting.uncancel() == 0:
+                raise TimeoutError from None  # our cancellation, not the caller's
+            raise
+        finally:
+            self._waiting, self._cancelled = None, False
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
 
 
 async def _wait_for_disconnect(request: Request) -> None:
