@@ -171,7 +171,8 @@ def add_serve_parser(targets: argparse._SubParsersAction) -> None:
     serve.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
                        help="fixed lengths: generate exactly --output-tokens (in-process driver)")
     serve.add_argument("--audio-frames", type=int, default=None,
-                       help="codec frames (12.5 Hz) per reply, both sides (default: = output tokens)")
+                       help="codec frames (the family's: 12.5 Hz for Qwen3-Omni) per reply, both sides "
+                            "(default: = output tokens)")
     serve.add_argument("--initial-chunk-frames", type=int, default=None,
                        help="frames in the first code2wav chunk (default: chosen by load)")
     serve.add_argument("--scheduling", type=_policies, default=None,

@@ -205,8 +205,8 @@ class ChatCompletionRequest(LenientBody):
         None, description="extension: vLLM-Omni's response shape, the text in choices[0] and the audio in choices[1] "
                           "(not streamed). None: on when sampling_params_list (vLLM-Omni's own field) is given")
     initial_codec_chunk_frames: int | None = Field(
-        None, ge=1, le=300, description="extension: codec frames (12.5 Hz) in the first audio chunk; "
-                                        "smaller starts audio sooner. Default: chosen by load")
+        None, ge=1, le=300, description="extension: codec frames (the model's; 80 ms each for Qwen3-Omni) in the "
+                                        "first audio chunk; smaller starts audio sooner. Default: chosen by load")
 
     @model_validator(mode="after")
     def _honourable(self) -> ChatCompletionRequest:
