@@ -134,9 +134,9 @@ class AudioGate:
         if audio_s > 0:
             self.vocoder_busy.add(busy_s / audio_s)
 
-    def observe(self, streams: Sequence[StreamLoad]) -> None:
-        """Records the talker's pace at this number of talking streams, once each of them has a pace."""
-        talking = [s.talker_frame_s for s in streams if s.talking]
+    def observe(self, talking: Sequence[float | None]) -> None:
+        """Records the talker's pace at this number of talking streams (their measured seconds per frame), once
+        each of them has a pace."""
         if talking and all(p is not None for p in talking):
             self._pace_by_count.setdefault(len(talking), Pace(alpha=0.2)).add(max(talking))
             self._latest_count = len(talking)

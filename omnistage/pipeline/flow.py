@@ -104,12 +104,13 @@ class RequestFlows:
     def tick(self) -> None:
         """Records the running streams' load when a talker reported this pass, then starts waiting audio requests
         while there is room (both skipped on a pass with neither: the loads are a walk over every stream)."""
-        if not (self._paced or self.waiting):
+        if self._paced:
+            self.gate.observe([a.planner.talker.value for s in self.states.values()
+                               if (a := s.audio) is not None and not a.talker_done])
+            self._paced = False
+        if not self.waiting:
             return
         loads = self._stream_loads()
-        if self._paced:
-            self.gate.observe(loads)
-            self._paced = False
         while self.waiting and (room := self.gate.room(loads)) > 0:
             for _ in range(min(room, len(self.waiting))):  # a round starts together: its prefills batch
                 _, (request, sink) = self.waiting.popitem(last=False)

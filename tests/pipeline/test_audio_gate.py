@@ -30,23 +30,28 @@ def _streams(*rtfs: float | None) -> list[StreamLoad]:
     return [StreamLoad(True, None if r is None else r * FRAME_S) for r in rtfs]
 
 
+def _paces(*rtfs: float | None) -> list[float | None]:
+    """What the gate observes: each talking stream's seconds per frame."""
+    return [s.talker_frame_s for s in _streams(*rtfs)]
+
+
 def test_no_stream_running_always_admits_and_an_unmeasured_talker_waits() -> None:
     gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     assert gate.admits([])
-    gate.observe(_streams(None))  # a stream started, its talker pace not measured yet: nothing recorded
+    gate.observe(_paces(None))  # a stream started, its talker pace not measured yet: nothing recorded
     assert not gate.admits(_streams(None))
     assert AudioGate(limit=0.0, frame_s=FRAME_S).admits(_streams(5.0))  # no gate
 
 
 def test_one_count_measured_assumes_a_batched_talker_then_follows_the_measured_slope() -> None:
     gate = AudioGate(limit=0.9, frame_s=FRAME_S)
-    gate.observe(_streams(0.6))
+    gate.observe(_paces(0.6))
     assert gate.rtf(2, 2) == pytest.approx(0.6 * (1 + MARGINAL_PRIOR))
     assert gate.admits(_streams(0.6))
-    gate.observe(_streams(0.66, 0.66))
+    gate.observe(_paces(0.66, 0.66))
     assert gate.rtf(3, 3) == pytest.approx(0.72)  # along the line through 1 and 2 streams
     assert gate.admits(_streams(0.66, 0.66))
-    gate.observe(_streams(0.8, 0.8, 0.8))
+    gate.observe(_paces(0.8, 0.8, 0.8))
     assert gate.rtf(4, 4) == pytest.approx(0.94)  # the talker saturates: along the newest slope
     assert gate.rtf(2, 2) == pytest.approx(0.66)  # measured counts are used as they are
     assert not gate.admits(_streams(0.8, 0.8, 0.8))
@@ -54,17 +59,17 @@ def test_one_count_measured_assumes_a_batched_talker_then_follows_the_measured_s
 
 def test_a_stream_still_in_its_first_frames_is_counted_but_not_measured() -> None:
     gate = AudioGate(limit=0.9, frame_s=FRAME_S)
-    gate.observe(_streams(0.6))
-    gate.observe(_streams(0.6, None))  # the second stream's pace is unknown: no point at 2 streams
+    gate.observe(_paces(0.6))
+    gate.observe(_paces(0.6, None))  # the second stream's pace is unknown: no point at 2 streams
     assert gate.talker_pace(2) == pytest.approx(0.6 * FRAME_S * (1 + MARGINAL_PRIOR))
     assert not gate.admits(_streams(0.6, None))  # 3 streams predicted at 0.6 * 1.5 = 0.9... and a bit
 
 
 def test_vocoder_load_scales_with_streams() -> None:
     gate = AudioGate(limit=0.9, frame_s=FRAME_S)
-    gate.observe(_streams(0.1))
-    gate.observe(_streams(0.1, 0.1))
-    gate.observe(_streams(0.1, 0.1, 0.1))
+    gate.observe(_paces(0.1))
+    gate.observe(_paces(0.1, 0.1))
+    gate.observe(_paces(0.1, 0.1, 0.1))
     gate.vocoded(busy_s=0.3, audio_s=1.0)  # 0.3 s of vocoder per second of audio
     assert gate.rtf(2, 2) == pytest.approx(0.6)
     assert gate.admits(_streams(0.1, 0.1))  # 3 streams: 0.9
@@ -77,7 +82,7 @@ def test_a_cold_vocoder_call_does_not_hold_the_next_streams() -> None:
     """A fresh code2wav's first calls are slow (a new chunk length's first run builds its kernels); the load is the
     median of recent calls, so those do not read as load for the rest of a burst."""
     gate = AudioGate(limit=0.8, frame_s=FRAME_S)
-    gate.observe(_streams(0.1, 0.1, 0.1))
+    gate.observe(_paces(0.1, 0.1, 0.1))
     gate.vocoded(busy_s=0.25, audio_s=1.0)
     assert gate.rtf(4, 4) == pytest.approx(1.0)  # one call measured: it is all there is
     for busy in (0.12, 0.05, 0.04, 0.05):
@@ -160,13 +165,13 @@ def test_a_held_request_can_be_aborted_and_frees_nothing_it_never_took() -> None
 
 def test_a_burst_ramps_up_one_measured_count_at_a_time() -> None:
     gate = AudioGate(limit=0.9, frame_s=FRAME_S)
-    gate.observe(_streams(0.1))
-    gate.observe(_streams(0.11, 0.11))  # a batched talker: the line says 8 streams would be fine
+    gate.observe(_paces(0.1))
+    gate.observe(_paces(0.11, 0.11))  # a batched talker: the line says 8 streams would be fine
     assert gate.rtf(8, 8) < 0.9
     assert gate.admits(_streams(0.11, 0.11))  # one past the largest count measured
     assert not gate.admits(_streams(0.11, 0.11, None))  # the third is not measured yet: no fourth
     assert not gate.admits(_streams(0.11, 0.11, 0.11))  # measured, but not recorded at 3 streams yet
-    gate.observe(_streams(0.12, 0.12, 0.12))
+    gate.observe(_paces(0.12, 0.12, 0.12))
     assert gate.admits(_streams(0.12, 0.12, 0.12))
 
 
@@ -189,7 +194,7 @@ def test_with_a_step_profile_a_burst_starts_in_doubling_rounds_while_it_predicts
     gate = AudioGate(limit=0.92, frame_s=FRAME_S)
     gate.profile(PROFILE)
     assert gate.room(_streams(None)) == 0  # nothing measured while serving yet: the level is unknown
-    gate.observe(_streams(0.5))
+    gate.observe(_paces(0.5))
     assert gate.rtf(8, 8) == pytest.approx(0.5 * 0.048 / 0.030)
     assert gate.room(_streams(0.5, None)) == 0  # the second is in its prefill: its load is not measured yet
     loads, rounds = _streams(0.5), []
@@ -197,7 +202,7 @@ def test_with_a_step_profile_a_burst_starts_in_doubling_rounds_while_it_predicts
         rounds.append(room)
         count = len(loads) + room  # the round measured at the level the profile predicted for it
         loads = _streams(*[0.5 * gate.talker_pace(count) / gate.talker_pace(1)] * count)
-        gate.observe(loads)
+        gate.observe([load.talker_frame_s for load in loads if load.talking])
     # At most as many as are talking each round; 0.5 * step(n) / step(1): 0.90 at n = 10, 0.95 at 11
     assert rounds == [1, 2, 4, 2]
     assert len(loads) == 10
@@ -206,8 +211,8 @@ def test_with_a_step_profile_a_burst_starts_in_doubling_rounds_while_it_predicts
 
 def test_without_a_step_profile_rounds_stay_one_stream() -> None:
     gate = AudioGate(limit=0.9, frame_s=FRAME_S)
-    gate.observe(_streams(0.1))
-    gate.observe(_streams(0.1, 0.1))
+    gate.observe(_paces(0.1))
+    gate.observe(_paces(0.1, 0.1))
     assert gate.rtf(4, 4) < 0.5
     assert gate.room(_streams(0.1, 0.1)) == 1
 
@@ -218,21 +223,21 @@ def test_a_passing_slowdown_at_one_count_is_not_read_as_the_cost_of_a_stream() -
     plain, profiled = AudioGate(limit=0.9, frame_s=FRAME_S), AudioGate(limit=0.9, frame_s=FRAME_S)
     profiled.profile(PROFILE)
     for gate in (plain, profiled):
-        gate.observe(_streams(0.5))
-        gate.observe(_streams(0.85, 0.85))
+        gate.observe(_paces(0.5))
+        gate.observe(_paces(0.85, 0.85))
     assert plain.rtf(3, 3) == pytest.approx(1.2)
     assert profiled.rtf(3, 3) == pytest.approx(0.85 * 0.034 / 0.032)
     assert not profiled.admits(_streams(0.85, 0.85))  # still too slow right now
     for _ in range(20):  # the prefill is over: the two streams run at their real pace again
         for gate in (plain, profiled):
-            gate.observe(_streams(0.55, 0.55))
+            gate.observe(_paces(0.55, 0.55))
     assert profiled.admits(_streams(0.55, 0.55))
 
 
 def test_far_below_the_limit_streams_start_without_waiting_for_each_others_prefill() -> None:
     gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.profile(PROFILE)
-    gate.observe(_streams(0.1))  # a fast talker: ten streams are predicted at 0.18
+    gate.observe(_paces(0.1))  # a fast talker: ten streams are predicted at 0.18
     loads = _streams(0.1)
     while gate.admits(loads):
         loads.append(StreamLoad(True, None))
@@ -245,7 +250,7 @@ def test_far_below_the_limit_streams_start_without_waiting_for_each_others_prefi
 def test_near_the_limit_a_stream_nearly_out_of_audio_holds_the_next_start() -> None:
     gate = AudioGate(limit=0.9, frame_s=FRAME_S)
     gate.profile(PROFILE)
-    gate.observe(_streams(0.6, 0.6))
+    gate.observe(_paces(0.6, 0.6))
     pace = 0.6 * FRAME_S
     thin = [StreamLoad(True, pace, MIN_BUFFER_S / 2), StreamLoad(True, pace, 3.0)]
     thick = [StreamLoad(True, pace, 2.0), StreamLoad(True, pace, 3.0)]
@@ -256,7 +261,7 @@ def test_near_the_limit_a_stream_nearly_out_of_audio_holds_the_next_start() -> N
     assert gate.admits(thick) and gate.admits(finished_talking) and gate.admits(unplayed)
     fast = AudioGate(limit=0.9, frame_s=FRAME_S)
     fast.profile(PROFILE)
-    fast.observe(_streams(0.1, 0.1))
+    fast.observe(_paces(0.1, 0.1))
     assert fast.admits([StreamLoad(True, 0.1 * FRAME_S, 0.1), StreamLoad(True, 0.1 * FRAME_S, 3.0)])  # far below
 
 
