@@ -56,6 +56,10 @@ class Latent:
         return self.dim
 
     @property
+    def delays(self) -> tuple[int, ...]:
+        return ()  # a latent frame comes whole
+
+    @property
     def max_delay(self) -> int:
         return 0
 

@@ -113,7 +113,7 @@ class CodecEdge:
     def opening(self, request_id: str, codec_address: str) -> OpenCodecStream:
         audio = self.setup.audio
         return OpenCodecStream(request_id, codec_address, self.plan, self.setup.played, audio.frame_width,
-                               audio.frame_s, getattr(audio.frame, "delays", ()), isinstance(audio.frame, Latent),
+                               audio.frame_s, audio.frame.delays, isinstance(audio.frame, Latent),
                                self.setup.prime)
 
     def frames_made(self, request_id: str, notice: FramesMade, finished: bool, now: float) -> ChunkOrder | None:

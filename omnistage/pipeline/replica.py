@@ -77,6 +77,7 @@ class ReplicaLoop:
         self.passes = 0  # engine loop passes begun; the pulse thread reads it (an int: one atomic read)
         self.peer_address = ""  # the address the peer socket bound (set by the input thread)
         self._peer_bound = threading.Event()
+        self._input_error = ""  # why the input thread could not open its sockets (the replica then fails)
 
     def run(self) -> None:
         """Runs until ``Shutdown`` arrives or the worker cannot be built; returns after the threads stop."""
@@ -103,7 +104,10 @@ class ReplicaLoop:
             logger.exception("stage worker failed to start")
             sender.send(ReplicaFailed(f"{type(exc).__name__}: {exc}"))
             return
-        self._peer_bound.wait(timeout=READY_WAIT_S)
+        if not self._peer_bound.wait(timeout=READY_WAIT_S) or self._input_error:
+            sender.send(ReplicaFailed(self._input_error or "the input sockets did not open"))
+            worker.close()
+            return
         sender.send(ReplicaReady(worker.load(), self.pid, self.same_host, step_seconds, self.peer_address))
         try:
             self._engine_loop(worker, sender, streams)
@@ -178,13 +182,21 @@ class ReplicaLoop:
     # I/O threads --------------------------------------------------------------------------------
     def _input_thread(self) -> None:
         """Reads the orchestrator's socket and the peer socket (other replicas' stage inputs)."""
-        sockets = [Receiver(self.ctx, self.addresses.inputs, self.payloads.replica_input(), self.store, bind=False)]
+        sockets: list[Receiver] = []
         try:
+            sockets.append(Receiver(self.ctx, self.addresses.inputs, self.payloads.replica_input(), self.store,
+                                    bind=False))
             if self.addresses.peer:
                 # Peers send only small chunk jobs, in the message frames (never shared memory).
                 peer = Receiver(self.ctx, self.addresses.peer, self.payloads.replica_input(), None, bind=True)
                 sockets.append(peer)
                 self.peer_address = peer.address
+        except Exception as exc:  # noqa: BLE001 - e.g. the peer address taken: the replica reports it and exits
+            logger.exception("replica input sockets failed to open")
+            self._input_error = f"{type(exc).__name__}: {exc}"
+            for receiver in sockets:
+                receiver.close()
+            return
         finally:
             self._peer_bound.set()
         poller = zmq.Poller()

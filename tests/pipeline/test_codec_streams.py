@@ -145,3 +145,30 @@ def test_a_broken_stream_fails_its_request_alone(rig) -> None:
     failed, fine = streams.on_outputs([wide, _frames("good", 3)])
     assert isinstance(failed, RequestFailed) and failed.request_id == "bad" and "bad" not in streams.streams
     assert isinstance(fine.payload, FramesMade) and fine.payload.cuts
+
+
+def test_a_replica_whose_peer_socket_cannot_open_says_so_and_exits() -> None:
+    import threading
+
+    from omnistage.ipc.messages import ReplicaFailed
+    from omnistage.ipc.queues import Sender
+    from omnistage.pipeline.replica import ReplicaAddresses, ReplicaLoop
+    from tests.pipeline.fakes import FakeCode2Wav
+
+    ctx = zmq.Context()
+    try:
+        inputs = Sender(ctx, "inproc://bad-peer-in", GENERIC_PAYLOADS.replica_input(), None, bind=True)
+        outputs = Receiver(ctx, "inproc://bad-peer-out", GENERIC_PAYLOADS.replica_message(), None, bind=True)
+        addresses = ReplicaAddresses(inputs.address, outputs.address, peer="tcp://no-such-host.invalid:*")
+        loop = ReplicaLoop(FakeCode2Wav, ctx, addresses, None, 1, GENERIC_PAYLOADS)
+        thread = threading.Thread(target=loop.run, daemon=True)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive()  # it returned: nothing would ever reach it
+        messages = outputs.drain()
+        failed = [m for m in messages if isinstance(m, ReplicaFailed)]
+        assert failed and "ZMQError" in failed[0].error, messages
+        inputs.close()
+        outputs.close()
+    finally:
+        ctx.destroy(linger=0)
