@@ -79,7 +79,9 @@ class Services:
     created: int = field(default_factory=lambda: int(time.time()))
 
 
-def _services(request: Request) -> Services:
+async def _services(request: Request) -> Services:
+    # async: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop on every request for an
+    # attribute read.
     return request.app.state.services
 
 
