@@ -12,6 +12,7 @@ thread only (zmq sockets are not thread-safe).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ import zmq
 
 from omnistage.ipc.serialization import MessageCodec, TensorStore
 
+logger = logging.getLogger(__name__)
 _NAMES = itertools.count()
 
 
@@ -114,10 +116,15 @@ class Receiver:
 
     def drain(self) -> list[msgspec.Struct]:
         """Every message already waiting, without blocking (asked of the socket's events, not by raising
-        ``zmq.Again`` at the end: an exception per drain cost more than a small message)."""
+        ``zmq.Again`` at the end: an exception per drain cost more than a small message). A message that does not
+        decode (a field past its checks) is logged and dropped: the reading thread goes on with the others."""
         out = []
         while self.socket.get(zmq.EVENTS) & zmq.POLLIN:
-            out.append(self._decode(self.socket.recv_multipart(zmq.NOBLOCK, copy=False)))
+            frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            try:
+                out.append(self._decode(frames))
+            except (msgspec.DecodeError, ValueError, TypeError) as exc:  # ValidationError is a DecodeError
+                logger.error("dropped a message that does not decode: %s", exc)
         return out
 
     def _decode(self, frames: list[zmq.Frame]) -> msgspec.Struct:

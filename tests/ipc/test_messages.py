@@ -182,3 +182,27 @@ def test_messages_cross_a_tcp_pipe_at_the_bound_port() -> None:
     finally:
         ctx.destroy(linger=0)
         book.cleanup()
+
+
+def test_a_message_that_does_not_decode_is_dropped_and_the_rest_are_read() -> None:
+    ctx = zmq.Context()
+    try:
+        rx = Receiver(ctx, "inproc://undecodable", ReplicaInput, None, bind=True)
+        tx = Sender(ctx, "inproc://undecodable", ReplicaInput, None, bind=False)
+        raw = ctx.socket(zmq.PUSH)
+        raw.connect("inproc://undecodable")
+        tx.send(AbortRequests(["a"]))
+        raw.send(b"\x81\xa4type\xa4nope")  # a map whose tag names no message
+        tx.send(AbortRequests(["b"]))
+        received: list = []
+        for _ in range(100):
+            received += rx.drain()
+            if len(received) == 2:
+                break
+            rx.socket.poll(10)
+        assert [m.request_ids for m in received] == [["a"], ["b"]]
+        raw.close(linger=0)
+        tx.close()
+        rx.close()
+    finally:
+        ctx.destroy(linger=0)
