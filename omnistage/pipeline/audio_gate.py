@@ -39,6 +39,7 @@ import sys
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from omnistage.pipeline.chunk_planner import Pace
 
@@ -68,10 +69,10 @@ class RecentMedian:
         return statistics.median(self._samples) if self._samples else None
 
 
-@dataclass(frozen=True)
-class StreamLoad:
+class StreamLoad(NamedTuple):
     """One stream in flight: whether its talker still runs, its measured wall seconds per talker frame, and the
-    audio its player holds (None while it is not playing yet, or nobody plays it as it arrives)."""
+    audio its player holds (None while it is not playing yet, or nobody plays it as it arrives). A tuple: the
+    orchestrator makes one per running stream on most passes."""
 
     talking: bool
     talker_frame_s: float | None = None
@@ -121,6 +122,7 @@ class AudioGate:
     _pace_by_count: dict[int, Pace] = field(default_factory=dict)
     _steps: StepProfile | None = None
     _latest_count: int = 0  # the talking count of the newest pace measurement (0: none yet)
+    _known: list[tuple[int, float]] | None = None  # _measured(), until the next observation
 
     def profile(self, step_seconds: dict[int, float]) -> None:
         """The talker's decode step time by batch size, measured before serving."""
@@ -140,10 +142,14 @@ class AudioGate:
         if talking and all(p is not None for p in talking):
             self._pace_by_count.setdefault(len(talking), Pace(alpha=0.2)).add(max(talking))
             self._latest_count = len(talking)
+            self._known = None
 
     def _measured(self) -> list[tuple[int, float]]:
-        """(talking count, pace) of every count measured, ascending."""
-        return sorted((n, p.value) for n, p in self._pace_by_count.items() if p.value is not None)
+        """(talking count, pace) of every count measured, ascending (kept until the next observation: the gate asks
+        on every orchestrator pass while requests wait)."""
+        if self._known is None:
+            self._known = sorted((n, p.value) for n, p in self._pace_by_count.items() if p.value is not None)
+        return self._known
 
     def talker_pace(self, count: int) -> float | None:
         """The talker's expected seconds per frame with ``count`` talking streams; None before any measurement."""
@@ -191,10 +197,13 @@ class AudioGate:
             return sys.maxsize
         if not streams:
             return 1
-        talking = sum(s.talking for s in streams)
+        talking, exposed = 0, False
+        for s in streams:  # one walk: up to a batch of streams, on every pass while requests wait
+            talking += s.talking
+            exposed = exposed or s.exposed
         if self._steps is None and talking > max((n for n, _ in self._measured()), default=0):
             return 0  # streams not yet measured at this count: wait for them
-        if any(s.exposed for s in streams):
+        if exposed:
             predicted = self.rtf(talking + 1, len(streams) + 1)
             return int(predicted is not None and predicted * PREFILL_HEADROOM <= self.limit)
         group = max(talking, 1) if self._steps is not None else 1

@@ -104,13 +104,12 @@ class RequestFlows:
     def tick(self) -> None:
         """Records the running streams' load when a talker reported this pass, then starts waiting audio requests
         while there is room (both skipped on a pass with neither: the loads are a walk over every stream)."""
-        if self._paced:
-            self.gate.observe([a.planner.talker.value for s in self.states.values()
-                               if (a := s.audio) is not None and not a.talker_done])
-            self._paced = False
-        if not self.waiting:
+        if not (self._paced or self.waiting):
             return
         loads = self._stream_loads()
+        if self._paced:
+            self.gate.observe([load.talker_frame_s for load in loads if load.talking])
+            self._paced = False
         while self.waiting and (room := self.gate.room(loads)) > 0:
             for _ in range(min(room, len(self.waiting))):  # a round starts together: its prefills batch
                 _, (request, sink) = self.waiting.popitem(last=False)
@@ -121,10 +120,15 @@ class RequestFlows:
         """Audio streams in flight; a stream's talker pace counts while its talker runs, the audio its player holds
         while one plays it as it arrives."""
         now = time.monotonic()
-        return [StreamLoad(not s.audio.talker_done, s.audio.planner.talker.value,
-                           s.audio.playback.buffered_s(now)
-                           if s.request.stream and s.audio.playback.play_end is not None else None)
-                for s in self.states.values() if s.audio is not None and not s.audio.done]
+        loads = []
+        for s in self.states.values():
+            audio = s.audio
+            if audio is None or audio.done:
+                continue
+            playing = s.request.stream and audio.playback.play_end is not None
+            loads.append(StreamLoad(not audio.talker_done, audio.planner.talker.value,
+                                    audio.playback.buffered_s(now) if playing else None))
+        return loads
 
     def _start(self, request: OmniRequest, sink: OutputSink) -> None:
         rid = request.request_id
