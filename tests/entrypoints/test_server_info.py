@@ -77,7 +77,7 @@ def test_openapi_matches_what_is_served(server: LiveServer) -> None:
     schema = httpx.get(f"{server.base_url}/openapi.json").json()
     routes = {(path, method) for path, ops in schema["paths"].items() for method in ops}
     assert routes == {("/v1/chat/completions", "post"), ("/v1/audio/speech", "post"), ("/v1/models", "get"),
-                      ("/v1/models/{model}", "get"), ("/health", "get"), ("/metrics", "get"),
+                      ("/v1/models/{model}", "get"), ("/health", "get"), ("/ready", "get"), ("/metrics", "get"),
                       ("/v1/audio/voices", "post"), ("/v1/audio/voices", "get"), ("/v1/audio/voices/{name}", "delete"),
                       ("/v1/audio/transcriptions", "post"), ("/v1/audio/translations", "post"),
                       ("/v1/realtime/client_secrets", "post"), ("/v1/responses", "post"),
@@ -128,3 +128,4 @@ def test_underruns_of_streamed_speech_are_counted_with_their_stalls(server: Live
     count, stalls, stall_s = (a - b for a, b in zip(_underruns(server), before))
     assert count == stalls >= len(engine.words) - 2  # every chunk after the first arrived late
     assert 0.08 * stalls <= stall_s <= 0.5 * stalls  # ~120 ms each
+

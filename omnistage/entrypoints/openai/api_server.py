@@ -27,6 +27,7 @@ from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.auth import AccessMiddleware
 from omnistage.entrypoints.openai.common.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
+from omnistage.entrypoints.openai.common.draining import Draining, DrainingMiddleware
 from omnistage.entrypoints.openai.common.errors import install_error_handlers
 from omnistage.entrypoints.openai.common.loop_lag import loop_lag_watcher
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
@@ -34,6 +35,7 @@ from omnistage.entrypoints.openai.common.protocol import (
     ErrorResponse,
     HealthResponse,
     ModelCard,
+    ReadinessResponse,
     ModelList,
     ReplicaHealthInfo,
     StageHealthInfo,
@@ -76,6 +78,7 @@ class Services:
     speech: SpeechService
     voices: VoiceService
     metrics: ServerMetrics
+    draining: Draining = field(default_factory=Draining)
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -160,6 +163,16 @@ async def health(services: Services = Depends(_services)) -> JSONResponse:
     return JSONResponse(_health_body(report).model_dump(), status_code=200 if report.healthy else 503)
 
 
+@api.get("/ready", response_model=ReadinessResponse,
+         responses={503: {"model": ReadinessResponse, "description": "draining (stopping), or a stage is down"}})
+async def ready(services: Services = Depends(_services)) -> JSONResponse:
+    """Readiness, apart from liveness (``/health``): false at once when the server starts to stop, while it still
+    finishes the streams it holds."""
+    status = "draining" if services.draining.draining else "ready" if services.engine.health().healthy \
+        else "unhealthy"
+    return JSONResponse(ReadinessResponse(status=status).model_dump(), status_code=200 if status == "ready" else 503)
+
+
 @api.get("/metrics", response_class=Response,
          responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}})
 async def metrics(services: Services = Depends(_services)) -> Response:
@@ -225,6 +238,8 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     # Outermost: refused before any read. The landing's pages (no secret in them) stay open.
     app.add_middleware(AccessMiddleware, policy=access, public_paths=PUBLIC_PATHS, public_prefix=PUBLIC_PREFIX,
                        ephemeral_keys=app.state.ephemeral_keys, ephemeral_routes=EPHEMERAL_ROUTES)
+    # Outside the key check: a request that comes while the server stops is told to go elsewhere, keyed or not.
+    app.add_middleware(DrainingMiddleware, draining=app.state.services.draining)
     install_error_handlers(app)
     app.openapi = lambda: _openapi_schema(app, bool(access.api_keys))  # type: ignore[method-assign]
     return app

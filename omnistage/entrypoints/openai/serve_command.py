@@ -20,6 +20,9 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.serve_config import ServeConfig
 from omnistage.usage_error import UsageError
 
+CLOSE_GRACE_S = 5
+
+
 def uvicorn_options(config: ServeConfig) -> dict[str, object]:
     """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP
     protocol class; the WebSocket message bound), beside the app, the socket and logging.
@@ -30,7 +33,10 @@ def uvicorn_options(config: ServeConfig) -> dict[str, object]:
     return {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
             "http": guarded_http_protocol(config.limits.header_timeout, config.limits.send_timeout,
                                           config.limits.body_timeout, config.limits.body_min_rate),
-            "ws_max_size": config.limits.max_ws_message_bytes, "ws_per_message_deflate": False}
+            "ws_max_size": config.limits.max_ws_message_bytes, "ws_per_message_deflate": False,
+            # Once the drain is over (draining_server.py), what is still open (an idle keep-alive connection,
+            # a WebSocket being closed) gets this long before uvicorn cancels it.
+            "timeout_graceful_shutdown": CLOSE_GRACE_S}
 
 
 def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:
@@ -68,6 +74,7 @@ async def _announce(server: object, config: ServeConfig, engine: OmniEngine, por
 async def _serve(config: ServeConfig, sock: socket.socket) -> int:
     import uvicorn
 
+    from omnistage.entrypoints.openai.draining_server import DrainingServer
     from omnistage.pipeline.async_omni import AsyncOmni
 
     engine = AsyncOmni.from_config(config.pipeline)
@@ -78,8 +85,12 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
         # (0.35 and 0.73 s stalls in the soak, the loop's stack in weakref callbacks; ~0.14 s for the imports alone).
         gc.collect()  # the start-up's garbage first: frozen, it would stay
         gc.freeze()
-        server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=sock.getsockname()[1],
-                                               log_level=config.log_level, **uvicorn_options(config)))
+        calls = app.state.webrtc_calls  # a WebRTC call outlives the request that set it up: it counts as in flight
+        server = DrainingServer(uvicorn.Config(app, host=config.host, port=sock.getsockname()[1],
+                                               log_level=config.log_level, **uvicorn_options(config)),
+                                app.state.services.draining, config.limits.shutdown_timeout,
+                                in_flight=lambda: app.state.services.draining.in_flight + len(calls.live),
+                                end_work=engine.shutdown)
         announce = asyncio.create_task(_announce(server, config, engine, sock.getsockname()[1]))
         try:
             await server.serve(sockets=[sock])

@@ -78,6 +78,10 @@ class ServerLimits:
     max_stored_responses: int = _limit(1024, "/v1/responses kept in memory for previous_response_id and GET "
                                              "(least recently used dropped first; store: false keeps none)")
     stored_response_ttl: float = _limit(3600.0, "seconds a stored /v1/responses response is kept after its last use")
+    # Under Kubernetes' default 30 s grace period: the server ends what remains itself, before SIGKILL does.
+    shutdown_timeout: float = _limit(25.0, "seconds a stopping server (SIGTERM, Ctrl+C) lets requests and sessions "
+                                           "in flight finish while refusing new ones with 503; then, or at a "
+                                           "second signal, it ends them with an error")
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -71,7 +71,7 @@ class AccessMiddleware:
         self.app = app
         self.policy = policy
         self._ephemeral, self._ephemeral_routes = ephemeral_keys, ephemeral_routes
-        self._open_paths = frozenset({"/health", *public_paths})
+        self._open_paths = frozenset({"/health", "/ready", *public_paths})  # probes carry no key
         self._public_prefix = public_prefix
         self._keys = tuple(_digest(k) for k in policy.api_keys)
 

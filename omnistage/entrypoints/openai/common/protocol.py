@@ -78,3 +78,9 @@ class StageHealthInfo(BaseModel):
 class HealthResponse(BaseModel):
     status: Literal["ok", "unhealthy"]
     stages: list[StageHealthInfo]
+
+
+class ReadinessResponse(BaseModel):
+    """``/ready``: whether to send this server work (a load balancer's readiness probe)."""
+
+    status: Literal["ready", "draining", "unhealthy"]
