@@ -43,6 +43,10 @@ from omnistage.pipeline.router import StageRouter
 
 logger = logging.getLogger(__name__)
 KEEP_TRACES = 256
+# The gate's walk over every running stream (their paces recorded, room for waiting requests) at most this often,
+# and at once when a stream or its talker ends (that frees room). Every pass walked them: with a batch of streams
+# and requests waiting, a third of the orchestrator's time. A talker frame lasts 40-133 ms.
+GATE_INTERVAL_S = 0.025
 
 # Sends a message to replica ``index`` of ``stage``.
 SendFn = Callable[[str, int, ReplicaInput], None]
@@ -72,7 +76,8 @@ class RequestFlows:
         self.gate = AudioGate(settings.graph.spec.streaming.admission_rtf_limit, frame_s)
         # Orders for the talker replicas, gathered during a pass: (stage, replica) → orders.
         self.orders: dict[tuple[str, int], list[ChunkOrder]] = {}
-        self._paced = False  # a talker reported frames this pass: the gate records the streams' paces
+        self._paced = False  # a talker reported frames since the gate's last walk: it records the streams' paces
+        self._next_walk = 0.0  # monotonic time of the gate's next walk (GATE_INTERVAL_S)
         self._text_stage = self.graph.output_stage(Modality.TEXT)
         # Audio requests held back while the running streams are near real time, in arrival order.
         self.waiting: OrderedDict[str, tuple[OmniRequest, OutputSink]] = OrderedDict()
@@ -102,10 +107,15 @@ class RequestFlows:
             self.gate.profile(step_seconds)
 
     def tick(self) -> None:
-        """Records the running streams' load when a talker reported this pass, then starts waiting audio requests
-        while there is room (both skipped on a pass with neither: the loads are a walk over every stream)."""
+        """Records the running streams' load when a talker reported since the last walk, then starts waiting audio
+        requests while there is room (both skipped on a pass with neither, and until ``GATE_INTERVAL_S`` after the
+        last walk unless a stream ended: the loads are a walk over every stream)."""
         if not (self._paced or self.waiting):
             return
+        now = time.monotonic()
+        if now < self._next_walk:
+            return
+        self._next_walk = now + GATE_INTERVAL_S
         loads = self._stream_loads()
         if self._paced:
             self.gate.observe([load.talker_frame_s for load in loads if load.talking])
@@ -198,6 +208,7 @@ class RequestFlows:
         state = self.states.pop(request_id, None)
         if state is None:
             return  # unknown or already finished: aborts are idempotent
+        self._next_walk = 0.0  # its room is free: the gate walks on the next pass
         for stage, router in self.routers.items():
             index = router.replica_of(request_id)
             if index is not None:
@@ -277,6 +288,8 @@ class RequestFlows:
             return
         self._frames(state, notice.count)
         self._paced = self._paced or notice.count > 0
+        if finished:
+            self._next_walk = 0.0  # a talker the less: the gate walks on the next pass
         if notice.cuts:
             self._enter(state, edge.target)
         self._queue_order(stage, state, edge.frames_made(state.request_id, notice, finished, time.monotonic()))
@@ -353,6 +366,7 @@ class RequestFlows:
             return
         if done:
             self.states.pop(state.request_id, None)
+            self._next_walk = 0.0
             for router in self.routers.values():
                 router.release(state.request_id)
             self._record(state)
