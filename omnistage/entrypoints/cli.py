@@ -74,6 +74,12 @@ def _add_make_tiny(sub: argparse._SubParsersAction) -> None:
                       help="qwen3_omni: a thinker whose greedy steps lead by a trained model's margins (median "
                            "top-1 minus top-2 of a few logits instead of ~0.15), for agreement measurements such "
                            "as bench quant's")
+    tiny.add_argument("--plain", action="store_true",
+                      help="qwen2_5_omni: the tiny's config with transformers' own random init under --seed (no "
+                           "confident heads), beside the tiny's tokenizer, processor and speakers")
+    tiny.add_argument("--set", action="append", metavar="KEY=VALUE",
+                      help="with --plain: change a config.json entry first, by dotted path (repeatable), e.g. "
+                           "talker_config.num_hidden_layers=3")
     tiny.set_defaults(func=_make_tiny)
 
 

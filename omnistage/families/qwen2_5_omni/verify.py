@@ -5,6 +5,8 @@ sound track), greedy text tokens must be identical. With a talker: the spoken re
 transformers' repetition penalty 1.05) run through the offline path (thinker, talker, token2wav one after the
 other, as the pipeline's test holds the served audio against) must give the talker codes transformers' ``generate``
 gives, identical, and its waveform within ``WAV_ATOL`` of transformers' under ``torch.manual_seed(SEED)``.
+Where tokens or codes differ, the report names the first step that differs with transformers' top-2 score gap
+there (:mod:`omnistage.tools.verify.divergence`), so a near-tie can be told from a real difference.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from omnistage.models.qwen2_5_omni.thinker import Thinker
 from omnistage.models.qwen2_5_omni.token2wav import Token2Wav
 from omnistage.runner import build_ar_engine
 from omnistage.sampling_params import SamplingParams
+from omnistage.tools.verify.divergence import Divergence, first_divergence
 
 PROMPT = [{"role": "user", "content": "Hello, how are you today? Tell me a short story."}]
 NEW_TOKENS = 12
@@ -50,8 +53,22 @@ def greedy_tokens(thinker: Thinker, ids: list[int], eos: int | None, new_tokens:
     return list(request.output_token_ids)
 
 
-def verify_folder(folder: Path, new_tokens: int = NEW_TOKENS, case: str = "text") -> tuple[list[int], list[int]]:
-    """(ours, transformers') greedy tokens of prompt ``case`` on ``folder``."""
+@dataclass(frozen=True)
+class TokenCheck:
+    ours: list[int]
+    theirs: list[int]
+    scores: list[torch.Tensor]  # transformers' [V] scores per generated token
+
+    @property
+    def ok(self) -> bool:
+        return self.ours == self.theirs
+
+    def divergence(self) -> Divergence | None:
+        return first_divergence(self.ours, self.theirs, self.scores)
+
+
+def verify_folder(folder: Path, new_tokens: int = NEW_TOKENS, case: str = "text") -> TokenCheck:
+    """Ours and transformers' greedy tokens of prompt ``case`` on ``folder``."""
     from transformers import Qwen2_5OmniForConditionalGeneration
 
     config = Qwen25OmniConfig.from_folder(folder)
@@ -61,8 +78,9 @@ def verify_folder(folder: Path, new_tokens: int = NEW_TOKENS, case: str = "text"
     ours = greedy_tokens(thinker, prompt.ids, config.eos_token_id, new_tokens, prompt.mm)
     with torch.no_grad():
         out = reference.thinker.generate(torch.tensor([prompt.ids]), max_new_tokens=new_tokens, do_sample=False,
-                                         eos_token_id=config.eos_token_id, **prompt.hf_kwargs())
-    return ours, out[0, len(prompt.ids):].tolist()
+                                         eos_token_id=config.eos_token_id, output_scores=True,
+                                         return_dict_in_generate=True, **prompt.hf_kwargs())
+    return TokenCheck(ours, out.sequences[0, len(prompt.ids):].tolist(), [step[0] for step in out.scores])
 
 
 @dataclass(frozen=True)
@@ -70,10 +88,14 @@ class SpokenCheck:
     speaker: str
     codes: tuple[list[int], list[int]]  # (ours, transformers') talker codes
     wav_error: float  # max |ours - transformers'| (inf when the decoded codes or lengths differ)
+    code_scores: list[torch.Tensor]  # transformers' [V] scores per talker step
 
     @property
     def ok(self) -> bool:
         return self.codes[0] == self.codes[1] and self.wav_error < WAV_ATOL
+
+    def divergence(self) -> Divergence | None:
+        return first_divergence(*self.codes, self.code_scores)
 
 
 def verify_spoken(folder: Path, speaker: str = DEFAULT_VOICE, new_tokens: int = NEW_TOKENS,
@@ -98,7 +120,7 @@ def verify_spoken(folder: Path, speaker: str = DEFAULT_VOICE, new_tokens: int = 
         wav = Token2Wav.from_checkpoint(folder, config=config)(torch.tensor(codes), voice.cond, voice.ref_mel, seed)
         if wav.shape == theirs.wav.shape:
             error = (wav - theirs.wav).abs().max().item()
-    return SpokenCheck(speaker, (ours.codes, theirs.codes), error)
+    return SpokenCheck(speaker, (ours.codes, theirs.codes), error, theirs.code_scores)
 
 
 def _chat_ids(folder: Path) -> list[int]:
@@ -122,18 +144,22 @@ def run_verify(args: argparse.Namespace, folder: Path) -> int:
 
 
 def _verify_case(folder: Path, case: str, talker: bool) -> bool:
-    ours, theirs = verify_folder(folder, case=case)
-    print(f"[{case}] thinker greedy tokens: {'identical' if ours == theirs else 'DIFFER'} ({len(ours)} tokens)")
-    if ours != theirs:
-        print(f"  omnistage:    {ours}\n  transformers: {theirs}", file=sys.stderr)
+    tokens = verify_folder(folder, case=case)
+    print(f"[{case}] thinker greedy tokens: {'identical' if tokens.ok else 'DIFFER'} ({len(tokens.ours)} tokens)")
+    _print_difference(tokens.ours, tokens.theirs, tokens.divergence())
     if not talker:
-        return ours == theirs
+        return tokens.ok
     spoken = verify_spoken(folder, case=case)
     same = spoken.codes[0] == spoken.codes[1]
     print(f"[{case}] talker codes ({spoken.speaker}): {'identical' if same else 'DIFFER'} ({len(spoken.codes[0])} "
           f"codes)")
-    if not same:
-        print(f"  omnistage:    {spoken.codes[0]}\n  transformers: {spoken.codes[1]}", file=sys.stderr)
+    _print_difference(*spoken.codes, spoken.divergence())
     print(f"[{case}] waveform: max |diff| {spoken.wav_error:.3g} "
           f"({'within' if spoken.wav_error < WAV_ATOL else 'OVER'} {WAV_ATOL:g})")
-    return ours == theirs and spoken.ok
+    return tokens.ok and spoken.ok
+
+
+def _print_difference(ours: list[int], theirs: list[int], divergence: Divergence | None) -> None:
+    if divergence is not None:
+        print(f"  {divergence.describe()}")
+        print(f"  omnistage:    {ours}\n  transformers: {theirs}", file=sys.stderr)
