@@ -24,6 +24,8 @@ import zmq
 from omnistage.ipc.serialization import MessageCodec, TensorStore
 
 logger = logging.getLogger(__name__)
+# As plain ints: the enum versions cost an IntFlag operation per test, on every drain of every reader.
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _NAMES = itertools.count()
 
 
@@ -119,7 +121,7 @@ class Receiver:
         ``zmq.Again`` at the end: an exception per drain cost more than a small message). A message that does not
         decode (a field past its checks) is logged and dropped: the reading thread goes on with the others."""
         out = []
-        while self.socket.get(zmq.EVENTS) & zmq.POLLIN:
+        while self.socket.getsockopt(_EVENTS) & _POLLIN:
             frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
             try:
                 out.append(self._decode(frames))

@@ -27,6 +27,34 @@ from omnistage.families.base import FrontEnd
 from omnistage.sampling_params import SamplingParams
 
 
+class RequestOutputs:
+    """One request's outputs on its event loop, taken all at once by its reader (what queued while it was busy
+    goes as one delta). Lighter than an ``asyncio.Queue``, whose every put and get costs waiter bookkeeping: this
+    runs for every delta of every stream. Used on the loop's thread only."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[OmniOutput] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, output: OmniOutput) -> None:
+        self._items.append(output)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> list[OmniOutput]:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items, self._items = self._items, []
+        return items
+
+
 class LoopMailbox:
     """Deltas for one event loop, handed over in batches: the first delta posted after a drain schedules the next
     drain, later ones ride along with it."""
@@ -34,12 +62,12 @@ class LoopMailbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._lock = threading.Lock()
-        self._items: list[tuple[asyncio.Queue[OmniOutput], OmniOutput]] = []
+        self._items: list[tuple[RequestOutputs, OmniOutput]] = []
 
-    def post(self, queue: asyncio.Queue[OmniOutput], output: OmniOutput) -> None:
+    def post(self, outputs: RequestOutputs, output: OmniOutput) -> None:
         """From any thread."""
         with self._lock:
-            self._items.append((queue, output))
+            self._items.append((outputs, output))
             if len(self._items) > 1:
                 return  # a drain is already scheduled
         self.loop.call_soon_threadsafe(self._drain)
@@ -47,8 +75,8 @@ class LoopMailbox:
     def _drain(self) -> None:
         with self._lock:
             items, self._items = self._items, []
-        for queue, output in items:
-            queue.put_nowait(output)
+        for outputs, output in items:
+            outputs.put(output)
 
 
 class AsyncOmni:
@@ -74,15 +102,12 @@ class AsyncOmni:
         mailbox = self._mailboxes.get(loop)
         if mailbox is None:
             mailbox = self._mailboxes[loop] = LoopMailbox(loop)
-        outputs: asyncio.Queue[OmniOutput] = asyncio.Queue()
+        outputs = RequestOutputs()
         self.pipeline.submit(request, functools.partial(mailbox.post, outputs))
         finished = False
         try:
             while not finished:
-                pending = [await outputs.get()]
-                while not outputs.empty():  # what queued while the caller was busy goes as one delta
-                    pending.append(outputs.get_nowait())
-                output = OmniOutput.merge(pending)
+                output = OmniOutput.merge(await outputs.take())  # what queued while the caller was busy: one delta
                 finished = output.finished
                 yield output
         finally:
