@@ -46,6 +46,18 @@ def test_the_store_hands_each_key_out_once_until_it_expires() -> None:
         keys.mint({}, ttl_s=5)
 
 
+def test_a_held_key_is_refused_to_others_and_usable_again_once_released() -> None:
+    keys = EphemeralKeys()
+    key = keys.mint({"instructions": "a"})
+    held = keys.hold(key.value)
+    assert held is not None and keys.hold(key.value) is None  # a second request meanwhile is refused
+    keys.release(held)  # its request failed before its session was set up
+    again = keys.hold(key.value)
+    assert again is not None
+    keys.spend(again)
+    assert keys.hold(key.value) is None and keys.claim(key.value) is None and len(keys) == 0
+
+
 def test_the_store_is_bounded() -> None:
     keys = EphemeralKeys(capacity=2)
     minted = [keys.mint({}) for _ in range(5)]
