@@ -71,13 +71,6 @@ class EphemeralKeys:
             self._keys[_digest(key.value)] = key
         return key
 
-    def claim(self, value: str) -> EphemeralKey | None:
-        """The key's settings, once: it is gone afterwards. None when unknown, spent, held or expired."""
-        key = self.hold(value)
-        if key is not None:
-            self.spend(key)
-        return key
-
     def hold(self, value: str) -> EphemeralKey | None:
         """The key, held for one request until it is spent or released; None when unknown, spent, expired or held
         by another request."""
