@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from omnistage.config.pipeline import ConfigError
 from omnistage.entrypoints.openai.server_config import (
@@ -18,10 +18,12 @@ from omnistage.entrypoints.openai.server_config import (
     MediaPolicy,
     ServerLimits,
     ServingOptions,
+    WebRtcPolicy,
     access_policy_from_args,
     limits_from_args,
     media_policy_from_args,
     serving_options_from_args,
+    webrtc_policy_from_args,
 )
 from omnistage.pipeline.serve_flags import PipelineConfig, pipeline_config_from_args
 from omnistage.usage_error import UsageError
@@ -44,6 +46,7 @@ class ServeConfig:
     serving: ServingOptions
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
+    webrtc: WebRtcPolicy = field(default_factory=WebRtcPolicy)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -70,7 +73,8 @@ class ServeConfig:
                        pipeline=pipeline_config_from_args(args, model, names[0] if names else None),
                        limits=limits_from_args(args), media=media_policy_from_args(args),
                        access=access_policy_from_args(args, environ), serving=serving_options_from_args(args, environ),
-                       ssl_keyfile=args.ssl_keyfile, ssl_certfile=args.ssl_certfile)
+                       ssl_keyfile=args.ssl_keyfile, ssl_certfile=args.ssl_certfile,
+                       webrtc=webrtc_policy_from_args(args))
         except (UsageError, ConfigError):  # already say what is wrong, and where
             raise
         except ValueError as exc:

@@ -36,21 +36,34 @@ def test_the_store_hands_each_key_out_once_until_it_expires() -> None:
     keys = EphemeralKeys(capacity=2, clock=clock)
     first = keys.mint({"instructions": "a"}, ttl_s=60)
     assert first.value.startswith("ek_") and first.expires_at == 1060
-    claimed = keys.claim(first.value)
+    claimed = keys.hold(first.value)
     assert claimed is not None and claimed.session == {"instructions": "a"}
-    assert keys.claim(first.value) is None  # used once
+    keys.spend(claimed)
+    assert keys.hold(first.value) is None  # used once
     late = keys.mint({}, ttl_s=10)
     clock.now += 10
-    assert keys.claim(late.value) is None  # expired
+    assert keys.hold(late.value) is None  # expired
     with pytest.raises(ValueError, match="between 10 and 7200"):
         keys.mint({}, ttl_s=5)
+
+
+def test_a_held_key_is_refused_to_others_and_usable_again_once_released() -> None:
+    keys = EphemeralKeys()
+    key = keys.mint({"instructions": "a"})
+    held = keys.hold(key.value)
+    assert held is not None and keys.hold(key.value) is None  # a second request meanwhile is refused
+    keys.release(held)  # its request failed before its session was set up
+    again = keys.hold(key.value)
+    assert again is not None
+    keys.spend(again)
+    assert keys.hold(key.value) is None and len(keys) == 0
 
 
 def test_the_store_is_bounded() -> None:
     keys = EphemeralKeys(capacity=2)
     minted = [keys.mint({}) for _ in range(5)]
     assert len(keys) == 2
-    assert keys.claim(minted[0].value) is None and keys.claim(minted[-1].value) is not None
+    assert keys.hold(minted[0].value) is None and keys.hold(minted[-1].value) is not None
 
 
 @pytest.fixture(scope="module")

@@ -226,24 +226,30 @@ def test_the_form_sets_the_session_and_the_peer_closing_ends_the_call(server: Se
     asyncio.run(scenario())
 
 
-def test_an_ephemeral_key_opens_one_call(keyed_server: Server) -> None:
+def test_an_ephemeral_key_opens_one_call_and_may_hang_up_that_call_only(keyed_server: Server) -> None:
+    async def mint(http: httpx.AsyncClient, instructions: str) -> str:
+        minted = await http.post("/v1/realtime/client_secrets", headers={"Authorization": f"Bearer {KEY}"},
+                                 json={"session": {"type": "realtime", "instructions": instructions}})
+        return minted.json()["value"]
+
     async def scenario() -> None:
         async with httpx.AsyncClient(base_url=keyed_server.base_url, timeout=20) as http:
-            minted = await http.post("/v1/realtime/client_secrets", headers={"Authorization": f"Bearer {KEY}"},
-                                     json={"session": {"type": "realtime", "instructions": "From the key."}})
-            value = minted.json()["value"]
-            client = Client()
+            value, other = await mint(http, "From the key."), await mint(http, "Another key.")
+            client, second, again = Client(), Client(), Client()
             assert (await client.connect(http, key=value)).status_code == 201
             created = await client.event("session.created")
             assert created["session"]["instructions"] == "From the key."
-            again = Client()
             assert (await again.connect(http, key=value)).status_code == 401  # used once
+            assert (await second.connect(http, key=other)).status_code == 201
+            bearer = {"Authorization": f"Bearer {other}"}
+            refused = await http.delete(client.location, headers=bearer)
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
             assert (await http.delete(client.location, headers={"Authorization": f"Bearer {value}"})).status_code \
-                == 401  # the key opens a call, it does not manage calls
-            assert (await http.delete(client.location, headers={"Authorization": f"Bearer {KEY}"})).status_code \
-                == 200
-            await client.pc.close()
-            await again.pc.close()
+                == 200  # the key that opened the call may end it
+            assert (await http.delete(second.location, headers={"Authorization": f"Bearer {KEY}"})).status_code \
+                == 200  # and the API key any call
+            for peer in (client, second, again):
+                await peer.pc.close()
 
     asyncio.run(scenario())
 

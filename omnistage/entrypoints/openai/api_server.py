@@ -52,6 +52,7 @@ from omnistage.entrypoints.openai.server_config import (
     MediaPolicy,
     ServerLimits,
     ServingOptions,
+    WebRtcPolicy,
 )
 from omnistage.entrypoints.openai.speech.protocol import (
     SpeechAudioDelta,
@@ -67,6 +68,7 @@ from omnistage.entrypoints.openai.speech.stream import router as speech_stream_r
 from omnistage.entrypoints.openai.speech.voice_store import VoiceStore
 from omnistage.entrypoints.openai.speech.voices_service import VoiceService
 from omnistage.entrypoints.openai.transcription.route import transcription_router
+from omnistage.entrypoints.openai.webrtc.route import CALL_PREFIX, install_webrtc
 from omnistage.pipeline.reports import HealthReport
 
 
@@ -204,7 +206,8 @@ def _openapi_schema(app: FastAPI, keyed: bool) -> dict[str, object]:
 
 
 def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None,
-              access: AccessPolicy | None = None, serving: ServingOptions | None = None) -> FastAPI:
+              access: AccessPolicy | None = None, serving: ServingOptions | None = None,
+              webrtc: WebRtcPolicy | None = None) -> FastAPI:
     limits = limits or ServerLimits()
     serving = serving or ServingOptions()
     served = ServedModel.of(engine, serving)
@@ -230,14 +233,16 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     app.include_router(speech_stream_router)  # WS /v1/audio/speech/stream
     app.include_router(transcription_router(engine, limits, admission, pool, served, metrics))  # STT
     app.include_router(responses_router(engine, builder, admission, served, metrics))  # /v1/responses
-    install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad),  # WS /v1/realtime,
-                     serving.ice_servers, serving.streaming_input,  # and WebRTC calls
-                     serving.speculative_reply_ms, metrics.count_speculation, serving.realtime_first_chunk_frames)
+    install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad),  # WS /v1/realtime
+                     serving.streaming_input, serving.speculative_reply_ms, metrics.count_speculation,
+                     serving.realtime_first_chunk_frames)
+    install_webrtc(app, serving.ice_servers, webrtc)  # the same sessions over WebRTC: POST /v1/realtime/calls
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_landing(app, served, keyed=bool(access.api_keys))  # /, /docs, /redoc and their assets
     # Outermost: refused before any read. The landing's pages (no secret in them) stay open.
     app.add_middleware(AccessMiddleware, policy=access, public_paths=PUBLIC_PATHS, public_prefix=PUBLIC_PREFIX,
-                       ephemeral_keys=app.state.ephemeral_keys, ephemeral_routes=EPHEMERAL_ROUTES)
+                       ephemeral_keys=app.state.ephemeral_keys, ephemeral_routes=EPHEMERAL_ROUTES,
+                       ephemeral_owned_prefix=CALL_PREFIX)
     # Outside the key check: a request that comes while the server stops is told to go elsewhere, keyed or not.
     app.add_middleware(DrainingMiddleware, draining=app.state.services.draining)
     install_error_handlers(app)

@@ -79,7 +79,7 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
 
     engine = AsyncOmni.from_config(config.pipeline)
     try:
-        app = build_app(engine, config.limits, config.media, config.access, config.serving)
+        app = build_app(engine, config.limits, config.media, config.access, config.serving, config.webrtc)
         # What is built by now (modules, tokenizer, processor, app) lives as long as the server: frozen out of the
         # cyclic GC, whose full collections walked all of it on whichever thread allocated, the event loop's too
         # (0.35 and 0.73 s stalls in the soak, the loop's stack in weakref callbacks; ~0.14 s for the imports alone).

@@ -149,6 +149,35 @@ class IceServer:
             raise ValueError(f"an ICE server URL starts with stun:, stuns:, turn: or turns:, got {self.url!r}")
 
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+LOOPBACK_NETWORKS: tuple[IPNetwork, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+
+
+@dataclass(frozen=True)
+class WebRtcPolicy:
+    """What one WebRTC offer (``POST /v1/realtime/calls``) may ask of the server, each bound checked on the offer's
+    text before aiortc reads it, and where the server's ICE checks may go: a remote candidate must be a public
+    address (as a media URL's host must) or lie in ``allowed_networks``; the others are dropped from the offer."""
+
+    max_calls: int = _limit(64, "calls in progress at once, those being set up included (429 past it)")
+    max_offer_bytes: int = _limit(256 * 1024, "size of a call's request body: the SDP offer, or the form with its "
+                                              "session part (413 past it, before it is read in full)")
+    max_sdp_bytes: int = _limit(32 * 1024, "size of the SDP offer (aiortc's parser costs grow faster than its size)")
+    max_media_sections: int = _limit(4, "media sections (m= lines) in one offer")
+    max_candidates: int = _limit(32, "ICE candidates in one offer, all media sections together (aiortc pairs them "
+                                     "in quadratic time)")
+    connect_timeout: float = _limit(10.0, "seconds a call may take to connect (ICE and DTLS) before it is ended "
+                                          "and its place freed")
+    allowed_networks: tuple[IPNetwork, ...] = ()  # besides public addresses (loopback added when serving on it)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name != "allowed_networks" and getattr(self, f.name) <= 0:
+                raise ValueError(f"--webrtc-{f.name.replace('_', '-')} must be > 0, got {getattr(self, f.name)!r}")
+        object.__setattr__(self, "allowed_networks", tuple(ipaddress.ip_network(n, strict=False)
+                                                           for n in self.allowed_networks))
+
+
 @dataclass(frozen=True)
 class ServingOptions:
     """What the API calls the model and how it answers by default (not limits: nothing here bounds work).
@@ -273,6 +302,15 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                         help="a TURN relay (turn:HOST:PORT) for peers behind NAT (repeatable); its password is read "
                              "from $OMNISTAGE_WEBRTC_TURN_CREDENTIAL")
     webrtc.add_argument("--webrtc-turn-username", default=None, help="the TURN relay's user name")
+    for f in fields(WebRtcPolicy):
+        if f.name != "allowed_networks":
+            kind = float if isinstance(f.default, float) else int
+            webrtc.add_argument(_flag("webrtc_" + f.name), type=kind, default=f.default,
+                                help=f"{f.metadata['help']} (default {f.default})")
+    webrtc.add_argument("--webrtc-allowed-networks", type=_csv, default=(), metavar="CIDR,...",
+                        help="comma-separated networks (10.0.0.0/8,fd00::/8) whose ICE candidates are used although "
+                             "private, link-local or reserved (refused otherwise; loopback is allowed when the server "
+                             "listens on loopback)")
     access = parser.add_argument_group("access (see README: Exposing the server)")
     access.add_argument("--api-key", action="append", default=None,
                         help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; "
@@ -319,3 +357,13 @@ def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
     return MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,
                        allow_remote_media=args.allow_remote_media, remote_timeout_s=args.remote_media_timeout,
                        allowed_media_domains=tuple(args.allowed_media_domains))
+
+
+def webrtc_policy_from_args(args: argparse.Namespace) -> WebRtcPolicy:
+    """The WebRTC flags; a server that listens on loopback may also be reached by loopback candidates (a browser
+    on the same machine), and only then."""
+    networks = tuple(ipaddress.ip_network(n, strict=False) for n in args.webrtc_allowed_networks)
+    if _is_loopback(args.host):
+        networks += LOOPBACK_NETWORKS
+    bounds = {f.name: getattr(args, "webrtc_" + f.name) for f in fields(WebRtcPolicy) if f.name != "allowed_networks"}
+    return WebRtcPolicy(**bounds, allowed_networks=networks)

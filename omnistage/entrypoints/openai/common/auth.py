@@ -7,8 +7,12 @@ does, and the pages that hold no secret (``/``, the docs, their schema and
 assets: see ``landing.py``); a WebSocket may carry the key in that header
 or, as OpenAI's browser SDKs send it, as the subprotocol
 ``openai-insecure-api-key.KEY``. An ephemeral key (``ek_...``, see
-``ephemeral_keys.py``) opens only the realtime routes named for it, once;
-its settings are left in the connection's scope for the route. Refusals are
+``ephemeral_keys.py``) opens only the realtime routes named for it, once:
+the key is held in the connection's scope for the route, which spends it once
+its session is set up (a WebSocket's at the handshake); a request that ends
+without spending it releases it. Under the prefix named for it, the key is
+passed on to the route as the owner it claims to be (a call's hang-up: the
+route compares it with the key that opened the call). Refusals are
 401s in OpenAI's error shape; a WebSocket is refused before its handshake
 completes (an HTTP response, where the server supports ASGI's denial
 response). Keys are compared through their SHA-256 digests in constant time.
@@ -29,7 +33,14 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys, is_ephemeral, remember_claim
+from omnistage.entrypoints.openai.common.ephemeral_keys import (
+    EphemeralClaim,
+    EphemeralKeys,
+    ephemeral_claim,
+    is_ephemeral,
+    remember_claim,
+    remember_owner,
+)
 from omnistage.entrypoints.openai.common.errors import APIError
 from omnistage.entrypoints.openai.server_config import AccessPolicy
 
@@ -64,13 +75,16 @@ class AccessMiddleware:
     def __init__(self, app: ASGIApp, policy: AccessPolicy, public_paths: frozenset[str],
                  public_prefix: str | tuple[str, ...],
                  ephemeral_keys: EphemeralKeys | None = None,
-                 ephemeral_routes: frozenset[tuple[str, str]] = frozenset()) -> None:
+                 ephemeral_routes: frozenset[tuple[str, str]] = frozenset(),
+                 ephemeral_owned_prefix: str | None = None) -> None:
         """``public_paths``, ``public_prefix``: the pages that hold no secret, named by whoever serves them
         (``landing.py``), so this guard knows no route. ``ephemeral_routes``: the ``(scope type, path)`` pairs an
-        ephemeral key from ``ephemeral_keys`` opens (named by the realtime routes)."""
+        ephemeral key from ``ephemeral_keys`` opens (named by the realtime routes); ``ephemeral_owned_prefix``:
+        the paths where it names what it opened (a call's hang-up), for the route to check."""
         self.app = app
         self.policy = policy
         self._ephemeral, self._ephemeral_routes = ephemeral_keys, ephemeral_routes
+        self._ephemeral_owned = ephemeral_owned_prefix
         self._open_paths = frozenset({"/health", "/ready", *public_paths})  # probes carry no key
         self._public_prefix = public_prefix
         self._keys = tuple(_digest(k) for k in policy.api_keys)
@@ -81,7 +95,12 @@ class AccessMiddleware:
             return
         refusal = self.refusal(scope)
         if refusal is None:
-            await self.app(scope, receive, send)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                claim = ephemeral_claim(scope)
+                if claim is not None:
+                    claim.release()  # not spent: its request failed before its session was set up
         elif scope["type"] == "http":
             await refusal.response()(scope, receive, send)
         else:
@@ -100,6 +119,9 @@ class AccessMiddleware:
             given = subprotocol_key(scope)
         if given is not None and is_ephemeral(given) and self._takes_ephemeral(scope):
             return self._claim(scope, given)  # elsewhere an ephemeral key matches no API key below
+        if given is not None and is_ephemeral(given) and self._owned_by_ephemeral(scope):
+            remember_owner(scope, given)  # the route lets it end only the call it opened
+            return None
         if not self._keys or self._open(scope["path"]):
             return None
         if given is None:
@@ -112,11 +134,18 @@ class AccessMiddleware:
         return self._ephemeral is not None and (scope["type"], scope["path"]) in self._ephemeral_routes \
             and scope.get("method", "POST") == "POST"  # a WebSocket has no method; the calls route is POST only
 
+    def _owned_by_ephemeral(self, scope: Scope) -> bool:
+        return self._ephemeral_owned is not None and scope["type"] == "http" \
+            and scope["path"].startswith(self._ephemeral_owned) and scope.get("method") in ("DELETE", "POST")
+
     def _claim(self, scope: Scope, given: str) -> APIError | None:
-        key = self._ephemeral.claim(given) if self._ephemeral is not None else None
+        key = self._ephemeral.hold(given) if self._ephemeral is not None else None
         if key is None:
             return Unauthorized("Incorrect, expired or already used ephemeral key")
-        remember_claim(scope, key)
+        claim = EphemeralClaim(key, self._ephemeral)
+        remember_claim(scope, claim)
+        if scope["type"] == "websocket":
+            claim.spend()  # the handshake opens the session
         return None
 
     def _open(self, path: str) -> bool:

@@ -27,6 +27,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
+from omnistage.entrypoints.openai.common.addresses import IPAddress, is_public
 from omnistage.entrypoints.openai.common.errors import MediaError
 from omnistage.entrypoints.openai.server_config import MediaPolicy
 
@@ -34,31 +35,10 @@ logger = logging.getLogger(__name__)
 MAX_REDIRECTS = 5
 FETCH_FAILED = "could not fetch the media URL"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class _Refused(Exception):
     """Why one fetch failed (logged; the client gets FETCH_FAILED)."""
-
-
-def embedded_ipv4(ip: IPAddress) -> IPAddress:
-    """The IPv4 address an IPv6 one carries (mapped, 6to4, NAT64), else the address itself."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        if ip.sixtofour is not None:
-            return ip.sixtofour
-        if ip in _NAT64:
-            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip
-
-
-def is_public(ip: IPAddress) -> bool:
-    ip = embedded_ipv4(ip)
-    return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_loopback or ip.is_link_local
-                                 or ip.is_unspecified or ip.is_private)
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ function iceGathered(pc, timeoutMs) {
 }
 
 function hangUp(reason) {
-  // Closing the peer connection is the hang-up the server hears (DELETE needs the real key: the app's backend).
+  // Closing the peer connection is the hang-up the server hears (a DELETE with the ephemeral key would do too).
   call.timers.forEach(clearInterval);
   call.timers = [];
   if (call.channel) call.channel.close();

@@ -272,7 +272,7 @@ def _transcription(value: Any, param: str) -> dict[str, Any] | None:  # noqa: AN
     return value
 
 
-def _session_fields(session: dict[str, Any]) -> list[tuple[str, str, Any]]:  # noqa: ANN401
+def session_fields(session: dict[str, Any]) -> list[tuple[str, str, Any]]:  # noqa: ANN401
     """``(config field, param, raw value)`` for each field the update sets, GA or beta spelling."""
     audio_in, audio_out = _get(session, "audio", "input") or {}, _get(session, "audio", "output") or {}
     found: list[tuple[str, str, Any]] = []
@@ -322,7 +322,7 @@ def update_session(config: SessionConfig, event: dict[str, Any]) -> tuple[Sessio
     session = without({"session": session}, faults).get("session", {})
     changes: dict[str, Any] = {}
     errors = [EventError("invalid_type", f.message, f.param, event_id(event)) for f in faults]
-    for name, param, raw in _session_fields(session):
+    for name, param, raw in session_fields(session):
         try:
             changes[name] = parsers[name](raw, param)
         except EventError as exc:

@@ -18,8 +18,8 @@ from omnistage.entrypoints.openai.realtime.protocol import EventError, error_eve
 from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, ignore_outcome
 from omnistage.entrypoints.openai.realtime.session_loop import VAD_WORKERS, RealtimeService, RealtimeSession
 from omnistage.entrypoints.openai.realtime.transport import WebSocketTransport
-from omnistage.entrypoints.openai.server_config import IceServer, ServerLimits
-from omnistage.entrypoints.openai.webrtc.route import CALLS_PATH, install_webrtc
+from omnistage.entrypoints.openai.server_config import ServerLimits
+from omnistage.entrypoints.openai.webrtc.route import CALLS_PATH
 
 router = APIRouter()
 REALTIME_PATH = "/v1/realtime"
@@ -49,14 +49,14 @@ async def realtime(ws: WebSocket) -> None:
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
                      admission: Admission | None = None, pool: DecodePool | None = None,
-                     served: ServedModel | None = None, vad: VadBackend | None = None,
-                     ice_servers: tuple[IceServer, ...] = (), streaming_input: bool = True,
+                     served: ServedModel | None = None, vad: VadBackend | None = None, streaming_input: bool = True,
                      speculative_reply_ms: int = 0, count_speculation: CountOutcome = ignore_outcome,
                      first_chunk_frames: int | None = None) -> None:
     """``admission`` and ``pool``: the bound and the decode pool the HTTP endpoints share (a realtime response
     takes a place like a request, its prompt is built in the same pool). ``vad``: the server_vad detector
     (default: Silero, or the energy detector when its model cannot load). Ephemeral keys are minted into
-    ``app.state.ephemeral_keys`` (``POST /v1/realtime/client_secrets``). ``ice_servers``: STUN/TURN for WebRTC.
+    ``app.state.ephemeral_keys`` (``POST /v1/realtime/client_secrets``); ``install_webrtc`` then runs the same
+    sessions over WebRTC.
     ``streaming_input``: sessions prefill a turn while it is spoken unless they say otherwise;
     ``speculative_reply_ms``: and start its reply at a pause that long (0: never), unless they say otherwise;
     ``count_speculation``: told each speculative reply's outcome (``/metrics``); ``first_chunk_frames``: codec
@@ -68,4 +68,3 @@ def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
     app.state.ephemeral_keys = EphemeralKeys()
     app.include_router(router)
     app.include_router(client_secrets_router)
-    install_webrtc(app, ice_servers)  # the same sessions over WebRTC: POST /v1/realtime/calls

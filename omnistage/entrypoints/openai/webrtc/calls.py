@@ -3,15 +3,25 @@
 A call answers the browser's SDP offer (aiortc gathers every candidate
 before the answer is written, so the answer is complete: no trickle ICE),
 then runs the session until it ends: hang-up (``DELETE
-/v1/realtime/calls/{id}``), the peer closing or its ICE failing, or the
-session's idle timeout. However it ends, the session's running response
-is aborted in every stage (the session loop's own clean-up) and the peer
-connection is closed. The number of calls is bounded.
+/v1/realtime/calls/{id}``), the peer closing or its ICE failing, the call not
+connecting within ``--webrtc-connect-timeout``, or the session's idle
+timeout. However it ends, the session's running response is aborted in every
+stage (the session loop's own clean-up) and the peer connection is closed.
+
+The number of calls is bounded (``--webrtc-max-calls``), those being set up
+counted too: a place is taken before the first await of the set-up and given
+back if it fails, so offers sent at once cannot all pass the check before any
+of them is counted. Set-ups then run a few at a time: each is ~5-10 ms of
+aiortc's work on the event loop in small slices, and 64 of them interleaved
+made every turn of the loop run 64 slices (a /health behind them waited
+~0.1-0.2 s); queued, they leave it room between two slices.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,10 +30,11 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSession
 
 from omnistage.entrypoints.openai.realtime.protocol import new_id
 from omnistage.entrypoints.openai.realtime.session_loop import RealtimeService, RealtimeSession
+from omnistage.entrypoints.openai.server_config import WebRtcPolicy
 from omnistage.entrypoints.openai.webrtc.transport import WebRtcTransport
 
 logger = logging.getLogger(__name__)
-DEFAULT_MAX_CALLS = 64
+SETUPS_AT_ONCE = 4
 
 
 class TooManyCalls(RuntimeError):
@@ -36,7 +47,11 @@ class Call:
     pc: RTCPeerConnection
     transport: WebRtcTransport
     session: RealtimeSession
+    owner: bytes | None = None  # the digest of the ephemeral key that opened it (that key may hang it up)
     task: asyncio.Task[None] | None = None
+
+    def opened_by(self, owner: bytes) -> bool:
+        return self.owner is not None and hmac.compare_digest(self.owner, owner)
 
     async def hang_up(self) -> None:
         await self.transport.close("hang-up")
@@ -48,48 +63,70 @@ class Call:
 class Calls:
     service: RealtimeService
     ice_servers: tuple[RTCIceServer, ...] = ()  # none: host candidates only (loopback, one LAN)
-    max_calls: int = DEFAULT_MAX_CALLS
+    policy: WebRtcPolicy = field(default_factory=WebRtcPolicy)
     live: dict[str, Call] = field(default_factory=dict)
+    setting_up: int = 0  # calls between their place taken and their answer
+    _setups: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SETUPS_AT_ONCE))
 
-    async def start(self, offer_sdp: str, settings: dict[str, Any] | None) -> tuple[Call, str]:
-        """A new call answering ``offer_sdp``: the call and the SDP answer. ValueError for an offer aiortc
-        cannot take; TooManyCalls past ``max_calls``."""
-        if len(self.live) >= self.max_calls:
-            raise TooManyCalls(f"{self.max_calls} calls are in progress")
+    def check_room(self) -> None:
+        """TooManyCalls when no call may start now (those being set up count)."""
+        if len(self.live) + self.setting_up >= self.policy.max_calls:
+            raise TooManyCalls(f"{self.policy.max_calls} calls are in progress (--webrtc-max-calls)")
+
+    async def start(self, offer_sdp: str, settings: dict[str, Any] | None,
+                    owner: bytes | None = None) -> tuple[Call, str]:
+        """A new call answering ``offer_sdp`` (screened: ``offer_screen.py``): the call and the SDP answer.
+        ValueError (or another of aiortc's errors) for an offer aiortc cannot take; TooManyCalls past the bound."""
+        self.check_room()
+        self.setting_up += 1  # taken with the check, before any await
+        try:
+            async with self._setups:
+                call, answer = await self._answer(offer_sdp, settings, owner)
+        finally:
+            self.setting_up -= 1
+        self.live[call.id] = call
+        call.task = asyncio.create_task(self._run(call))
+        return call, answer
+
+    async def _answer(self, offer_sdp: str, settings: dict[str, Any] | None,
+                      owner: bytes | None) -> tuple[Call, str]:
         # An explicit list, even empty: aiortc's default (None) would ask Google's STUN server.
         pc = RTCPeerConnection(RTCConfiguration(iceServers=list(self.ice_servers)))
-        call: Call | None = None
         try:
             transport = WebRtcTransport(pc, lambda: session.config)
             session = RealtimeSession(transport, self.service, settings=settings)
-            call = Call(new_id("rtc"), pc, transport, session)
+            call = Call(new_id("rtc"), pc, transport, session, owner)
             await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
             if not any(t.kind == "audio" for t in pc.getTransceivers()):
                 raise ValueError("the offer has no audio media section")
             pc.addTrack(transport.reply)
             await pc.setLocalDescription(await pc.createAnswer())
-        except Exception:
-            await pc.close()
+        except BaseException:  # cancelled too (the client left): the sockets must not outlive the request
+            with contextlib.suppress(Exception):  # aiortc cannot close every half-read offer; nothing is open then
+                await pc.close()
             raise
-        self.live[call.id] = call
-        call.task = asyncio.create_task(self._run(call))
         return call, pc.localDescription.sdp
 
     async def _run(self, call: Call) -> None:
+        watchdog = asyncio.create_task(self._end_unless_connected(call))
         try:
             await call.session.run()
         except Exception:  # noqa: BLE001 - one call's failure must not reach the server
             logger.exception("webrtc call %s failed", call.id)
         finally:
+            watchdog.cancel()
             self.live.pop(call.id, None)
             await call.transport.close("session ended")
 
-    async def hang_up(self, call_id: str) -> bool:
-        call = self.live.get(call_id)
-        if call is None:
-            return False
-        await call.hang_up()
-        return True
+    async def _end_unless_connected(self, call: Call) -> None:
+        """A call whose ICE never completes would hold its place until the session's idle timeout (minutes)."""
+        try:
+            async with asyncio.timeout(self.policy.connect_timeout):
+                await call.transport.connected.wait()
+        except TimeoutError:
+            logger.info("webrtc call %s did not connect within %g s (--webrtc-connect-timeout); ending it",
+                        call.id, self.policy.connect_timeout)
+            await call.transport.close("did not connect")
 
     async def close_all(self) -> None:
         await asyncio.gather(*(call.hang_up() for call in list(self.live.values())), return_exceptions=True)

@@ -53,6 +53,7 @@ class WebRtcTransport:
         self._playing: str | None = None  # the response whose audio the track is playing
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
+        self.connected = asyncio.Event()  # ICE and DTLS are up (calls.py ends a call that never gets there)
         pc.on("datachannel", self._on_channel)
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", self._on_state)
@@ -82,6 +83,8 @@ class WebRtcTransport:
             self._incoming.put_nowait(ClientAudio(samples, rate))
 
     def _on_state(self) -> None:
+        if self.pc.connectionState == "connected":
+            self.connected.set()
         if self.pc.connectionState in ("failed", "closed"):  # ICE failure, consent lost, or the peer hung up
             self._end()
 
