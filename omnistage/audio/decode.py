@@ -132,7 +132,7 @@ def _decode_soundfile(data: bytes, bound: DecodeBound, checkpoint: Callable[[], 
     except AudioDecodeError:
         raise
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
-        raise AudioDecodeError(f"could not decode the audio: {exc}") from exc
+        raise AudioDecodeError("could not decode the audio as wav or flac") from exc
     return DecodedAudio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), rate)
 
 
@@ -145,7 +145,7 @@ def _decode_av(data: bytes, bound: DecodeBound, checkpoint: Callable[[], None] |
     except AudioDecodeError:
         raise
     except (av.FFmpegError, ValueError, IndexError, UnicodeDecodeError) as exc:
-        raise AudioDecodeError(f"could not decode the audio: {exc}") from exc
+        raise AudioDecodeError("could not decode the audio: not an audio format this server reads") from exc
 
 
 def _read_av_stream(container: av.container.InputContainer, bound: DecodeBound,

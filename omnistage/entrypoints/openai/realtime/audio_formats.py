@@ -30,7 +30,7 @@ def decode_base64_audio(event: dict[str, Any]) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise EventError("invalid_audio", f"'audio' is not valid base64: {exc}", "audio", event_id(event)) from exc
+        raise EventError("invalid_audio", "'audio' is not valid base64", "audio", event_id(event)) from exc
 
 
 @dataclass(frozen=True)

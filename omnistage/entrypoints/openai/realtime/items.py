@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat
 from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.entrypoints.openai.realtime.protocol import new_id
@@ -89,7 +90,7 @@ def _audio_part(part: dict[str, Any], fmt: InputFormat, max_seconds: float) -> n
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise EventError("invalid_audio", f"'audio' is not valid base64: {exc}", "item.content") from exc
+        raise EventError("invalid_audio", "'audio' is not valid base64", "item.content") from exc
     samples = fmt.decode(raw)
     if len(samples) > max_seconds * fmt.rate:
         raise EventError("input_audio_buffer_too_long", f"the item's audio is longer than {max_seconds:g} s",
@@ -117,7 +118,7 @@ def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Item
         elif kind == "input_audio" and role == "user":
             audios.append(_audio_part(part, fmt, max_seconds))
         else:
-            raise EventError("invalid_value", f"a {role} message cannot hold a {kind!r} part", "item.content")
+            raise EventError("invalid_value", f"a {role} message cannot hold a {quoted(kind)} part", "item.content")
     audio = np.concatenate(audios) if audios else None
     return Item(_id(item, "item"), "message", role=role, text="".join(texts), audio=audio, spoken=spoken)
 
@@ -134,8 +135,8 @@ def parse_item(item: object, fmt: InputFormat, max_seconds: float) -> Item:
                     arguments=_string(item, "arguments", required=False) or "{}")
     if kind == "function_call_output":
         return Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), output=_string(item, "output"))
-    raise EventError("invalid_value", f"unknown item type {kind!r} (message, function_call, function_call_output)",
-                     "item.type")
+    raise EventError("invalid_value", f"unknown item type {quoted(kind)} (message, function_call, "
+                     "function_call_output)", "item.type")
 
 
 @dataclass
@@ -160,7 +161,7 @@ class Conversation:
         else:
             before = self.find(previous_item_id)
             if before is None:
-                raise EventError("item_not_found", f"no item {previous_item_id!r} to insert after",
+                raise EventError("item_not_found", f"no item {quoted(previous_item_id)} to insert after",
                                  "previous_item_id")
             at = self.items.index(before) + 1
         self.items.insert(at, item)
@@ -191,7 +192,7 @@ class Conversation:
     def delete(self, item_id: str) -> None:
         item = self.find(item_id)
         if item is None:
-            raise EventError("item_not_found", f"no item {item_id!r}", "item_id")
+            raise EventError("item_not_found", f"no item {quoted(item_id)}", "item_id")
         self.items.remove(item)
 
     def drop(self, items: tuple[Item, ...]) -> None:
@@ -204,7 +205,7 @@ class Conversation:
         word boundary (the text is not aligned to the audio word by word)."""
         item = self.find(item_id)
         if item is None or item.type != "message" or item.role != "assistant":
-            raise EventError("item_not_found", f"no assistant message {item_id!r}", "item_id")
+            raise EventError("item_not_found", f"no assistant message {quoted(item_id)}", "item_id")
         if not isinstance(audio_end_ms, int) or isinstance(audio_end_ms, bool) or audio_end_ms < 0:
             raise EventError("invalid_value", "audio_end_ms must be a non-negative integer", "audio_end_ms")
         if audio_end_ms > item.audio_ms:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.common.voice_names import UnknownVoice, VoiceBook
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import beta_shaped
@@ -104,7 +105,7 @@ class SessionState:
     def retrieve(self, event: dict[str, Any]) -> dict[str, Any]:
         item = self.conversation.find(str(event.get("item_id")))
         if item is None:
-            raise EventError("item_not_found", f"no item {event.get('item_id')!r}", "item_id")
+            raise EventError("item_not_found", f"no item {quoted(event.get('item_id'))}", "item_id")
         return server_event("conversation.item.retrieved", item=item.describe())
 
     def truncate(self, event: dict[str, Any]) -> dict[str, Any]:
