@@ -78,6 +78,9 @@ class ServerLimits:
     max_stored_responses: int = _limit(1024, "/v1/responses kept in memory for previous_response_id and GET "
                                              "(least recently used dropped first; store: false keeps none)")
     stored_response_ttl: float = _limit(3600.0, "seconds a stored /v1/responses response is kept after its last use")
+    max_stored_response_bytes: int = _limit(512 * MIB, "bytes the stored /v1/responses responses hold together (each "
+                                                       "charged its request body and output; least recently used "
+                                                       "dropped first)")
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -8,7 +8,8 @@ assets: see ``landing.py``); a WebSocket may carry the key in that header
 or, as OpenAI's browser SDKs send it, as the subprotocol
 ``openai-insecure-api-key.KEY``. An ephemeral key (``ek_...``, see
 ``ephemeral_keys.py``) opens only the realtime routes named for it, once;
-its settings are left in the connection's scope for the route. Refusals are
+its settings are left in the connection's scope for the route, as an API key's
+digest is (``caller``: whose request it is). Refusals are
 401s in OpenAI's error shape; a WebSocket is refused before its handshake
 completes (an HTTP response, where the server supports ASGI's denial
 response). Keys are compared through their SHA-256 digests in constant time.
@@ -34,6 +35,15 @@ from omnistage.entrypoints.openai.common.errors import APIError
 from omnistage.entrypoints.openai.server_config import AccessPolicy
 
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
+
+CALLER = "omnistage.caller"  # the scope state's key for who the caller is
+
+
+def caller(scope: Scope) -> str:
+    """Who made this request: its API key's SHA-256 digest (hex), or "" on a server without keys (and on the
+    routes open to all). What a caller keeps (stored responses) is theirs alone."""
+    return scope.get("state", {}).get(CALLER, "")
 
 
 def _digest(value: str) -> bytes:
@@ -106,6 +116,7 @@ class AccessMiddleware:
             return Unauthorized("You didn't provide an API key: send it as 'Authorization: Bearer KEY'")
         if not self._key_matches(given):
             return Unauthorized("Incorrect API key provided")
+        scope.setdefault("state", {})[CALLER] = _digest(given).hex()
         return None
 
     def _takes_ephemeral(self, scope: Scope) -> bool:

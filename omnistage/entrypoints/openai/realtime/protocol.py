@@ -21,6 +21,7 @@ from omnistage.audio.vad import VadConfig
 from omnistage.core import Usage
 from omnistage.entrypoints.openai.common.errors import quoted, scrub_reprs
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
+from omnistage.entrypoints.openai.common.metadata import metadata_fault
 from omnistage.entrypoints.openai.realtime.audio_formats import (
     DEFAULT_INPUT_RATE,
     OUTPUT_RATE,
@@ -363,6 +364,9 @@ def response_options(config: SessionConfig, event: dict[str, Any]) -> ResponseOp
             raise EventError("invalid_value", "response.conversation must be 'auto' or 'none'", "response.conversation")
         if items is not None and not isinstance(items, list):
             raise EventError("invalid_value", "response.input must be a list of items", "response.input")
+        fault = metadata_fault(response.get("metadata"))  # echoed in response.done: bounded as OpenAI bounds it
+        if fault is not None:
+            raise EventError("invalid_value", fault, "response.metadata")
         return ResponseOptions(
             output_modalities=config.output_modalities if modalities is None
             else _modalities(modalities, "response.output_modalities"),
@@ -374,7 +378,7 @@ def response_options(config: SessionConfig, event: dict[str, Any]) -> ResponseOp
             tool_choice=config.tool_choice if "tool_choice" not in response
             else _tool_choice(response["tool_choice"], "response.tool_choice"),
             in_conversation=conversation == "auto", input=items,
-            metadata=response.get("metadata") if isinstance(response.get("metadata"), dict) else None,
+            metadata=response.get("metadata"),
         )
     except EventError as exc:
         exc.event_id = event_id(event)
