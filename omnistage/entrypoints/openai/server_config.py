@@ -73,6 +73,9 @@ class ServerLimits:
     max_voices: int = _limit(256, "voices kept under --voices-dir")
     max_ws_message_bytes: int = _limit(16 * MIB, "size of one WebSocket message (a realtime or speech-stream "
                                                  "event); past it the socket is closed with 1009")
+    realtime_events_per_second: float = _limit(250.0, "client events one realtime session has acted on per second "
+                                                      "(two seconds' worth at once); past it an event gets a "
+                                                      "rate_limit_exceeded error event")
     ws_idle_timeout: float = _limit(300.0, "seconds a realtime WebSocket may stay silent with no response "
                                            "running before it is closed")
     max_stored_responses: int = _limit(1024, "/v1/responses kept in memory for previous_response_id and GET "

@@ -46,6 +46,7 @@ from omnistage.entrypoints.openai.common.tool_calls import ToolSetup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import to_beta
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
+from omnistage.entrypoints.openai.realtime.event_rate import EventRate
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.protocol import (
@@ -111,6 +112,7 @@ class RealtimeSession(SessionAudio):
         self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state, service.first_chunk_frames)
         self.listener = Listener(self.engine, service.pool, self.requests.prefill)
         self.speculation: Speculation | None = None
+        self.rate = EventRate(self.limits.realtime_events_per_second)  # client events acted on (event_rate.py)
 
     @property
     def config(self):  # noqa: ANN201 - SessionConfig
@@ -166,18 +168,10 @@ class RealtimeSession(SessionAudio):
                 message = await self._receive()
                 if message is None:
                     break
-                event: dict[str, Any] = {}
-                try:
-                    if isinstance(message, ClientAudio):
-                        await self._hear(message)
-                        continue
-                    event = parse_event(message.raw)
-                    self.dialect = self.dialect or detect_vllm_omni(event, self.service.served)
-                    for each in self.dialect.incoming(event) if self.dialect is not None else (event,):
-                        await self.handle(each)
-                except EventError as exc:
-                    exc.event_id = exc.event_id or event_id(event)
-                    await self.fail(exc)
+                await self._serve(message)
+                # Queued events never suspend the read: without this, a flood of them held the event loop (and
+                # every other session and request) until the last was handled.
+                await asyncio.sleep(0)
         finally:
             self.closed = True
             await self.listener.close()
@@ -186,6 +180,24 @@ class RealtimeSession(SessionAudio):
             await self._cancel_response()
             for task in list(self.side_tasks):
                 task.cancel()
+
+    async def _serve(self, message: Incoming) -> None:
+        """One client message acted on, or answered with the ``error`` event saying why not."""
+        event: dict[str, Any] = {}
+        try:
+            if isinstance(message, ClientAudio):
+                await self._hear(message)
+                return
+            event = parse_event(message.raw)
+            if not self.rate.take():
+                raise EventError("rate_limit_exceeded", f"more than {self.rate.per_second:g} events a second "
+                                 "(--realtime-events-per-second): this one was not acted on")
+            self.dialect = self.dialect or detect_vllm_omni(event, self.service.served)
+            for each in self.dialect.incoming(event) if self.dialect is not None else (event,):
+                await self.handle(each)
+        except EventError as exc:
+            exc.event_id = exc.event_id or event_id(event)
+            await self.fail(exc)
 
     async def _receive(self) -> Incoming | None:
         """The next client message; None when the session ends first: idle past ``--ws-idle-timeout`` with no
