@@ -47,6 +47,10 @@ class InputFormat:
             return np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
         return decode_g711(raw, "ulaw" if self.kind == "pcmu" else "alaw")
 
+    def seconds(self, encoded_bytes: int) -> float:
+        """How long ``encoded_bytes`` of this format play."""
+        return encoded_bytes / (2 if self.kind == "pcm16" else 1) / self.rate
+
     def to_16k(self, samples: np.ndarray) -> np.ndarray:
         return resample(samples, self.rate, AUDIO_SAMPLE_RATE)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat
 from omnistage.entrypoints.openai.realtime.event_error import EventError
@@ -82,23 +83,15 @@ def _string(item: dict[str, Any], key: str, required: bool = True) -> str:
     return value
 
 
-def _audio_part(part: dict[str, Any], fmt: InputFormat, max_seconds: float) -> np.ndarray:
+def _audio_part(part: dict[str, Any]) -> str:
     data = part.get("audio")
     if not isinstance(data, str):
         raise EventError("invalid_value", "an input_audio part needs 'audio' (base64, the session's input format)",
                          "item.content")
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise EventError("invalid_audio", "'audio' is not valid base64", "item.content") from exc
-    samples = fmt.decode(raw)
-    if len(samples) > max_seconds * fmt.rate:
-        raise EventError("input_audio_buffer_too_long", f"the item's audio is longer than {max_seconds:g} s",
-                         "item.content")
-    return fmt.to_16k(samples)
+    return data
 
 
-def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Item:
+def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> ParsedItem:
     role = item.get("role")
     if role not in ROLES:
         raise EventError("invalid_value", f"a message item's role must be one of {', '.join(ROLES)}", "item.role")
@@ -106,7 +99,7 @@ def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Item
     if not isinstance(content, list):
         raise EventError("invalid_value", "a message item needs a list of content parts", "item.content")
     texts: list[str] = []
-    audios: list[np.ndarray] = []
+    audios: list[str] = []
     spoken = False
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -116,25 +109,70 @@ def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Item
             texts.append(_string(part, "transcript", required=False) or "")
             spoken = True
         elif kind == "input_audio" and role == "user":
-            audios.append(_audio_part(part, fmt, max_seconds))
+            audios.append(_audio_part(part))
         else:
             raise EventError("invalid_value", f"a {role} message cannot hold a {quoted(kind)} part", "item.content")
-    audio = np.concatenate(audios) if audios else None
-    return Item(_id(item, "item"), "message", role=role, text="".join(texts), audio=audio, spoken=spoken)
+    # Bounded from the base64's length, before a byte is decoded.
+    if fmt.seconds(sum(len(a) for a in audios) * 3 // 4) > max_seconds + 1e-3:
+        raise EventError("input_audio_buffer_too_long", f"the item's audio is longer than {max_seconds:g} s",
+                         "item.content")
+    return ParsedItem(Item(_id(item, "item"), "message", role=role, text="".join(texts), spoken=spoken),
+                      tuple(audios))
 
 
-def parse_item(item: object, fmt: InputFormat, max_seconds: float) -> Item:
-    """``conversation.item.create``'s ``item``; ``EventError`` names what is wrong."""
+@dataclass(frozen=True)
+class ParsedItem:
+    """A client's item, checked; its audio (base64 parts in the session's input format) not yet decoded."""
+
+    item: Item
+    audio: tuple[str, ...] = ()
+
+    @property
+    def audio_chars(self) -> int:
+        return sum(len(a) for a in self.audio)
+
+    def decode(self, fmt: InputFormat, token: CancelToken) -> Item:
+        """The item with its audio decoded and resampled to 16 kHz (a ``DecodePool`` job: 600 s of G.711 took
+        0.4 s, which on the event loop stalled every session and request)."""
+        pieces = []
+        for data in self.audio:
+            token.check()
+            try:
+                raw = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise EventError("invalid_audio", "'audio' is not valid base64", "item.content") from exc
+            pieces.append(fmt.decode(raw))
+        if pieces:
+            self.item.audio = fmt.to_16k(np.concatenate(pieces))
+        return self.item
+
+
+async def decoded(parsed: list[ParsedItem], fmt: InputFormat, pool: DecodePool) -> tuple[Item, ...]:
+    """The items, their audio decoded in ``pool`` (those without audio as they are)."""
+    chars = sum(p.audio_chars for p in parsed)
+    if not chars:
+        return tuple(p.item for p in parsed)
+    return await pool.run_sized(chars, _decode_all, parsed, fmt)
+
+
+def _decode_all(parsed: list[ParsedItem], fmt: InputFormat, token: CancelToken) -> tuple[Item, ...]:
+    return tuple(p.decode(fmt, token) for p in parsed)
+
+
+def parse_item(item: object, fmt: InputFormat, max_seconds: float) -> ParsedItem:
+    """``conversation.item.create``'s ``item``, checked (its audio's length from its base64, ``max_seconds`` at
+    most) but not decoded (``decoded``); ``EventError`` names what is wrong."""
     if not isinstance(item, dict):
         raise EventError("invalid_event", "conversation.item.create needs an 'item' object", "item")
     kind = item.get("type", "message")
     if kind == "message":
         return _message(item, fmt, max_seconds)
     if kind == "function_call":
-        return Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), name=_string(item, "name"),
-                    arguments=_string(item, "arguments", required=False) or "{}")
+        return ParsedItem(Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), name=_string(item, "name"),
+                               arguments=_string(item, "arguments", required=False) or "{}"))
     if kind == "function_call_output":
-        return Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), output=_string(item, "output"))
+        return ParsedItem(Item(_id(item, "item"), kind, call_id=_string(item, "call_id"),
+                               output=_string(item, "output")))
     raise EventError("invalid_value", f"unknown item type {quoted(kind)} (message, function_call, "
                      "function_call_output)", "item.type")
 

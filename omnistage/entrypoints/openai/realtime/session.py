@@ -16,7 +16,7 @@ from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.common.voice_names import UnknownVoice, VoiceBook
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import beta_shaped
-from omnistage.entrypoints.openai.realtime.items import Conversation, Item, parse_item
+from omnistage.entrypoints.openai.realtime.items import Conversation, Item, ParsedItem, parse_item
 from omnistage.entrypoints.openai.realtime.protocol import (
     EventError,
     SessionConfig,
@@ -84,15 +84,21 @@ class SessionState:
         return errors
 
     # -- items -----------------------------------------------------------------------------------
-    def create_item(self, event: dict[str, Any]) -> tuple[Item, str | None]:
-        item = parse_item(event.get("item"), self.config.input_format, self.limits.max_audio_seconds)
+    def parse_item(self, event: dict[str, Any]) -> ParsedItem:
+        """``conversation.item.create``'s item, checked; its audio left for the caller to decode off the loop."""
+        parsed = parse_item(event.get("item"), self.config.input_format, self.limits.max_audio_seconds)
+        item = parsed.item
         if len(item.text) + len(item.output) + len(item.arguments) > self.limits.max_text_chars:
             raise EventError("input_too_long", f"the item holds more than {self.limits.max_text_chars} characters "
                              "(--max-text-chars)", "item.content")
         previous = event.get("previous_item_id")
         if previous is not None and not isinstance(previous, str):
             raise EventError("invalid_value", "previous_item_id must be a string", "previous_item_id")
-        return item, self.conversation.add(item, previous)
+        return parsed
+
+    def add_item(self, item: Item, event: dict[str, Any]) -> str | None:
+        """Places a created item where ``event`` says; the id before it."""
+        return self.conversation.add(item, event.get("previous_item_id"))
 
     def item_events(self, item: Item, previous: str | None) -> list[dict[str, Any]]:
         """What the server says when an item joins the conversation: first the older audio items it pushed out of

@@ -180,7 +180,7 @@ class SessionAudio:
             if pending is not None:
                 await asyncio.wait({pending})
             options = response_options(self.state.config, {})
-            items = self.requests.items(options, self.state.conversation.with_item(item))
+            items = await self.requests.items(options, self.state.conversation.with_item(item))
             request, dropped = await self.requests.build(options, items, self.requests.tools(options), None)
             # Played only from the turn's end: until then the pipeline may make its first chunk smaller.
             return SpeculativeTurn(item, options, items, replace(request, plays_at=turn_end), dropped)

@@ -47,7 +47,7 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import to_beta
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
 from omnistage.entrypoints.openai.realtime.event_rate import EventRate
-from omnistage.entrypoints.openai.realtime.items import Item
+from omnistage.entrypoints.openai.realtime.items import Item, decoded
 from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.protocol import (
     CONVERSATION_EVENTS,
@@ -247,8 +247,9 @@ class RealtimeSession(SessionAudio):
             self.listener.discard()
             await self.send(server_event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
-            item, previous = self.state.create_item(event)
-            for out in self.state.item_events(item, previous):
+            parsed = self.state.parse_item(event)
+            (item,) = await decoded([parsed], self.config.input_format, self.service.pool)
+            for out in self.state.item_events(item, self.state.add_item(item, event)):
                 await self.send(out)
         elif kind == "conversation.item.retrieve":
             await self.send(self.state.retrieve(event))
@@ -319,7 +320,7 @@ class RealtimeSession(SessionAudio):
             raise EventError("input_too_long", f"instructions are {len(options.instructions)} characters; the limit "
                              f"is {self.limits.max_instructions_chars} (--max-instructions-chars)",
                              "response.instructions", eid)
-        items = self.requests.items(options)
+        items = await self.requests.items(options)
         if not items and not options.instructions:
             raise EventError("conversation_empty", "nothing to respond to: commit audio or create an item first",
                              event_id=eid)
