@@ -163,3 +163,124 @@ def test_item_audio_does_not_stall_health(processor: RecordingProcessor) -> None
     finally:
         thread.stop()
     assert worst < 0.5, f"/health took {worst:.2f} s while the items were decoded"
+
+
+# ---- what all sessions together hold ------------------------------------------------------------------------
+
+
+def text_item(item_id: str) -> dict:
+    return {"type": "conversation.item.create", "item": {"id": item_id, "type": "message", "role": "user",
+                                                           "content": [{"type": "input_text", "text": "hi"}]}}
+
+
+def append(seconds: float, rate: int = 24_000) -> dict:
+    return {"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\0\0" * int(rate * seconds)).decode()}
+
+
+NO_VAD = {"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}
+
+
+def test_sessions_past_the_limit_are_refused_and_their_places_come_back(processor: RecordingProcessor) -> None:
+    service = realtime_service(processor, ServerLimits(max_realtime_sessions=2))
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+        held = [QueuedTransport([], hold) for _ in range(2)]
+        tasks = [asyncio.create_task(RealtimeSession(t, service).run()) for t in held]
+        await asyncio.gather(*(t.drained.wait() for t in held))
+        refused = QueuedTransport([UPDATE])
+        await RealtimeSession(refused, service).run()
+        assert [e["error"]["code"] for e in refused.of("error")] == ["too_many_sessions"]
+        assert refused.closed and not refused.of("session.created")
+        assert "--max-realtime-sessions" in refused.of("error")[0]["error"]["message"]
+        hold.set()
+        await asyncio.gather(*tasks)
+        again = QueuedTransport([UPDATE])
+        await RealtimeSession(again, service).run()
+        assert again.of("session.updated") and not again.of("error")
+    asyncio.run(scenario())
+    assert service.budget.sessions == 0
+
+
+def test_items_past_the_server_wide_limit_are_refused(processor: RecordingProcessor) -> None:
+    service = realtime_service(processor, ServerLimits(max_realtime_items=3))
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+        first = QueuedTransport([text_item("a1"), text_item("a2")], hold)
+        task = asyncio.create_task(RealtimeSession(first, service).run())
+        await first.drained.wait()
+        second = QueuedTransport([text_item("b1"), text_item("b2"), {"type": "conversation.item.delete",
+                                                                     "item_id": "b1"}, text_item("b3")])
+        await RealtimeSession(second, service).run()
+        assert [e["error"]["code"] for e in second.of("error")] == ["too_many_items"]
+        assert [e["item"]["id"] for e in second.of("conversation.item.added")] == ["b1", "b3"]
+        assert service.budget.items == 2  # the second session's items went back when it ended
+        hold.set()
+        await task
+    asyncio.run(scenario())
+    assert (service.budget.items, service.budget.bytes) == (0, 0)
+
+
+def test_audio_past_the_server_wide_bytes_is_refused(processor: RecordingProcessor) -> None:
+    """One session's buffered audio counts against what another may append; clearing gives it back."""
+    service = realtime_service(processor, ServerLimits(max_realtime_bytes=1_000_000))  # ~10 s at 24 kHz
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+        first = QueuedTransport([NO_VAD, append(6.0)], hold)
+        task = asyncio.create_task(RealtimeSession(first, service).run())
+        await first.drained.wait()
+        assert not first.of("error") and service.budget.bytes >= 6 * 24_000 * 4
+        second = QueuedTransport([NO_VAD, append(2.0), append(3.0), {"type": "input_audio_buffer.clear"},
+                                  append(3.0)])
+        await RealtimeSession(second, service).run()
+        errors = second.of("error")
+        assert [e["error"]["code"] for e in errors] == ["realtime_memory_exceeded"]
+        assert "--max-realtime-bytes" in errors[0]["error"]["message"]
+        hold.set()
+        await task
+    asyncio.run(scenario())
+    assert service.budget.bytes == 0
+
+
+def test_a_commit_makes_room_by_dropping_the_sessions_own_oldest_audio(processor: RecordingProcessor) -> None:
+    """G.711 doubles when committed (8 kHz buffered, 16 kHz kept): 4 s turns hold 128 kB buffered, 256 kB committed.
+    The fourth commit would pass 1 MB: the session's oldest audio item goes, as past its own bound."""
+    service = realtime_service(processor, ServerLimits(max_realtime_bytes=1_000_000))
+    update = {"type": "session.update", "session": {"streaming_input": False, "audio": {"input": {
+        "format": {"type": "audio/pcmu"}, "turn_detection": None}}}}
+    turn = [{"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x7f" * 32_000).decode()},
+            {"type": "input_audio_buffer.commit"}]
+    transport = QueuedTransport([update, *turn, *turn, *turn, *turn])
+    asyncio.run(RealtimeSession(transport, service).run())
+    assert not transport.of("error")
+    assert len(transport.of("input_audio_buffer.committed")) == 4
+    assert transport.of("conversation.item.deleted")  # older audio items made room
+    assert (service.budget.items, service.budget.bytes, service.budget.sessions) == (0, 0, 0)
+
+
+def test_response_metadata_past_openais_bounds_is_an_error_event(processor: RecordingProcessor) -> None:
+    service = realtime_service(processor, ServerLimits())
+    transport = QueuedTransport([text_item("x"), {"type": "response.create", "event_id": "evt_m", "response": {
+        "metadata": {f"k{i}": "v" for i in range(17)}}}])
+    asyncio.run(RealtimeSession(transport, service).run())
+    (error,) = transport.of("error")
+    assert error["error"]["param"] == "response.metadata" and error["error"]["event_id"] == "evt_m"
+
+
+def test_what_a_session_held_goes_back_when_it_ends(processor: RecordingProcessor) -> None:
+    service = realtime_service(processor, ServerLimits())
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+        transport = QueuedTransport([NO_VAD, text_item("q"), {"type": "response.create", "response": {
+            "output_modalities": ["text"]}}, append(1.0)], hold)
+        task = asyncio.create_task(RealtimeSession(transport, service).run())
+        while not transport.of("response.done"):
+            await asyncio.sleep(0.01)
+        assert service.budget.items == 2 and service.budget.bytes > 24_000 * 4  # question, reply, the buffer
+        hold.set()
+        await task
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert (service.budget.items, service.budget.bytes, service.budget.sessions) == (0, 0, 0)

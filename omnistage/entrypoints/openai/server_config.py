@@ -73,6 +73,10 @@ class ServerLimits:
     max_voices: int = _limit(256, "voices kept under --voices-dir")
     max_ws_message_bytes: int = _limit(16 * MIB, "size of one WebSocket message (a realtime or speech-stream "
                                                  "event); past it the socket is closed with 1009")
+    max_realtime_sessions: int = _limit(64, "realtime sessions open at once, WebSocket and WebRTC together")
+    max_realtime_items: int = _limit(16_384, "conversation items all realtime sessions hold together")
+    max_realtime_bytes: int = _limit(1024 * MIB, "bytes of audio and text all realtime sessions hold together "
+                                                  "(input buffers, committed audio and its features, item text)")
     realtime_events_per_second: float = _limit(250.0, "client events one realtime session has acted on per second "
                                                       "(two seconds' worth at once); past it an event gets a "
                                                       "rate_limit_exceeded error event")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,8 +25,12 @@ from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.entrypoints.openai.realtime.protocol import new_id
 from omnistage.processing.listened_audio import ListenedAudio
 
+if TYPE_CHECKING:
+    from omnistage.entrypoints.openai.realtime.budget import SessionMeter
+
 ROLES = ("system", "user", "assistant")
 MAX_ID_CHARS = 64
+ITEM_BYTES = 512  # an item's objects, beyond its audio and strings
 
 
 @dataclass
@@ -44,6 +49,16 @@ class Item:
     status: str = "completed"
     transcript: str | None = None  # a user audio turn's transcript, once made
     listened: ListenedAudio | None = None  # its audio with the features frozen while it was spoken (listening.py)
+
+    @property
+    def nbytes(self) -> int:
+        """What the item holds: its audio, the features frozen while it was spoken, its strings (as Python stores
+        them), and its objects."""
+        audio = 0 if self.audio is None else self.audio.nbytes
+        if self.listened is not None:
+            audio += self.listened.head.element_size() * self.listened.head.nelement()
+        strings = (self.id, self.text, self.call_id, self.name, self.arguments, self.output)
+        return ITEM_BYTES + audio + sum(sys.getsizeof(s) for s in strings)
 
     def describe(self) -> dict[str, Any]:
         """The item as GA server events carry it (``beta.to_beta`` renames its content types for beta clients)."""
@@ -179,17 +194,21 @@ def parse_item(item: object, fmt: InputFormat, max_seconds: float) -> ParsedItem
 
 @dataclass
 class Conversation:
-    """The session's items in order; ids are unique."""
+    """The session's items in order; ids are unique. With a ``meter`` each item is charged to the server's
+    realtime budget (``budget.py``) while it is kept."""
 
     items: list[Item] = field(default_factory=list)
     max_audio_samples: int | None = None  # user audio kept across turns, at 16 kHz (None: unbounded)
     evicted: list[str] = field(default_factory=list)  # ids dropped by that bound, until reported
+    meter: SessionMeter | None = None
+    charged: dict[str, int] = field(default_factory=dict)  # what each kept item was charged
 
     def find(self, item_id: str) -> Item | None:
         return next((i for i in self.items if i.id == item_id), None)
 
-    def add(self, item: Item, previous_item_id: str | None = None) -> str | None:
-        """Inserts ``item`` after ``previous_item_id`` (None: at the end; "root": first); returns the id before it."""
+    def add(self, item: Item, previous_item_id: str | None = None, own: bool = False) -> str | None:
+        """Inserts ``item`` after ``previous_item_id`` (None: at the end; "root": first); returns the id before it.
+        ``own``: the server's reply, charged but never refused."""
         if self.find(item.id) is not None:
             raise EventError("item_already_exists", f"an item with id {item.id!r} already exists", "item.id")
         if previous_item_id is None:
@@ -204,7 +223,11 @@ class Conversation:
             at = self.items.index(before) + 1
         self.items.insert(at, item)
         previous = self.items[at - 1].id if at else None
-        self._bound_audio(item)
+        try:
+            self._bound_audio(item, own)
+        except EventError:
+            self.items.remove(item)
+            raise
         return previous
 
     def with_item(self, item: Item) -> Conversation:
@@ -214,29 +237,40 @@ class Conversation:
         copy.add(item)
         return copy
 
-    def _bound_audio(self, newest: Item) -> None:
-        """Drops the oldest audio items (never ``newest``) until the kept audio fits ``max_audio_samples``: a
-        session that commits without ever responding would otherwise grow without end."""
-        if self.max_audio_samples is None:
-            return
+    def _bound_audio(self, newest: Item, own: bool = False) -> None:
+        """Drops the oldest audio items (never ``newest``) until the kept audio fits ``max_audio_samples`` and
+        ``newest`` fits the server's budget (a session that commits without ever responding would otherwise grow
+        without end), then charges ``newest``: an error naming the bound if it still does not fit."""
+        limit = self.max_audio_samples if self.max_audio_samples is not None else float("inf")
+        cost = newest.nbytes if self.meter is not None else 0
         kept = sum(len(i.audio) for i in self.items if i.audio is not None)
         for old in [i for i in self.items if i.audio is not None and i is not newest]:
-            if kept <= self.max_audio_samples:
+            if kept <= limit and (self.meter is None or own or self.meter.fits(cost, 1)):
                 break
             kept -= len(old.audio) if old.audio is not None else 0
-            self.items.remove(old)
+            self._remove(old)
             self.evicted.append(old.id)
+        if self.meter is not None:
+            self.meter.charge(cost, 1, "item", force=own)
+            self.charged[newest.id] = cost
 
     def delete(self, item_id: str) -> None:
         item = self.find(item_id)
         if item is None:
             raise EventError("item_not_found", f"no item {quoted(item_id)}", "item_id")
-        self.items.remove(item)
+        self._remove(item)
 
     def drop(self, items: tuple[Item, ...]) -> None:
         """Removes ``items`` (the oldest, which the session's truncation dropped to fit the context)."""
         gone = {item.id for item in items}
-        self.items[:] = [item for item in self.items if item.id not in gone]
+        for item in [item for item in self.items if item.id in gone]:
+            self._remove(item)
+
+    def _remove(self, item: Item) -> None:
+        self.items.remove(item)
+        cost = self.charged.pop(item.id, None)
+        if cost is not None and self.meter is not None:
+            self.meter.refund(cost, 1)
 
     def truncate(self, item_id: str, audio_end_ms: int) -> Item:
         """Cuts an assistant message at what was played: its transcript kept in proportion to the audio heard, at a

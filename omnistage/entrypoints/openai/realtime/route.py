@@ -16,7 +16,8 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import wants_beta
 from omnistage.entrypoints.openai.realtime.client_secrets import router as client_secrets_router
 from omnistage.entrypoints.openai.realtime.protocol import EventError, error_event
-from omnistage.entrypoints.openai.realtime.session_loop import VAD_WORKERS, RealtimeService, RealtimeSession
+from omnistage.entrypoints.openai.realtime.service import VAD_WORKERS, RealtimeService
+from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
 from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, ignore_outcome
 from omnistage.entrypoints.openai.realtime.transport import WebSocketTransport
 from omnistage.entrypoints.openai.server_config import IceServer, ServerLimits

@@ -16,6 +16,7 @@ from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.common.voice_names import UnknownVoice, VoiceBook
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import beta_shaped
+from omnistage.entrypoints.openai.realtime.budget import SessionMeter
 from omnistage.entrypoints.openai.realtime.items import Conversation, Item, ParsedItem, parse_item
 from omnistage.entrypoints.openai.realtime.protocol import (
     EventError,
@@ -44,11 +45,13 @@ def check_output(engine: OmniEngine, voices: VoiceBook, modalities: tuple[str, .
 
 class SessionState:
     def __init__(self, engine: OmniEngine, voices: VoiceBook, limits: ServerLimits, beta: bool,
-                 kind: str = "realtime") -> None:
+                 kind: str = "realtime", meter: SessionMeter | None = None) -> None:
+        """``meter``: where the conversation's items are charged (the server's realtime budget)."""
         self.engine, self.voices, self.limits, self.beta = engine, voices, limits, beta
         modalities = ("text", "audio") if engine.supports_audio else ("text",)
         self.config = SessionConfig(voice=voices.default, output_modalities=modalities, kind=kind)
-        self.conversation = Conversation(max_audio_samples=int(limits.max_session_audio_seconds * AUDIO_SAMPLE_RATE))
+        self.conversation = Conversation(max_audio_samples=int(limits.max_session_audio_seconds * AUDIO_SAMPLE_RATE),
+                                         meter=meter)
         self.updates = 0
 
     def update(self, event: dict[str, Any], buffered: bool) -> list[EventError]:

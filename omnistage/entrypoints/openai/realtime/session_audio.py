@@ -33,7 +33,7 @@ from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
 
 if TYPE_CHECKING:
     from omnistage.entrypoints.openai.realtime.response import CancelReason
-    from omnistage.entrypoints.openai.realtime.session_loop import RealtimeService
+    from omnistage.entrypoints.openai.realtime.service import RealtimeService
 
 IDLE_AUDIO_S = 2.0  # microphone audio kept while no one speaks (beyond any turn's prefix padding)
 ON_LOOP_AUDIO = 256 * 1024  # base64 characters: a shorter append decodes in well under a millisecond
