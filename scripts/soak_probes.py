@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from soak_probes_bounds import BoundsProbes
 from soak_server import replica_stage
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -114,7 +115,9 @@ class Probes:
                 ("flac_192k_8ch", self.flac_192k_8ch), ("realtime_commits", self.realtime_commits),
                 ("speech_stream_4mb", self.speech_stream_4mb), ("voice_5mhz", self.voice_5mhz),
                 ("four_60mb_media", self.four_big_media), ("flac_without_length", self.flac_without_length),
-                ("speech_stream_after_error", self.speech_stream_after_error)]
+                ("speech_stream_after_error", self.speech_stream_after_error),
+                # ---- issue 51: responses, realtime and audio bounds (soak_probes_bounds.py) ----
+                *BoundsProbes(self).all()]
 
     def first_round_end(self) -> float | None:
         """When every probe (the trickled bodies too) had finished once; None if some never did."""

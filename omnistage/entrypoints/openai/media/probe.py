@@ -78,7 +78,7 @@ def probe_image(data: bytes) -> tuple[int, int]:
         with Image.open(io.BytesIO(data)) as img:  # reads the header only
             return img.width, img.height
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise MediaError("could not read the image header: not an image format this server reads",
+        raise MediaError("could not read the image header (the file is in no image format this server reads)",
                          code="invalid_image") from exc
 
 
@@ -102,7 +102,7 @@ def _probe_av(data: bytes, kind: str, read: Callable[[av.container.InputContaine
     except MediaError:
         raise
     except (av.FFmpegError, ValueError, IndexError, UnicodeDecodeError, ZeroDivisionError) as exc:
-        raise MediaError(f"could not read the {kind} header: not a {kind} format this server reads",
+        raise MediaError(f"could not read the {kind} header (the file is in no {kind} format this server reads)",
                          code=f"invalid_{kind}") from exc
 
 
