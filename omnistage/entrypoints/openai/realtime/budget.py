@@ -35,7 +35,7 @@ class SessionMeter:
     def __init__(self, budget: RealtimeBudget) -> None:
         self.budget = budget
         self.items = self.bytes = 0
-        self.opened = False
+        self.opened = self.closed = False
 
     def open(self) -> None:
         budget = self.budget
@@ -65,13 +65,16 @@ class SessionMeter:
         self._add(-nbytes, -items)
 
     def close(self) -> None:
-        """The session ended: everything it held, and its place, go back."""
+        """The session ended: everything it held, and its place, go back (what it drops later is not counted)."""
         self.refund(self.bytes, self.items)
+        self.closed = True
         if self.opened:
             self.budget.sessions -= 1
             self.opened = False
 
     def _add(self, nbytes: int, items: int) -> None:
+        if self.closed:
+            return
         self.bytes += nbytes
         self.items += items
         self.budget.bytes += nbytes

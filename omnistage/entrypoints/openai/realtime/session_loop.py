@@ -68,6 +68,8 @@ from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
 from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
 
 logger = logging.getLogger(__name__)
+
+
 class RealtimeSession(SessionAudio):
     def __init__(self, transport: Transport, service: RealtimeService, beta: bool = False, kind: str = "realtime",
                  settings: dict[str, Any] | None = None) -> None:
