@@ -14,7 +14,9 @@ user text, JSON 100k deep, lone surrogates (HTTP and realtime), a million empty 
 arguments, a 599 s 192 kHz 8-channel FLAC, realtime commits of 600 s without a response, a 4 MB speech-stream
 delta, a voice upload declaring 5 MHz, four 60 MB data: media at once, a FLAC whose header gives no length
 (600 s x 48 kHz x 8 channels: a 400 naming --max-audio-samples), mistakes on a speech stream then text that must
-still be spoken; 100 connections trickle a 200 MB body a
+still be spoken; issue 51's responses, realtime and audio probes (``soak_probes_bounds.py``: huge metadata and
+unknown item fields, another key's response, a realtime flood, long G.711 items, sessions filling the realtime
+budget, NaN audio, internal error text); 100 connections trickle a 200 MB body a
 byte every 5 s; and once, at 40% of the run, the talker is SIGSTOPped (/health must turn 503 within the stall
 timeout and recover; normal requests failing meanwhile are counted apart as ``during_fault``).
 Any 5xx, unexpected status, dropped socket or stream without its end counts as an error. Memory is the summed

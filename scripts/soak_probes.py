@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from soak_probes_bounds import BoundsProbes
 from soak_server import replica_stage
 from soak_webrtc_probes import WebRtcProbes
 from websockets.asyncio.client import connect
@@ -117,7 +118,9 @@ class Probes:
                 ("four_60mb_media", self.four_big_media), ("flac_without_length", self.flac_without_length),
                 ("speech_stream_after_error", self.speech_stream_after_error),
                 # ---- issue 51: WebRTC offers and ephemeral keys (soak_webrtc_probes.py) ----
-                *WebRtcProbes(self.url, self.api_key, self.record).all()]
+                *WebRtcProbes(self.url, self.api_key, self.record).all(),
+                # ---- issue 51: responses, realtime and audio bounds (soak_probes_bounds.py) ----
+                *BoundsProbes(self).all()]
 
     def first_round_end(self) -> float | None:
         """When every probe (the trickled bodies too) had finished once; None if some never did."""

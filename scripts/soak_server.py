@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 API_KEY = "soak-key"
+OTHER_KEY = "soak-key-2"  # a second tenant: what API_KEY stores, it may not read (soak_probes_bounds.py)
 SEND_TIMEOUT_S = 5.0  # the server this script starts uses these; a --url server should too
 HEADER_TIMEOUT_S = 5.0
 
@@ -87,8 +88,8 @@ def start_server(model: str, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     exe = Path(sys.executable).with_name("omnistage")
     proc = subprocess.Popen([str(exe), "serve", model, "--port", str(port), "--talker-min-new-tokens", "8",
-                             "--api-key", API_KEY, "--send-timeout", str(SEND_TIMEOUT_S), "--header-timeout",
-                             str(HEADER_TIMEOUT_S), *extra],
+                             "--api-key", API_KEY, "--api-key", OTHER_KEY, "--send-timeout", str(SEND_TIMEOUT_S),
+                             "--header-timeout", str(HEADER_TIMEOUT_S), *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600

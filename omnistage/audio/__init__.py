@@ -2,6 +2,7 @@
 
 from omnistage.audio.decode import (
     AudioDecodeError,
+    AudioNotFiniteError,
     AudioTooLargeError,
     AudioTooLongError,
     DecodeBound,
@@ -19,6 +20,7 @@ __all__ = [
     "INPUT_FORMATS",
     "AudioDecodeError",
     "AudioFormat",
+    "AudioNotFiniteError",
     "AudioTooLargeError",
     "AudioTooLongError",
     "DecodeBound",

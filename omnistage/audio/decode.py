@@ -7,7 +7,9 @@ downmixed as it comes, and count what they decoded: past ``max_seconds`` (frames
 there. A header that states a length is checked before the first piece too; one
 that gives none (a streaming FLAC or Ogg, raw MP3, WebM) or lies about it is
 stopped by the count, so a tiny file that expands to hours of 8-channel 192 kHz
-silence is refused without being decoded in full.
+silence is refused without being decoded in full. Every decoded piece is checked as it comes: a float file
+holding NaN, infinity or values no audio has is refused (``AudioNotFiniteError``) at this one point, for every
+route that takes audio.
 """
 
 from __future__ import annotations
@@ -37,6 +39,28 @@ class AudioTooLongError(AudioDecodeError):
 
 class AudioTooLargeError(AudioTooLongError):
     """The audio decodes to more samples (frames x channels) than the caller allows."""
+
+
+class AudioNotFiniteError(AudioDecodeError):
+    """A float file's samples hold NaN or infinity, or values no audio has: every feature computed from them
+    would be non-finite, and the request fail deep in a model ("sampling failed")."""
+
+
+# Past this a sample is no audio in any scale (normalised floats lie within ±1, integer-scaled ones within ±32768);
+# a power spectrum of samples near 1e17 overflows float32 to infinity.
+MAX_SAMPLE_MAGNITUDE = 65536.0
+
+
+def check_samples(samples: np.ndarray) -> None:
+    """``AudioNotFiniteError`` unless every sample is finite and within ±``MAX_SAMPLE_MAGNITUDE``."""
+    if not samples.size:
+        return
+    peak = float(np.max(np.abs(samples)))  # NaN if any sample is NaN
+    if not np.isfinite(peak):
+        raise AudioNotFiniteError("the audio holds non-finite samples (NaN or infinity)")
+    if peak > MAX_SAMPLE_MAGNITUDE:
+        raise AudioNotFiniteError(f"the audio holds samples of magnitude {peak:.3g}; audio samples lie within "
+                                  f"±{MAX_SAMPLE_MAGNITUDE:g}")
 
 
 @dataclass(frozen=True)
@@ -79,7 +103,7 @@ def decode_audio(data: bytes, fmt: str | None = None, max_seconds: float | None 
         # An unknown container (an audio_url): libsndfile is strict and fast, FFmpeg reads the rest.
         try:
             decoded = _decode_soundfile(data, bound, checkpoint)
-        except AudioTooLongError:
+        except (AudioTooLongError, AudioNotFiniteError):
             raise
         except AudioDecodeError:
             if hint:
@@ -95,6 +119,13 @@ def to_mono(samples: np.ndarray) -> np.ndarray:
     """Averages channels of a ``[frames, channels]`` array; a 1-D array is returned as float32."""
     arr = np.asarray(samples, dtype=np.float32)
     return arr if arr.ndim == 1 else arr.mean(axis=1, dtype=np.float32)
+
+
+def checked_mono(samples: np.ndarray) -> np.ndarray:
+    """``to_mono``, the result checked as it comes (``check_samples``): a decode stops at its first bad piece."""
+    mono = to_mono(samples)
+    check_samples(mono)
+    return mono
 
 
 def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
@@ -126,13 +157,13 @@ def _decode_soundfile(data: bytes, bound: DecodeBound, checkpoint: Callable[[], 
             while (block := f.read(_BLOCK_FRAMES, dtype="float32", always_2d=True)).shape[0]:
                 frames += block.shape[0]
                 bound.check(frames, rate, channels)  # a header that understated the length stops here
-                chunks.append(to_mono(block))
+                chunks.append(checked_mono(block))
                 if checkpoint is not None:
                     checkpoint()
     except AudioDecodeError:
         raise
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
-        raise AudioDecodeError(f"could not decode the audio: {exc}") from exc
+        raise AudioDecodeError("could not decode the audio as wav or flac") from exc
     return DecodedAudio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), rate)
 
 
@@ -145,7 +176,7 @@ def _decode_av(data: bytes, bound: DecodeBound, checkpoint: Callable[[], None] |
     except AudioDecodeError:
         raise
     except (av.FFmpegError, ValueError, IndexError, UnicodeDecodeError) as exc:
-        raise AudioDecodeError(f"could not decode the audio: {exc}") from exc
+        raise AudioDecodeError("could not decode the audio: not an audio format this server reads") from exc
 
 
 def _read_av_stream(container: av.container.InputContainer, bound: DecodeBound,
@@ -165,7 +196,7 @@ def _read_av_stream(container: av.container.InputContainer, bound: DecodeBound,
             packed = out.to_ndarray().reshape(-1, channels)  # [samples, channels]
             frames += packed.shape[0]
             bound.check(frames, rate, channels)
-            chunks.append(to_mono(packed))
+            chunks.append(checked_mono(packed))
     if not chunks:
         raise AudioDecodeError("the audio has no samples")
     return DecodedAudio(np.concatenate(chunks).astype(np.float32), int(rate))

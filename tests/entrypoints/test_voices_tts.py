@@ -132,3 +132,51 @@ def test_limits_and_mistakes_are_clear_4xx(base) -> None:
     authed = httpx.get(f"{keyed}/v1/audio/voices", headers={"Authorization": "Bearer k"}, timeout=30)
     assert authed.status_code == 200 and authed.json()["data"] == []
     assert sorted(p.name for p in served.voices.iterdir()) == []  # nothing half-written left behind
+
+
+def test_a_recording_with_non_finite_samples_is_refused_at_upload(base) -> None:
+    """A FLOAT WAV holding NaN was accepted (200), and every speech request in that voice then failed with 500
+    "sampling failed" (issue 51, row 8): it is a 400 at upload, and nothing is stored."""
+    served, _ = base
+    for bad in (np.nan, np.inf):
+        samples = synthetic_voice(1.0)
+        samples[1000] = bad
+        out = io.BytesIO()
+        sf.write(out, samples, 24000, format="WAV", subtype="FLOAT")
+        data = base64.b64encode(out.getvalue()).decode()
+        r = served.post("/v1/audio/voices", {"name": "nan", "audio": {"data": data, "format": "wav"}})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_audio", r.text
+        assert "non-finite" in r.json()["error"]["message"]
+        spoken = served.post("/v1/audio/speech", {"model": "tts", "input": TEXT, "ref_audio": f"data:audio/wav;base64,"
+                                                  f"{data}", "x_vector_only_mode": True})
+        assert spoken.status_code == 400 and "non-finite" in spoken.json()["error"]["message"], spoken.text
+    assert sorted(p.name for p in served.voices.iterdir()) == []
+
+
+def test_a_stored_voice_that_cannot_be_used_is_a_400_not_a_500(base) -> None:
+    """A voice folder written before the upload check (its x-vector not finite) fails its requests as the
+    client's mistake, naming the voice, not as "sampling failed"."""
+    from safetensors.torch import load_file, save_file
+
+    served, _ = base
+    audio = {"data": _wav(synthetic_voice(1.0)), "format": "wav"}
+    assert served.post("/v1/audio/voices", {"name": "broken", "audio": audio}).status_code == 200
+    tensors = served.voices / "broken" / "voice.safetensors"
+    save_file({"speaker_embedding": torch.full_like(load_file(str(tensors))["speaker_embedding"], float("nan"))},
+              str(tensors))
+    try:
+        r = _speak(served, "broken")
+        assert r.status_code == 400 and "not finite" in r.json()["error"]["message"], r.text
+    finally:
+        httpx.delete(f"{served.url}/v1/audio/voices/broken", timeout=30)
+
+
+def test_an_unknown_voice_does_not_list_the_voices_others_registered(base) -> None:
+    served, _ = base
+    audio = {"data": _wav(synthetic_voice(1.0)), "format": "wav"}
+    assert served.post("/v1/audio/voices", {"name": "secret-voice", "audio": audio}).status_code == 200
+    try:
+        error = _speak(served, "nobody").json()["error"]
+        assert error["code"] == "invalid_voice" and "secret-voice" not in error["message"]
+    finally:
+        httpx.delete(f"{served.url}/v1/audio/voices/secret-voice", timeout=30)

@@ -73,11 +73,21 @@ class ServerLimits:
     max_voices: int = _limit(256, "voices kept under --voices-dir")
     max_ws_message_bytes: int = _limit(16 * MIB, "size of one WebSocket message (a realtime or speech-stream "
                                                  "event); past it the socket is closed with 1009")
+    max_realtime_sessions: int = _limit(64, "realtime sessions open at once, WebSocket and WebRTC together")
+    max_realtime_items: int = _limit(16_384, "conversation items all realtime sessions hold together")
+    max_realtime_bytes: int = _limit(1024 * MIB, "bytes of audio and text all realtime sessions hold together "
+                                                  "(input buffers, committed audio and its features, item text)")
+    realtime_events_per_second: float = _limit(250.0, "client events one realtime session has acted on per second "
+                                                      "(two seconds' worth at once); past it an event gets a "
+                                                      "rate_limit_exceeded error event")
     ws_idle_timeout: float = _limit(300.0, "seconds a realtime WebSocket may stay silent with no response "
                                            "running before it is closed")
     max_stored_responses: int = _limit(1024, "/v1/responses kept in memory for previous_response_id and GET "
                                              "(least recently used dropped first; store: false keeps none)")
     stored_response_ttl: float = _limit(3600.0, "seconds a stored /v1/responses response is kept after its last use")
+    max_stored_response_bytes: int = _limit(512 * MIB, "bytes the stored /v1/responses responses hold together (each "
+                                                       "charged its request body and output; least recently used "
+                                                       "dropped first)")
     # Under Kubernetes' default 30 s grace period: the server ends what remains itself, before SIGKILL does.
     shutdown_timeout: float = _limit(25.0, "seconds a stopping server (SIGTERM, Ctrl+C) lets requests and sessions "
                                            "in flight finish while refusing new ones with 503; then, or at a "

@@ -41,7 +41,7 @@ class Qwen25OmniFamily(Family):
         "qwen2_5_omni.talker_to_token2wav": EdgeModel("talker", "token2wav", TalkerToToken2Wav),
     })
     payloads = PAYLOADS
-    hooks = Hooks(make_tiny=f"{_HERE}.make_tiny:make_tiny_command", verify=f"{_HERE}.verify:run_verify",
+    hooks = Hooks(make_tiny=f"{_HERE}.make_command:make_tiny_command", verify=f"{_HERE}.verify:run_verify",
                   cached=f"{_HERE}.make_tiny:cached_checkpoint", tiny_names=("omni25-tiny",))
 
     def load_config(self, folder: Path) -> Qwen25OmniConfig:

@@ -14,7 +14,6 @@ fan-in scaled so the waveform is of order 0.01-0.1 rather than ~1e-8.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -118,21 +117,3 @@ def cached_checkpoint(name: str) -> Path:
     if name != "omni25-tiny":
         raise ValueError(f"no embedded Qwen2.5-Omni checkpoint {name!r} (known: omni25-tiny)")
     return tiny_dir()
-
-
-def make_tiny_command(args: argparse.Namespace) -> int:
-    """The family's ``make_tiny`` hook: ``omnistage make-tiny --model-type qwen2_5_omni [--cached] OUT``;
-    ``--plain [--set KEY=VALUE ...]``: transformers' own init (:mod:`make_plain`), ``--seed`` its seed."""
-    if getattr(args, "cached", False):
-        print(tiny_dir(seed=args.seed))
-        return 0
-    if args.out_dir is None:
-        print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
-        return 2
-    if getattr(args, "plain", False):
-        from omnistage.families.qwen2_5_omni.make_plain import make_plain, parse_overrides
-
-        print(make_plain(args.out_dir, seed=args.seed, overrides=parse_overrides(args.set or [])))
-        return 0
-    print(make_tiny(args.out_dir, seed=args.seed))
-    return 0

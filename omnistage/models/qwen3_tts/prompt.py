@@ -43,6 +43,8 @@ class VoiceClone:
     def __post_init__(self) -> None:
         if (self.ref_codes is None) != (self.ref_text_ids is None):
             raise ValueError("a voice clone in ICL mode needs both the reference codes and its transcript")
+        if not bool(torch.isfinite(self.speaker_embedding).all()):  # every request in this voice would fail
+            raise ValueError("the reference recording gives no usable voice (its speaker embedding is not finite)")
 
     @property
     def icl(self) -> bool:

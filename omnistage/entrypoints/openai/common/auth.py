@@ -12,7 +12,8 @@ the key is held in the connection's scope for the route, which spends it once
 its session is set up (a WebSocket's at the handshake); a request that ends
 without spending it releases it. Under the prefix named for it, the key is
 passed on to the route as the owner it claims to be (a call's hang-up: the
-route compares it with the key that opened the call). Refusals are
+route compares it with the key that opened the call). An API key's digest is left in the scope too
+(``caller``: whose request it is). Refusals are
 401s in OpenAI's error shape; a WebSocket is refused before its handshake
 completes (an HTTP response, where the server supports ASGI's denial
 response). Keys are compared through their SHA-256 digests in constant time.
@@ -45,6 +46,15 @@ from omnistage.entrypoints.openai.common.errors import APIError
 from omnistage.entrypoints.openai.server_config import AccessPolicy
 
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
+
+CALLER = "omnistage.caller"  # the scope state's key for who the caller is
+
+
+def caller(scope: Scope) -> str:
+    """Who made this request: its API key's SHA-256 digest (hex), or "" on a server without keys (and on the
+    routes open to all). What a caller keeps (stored responses) is theirs alone."""
+    return scope.get("state", {}).get(CALLER, "")
 
 
 def _digest(value: str) -> bytes:
@@ -128,6 +138,7 @@ class AccessMiddleware:
             return Unauthorized("You didn't provide an API key: send it as 'Authorization: Bearer KEY'")
         if not self._key_matches(given):
             return Unauthorized("Incorrect API key provided")
+        scope.setdefault("state", {})[CALLER] = _digest(given).hex()
         return None
 
     def _takes_ephemeral(self, scope: Scope) -> bool:

@@ -31,6 +31,18 @@ def scrub_reprs(message: str) -> str:
     return _OBJECT_REPR.sub("the data", message)
 
 
+ECHO_CHARS = 64  # of a client's value an error quotes back
+
+
+def quoted(value: object, limit: int = ECHO_CHARS) -> str:
+    """A client's value as an error message quotes it: its repr, cut after ``limit`` characters (a 1 MB model name
+    is not sent back; the message says how long it was)."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return repr(text) if isinstance(value, str) else text
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 class APIError(Exception):
     """An error the server answers with; raised anywhere below a route. Its message never shows an object repr."""
 
@@ -65,8 +77,12 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, param=param, code=code)
 
 
+def no_such_model(name: str) -> str:
+    return f"The model {quoted(name)} does not exist"
+
+
 def model_not_found(name: str) -> APIError:
-    return APIError(404, f"The model '{name}' does not exist", param="model", code="model_not_found")
+    return APIError(404, no_such_model(name), param="model", code="model_not_found")
 
 
 def error_response(status_code: int, detail: ErrorDetail) -> JSONResponse:

@@ -4,8 +4,9 @@
 path's prescan: msgspec reads the body into a few loose structs (lists of raw slices first, so a million
 empty messages cost ~0.1 s and no lasting memory, where validating them took 40 s and 1.6 GB) and a
 ``Tally`` counts messages (or input items), content parts, text characters (tool-call arguments and tool
-results included), media parts, tool calls and tool definitions. Each count has its flag; a breach is a 400
-naming it. JSON nested deeper than msgspec reads is a 400 too. A message msgspec cannot read this way is
+results included), media parts, tool calls and tool definitions (a responses body's metadata against OpenAI's
+bounds too, and what a stored response keeps: ids, names, tool definitions). Each count has its flag; a breach is
+a 400 naming it. JSON nested deeper than msgspec reads is a 400 too. A message msgspec cannot read this way is
 charged its raw size as text and left for pydantic to name what is wrong with it.
 """
 
@@ -22,6 +23,7 @@ from starlette.requests import ClientDisconnect
 
 from omnistage.entrypoints.openai.common.errors import APIError
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
+from omnistage.entrypoints.openai.common.metadata import json_fault, metadata_fault
 from omnistage.entrypoints.openai.common.request_budget import over_budget
 from omnistage.entrypoints.openai.server_config import ServerLimits
 
@@ -32,6 +34,7 @@ RESPONSES_MEDIA_TYPES = frozenset({"input_audio", "input_image", "input_file"})
 class _Part(msgspec.Struct, gc=False):
     type: Any = None
     text: Any = None
+    refusal: Any = None
 
 
 class _Function(msgspec.Struct, gc=False):
@@ -57,6 +60,7 @@ class _Responses(msgspec.Struct, gc=False):
     input: str | list[msgspec.Raw] | None = None
     instructions: Any = None
     tools: list[msgspec.Raw] | None = None
+    metadata: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))  # read once its size fits
 
 
 class _Item(msgspec.Struct, gc=False):
@@ -64,11 +68,16 @@ class _Item(msgspec.Struct, gc=False):
     content: str | list[msgspec.Raw] | None = None
     output: str | list[msgspec.Raw] | None = None
     arguments: Any = None
+    # Kept with a stored response: counted as its text is.
+    id: Any = None
+    call_id: Any = None
+    name: Any = None
 
 
 _CHAT, _MESSAGE = msgspec.json.Decoder(_Chat), msgspec.json.Decoder(_Message)
 _RESPONSES, _ITEM = msgspec.json.Decoder(_Responses), msgspec.json.Decoder(_Item)
 _PART, _TOOL_CALL = msgspec.json.Decoder(_Part), msgspec.json.Decoder(_ToolCall)
+_METADATA = msgspec.json.Decoder(dict[str, str] | None)
 
 
 def _read(decoder: msgspec.json.Decoder, raw: msgspec.Raw) -> Any:  # noqa: ANN401 - the decoder's struct
@@ -90,6 +99,7 @@ class Tally:
     limits: ServerLimits
     media_types: frozenset[str]
     chars: int = 0
+    text: str = "characters of text (tool-call arguments included)"  # what ``chars`` counts, as its error says
     parts: int = 0
     media: int = 0
     tool_calls: int = 0
@@ -105,7 +115,7 @@ class Tally:
             if part is None:
                 self.chars += len(raw)
                 continue
-            self.chars += _text_len(part.text)
+            self.chars += _text_len(part.text) + _text_len(part.refusal)
             self.media += isinstance(part.type, str) and part.type in self.media_types  # a list type is unhashable
 
     def calls(self, value: list[msgspec.Raw] | None, param: str) -> None:
@@ -120,7 +130,7 @@ class Tally:
         for name, count, what, code in (
                 ("max_content_parts", self.parts, "content parts", "too_many_content_parts"),
                 ("max_tool_calls", self.tool_calls, "tool calls", "too_many_tool_calls"),
-                ("max_text_chars", self.chars, "characters of text (tool-call arguments included)", "input_too_long"),
+                ("max_text_chars", self.chars, self.text, "input_too_long"),
                 ("max_media_items", self.media, "media items", "too_many_media_items")):
             if count > getattr(limits, name):
                 raise over_budget(name, f"{where} hold {count} {what}; the limit is {getattr(limits, name)}",
@@ -158,25 +168,42 @@ def prescan_chat(body: bytes, limits: ServerLimits) -> None:
 
 
 def prescan_responses(body: bytes, limits: ServerLimits) -> None:
-    """A ``/v1/responses`` body's input items (against ``--max-messages``), parts, text, media, calls and tools."""
+    """A ``/v1/responses`` body's metadata (OpenAI's bounds), input items (against ``--max-messages``), parts, text,
+    media, calls and tools. What a stored response keeps is counted: its items' ids, call ids and names as text,
+    and its tool definitions at their JSON size."""
     try:
         scan = _RESPONSES.decode(body)
     except msgspec.DecodeError:  # pydantic says what is wrong
         return
+    _check_metadata(scan.metadata)
     items = [] if scan.input is None or isinstance(scan.input, str) else scan.input
     _count(items, scan.tools, limits, "input")
-    tally = Tally(limits, RESPONSES_MEDIA_TYPES, chars=_text_len(scan.input) + _text_len(scan.instructions))
+    tools = sum(len(raw) for raw in scan.tools or ())
+    tally = Tally(limits, RESPONSES_MEDIA_TYPES, chars=_text_len(scan.input) + _text_len(scan.instructions) + tools,
+                  text="characters of text (tool calls and tool definitions included)")
     for raw in items:
         try:
             item = _ITEM.decode(raw)
         except msgspec.DecodeError:
             tally.chars += len(raw)
             continue
-        tally.chars += _text_len(item.arguments)
+        tally.chars += sum(_text_len(v) for v in (item.arguments, item.id, item.call_id, item.name))
         tally.tool_calls += item.type == "function_call"
         tally.content(item.content, "input")
         tally.content(item.output, "input")
     tally.check("input")
+
+
+def _check_metadata(raw: msgspec.Raw) -> None:
+    """OpenAI's metadata bounds (``common/metadata.py``): too long to fit them is refused unread."""
+    fault = json_fault(len(raw))
+    if fault is None:
+        try:
+            fault = metadata_fault(_METADATA.decode(raw))
+        except msgspec.DecodeError:  # not an object of strings: pydantic says what is wrong
+            return
+    if fault is not None:
+        raise APIError(400, fault, param="metadata", code="invalid_metadata")
 
 
 PRESCANS: dict[str, Callable[[bytes, ServerLimits], None]] = {"/v1/chat/completions": prescan_chat,

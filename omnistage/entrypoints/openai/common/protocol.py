@@ -24,6 +24,13 @@ class LenientBody(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
+class IgnoringBody(BaseModel):
+    """Unknown fields are dropped as they are read: for what the server keeps (a stored response's input items,
+    which a client sends back with the fields of the output it read), so nothing it did not count is kept."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
 # ---- errors ---------------------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omnistage.core import UnspokenSpan
+from omnistage.entrypoints.openai.common.errors import quoted
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -180,6 +181,6 @@ def tool_setup(tools: list[dict[str, Any]] | None, choice: str | dict[str, Any] 
         return ToolSetup(tools, prefix=OPEN + "\n", parse=True, parallel=keep_all)
     name = choice["function"]["name"] if isinstance(choice, dict) else None
     if name not in {t["function"]["name"] for t in tools}:
-        raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
+        raise ValueError(f"tool_choice names {quoted(name)}, which is not among the tools")
     return ToolSetup(tools, prefix=OPEN + "\n" + '{"name": ' + json.dumps(name) + ', "arguments": ', parse=True,
                      parallel=False)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from omnistage.entrypoints.openai.common.errors import quoted
+
 
 class UnknownVoice(ValueError):
     """The name is neither a speaker of the checkpoint nor an alias of one."""
@@ -50,5 +52,5 @@ class VoiceBook:
             return self.default
         speaker = self._by_key.get(name.strip().lower())
         if speaker is None:
-            raise UnknownVoice(f"unknown voice {name!r}; this model has: {', '.join(self.names) or 'none'}")
+            raise UnknownVoice(f"unknown voice {quoted(name)}; this model has: {', '.join(self.names) or 'none'}")
         return speaker

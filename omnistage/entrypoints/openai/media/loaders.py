@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from omnistage.audio import AudioDecodeError, AudioTooLargeError, AudioTooLongError, load_audio
-from omnistage.entrypoints.openai.common.errors import MediaError
+from omnistage.entrypoints.openai.common.errors import MediaError, quoted
 from omnistage.entrypoints.openai.media.remote_fetch import RemoteFetcher
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
@@ -59,7 +59,8 @@ def decode_base64(data: str, limits: ServerLimits) -> bytes:
         return b"".join(binascii.a2b_base64(data[i:i + _BASE64_SLICE], strict_mode=True)
                         for i in range(0, len(data), _BASE64_SLICE))
     except (binascii.Error, ValueError) as exc:
-        raise MediaError(f"invalid base64 data: {exc}", code="invalid_base64") from exc
+        raise MediaError("invalid base64 data (strict base64: A-Z a-z 0-9 + /, padded with =)",
+                         code="invalid_base64") from exc
 
 
 class MediaFetcher:
@@ -78,7 +79,8 @@ class MediaFetcher:
             return FetchedMedia(self._from_file(url))
         if scheme in ("http", "https"):
             return FetchedMedia(await self._from_remote(url))
-        raise MediaError(f"unsupported URL scheme {scheme!r}: use data:, file:// or http(s)://", code="invalid_url")
+        raise MediaError(f"unsupported URL scheme {quoted(scheme)}: use data:, file:// or http(s)://",
+                         code="invalid_url")
 
     def from_data_url(self, url: str) -> FetchedMedia:
         header, sep, payload = url[len("data:"):].partition(",")
@@ -158,7 +160,7 @@ def decode_image(data: bytes, limits: ServerLimits) -> Image.Image:
     except MediaError:
         raise
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise MediaError(f"could not decode the image: {exc}", code="invalid_image") from exc
+        raise MediaError("could not decode the image", code="invalid_image") from exc
     return img.convert("RGB")
 
 
@@ -179,7 +181,7 @@ def decode_video(data: bytes, limits: ServerLimits, on_frame: FrameCheck | None 
     except MediaError:
         raise
     except (av.FFmpegError, ValueError, IndexError) as exc:
-        raise MediaError(f"could not decode the video: {exc}", code="invalid_video") from exc
+        raise MediaError("could not decode the video", code="invalid_video") from exc
     if audio_seconds is None:
         return video
     audio = decode_audio_item(data, VIDEO_AUDIO_HINT, audio_seconds, checkpoint, limits.max_audio_samples)

@@ -48,7 +48,8 @@ def probe_audio(data: bytes, fmt: str | None) -> AudioInfo:
             return AudioInfo(int(info.samplerate), seconds, int(info.channels))
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
             if fmt is not None:
-                raise MediaError(f"could not read the audio header: {exc}", code="invalid_audio") from exc
+                raise MediaError(f"could not read the audio header: it is not a {fmt} file",
+                                 code="invalid_audio") from exc
     return _probe_av_audio(data)
 
 
@@ -77,7 +78,8 @@ def probe_image(data: bytes) -> tuple[int, int]:
         with Image.open(io.BytesIO(data)) as img:  # reads the header only
             return img.width, img.height
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise MediaError(f"could not read the image header: {exc}", code="invalid_image") from exc
+        raise MediaError("could not read the image header (the file is in no image format this server reads)",
+                         code="invalid_image") from exc
 
 
 def probe_video(data: bytes) -> VideoInfo:
@@ -100,7 +102,8 @@ def _probe_av(data: bytes, kind: str, read: Callable[[av.container.InputContaine
     except MediaError:
         raise
     except (av.FFmpegError, ValueError, IndexError, UnicodeDecodeError, ZeroDivisionError) as exc:
-        raise MediaError(f"could not read the {kind} header: {exc}", code=f"invalid_{kind}") from exc
+        raise MediaError(f"could not read the {kind} header (the file is in no {kind} format this server reads)",
+                         code=f"invalid_{kind}") from exc
 
 
 def _seconds(container: av.container.InputContainer, stream: av.stream.Stream) -> float | None:

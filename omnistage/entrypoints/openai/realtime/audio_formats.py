@@ -30,7 +30,7 @@ def decode_base64_audio(event: dict[str, Any]) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise EventError("invalid_audio", f"'audio' is not valid base64: {exc}", "audio", event_id(event)) from exc
+        raise EventError("invalid_audio", "'audio' is not valid base64", "audio", event_id(event)) from exc
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,10 @@ class InputFormat:
                 raise EventError("invalid_audio", "'audio' must be 16-bit PCM (an even number of bytes)", "audio")
             return np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
         return decode_g711(raw, "ulaw" if self.kind == "pcmu" else "alaw")
+
+    def seconds(self, encoded_bytes: int) -> float:
+        """How long ``encoded_bytes`` of this format play."""
+        return encoded_bytes / (2 if self.kind == "pcm16" else 1) / self.rate
 
     def to_16k(self, samples: np.ndarray) -> np.ndarray:
         return resample(samples, self.rate, AUDIO_SAMPLE_RATE)

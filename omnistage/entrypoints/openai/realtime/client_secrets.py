@@ -19,7 +19,7 @@ from omnistage.entrypoints.openai.common.ephemeral_keys import DEFAULT_TTL_S, MA
 from omnistage.entrypoints.openai.common.errors import APIError, model_not_found
 from omnistage.entrypoints.openai.realtime.protocol import EventError, new_id
 from omnistage.entrypoints.openai.realtime.session import SessionState
-from omnistage.entrypoints.openai.realtime.session_loop import RealtimeService
+from omnistage.entrypoints.openai.realtime.service import RealtimeService
 
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
 

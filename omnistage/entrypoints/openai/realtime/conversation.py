@@ -18,6 +18,7 @@ import numpy as np
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat
+from omnistage.entrypoints.openai.realtime.budget import SAMPLE_BYTES, SessionMeter
 from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.processing.listened_audio import ListenedAudio
 from omnistage.processing.prompt import ProcessedPrompt, PromptProcessor
@@ -90,11 +91,13 @@ def _slice_16k(pieces: list[np.ndarray], start: int, end: int | None, fmt: Input
 
 
 class InputBuffer:
-    """Input audio pieces at the session's input format and rate, with the VAD (when on) watching them arrive."""
+    """Input audio pieces at the session's input format and rate, with the VAD (when on) watching them arrive;
+    with a ``meter``, charged to the server's realtime budget (``budget.py``) as they are held."""
 
-    def __init__(self, fmt: InputFormat, max_seconds: float) -> None:
+    def __init__(self, fmt: InputFormat, max_seconds: float, meter: SessionMeter | None = None) -> None:
         self.format = fmt
         self.max_seconds = max_seconds
+        self.meter = meter
         self.pieces: list[np.ndarray] = []
         self.samples = 0
         self.dropped = 0  # samples dropped from the front since the last clear: positions stay the VAD's
@@ -115,9 +118,19 @@ class InputBuffer:
         if self.samples + len(piece) > self.max_samples:
             raise EventError("input_audio_buffer_too_long",
                              f"the input audio buffer would exceed {self.max_seconds:g} s; commit or clear it", "audio")
+        self._hold(self.samples + len(piece))
         self.pieces.append(piece)
         self.samples += len(piece)
         return piece
+
+    def _hold(self, samples: int) -> None:
+        """Charges (or refunds) the budget for holding ``samples`` from now on."""
+        if self.meter is not None and samples != self.samples:
+            change = (samples - self.samples) * SAMPLE_BYTES
+            if change > 0:
+                self.meter.charge(change, param="audio")
+            else:
+                self.meter.refund(-change)
 
     def take(self, start: int = 0, end: int | None = None) -> np.ndarray:
         """The buffered audio in samples ``[start, end)`` (counted since the last clear), at 16 kHz; the buffer is
@@ -132,6 +145,7 @@ class InputBuffer:
         loop stalled every session and request (a long one runs as the pool's large jobs do, one at a time). The
         buffer is emptied at once, before the job runs."""
         start = max(0, start - self.dropped)
+        self._hold(0)
         pieces, self.pieces, self.samples, self.dropped = self.pieces, [], 0, 0
         return await pool.run_sized(sum(p.nbytes for p in pieces), _slice_16k, pieces, start, None,
                                      self.format)
@@ -149,7 +163,9 @@ class InputBuffer:
         if excess <= 0:
             return
         audio = np.concatenate(self.pieces)[excess:]
+        self._hold(len(audio))
         self.pieces, self.samples, self.dropped = [audio], len(audio), self.dropped + excess
 
     def clear(self) -> None:
+        self._hold(0)
         self.pieces, self.samples, self.dropped = [], 0, 0

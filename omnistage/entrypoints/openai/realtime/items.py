@@ -12,18 +12,25 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
+from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat
 from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.entrypoints.openai.realtime.protocol import new_id
 from omnistage.processing.listened_audio import ListenedAudio
 
+if TYPE_CHECKING:
+    from omnistage.entrypoints.openai.realtime.budget import SessionMeter
+
 ROLES = ("system", "user", "assistant")
 MAX_ID_CHARS = 64
+ITEM_BYTES = 512  # an item's objects, beyond its audio and strings
 
 
 @dataclass
@@ -42,6 +49,16 @@ class Item:
     status: str = "completed"
     transcript: str | None = None  # a user audio turn's transcript, once made
     listened: ListenedAudio | None = None  # its audio with the features frozen while it was spoken (listening.py)
+
+    @property
+    def nbytes(self) -> int:
+        """What the item holds: its audio, the features frozen while it was spoken, its strings (as Python stores
+        them), and its objects."""
+        audio = 0 if self.audio is None else self.audio.nbytes
+        if self.listened is not None:
+            audio += self.listened.head.element_size() * self.listened.head.nelement()
+        strings = (self.id, self.text, self.call_id, self.name, self.arguments, self.output)
+        return ITEM_BYTES + audio + sum(sys.getsizeof(s) for s in strings)
 
     def describe(self) -> dict[str, Any]:
         """The item as GA server events carry it (``beta.to_beta`` renames its content types for beta clients)."""
@@ -81,23 +98,15 @@ def _string(item: dict[str, Any], key: str, required: bool = True) -> str:
     return value
 
 
-def _audio_part(part: dict[str, Any], fmt: InputFormat, max_seconds: float) -> np.ndarray:
+def _audio_part(part: dict[str, Any]) -> str:
     data = part.get("audio")
     if not isinstance(data, str):
         raise EventError("invalid_value", "an input_audio part needs 'audio' (base64, the session's input format)",
                          "item.content")
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise EventError("invalid_audio", f"'audio' is not valid base64: {exc}", "item.content") from exc
-    samples = fmt.decode(raw)
-    if len(samples) > max_seconds * fmt.rate:
-        raise EventError("input_audio_buffer_too_long", f"the item's audio is longer than {max_seconds:g} s",
-                         "item.content")
-    return fmt.to_16k(samples)
+    return data
 
 
-def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Item:
+def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> ParsedItem:
     role = item.get("role")
     if role not in ROLES:
         raise EventError("invalid_value", f"a message item's role must be one of {', '.join(ROLES)}", "item.role")
@@ -105,7 +114,7 @@ def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Item
     if not isinstance(content, list):
         raise EventError("invalid_value", "a message item needs a list of content parts", "item.content")
     texts: list[str] = []
-    audios: list[np.ndarray] = []
+    audios: list[str] = []
     spoken = False
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -115,42 +124,91 @@ def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Item
             texts.append(_string(part, "transcript", required=False) or "")
             spoken = True
         elif kind == "input_audio" and role == "user":
-            audios.append(_audio_part(part, fmt, max_seconds))
+            audios.append(_audio_part(part))
         else:
-            raise EventError("invalid_value", f"a {role} message cannot hold a {kind!r} part", "item.content")
-    audio = np.concatenate(audios) if audios else None
-    return Item(_id(item, "item"), "message", role=role, text="".join(texts), audio=audio, spoken=spoken)
+            raise EventError("invalid_value", f"a {role} message cannot hold a {quoted(kind)} part", "item.content")
+    # Bounded from the base64's length, before a byte is decoded.
+    if fmt.seconds(sum(len(a) for a in audios) * 3 // 4) > max_seconds + 1e-3:
+        raise EventError("input_audio_buffer_too_long", f"the item's audio is longer than {max_seconds:g} s",
+                         "item.content")
+    return ParsedItem(Item(_id(item, "item"), "message", role=role, text="".join(texts), spoken=spoken),
+                      tuple(audios))
 
 
-def parse_item(item: object, fmt: InputFormat, max_seconds: float) -> Item:
-    """``conversation.item.create``'s ``item``; ``EventError`` names what is wrong."""
+@dataclass(frozen=True)
+class ParsedItem:
+    """A client's item, checked; its audio (base64 parts in the session's input format) not yet decoded."""
+
+    item: Item
+    audio: tuple[str, ...] = ()
+
+    @property
+    def audio_chars(self) -> int:
+        return sum(len(a) for a in self.audio)
+
+    def decode(self, fmt: InputFormat, token: CancelToken) -> Item:
+        """The item with its audio decoded and resampled to 16 kHz (a ``DecodePool`` job: 600 s of G.711 took
+        0.4 s, which on the event loop stalled every session and request)."""
+        pieces = []
+        for data in self.audio:
+            token.check()
+            try:
+                raw = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise EventError("invalid_audio", "'audio' is not valid base64", "item.content") from exc
+            pieces.append(fmt.decode(raw))
+        if pieces:
+            self.item.audio = fmt.to_16k(np.concatenate(pieces))
+        return self.item
+
+
+async def decoded(parsed: list[ParsedItem], fmt: InputFormat, pool: DecodePool) -> tuple[Item, ...]:
+    """The items, their audio decoded in ``pool`` (those without audio as they are)."""
+    chars = sum(p.audio_chars for p in parsed)
+    if not chars:
+        return tuple(p.item for p in parsed)
+    return await pool.run_sized(chars, _decode_all, parsed, fmt)
+
+
+def _decode_all(parsed: list[ParsedItem], fmt: InputFormat, token: CancelToken) -> tuple[Item, ...]:
+    return tuple(p.decode(fmt, token) for p in parsed)
+
+
+def parse_item(item: object, fmt: InputFormat, max_seconds: float) -> ParsedItem:
+    """``conversation.item.create``'s ``item``, checked (its audio's length from its base64, ``max_seconds`` at
+    most) but not decoded (``decoded``); ``EventError`` names what is wrong."""
     if not isinstance(item, dict):
         raise EventError("invalid_event", "conversation.item.create needs an 'item' object", "item")
     kind = item.get("type", "message")
     if kind == "message":
         return _message(item, fmt, max_seconds)
     if kind == "function_call":
-        return Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), name=_string(item, "name"),
-                    arguments=_string(item, "arguments", required=False) or "{}")
+        return ParsedItem(Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), name=_string(item, "name"),
+                               arguments=_string(item, "arguments", required=False) or "{}"))
     if kind == "function_call_output":
-        return Item(_id(item, "item"), kind, call_id=_string(item, "call_id"), output=_string(item, "output"))
-    raise EventError("invalid_value", f"unknown item type {kind!r} (message, function_call, function_call_output)",
-                     "item.type")
+        return ParsedItem(Item(_id(item, "item"), kind, call_id=_string(item, "call_id"),
+                               output=_string(item, "output")))
+    raise EventError("invalid_value", f"unknown item type {quoted(kind)} (message, function_call, "
+                     "function_call_output)", "item.type")
 
 
 @dataclass
 class Conversation:
-    """The session's items in order; ids are unique."""
+    """The session's items in order; ids are unique. With a ``meter`` each item is charged to the server's
+    realtime budget (``budget.py``) while it is kept."""
 
     items: list[Item] = field(default_factory=list)
     max_audio_samples: int | None = None  # user audio kept across turns, at 16 kHz (None: unbounded)
     evicted: list[str] = field(default_factory=list)  # ids dropped by that bound, until reported
+    meter: SessionMeter | None = None
+    charged: dict[str, int] = field(default_factory=dict)  # what each kept item was charged
 
     def find(self, item_id: str) -> Item | None:
         return next((i for i in self.items if i.id == item_id), None)
 
-    def add(self, item: Item, previous_item_id: str | None = None) -> str | None:
-        """Inserts ``item`` after ``previous_item_id`` (None: at the end; "root": first); returns the id before it."""
+    def add(self, item: Item, previous_item_id: str | None = None, own: bool = False) -> str | None:
+        """Inserts ``item`` after ``previous_item_id`` (None: at the end; "root": first); returns the id before it.
+        ``own``: the server's reply, charged but never refused."""
         if self.find(item.id) is not None:
             raise EventError("item_already_exists", f"an item with id {item.id!r} already exists", "item.id")
         if previous_item_id is None:
@@ -160,12 +218,16 @@ class Conversation:
         else:
             before = self.find(previous_item_id)
             if before is None:
-                raise EventError("item_not_found", f"no item {previous_item_id!r} to insert after",
+                raise EventError("item_not_found", f"no item {quoted(previous_item_id)} to insert after",
                                  "previous_item_id")
             at = self.items.index(before) + 1
         self.items.insert(at, item)
         previous = self.items[at - 1].id if at else None
-        self._bound_audio(item)
+        try:
+            self._bound_audio(item, own)
+        except EventError:
+            self.items.remove(item)
+            raise
         return previous
 
     def with_item(self, item: Item) -> Conversation:
@@ -175,36 +237,47 @@ class Conversation:
         copy.add(item)
         return copy
 
-    def _bound_audio(self, newest: Item) -> None:
-        """Drops the oldest audio items (never ``newest``) until the kept audio fits ``max_audio_samples``: a
-        session that commits without ever responding would otherwise grow without end."""
-        if self.max_audio_samples is None:
-            return
+    def _bound_audio(self, newest: Item, own: bool = False) -> None:
+        """Drops the oldest audio items (never ``newest``) until the kept audio fits ``max_audio_samples`` and
+        ``newest`` fits the server's budget (a session that commits without ever responding would otherwise grow
+        without end), then charges ``newest``: an error naming the bound if it still does not fit."""
+        limit = self.max_audio_samples if self.max_audio_samples is not None else float("inf")
+        cost = newest.nbytes if self.meter is not None else 0
         kept = sum(len(i.audio) for i in self.items if i.audio is not None)
         for old in [i for i in self.items if i.audio is not None and i is not newest]:
-            if kept <= self.max_audio_samples:
+            if kept <= limit and (self.meter is None or own or self.meter.fits(cost, 1)):
                 break
             kept -= len(old.audio) if old.audio is not None else 0
-            self.items.remove(old)
+            self._remove(old)
             self.evicted.append(old.id)
+        if self.meter is not None:
+            self.meter.charge(cost, 1, "item", force=own)
+            self.charged[newest.id] = cost
 
     def delete(self, item_id: str) -> None:
         item = self.find(item_id)
         if item is None:
-            raise EventError("item_not_found", f"no item {item_id!r}", "item_id")
-        self.items.remove(item)
+            raise EventError("item_not_found", f"no item {quoted(item_id)}", "item_id")
+        self._remove(item)
 
     def drop(self, items: tuple[Item, ...]) -> None:
         """Removes ``items`` (the oldest, which the session's truncation dropped to fit the context)."""
         gone = {item.id for item in items}
-        self.items[:] = [item for item in self.items if item.id not in gone]
+        for item in [item for item in self.items if item.id in gone]:
+            self._remove(item)
+
+    def _remove(self, item: Item) -> None:
+        self.items.remove(item)
+        cost = self.charged.pop(item.id, None)
+        if cost is not None and self.meter is not None:
+            self.meter.refund(cost, 1)
 
     def truncate(self, item_id: str, audio_end_ms: int) -> Item:
         """Cuts an assistant message at what was played: its transcript kept in proportion to the audio heard, at a
         word boundary (the text is not aligned to the audio word by word)."""
         item = self.find(item_id)
         if item is None or item.type != "message" or item.role != "assistant":
-            raise EventError("item_not_found", f"no assistant message {item_id!r}", "item_id")
+            raise EventError("item_not_found", f"no assistant message {quoted(item_id)}", "item_id")
         if not isinstance(audio_end_ms, int) or isinstance(audio_end_ms, bool) or audio_end_ms < 0:
             raise EventError("invalid_value", "audio_end_ms must be a non-negative integer", "audio_end_ms")
         if audio_end_ms > item.audio_ms:

@@ -19,8 +19,9 @@ from typing import Any
 from omnistage.audio.g711 import G711_RATE
 from omnistage.audio.vad import VadConfig
 from omnistage.core import Usage
-from omnistage.entrypoints.openai.common.errors import scrub_reprs
+from omnistage.entrypoints.openai.common.errors import quoted, scrub_reprs
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
+from omnistage.entrypoints.openai.common.metadata import metadata_fault
 from omnistage.entrypoints.openai.realtime.audio_formats import (
     DEFAULT_INPUT_RATE,
     OUTPUT_RATE,
@@ -80,7 +81,7 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
     if not isinstance(kind, str):
         raise EventError("invalid_event", "the event has no string 'type'", param="type", event_id=event_id(event))
     if kind not in CLIENT_EVENTS:
-        raise EventError("unknown_event_type", f"unknown event type {kind!r} (known: {', '.join(CLIENT_EVENTS)})",
+        raise EventError("unknown_event_type", f"unknown event type {quoted(kind)} (known: {', '.join(CLIENT_EVENTS)})",
                          param="type", event_id=event_id(event))
     faults = mistyped(event, {**COMMON, **EVENTS.get(kind, {})})
     if faults:
@@ -242,7 +243,8 @@ def _input_format(value: Any, param: str) -> InputFormat:  # noqa: ANN401
         return InputFormat(kind, G711_RATE)
     rate = DEFAULT_INPUT_RATE if rate is None else rate
     if rate not in PCM_RATES:
-        raise EventError("invalid_value", f"input rate must be one of {PCM_RATES} Hz, got {rate!r}", f"{param}.rate")
+        raise EventError("invalid_value", f"input rate must be one of {PCM_RATES} Hz, got {quoted(rate)}",
+                         f"{param}.rate")
     return InputFormat("pcm16", int(rate))
 
 
@@ -362,6 +364,9 @@ def response_options(config: SessionConfig, event: dict[str, Any]) -> ResponseOp
             raise EventError("invalid_value", "response.conversation must be 'auto' or 'none'", "response.conversation")
         if items is not None and not isinstance(items, list):
             raise EventError("invalid_value", "response.input must be a list of items", "response.input")
+        fault = metadata_fault(response.get("metadata"))  # echoed in response.done: bounded as OpenAI bounds it
+        if fault is not None:
+            raise EventError("invalid_value", fault, "response.metadata")
         return ResponseOptions(
             output_modalities=config.output_modalities if modalities is None
             else _modalities(modalities, "response.output_modalities"),
@@ -373,7 +378,7 @@ def response_options(config: SessionConfig, event: dict[str, Any]) -> ResponseOp
             tool_choice=config.tool_choice if "tool_choice" not in response
             else _tool_choice(response["tool_choice"], "response.tool_choice"),
             in_conversation=conversation == "auto", input=items,
-            metadata=response.get("metadata") if isinstance(response.get("metadata"), dict) else None,
+            metadata=response.get("metadata"),
         )
     except EventError as exc:
         exc.event_id = event_id(event)

@@ -76,7 +76,7 @@ class ResponseWriter:
         await self.send(server_event("response.output_item.added", response_id=self.id,
                                      output_index=len(self.items) - 1, item=item.describe()))
         if self.conversation is not None:
-            previous = self.conversation.add(item)
+            previous = self.conversation.add(item, own=True)
             await self.send(server_event("conversation.item.added", previous_item_id=previous, item=item.describe()))
 
     async def _finish_item(self, item: Item) -> None:

@@ -9,14 +9,16 @@ from omnistage.audio.vad_backend import VadBackend, vad_backend
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys, claimed_session
+from omnistage.entrypoints.openai.common.errors import no_such_model
 from omnistage.entrypoints.openai.common.request_checks import NO_CHAT
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import wants_beta
 from omnistage.entrypoints.openai.realtime.client_secrets import router as client_secrets_router
 from omnistage.entrypoints.openai.realtime.protocol import EventError, error_event
+from omnistage.entrypoints.openai.realtime.service import VAD_WORKERS, RealtimeService
+from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
 from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, ignore_outcome
-from omnistage.entrypoints.openai.realtime.session_loop import VAD_WORKERS, RealtimeService, RealtimeSession
 from omnistage.entrypoints.openai.realtime.transport import WebSocketTransport
 from omnistage.entrypoints.openai.server_config import ServerLimits
 from omnistage.entrypoints.openai.webrtc.route import CALLS_PATH
@@ -34,7 +36,7 @@ async def realtime(ws: WebSocket) -> None:
     await ws.accept(subprotocol="realtime" if "realtime" in ws.scope.get("subprotocols", ()) else None)
     model = ws.query_params.get("model")
     if model is not None and model not in service.served.names:
-        await ws.send_json(error_event(EventError("model_not_found", f"The model '{model}' does not exist", "model")))
+        await ws.send_json(error_event(EventError("model_not_found", no_such_model(model), "model")))
         await ws.close(code=1008)
         return
     if service.engine.front_end.processor is None:

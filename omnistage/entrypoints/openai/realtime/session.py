@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.common.voice_names import UnknownVoice, VoiceBook
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import beta_shaped
-from omnistage.entrypoints.openai.realtime.items import Conversation, Item, parse_item
+from omnistage.entrypoints.openai.realtime.budget import SessionMeter
+from omnistage.entrypoints.openai.realtime.items import Conversation, Item, ParsedItem, parse_item
 from omnistage.entrypoints.openai.realtime.protocol import (
     EventError,
     SessionConfig,
@@ -43,11 +45,13 @@ def check_output(engine: OmniEngine, voices: VoiceBook, modalities: tuple[str, .
 
 class SessionState:
     def __init__(self, engine: OmniEngine, voices: VoiceBook, limits: ServerLimits, beta: bool,
-                 kind: str = "realtime") -> None:
+                 kind: str = "realtime", meter: SessionMeter | None = None) -> None:
+        """``meter``: where the conversation's items are charged (the server's realtime budget)."""
         self.engine, self.voices, self.limits, self.beta = engine, voices, limits, beta
         modalities = ("text", "audio") if engine.supports_audio else ("text",)
         self.config = SessionConfig(voice=voices.default, output_modalities=modalities, kind=kind)
-        self.conversation = Conversation(max_audio_samples=int(limits.max_session_audio_seconds * AUDIO_SAMPLE_RATE))
+        self.conversation = Conversation(max_audio_samples=int(limits.max_session_audio_seconds * AUDIO_SAMPLE_RATE),
+                                         meter=meter)
         self.updates = 0
 
     def update(self, event: dict[str, Any], buffered: bool) -> list[EventError]:
@@ -83,15 +87,21 @@ class SessionState:
         return errors
 
     # -- items -----------------------------------------------------------------------------------
-    def create_item(self, event: dict[str, Any]) -> tuple[Item, str | None]:
-        item = parse_item(event.get("item"), self.config.input_format, self.limits.max_audio_seconds)
+    def parse_item(self, event: dict[str, Any]) -> ParsedItem:
+        """``conversation.item.create``'s item, checked; its audio left for the caller to decode off the loop."""
+        parsed = parse_item(event.get("item"), self.config.input_format, self.limits.max_audio_seconds)
+        item = parsed.item
         if len(item.text) + len(item.output) + len(item.arguments) > self.limits.max_text_chars:
             raise EventError("input_too_long", f"the item holds more than {self.limits.max_text_chars} characters "
                              "(--max-text-chars)", "item.content")
         previous = event.get("previous_item_id")
         if previous is not None and not isinstance(previous, str):
             raise EventError("invalid_value", "previous_item_id must be a string", "previous_item_id")
-        return item, self.conversation.add(item, previous)
+        return parsed
+
+    def add_item(self, item: Item, event: dict[str, Any]) -> str | None:
+        """Places a created item where ``event`` says; the id before it."""
+        return self.conversation.add(item, event.get("previous_item_id"))
 
     def item_events(self, item: Item, previous: str | None) -> list[dict[str, Any]]:
         """What the server says when an item joins the conversation: first the older audio items it pushed out of
@@ -104,7 +114,7 @@ class SessionState:
     def retrieve(self, event: dict[str, Any]) -> dict[str, Any]:
         item = self.conversation.find(str(event.get("item_id")))
         if item is None:
-            raise EventError("item_not_found", f"no item {event.get('item_id')!r}", "item_id")
+            raise EventError("item_not_found", f"no item {quoted(event.get('item_id'))}", "item_id")
         return server_event("conversation.item.retrieved", item=item.describe())
 
     def truncate(self, event: dict[str, Any]) -> dict[str, Any]:

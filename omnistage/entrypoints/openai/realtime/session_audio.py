@@ -33,7 +33,7 @@ from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
 
 if TYPE_CHECKING:
     from omnistage.entrypoints.openai.realtime.response import CancelReason
-    from omnistage.entrypoints.openai.realtime.session_loop import RealtimeService
+    from omnistage.entrypoints.openai.realtime.service import RealtimeService
 
 IDLE_AUDIO_S = 2.0  # microphone audio kept while no one speaks (beyond any turn's prefix padding)
 ON_LOOP_AUDIO = 256 * 1024  # base64 characters: a shorter append decodes in well under a millisecond
@@ -180,7 +180,7 @@ class SessionAudio:
             if pending is not None:
                 await asyncio.wait({pending})
             options = response_options(self.state.config, {})
-            items = self.requests.items(options, self.state.conversation.with_item(item))
+            items = await self.requests.items(options, self.state.conversation.with_item(item))
             request, dropped = await self.requests.build(options, items, self.requests.tools(options), None)
             # Played only from the turn's end: until then the pipeline may make its first chunk smaller.
             return SpeculativeTurn(item, options, items, replace(request, plays_at=turn_end), dropped)

@@ -33,20 +33,17 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
-from omnistage.audio.vad_backend import VadBackend
 from omnistage.core import OmniOutput, OmniRequest
-from omnistage.entrypoints.openai.common.admission import Admission, Overloaded, Ticket
-from omnistage.entrypoints.openai.common.decode_pool import DecodePool
-from omnistage.entrypoints.openai.common.served_model import ServedModel, audio_rate
+from omnistage.entrypoints.openai.common.admission import Overloaded, Ticket
+from omnistage.entrypoints.openai.common.served_model import audio_rate
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
 from omnistage.entrypoints.openai.common.tool_calls import ToolSetup
-from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import to_beta
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
-from omnistage.entrypoints.openai.realtime.items import Item
+from omnistage.entrypoints.openai.realtime.event_rate import EventRate
+from omnistage.entrypoints.openai.realtime.items import Item, decoded
 from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.protocol import (
     CONVERSATION_EVENTS,
@@ -62,31 +59,15 @@ from omnistage.entrypoints.openai.realtime.protocol import (
 from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.session_audio import SessionAudio
-from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, Speculation, ignore_outcome
+from omnistage.entrypoints.openai.realtime.service import RealtimeService
+from omnistage.entrypoints.openai.realtime.speculation import Speculation
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
 from omnistage.entrypoints.openai.realtime.transport import ClientAudio, Incoming, Transport
 from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
 from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
 from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
-from omnistage.entrypoints.openai.server_config import ServerLimits
 
 logger = logging.getLogger(__name__)
-VAD_WORKERS = 2  # threads running every session's audio work (model-based VAD, large appends' decoding)
-
-
-@dataclass
-class RealtimeService:
-    engine: OmniEngine
-    limits: ServerLimits
-    admission: Admission
-    pool: DecodePool
-    served: ServedModel
-    vad: VadBackend  # the server_vad detector (--vad)
-    vad_pool: DecodePool  # where a model-based detector runs and large appends are decoded, off the event loop
-    streaming_input: bool = True  # sessions prefill their user's turn while it is spoken (realtime/listening.py)
-    speculative_reply_ms: int = 0  # a turn's pause that starts its reply early (realtime/speculation.py; 0: never)
-    count_speculation: CountOutcome = ignore_outcome  # told "used" or "dropped" as each speculative reply ends
-    first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
 
 
 class RealtimeSession(SessionAudio):
@@ -97,8 +78,9 @@ class RealtimeSession(SessionAudio):
         self.transport, self.service, self.settings = transport, service, settings
         self.engine, self.limits = service.engine, service.limits
         self.id = new_id("sess")
-        self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind)
-        self.buffer = InputBuffer(self.state.config.input_format, self.limits.max_audio_seconds)
+        self.meter = service.budget.meter()  # this session's share of the server's realtime bounds (budget.py)
+        self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind, self.meter)
+        self.buffer = InputBuffer(self.state.config.input_format, self.limits.max_audio_seconds, self.meter)
         self.vad = service.vad.make(self._vad_config(), self.buffer.rate)
         self.speech_start, self.speech_item = 0, ""
         self.response: asyncio.Task[None] | None = None
@@ -111,6 +93,7 @@ class RealtimeSession(SessionAudio):
         self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state, service.first_chunk_frames)
         self.listener = Listener(self.engine, service.pool, self.requests.prefill)
         self.speculation: Speculation | None = None
+        self.rate = EventRate(self.limits.realtime_events_per_second)  # client events acted on (event_rate.py)
 
     @property
     def config(self):  # noqa: ANN201 - SessionConfig
@@ -157,6 +140,18 @@ class RealtimeSession(SessionAudio):
 
     # -- the read loop ---------------------------------------------------------------------------
     async def run(self) -> None:
+        try:
+            self.meter.open()
+        except EventError as exc:  # the server holds as many sessions as it may
+            await self.fail(exc)
+            await self.transport.close("too many sessions")
+            return
+        try:
+            await self._run()
+        finally:
+            self.meter.close()
+
+    async def _run(self) -> None:
         errors = self._apply({"type": "session.update", "session": self.settings}) if self.settings else []
         await self.send(server_event("session.created", session=self._describe()))
         for error in errors:  # checked when the key was minted: only a server changed since then gets here
@@ -166,18 +161,10 @@ class RealtimeSession(SessionAudio):
                 message = await self._receive()
                 if message is None:
                     break
-                event: dict[str, Any] = {}
-                try:
-                    if isinstance(message, ClientAudio):
-                        await self._hear(message)
-                        continue
-                    event = parse_event(message.raw)
-                    self.dialect = self.dialect or detect_vllm_omni(event, self.service.served)
-                    for each in self.dialect.incoming(event) if self.dialect is not None else (event,):
-                        await self.handle(each)
-                except EventError as exc:
-                    exc.event_id = exc.event_id or event_id(event)
-                    await self.fail(exc)
+                await self._serve(message)
+                # Queued events never suspend the read: without this, a flood of them held the event loop (and
+                # every other session and request) until the last was handled.
+                await asyncio.sleep(0)
         finally:
             self.closed = True
             await self.listener.close()
@@ -186,6 +173,24 @@ class RealtimeSession(SessionAudio):
             await self._cancel_response()
             for task in list(self.side_tasks):
                 task.cancel()
+
+    async def _serve(self, message: Incoming) -> None:
+        """One client message acted on, or answered with the ``error`` event saying why not."""
+        event: dict[str, Any] = {}
+        try:
+            if isinstance(message, ClientAudio):
+                await self._hear(message)
+                return
+            event = parse_event(message.raw)
+            if not self.rate.take():
+                raise EventError("rate_limit_exceeded", f"more than {self.rate.per_second:g} events a second "
+                                 "(--realtime-events-per-second): this one was not acted on")
+            self.dialect = self.dialect or detect_vllm_omni(event, self.service.served)
+            for each in self.dialect.incoming(event) if self.dialect is not None else (event,):
+                await self.handle(each)
+        except EventError as exc:
+            exc.event_id = exc.event_id or event_id(event)
+            await self.fail(exc)
 
     async def _receive(self) -> Incoming | None:
         """The next client message; None when the session ends first: idle past ``--ws-idle-timeout`` with no
@@ -235,8 +240,9 @@ class RealtimeSession(SessionAudio):
             self.listener.discard()
             await self.send(server_event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
-            item, previous = self.state.create_item(event)
-            for out in self.state.item_events(item, previous):
+            parsed = self.state.parse_item(event)
+            (item,) = await decoded([parsed], self.config.input_format, self.service.pool)
+            for out in self.state.item_events(item, self.state.add_item(item, event)):
                 await self.send(out)
         elif kind == "conversation.item.retrieve":
             await self.send(self.state.retrieve(event))
@@ -265,7 +271,7 @@ class RealtimeSession(SessionAudio):
     def _apply(self, event: dict[str, Any]) -> list[EventError]:
         errors = self.state.update(event, buffered=self.buffer.samples > 0)
         if self.buffer.format != self.config.input_format:
-            self.buffer = InputBuffer(self.config.input_format, self.limits.max_audio_seconds)
+            self.buffer = InputBuffer(self.config.input_format, self.limits.max_audio_seconds, self.meter)
         self._reset_vad(rebuild=True)
         return errors
 
@@ -307,7 +313,7 @@ class RealtimeSession(SessionAudio):
             raise EventError("input_too_long", f"instructions are {len(options.instructions)} characters; the limit "
                              f"is {self.limits.max_instructions_chars} (--max-instructions-chars)",
                              "response.instructions", eid)
-        items = self.requests.items(options)
+        items = await self.requests.items(options)
         if not items and not options.instructions:
             raise EventError("conversation_empty", "nothing to respond to: commit audio or create an item first",
                              event_id=eid)

@@ -17,7 +17,7 @@ from omnistage.entrypoints.openai.common.request_checks import completion_budget
 from omnistage.entrypoints.openai.common.tool_calls import ToolSetup, tool_setup
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.conversation import PromptSpec, chat_tools, render_prompt_job
-from omnistage.entrypoints.openai.realtime.items import Conversation, Item, parse_item
+from omnistage.entrypoints.openai.realtime.items import Conversation, Item, decoded, parse_item
 from omnistage.entrypoints.openai.realtime.protocol import EventError, ResponseOptions, new_id, response_options
 from omnistage.entrypoints.openai.realtime.session import SessionState
 from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt
@@ -36,12 +36,12 @@ class TurnRequests:
     state: SessionState  # the session's settings and conversation (read when a request is built)
     first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
 
-    def items(self, options: ResponseOptions, conversation: Conversation | None = None) -> tuple[Item, ...]:
-        """The response's items: its own ``input``, else the conversation's (the session's, or ``conversation``)
-        within the server's budget."""
+    async def items(self, options: ResponseOptions, conversation: Conversation | None = None) -> tuple[Item, ...]:
+        """The response's items: its own ``input`` (its audio decoded in the pool), else the conversation's (the
+        session's, or ``conversation``) within the server's budget."""
         if options.input is not None:
             fmt, seconds = self.state.config.input_format, self.limits.max_audio_seconds
-            return tuple(parse_item(i, fmt, seconds) for i in options.input)
+            return await decoded([parse_item(i, fmt, seconds) for i in options.input], fmt, self.pool)
         items = (self.state.conversation if conversation is None else conversation).items
         sizes = [(len(i.text) + len(i.output) + len(i.arguments),
                   0.0 if i.audio is None else len(i.audio) / AUDIO_SAMPLE_RATE) for i in items]
@@ -118,7 +118,7 @@ class TurnRequests:
         When the response will speak, the request asks for audio too, prefill-only: the talker prefills its
         prompt (the turn's user rows) into its cache as well, and no audio is made."""
         options = response_options(self.state.config, {})
-        earlier = self.items(options)
+        earlier = await self.items(options)
         if audio is None and not earlier and not options.instructions:
             return None
         live = (Item(new_id("item"), "message", role="user") if audio is None else

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from omnistage.entrypoints.openai.common.errors import no_such_model
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.realtime.protocol import OUTPUT_RATE, EventError, server_event
 
@@ -40,7 +41,7 @@ class VllmOmniDialect:
         if kind == "session.update" and "session" not in event:
             model = event.get("model")
             if model is not None and model not in self.served.names:
-                raise EventError("model_not_found", f"The model '{model}' does not exist", "model")
+                raise EventError("model_not_found", no_such_model(model), "model")
             audio = {"input": {"format": {"type": "audio/pcm", "rate": INPUT_RATE}, "turn_detection": None}}
             return [{"type": "session.update", "session": {"type": "realtime", "output_modalities": ["audio"],
                                                            "audio": audio}}]

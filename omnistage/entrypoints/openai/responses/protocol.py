@@ -1,8 +1,9 @@
 """``/v1/responses`` request bodies, and the response object and stream events, mirroring the ``openai`` package's
 ``openai.types.responses`` field for field (the tests validate every one against them).
 
-Input items are typed by their ``type`` (a message may leave it out, as ``EasyInputMessage`` does). Known fields
-this server cannot honour (``background``, ``conversation``, ``prompt``, ``truncation: "auto"``, a JSON ``text``
+Input items are typed by their ``type`` (a message may leave it out, as ``EasyInputMessage`` does); their unknown
+fields are dropped as read, never stored with the response (``IgnoringBody``). Known fields this server cannot
+honour (``background``, ``conversation``, ``prompt``, ``truncation: "auto"``, a JSON ``text``
 format, ``top_logprobs``) are refused with a 400 naming them; unknown top-level fields (``service_tier``,
 ``prompt_cache_key``, ``safety_identifier``...) are ignored, as chat ignores them.
 """
@@ -13,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag, model_validator
 
-from omnistage.entrypoints.openai.common.protocol import LenientBody, StrictBody
+from omnistage.entrypoints.openai.common.protocol import IgnoringBody, LenientBody, StrictBody
 from omnistage.sampling_params import SEED_MAX
 
 # ---- request: input content and items ----------------------------------------------------------------------
@@ -24,11 +25,11 @@ class InputText(StrictBody):
     text: str
 
 
-class InputImage(LenientBody):
+class InputImage(IgnoringBody):
     type: Literal["input_image"]
     image_url: str | None = Field(None, description="data: URL, file:// under --allowed-local-media-path, http(s)")
     file_id: str | None = None  # the Files API is not served: refused when set
-    detail: str | None = None  # accepted, not used
+    detail: Literal["low", "high", "auto"] | None = None  # accepted, not used
 
 
 class InputAudioData(StrictBody):
@@ -41,20 +42,20 @@ class InputAudio(StrictBody):
     input_audio: InputAudioData
 
 
-class InputFile(LenientBody):
+class InputFile(IgnoringBody):
     """Declared so that it is refused by name (the Files API is not served)."""
 
     type: Literal["input_file"]
 
 
-class OutputTextIn(LenientBody):
+class OutputTextIn(IgnoringBody):
     """An earlier answer's text, sent back as input (annotations and logprobs are not read)."""
 
     type: Literal["output_text"]
     text: str
 
 
-class RefusalIn(LenientBody):
+class RefusalIn(IgnoringBody):
     type: Literal["refusal"]
     refusal: str
 
@@ -63,7 +64,7 @@ InputPart = Annotated[InputText | InputImage | InputAudio | InputFile | OutputTe
                       Field(discriminator="type")]
 
 
-class MessageItem(LenientBody):
+class MessageItem(IgnoringBody):
     """An ``EasyInputMessage``, an input ``message`` item, or an earlier ``ResponseOutputMessage``."""
 
     type: Literal["message"] | None = None
@@ -72,7 +73,7 @@ class MessageItem(LenientBody):
     id: str | None = None
 
 
-class FunctionCallItem(LenientBody):
+class FunctionCallItem(IgnoringBody):
     """An earlier answer's call, sent back with its output."""
 
     type: Literal["function_call"]
@@ -82,7 +83,7 @@ class FunctionCallItem(LenientBody):
     id: str | None = None
 
 
-class FunctionCallOutputItem(LenientBody):
+class FunctionCallOutputItem(IgnoringBody):
     type: Literal["function_call_output"]
     call_id: str
     output: str | list[InputPart]

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from omnistage.entrypoints.openai.common.admission import Admission
+from omnistage.entrypoints.openai.common.auth import caller
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
 from omnistage.entrypoints.openai.common.protocol import ErrorResponse
 from omnistage.entrypoints.openai.common.prescan import BudgetedRoute
@@ -25,7 +26,8 @@ _ERRORS: dict[int | str, dict[str, object]] = {
         (400, "invalid request: a bad field, an unsupported one (named), or over a limit (the message names the "
               "flag)"),
         (401, "missing or wrong API key (--api-key)"),
-        (404, "unknown model, or a response id the server does not hold (never stored, expired, deleted)"),
+        (404, "unknown model, or a response id the server does not hold (never stored, expired, deleted, or "
+              "stored under another API key)"),
         (413, "request body over --max-request-bytes"), (429, "over --max-queued-requests (see Retry-After)"),
         (500, "engine failure"), (503, "a stage has no healthy replica, or aborted"),
         (504, "over --request-timeout"))}
@@ -36,7 +38,7 @@ _SSE = {"text/event-stream": {"schema": {"type": "string", "description": "respo
 def responses_router(engine: OmniEngine, builder: PromptBuilder, admission: Admission, served: ServedModel,
                      metrics: ServerMetrics) -> APIRouter:
     limits = builder.limits
-    store = ResponseStore(limits.max_stored_responses, limits.stored_response_ttl)
+    store = ResponseStore(limits.max_stored_responses, limits.stored_response_ttl, limits.max_stored_response_bytes)
     service = ResponsesService(engine, builder, admission, served, metrics, store)
     router = APIRouter(route_class=BudgetedRoute, tags=["responses"])
 
@@ -47,11 +49,11 @@ def responses_router(engine: OmniEngine, builder: PromptBuilder, admission: Admi
         return await service.create(body, request)
 
     @router.get("/v1/responses/{response_id}", response_model=ResponseObject, responses=_ERRORS)
-    async def retrieve_response(response_id: str) -> ResponseObject:
-        return service.retrieve(response_id)
+    async def retrieve_response(response_id: str, request: Request) -> ResponseObject:
+        return service.retrieve(response_id, caller(request.scope))
 
     @router.delete("/v1/responses/{response_id}", response_model=ResponseDeleted, responses=_ERRORS)
-    async def delete_response(response_id: str) -> ResponseDeleted:
-        return service.delete(response_id)
+    async def delete_response(response_id: str, request: Request) -> ResponseDeleted:
+        return service.delete(response_id, caller(request.scope))
 
     return router

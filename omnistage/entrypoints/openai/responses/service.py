@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 
 from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.common.admission import Admission, Ticket
+from omnistage.entrypoints.openai.common.auth import caller
 from omnistage.entrypoints.openai.common.errors import bad_request
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
 from omnistage.entrypoints.openai.common.request_checks import (
@@ -51,7 +52,7 @@ from omnistage.entrypoints.openai.responses.protocol import (
     ResponseObject,
     ResponsesRequest,
 )
-from omnistage.entrypoints.openai.responses.store import ResponseStore, StoredResponse
+from omnistage.entrypoints.openai.responses.store import ResponseStore, StoredResponse, stored_size
 from omnistage.entrypoints.openai.responses.stream import ResponseWriter, sse
 from omnistage.processing.prompt import ProcessedPrompt
 from omnistage.sampling_params import SamplingParams
@@ -75,7 +76,8 @@ class ResponsesService:
         self.served.check(body.model)
         require_chat(self.engine)
         voice = self._voice(body)
-        history = self.store.get(body.previous_response_id, "previous_response_id").history() \
+        owner = caller(raw.scope)
+        history = self.store.get(body.previous_response_id, owner, "previous_response_id").history() \
             if body.previous_response_id else []
         items = input_items(body)
         tools = tools_of(body)
@@ -91,7 +93,9 @@ class ResponsesService:
                               unspoken=tools.unspoken(getattr(self.engine.front_end.processor, "tokenizer", None))
                               if voice else None, **({"voice": voice} if voice else {}))
         writer = ResponseWriter(_initial(body, request_id, sampling), tools.parser(), audio=voice is not None)
-        events = self._events(request, ticket, writer, (*history, *items), body, arrived)
+        keep = None if body.store is False else StoredResponse(
+            writer.response, (*history, *items), owner, stored_size(len(await raw.body()), len(items)))
+        events = self._events(request, ticket, writer, keep, body, arrived)
         if body.stream:
             return AbortingStreamingResponse(_sse(events), media_type="text/event-stream", ticket=ticket)
         try:
@@ -102,11 +106,11 @@ class ResponsesService:
             ticket.release()
         return JSONResponse(writer.response.model_dump())
 
-    def retrieve(self, response_id: str) -> ResponseObject:
-        return self.store.get(response_id).response
+    def retrieve(self, response_id: str, owner: str) -> ResponseObject:
+        return self.store.get(response_id, owner).response
 
-    def delete(self, response_id: str) -> ResponseDeleted:
-        self.store.delete(response_id)
+    def delete(self, response_id: str, owner: str) -> ResponseDeleted:
+        self.store.delete(response_id, owner)
         return ResponseDeleted(id=response_id)
 
     def _voice(self, body: ResponsesRequest) -> str | None:
@@ -127,9 +131,10 @@ class ResponsesService:
                                      temperature=body.temperature, top_p=body.top_p, seed=body.seed)
 
     async def _events(self, request: OmniRequest, ticket: Ticket, writer: ResponseWriter,
-                      conversation: tuple[InputItem, ...], body: ResponsesRequest,
+                      keep: StoredResponse | None, body: ResponsesRequest,
                       arrived: float) -> AsyncIterator[ResponseEvent]:
-        """The response's events; nothing starts (no timer, no engine request) until the first is asked for."""
+        """The response's events; nothing starts (no timer, no engine request) until the first is asked for.
+        ``keep``: the entry to store once the response has ended well (None: ``store: false``)."""
         timer = self.metrics.track(ENDPOINT, arrived, streamed=bool(body.stream))
         outcome = "client_disconnected"  # unless the final output is reached
         final: OmniOutput | None = None
@@ -155,8 +160,8 @@ class ResponsesService:
                 return
             assert final is not None
             ending = writer.finish(final, usage_of(final, len(request.prompt.token_ids), tokens))
-            if body.store is not False:  # stored before the client can read that it ended
-                self.store.put(StoredResponse(writer.response, conversation))
+            if keep is not None:  # stored before the client can read that it ended
+                self.store.put(keep)
             outcome = "ok"
             for event in ending:
                 yield event

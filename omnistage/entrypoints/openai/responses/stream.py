@@ -160,8 +160,11 @@ class ResponseWriter:
                                 sequence_number=self._next())]
 
     def _lifecycle(self, kind: str) -> ResponseLifecycle:
-        return ResponseLifecycle(type=kind, response=self.response.model_copy(deep=True),  # type: ignore[arg-type]
-                                 sequence_number=self._next())
+        """The response as it stands. Only its output items change after ``response.created``: they are copied,
+        the rest (tools, metadata, instructions) shared, not deep-copied on the event loop at every event."""
+        snapshot = self.response.model_copy(update={"output": [item.model_copy(deep=True)
+                                                               for item in self.response.output]})
+        return ResponseLifecycle(type=kind, response=snapshot, sequence_number=self._next())  # type: ignore[arg-type]
 
     def _next(self) -> int:
         self._seq += 1

@@ -114,9 +114,8 @@ class TextToSpeech(SpeechInputs):
                               code="invalid_voice")
         try:
             return self.voices.folder(name)
-        except VoiceStoreError as exc:
-            registered = ", ".join(self.voices.names()) or "none"
-            raise bad_request(f"{exc} (registered: {registered})", param="voice", code="invalid_voice") from exc
+        except VoiceStoreError as exc:  # never a list of the voices others registered
+            raise bad_request(str(exc), param="voice", code="invalid_voice") from exc
 
     async def request(self, body: SpeechRequest) -> OmniRequest:
         voice = self.check_voice(body)

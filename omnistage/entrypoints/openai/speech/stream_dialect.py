@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import WebSocket
 
+from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
 
@@ -55,7 +56,7 @@ class StreamDialect:
             return Configure(SpeechRequest.model_validate({"input": " ", **fields}))
         if kind in ("input_text.delta", "input_text.done"):
             return TextIn(text_field(event, "delta"), done=kind == "input_text.done")
-        raise ValueError(f"unknown event type {kind!r} (session.update, input_text.delta, input_text.done)")
+        raise ValueError(f"unknown event type {quoted(kind)} (session.update, input_text.delta, input_text.done)")
 
     async def segment_started(self, index: int, text: str, body: SpeechRequest) -> None:
         pass

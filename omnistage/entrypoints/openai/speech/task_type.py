@@ -8,7 +8,7 @@ spoken in a way the client did not ask for.
 
 from __future__ import annotations
 
-from omnistage.entrypoints.openai.common.errors import bad_request
+from omnistage.entrypoints.openai.common.errors import bad_request, quoted
 from omnistage.families.speech import SpeechFrontEnd
 
 
@@ -21,5 +21,5 @@ def task_type_of(speech: SpeechFrontEnd) -> str:
 def check_task_type(speech: SpeechFrontEnd, claimed: str | None) -> None:
     served = task_type_of(speech)
     if claimed is not None and claimed != served:
-        raise bad_request(f"task_type {claimed!r} does not match the served checkpoint, a {served} model",
+        raise bad_request(f"task_type {quoted(claimed)} does not match the served checkpoint, a {served} model",
                           param="task_type", code="invalid_task_type")

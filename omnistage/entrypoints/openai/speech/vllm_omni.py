@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from omnistage.audio.formats import PCM_RATE
+from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
 from omnistage.entrypoints.openai.speech.stream_dialect import (
@@ -41,7 +42,7 @@ class VllmOmniStreamDialect(StreamDialect):
             return Configure(SpeechRequest.model_validate({"input": " ", **fields}))
         if kind in ("input.text", "input.done"):
             return TextIn(text_field(event, "text"), done=kind == "input.done")
-        raise ValueError(f"unknown message type {kind!r} (session.config, input.text, input.done)")
+        raise ValueError(f"unknown message type {quoted(kind)} (session.config, input.text, input.done)")
 
     async def segment_started(self, index: int, text: str, body: SpeechRequest) -> None:
         start: dict[str, object] = {"type": "audio.start", "sentence_index": index, "sentence_text": text,

@@ -78,12 +78,16 @@ class VoiceService:
                   token: CancelToken) -> StoredVoice:
         try:
             data = base64.b64decode(body.audio.data, validate=True)
+        except binascii.Error as exc:
+            raise bad_request("the reference audio is not valid base64", param="audio.data",
+                              code="invalid_audio") from exc
+        try:
             if len(data) > self.limits.max_voice_audio_bytes:
                 raise over_budget("max_voice_audio_bytes", f"the reference audio is over "
                                   f"{self.limits.max_voice_audio_bytes} bytes", "audio.data")
             audio = decode_reference(data, body.audio.format, self.limits, "audio.data", token.check)
             clone = speech.clone_voice(audio.samples, audio.sample_rate, body.transcript)
-        except (binascii.Error, ValueError) as exc:
+        except ValueError as exc:  # the front end's own words (a recording that gives no usable voice)
             raise bad_request(f"could not clone a voice from the audio: {exc}", param="audio",
                               code="invalid_audio") from exc
         mode = "in_context" if body.transcript else "x_vector"

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from omnistage.entrypoints.openai.common.errors import bad_request
+from omnistage.entrypoints.openai.common.errors import bad_request, quoted
 
 ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
 Granularity = Literal["word", "segment"]
@@ -37,7 +37,7 @@ class TranscriptionForm:
 
     def check(self) -> None:
         if self.language is not None and not (2 <= len(self.language) <= 3 and self.language.isalpha()):
-            raise bad_request(f"language takes an ISO-639-1 code (e.g. 'en'), got {self.language!r}",
+            raise bad_request(f"language takes an ISO-639-1 code (e.g. 'en'), got {quoted(self.language)}",
                               param="language", code="invalid_value")
         if "word" in self.granularities:
             raise bad_request(NO_WORDS, param="timestamp_granularities", code="unsupported_value")

@@ -1,0 +1,37 @@
+"""What every realtime session shares: the engine, the server's limits, admission and pools, the VAD, the
+server-wide budget of sessions and what they hold (``budget.py``), and the serve-wide defaults of streaming
+input and speculative replies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omnistage.audio.vad_backend import VadBackend
+from omnistage.entrypoints.openai.common.admission import Admission
+from omnistage.entrypoints.openai.common.decode_pool import DecodePool
+from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
+from omnistage.entrypoints.openai.realtime.budget import RealtimeBudget
+from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, ignore_outcome
+from omnistage.entrypoints.openai.server_config import ServerLimits
+
+VAD_WORKERS = 2  # threads running every session's audio work (model-based VAD, large appends' decoding)
+
+
+@dataclass
+class RealtimeService:
+    engine: OmniEngine
+    limits: ServerLimits
+    admission: Admission
+    pool: DecodePool
+    served: ServedModel
+    vad: VadBackend  # the server_vad detector (--vad)
+    vad_pool: DecodePool  # where a model-based detector runs and large appends are decoded, off the event loop
+    streaming_input: bool = True  # sessions prefill their user's turn while it is spoken (realtime/listening.py)
+    speculative_reply_ms: int = 0  # a turn's pause that starts its reply early (realtime/speculation.py; 0: never)
+    count_speculation: CountOutcome = ignore_outcome  # told "used" or "dropped" as each speculative reply ends
+    first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
+    budget: RealtimeBudget = field(init=False)  # what all sessions together may hold (realtime/budget.py)
+
+    def __post_init__(self) -> None:
+        self.budget = RealtimeBudget(self.limits)
