@@ -35,7 +35,7 @@ class QueuedTransport:
                 await self.hold.wait()
         return self.incoming.popleft() if self.incoming else None
 
-    async def close(self, reason: str) -> None:
+    async def close(self, reason: str, code: int = 1000) -> None:
         self.incoming.clear()
         self.closed = True
         self.drained.set()

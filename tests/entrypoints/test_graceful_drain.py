@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from omnistage.entrypoints.openai.api_server import build_app
@@ -119,10 +119,18 @@ def _start_streams(base_url: str, count: int, max_tokens: int) -> tuple[list[Str
 
 
 def test_sigterm_lets_four_audio_streams_finish_and_refuses_new_work(server: Served) -> None:
+    session = connect(f"{server.base_url.replace('http', 'ws')}/v1/realtime?model=tiny", open_timeout=30)
+    assert json.loads(session.recv(30))["type"] == "session.created"
     streams, threads = _start_streams(server.base_url, 4, max_tokens=48)
     assert httpx.get(f"{server.base_url}/ready").json() == {"status": "ready"}
 
     server.proc.send_signal(signal.SIGTERM)
+    # A session has no end of its own: it is told why, then closed as going away.
+    closing = json.loads(session.recv(30))
+    assert closing["type"] == "error" and closing["error"]["code"] == "server_shutting_down"
+    with pytest.raises(ConnectionClosed) as closed:
+        session.recv(30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
     time.sleep(0.3)
     ready = httpx.get(f"{server.base_url}/ready")
     assert (ready.status_code, ready.json()) == (503, {"status": "draining"})

@@ -3,7 +3,9 @@
 uvicorn stops at the first SIGTERM or SIGINT: it closes the listening socket (a new client is refused, not told
 to retry), waits for the connections, and then raises the signal again, so the process dies of it instead of
 exiting 0. Here the first signal starts a drain (:mod:`omnistage.entrypoints.openai.common.draining`): the
-socket stays open and answers 503 with ``Retry-After``, readiness turns false, and what is in flight goes on.
+socket stays open and answers 503 with ``Retry-After``, readiness turns false, and what is in flight goes on;
+sessions, which have no end of their own, are told to end (``on_drain``: each realtime session finishes its
+running response, gets an error event saying why and is closed with 1001).
 The server stops once nothing is in flight. At ``--shutdown-timeout``, or at a second signal, it ends what remains
 first (``end_work``: the pipeline shuts down, and every request still running gets that error as its last event),
 then stops. The process exits 0 either way.
@@ -26,8 +28,11 @@ logger = logging.getLogger(__name__)
 
 class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, draining: Draining, timeout_s: float,
-                 in_flight: Callable[[], int], end_work: Callable[[], Awaitable[None]]) -> None:
+                 in_flight: Callable[[], int], end_work: Callable[[], Awaitable[None]],
+                 on_drain: Callable[[], Awaitable[None]] | None = None) -> None:
         super().__init__(config)
+        self.on_drain = on_drain
+        self._drain_task: asyncio.Task[None] | None = None
         self.draining = draining
         self.timeout_s = timeout_s
         self.in_flight = in_flight  # requests, sessions and calls still running
@@ -46,6 +51,8 @@ class DrainingServer(uvicorn.Server):
 
     async def on_tick(self, counter: int) -> bool:
         """Every 0.1 s (uvicorn's main loop): stops once the drain is over."""
+        if self.draining.draining and self.on_drain is not None and self._drain_task is None:
+            self._drain_task = asyncio.create_task(self.on_drain())
         if self.draining.draining and not self.should_exit and self._ending is None:
             since = self.draining.since or time.monotonic()
             if self.in_flight() == 0:

@@ -90,7 +90,7 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
                                                log_level=config.log_level, **uvicorn_options(config)),
                                 app.state.services.draining, config.limits.shutdown_timeout,
                                 in_flight=lambda: app.state.services.draining.in_flight + len(calls.live),
-                                end_work=engine.shutdown)
+                                end_work=engine.shutdown, on_drain=app.state.realtime.shut_down_sessions)
         announce = asyncio.create_task(_announce(server, config, engine, sock.getsockname()[1]))
         try:
             await server.serve(sockets=[sock])

@@ -4,7 +4,9 @@ input and speculative replies."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from omnistage.audio.vad_backend import VadBackend
 from omnistage.entrypoints.openai.common.admission import Admission
@@ -14,6 +16,9 @@ from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.budget import RealtimeBudget
 from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, ignore_outcome
 from omnistage.entrypoints.openai.server_config import ServerLimits
+
+if TYPE_CHECKING:
+    from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
 
 VAD_WORKERS = 2  # threads running every session's audio work (model-based VAD, large appends' decoding)
 
@@ -32,6 +37,12 @@ class RealtimeService:
     count_speculation: CountOutcome = ignore_outcome  # told "used" or "dropped" as each speculative reply ends
     first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
     budget: RealtimeBudget = field(init=False)  # what all sessions together may hold (realtime/budget.py)
+    sessions: set[RealtimeSession] = field(init=False, default_factory=set)  # open now, WebSocket and WebRTC
 
     def __post_init__(self) -> None:
         self.budget = RealtimeBudget(self.limits)
+
+    async def shut_down_sessions(self) -> None:
+        """The server stops (``common/draining.py``): each open session finishes its running response, is told
+        why, and ends."""
+        await asyncio.gather(*(session.shut_down() for session in list(self.sessions)), return_exceptions=True)

@@ -62,7 +62,7 @@ from omnistage.entrypoints.openai.realtime.session_audio import SessionAudio
 from omnistage.entrypoints.openai.realtime.service import RealtimeService
 from omnistage.entrypoints.openai.realtime.speculation import Speculation
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
-from omnistage.entrypoints.openai.realtime.transport import ClientAudio, Incoming, Transport
+from omnistage.entrypoints.openai.realtime.transport import GOING_AWAY, ClientAudio, Incoming, Transport
 from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
 from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
 from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
@@ -146,10 +146,23 @@ class RealtimeSession(SessionAudio):
             await self.fail(exc)
             await self.transport.close("too many sessions")
             return
+        self.service.sessions.add(self)
         try:
             await self._run()
         finally:
             self.meter.close()
+            self.service.sessions.discard(self)
+
+    async def shut_down(self) -> None:
+        """The server stops: the running response finishes, then the client hears why and the session ends (a
+        WebSocket's close code 1001, going away)."""
+        if self.response is not None and not self.response.done():
+            await asyncio.wait([self.response])
+        if not self.closed:
+            await self.fail(EventError("server_shutting_down", "the server is shutting down; reconnect to go on",
+                                       error_type="server_error"))
+            self._end_session()
+            await self.transport.close("server shutting down", code=GOING_AWAY)
 
     async def _run(self) -> None:
         errors = self._apply({"type": "session.update", "session": self.settings}) if self.settings else []

@@ -33,6 +33,9 @@ class ClientAudio:
 Incoming = ClientEvent | ClientAudio
 
 
+NORMAL_CLOSURE, GOING_AWAY = 1000, 1001  # WebSocket close codes (RFC 6455)
+
+
 class Transport(Protocol):
     async def send(self, event: dict[str, Any]) -> None:
         """One server event; raises ``ConnectionError`` when the client is gone."""
@@ -40,8 +43,9 @@ class Transport(Protocol):
     async def receive(self) -> Incoming | None:
         """The next thing the client sent; None once it has left (or ``close`` was called)."""
 
-    async def close(self, reason: str) -> None:
-        """Ends the connection from the server's side (idle timeout); idempotent."""
+    async def close(self, reason: str, code: int = NORMAL_CLOSURE) -> None:
+        """Ends the connection from the server's side (idle timeout, the server stopping); idempotent. ``code``: a
+        WebSocket's close code (a WebRTC call has none)."""
 
 
 class WebSocketTransport:
@@ -61,8 +65,8 @@ class WebSocketTransport:
         raw = message.get("text") if message.get("text") is not None else message.get("bytes")
         return ClientEvent(raw or b"")
 
-    async def close(self, reason: str) -> None:
+    async def close(self, reason: str, code: int = NORMAL_CLOSURE) -> None:
         try:
-            await self.ws.close(code=1000, reason=reason)
+            await self.ws.close(code=code, reason=reason)
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # already closed by the client

@@ -30,7 +30,7 @@ from aiortc.mediastreams import MediaStreamTrack
 from omnistage.audio.decode import resample
 from omnistage.audio.g711 import decode_g711
 from omnistage.entrypoints.openai.realtime.protocol import OutputFormat, SessionConfig, server_event
-from omnistage.entrypoints.openai.realtime.transport import ClientAudio, ClientEvent, Incoming
+from omnistage.entrypoints.openai.realtime.transport import NORMAL_CLOSURE, ClientAudio, ClientEvent, Incoming
 from omnistage.entrypoints.openai.webrtc.tracks import RATE, ReplyTrack, microphone_pcm
 
 logger = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class WebRtcTransport:
             self._playing = None
             await self._send_event(server_event("output_audio_buffer.stopped", response_id=response_id))
 
-    async def close(self, reason: str) -> None:
+    async def close(self, reason: str, code: int = NORMAL_CLOSURE) -> None:  # noqa: ARG002 - a call has no close code
         logger.debug("webrtc call closing: %s", reason)
         self._end()
         for task in list(self._tasks):
