@@ -100,6 +100,16 @@ def test_the_key_opens_one_websocket_session_with_its_settings(client: TestClien
         ws.receive_json()  # used once: the second handshake is refused
 
 
+def test_a_websocket_refused_before_its_session_leaves_the_key_unspent(client: TestClient) -> None:
+    """Spent only by a session that was set up: a handshake refused for its model leaves the key usable."""
+    value = mint(client)["value"]
+    protocols = ["realtime", f"openai-insecure-api-key.{value}"]
+    with client.websocket_connect("/v1/realtime?model=nobody", subprotocols=protocols) as ws:
+        assert ws.receive_json()["error"]["code"] == "model_not_found"
+    with client.websocket_connect("/v1/realtime", subprotocols=protocols) as ws:
+        assert ws.receive_json()["type"] == "session.created"
+
+
 def test_the_key_opens_nothing_else_and_cannot_mint(client: TestClient) -> None:
     value = mint(client)["value"]
     bearer = {"Authorization": f"Bearer {value}"}

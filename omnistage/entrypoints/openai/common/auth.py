@@ -9,8 +9,8 @@ or, as OpenAI's browser SDKs send it, as the subprotocol
 ``openai-insecure-api-key.KEY``. An ephemeral key (``ek_...``, see
 ``ephemeral_keys.py``) opens only the realtime routes named for it, once:
 the key is held in the connection's scope for the route, which spends it once
-its session is set up (a WebSocket's at the handshake); a request that ends
-without spending it releases it. Under the prefix named for it, the key is
+its session is set up (a WebSocket's once its model is checked); a request
+that ends without spending it releases it. Under the prefix named for it, the key is
 passed on to the route as the owner it claims to be (a call's hang-up: the
 route compares it with the key that opened the call). An API key's digest is left in the scope too
 (``caller``: whose request it is). Refusals are
@@ -155,8 +155,6 @@ class AccessMiddleware:
             return Unauthorized("Incorrect, expired or already used ephemeral key")
         claim = EphemeralClaim(key, self._ephemeral)
         remember_claim(scope, claim)
-        if scope["type"] == "websocket":
-            claim.spend()  # the handshake opens the session
         return None
 
     def _open(self, path: str) -> bool:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, FastAPI, WebSocket
 from omnistage.audio.vad_backend import VadBackend, vad_backend
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
-from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys, claimed_session
+from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys, claimed_session, ephemeral_claim
 from omnistage.entrypoints.openai.common.errors import no_such_model
 from omnistage.entrypoints.openai.common.request_checks import NO_CHAT
 from omnistage.entrypoints.openai.common.served_model import ServedModel
@@ -43,6 +43,9 @@ async def realtime(ws: WebSocket) -> None:
         await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
         await ws.close(code=1008)
         return
+    claim = ephemeral_claim(ws.scope)
+    if claim is not None:
+        claim.spend()  # the session is set up: its key is used (a handshake refused above left it usable)
     # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update).
     kind = "transcription" if ws.query_params.get("intent") == "transcription" else "realtime"
     await RealtimeSession(WebSocketTransport(ws), service, beta=wants_beta(dict(ws.headers)), kind=kind,
