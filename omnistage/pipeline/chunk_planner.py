@@ -12,8 +12,8 @@ So the planner decides, each time talker frames arrive, how many frames the next
 - the stream's measured paces: wall seconds per talker frame (frame arrivals) and code2wav seconds per decoded
   frame, context included (chunk send → audio back, queueing included); a stream without its own measurements
   yet uses the pipeline's (:class:`StagePaces`), and before anything is measured, conservative defaults.
-Waiting for ``k`` more frames and decoding ``m`` new frames (plus ``c`` of context) takes ``k * talker +
-(m + c) * vocoder`` seconds; the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It may
+Waiting for ``k`` more frames and decoding ``m`` new frames (plus ``c`` of context and, for a decoder that is not
+causal, ``L`` of look-ahead: the chunk also waits for those) takes ``k * talker + (m + c + L) * vocoder`` seconds; the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It may
 be smaller than the first chunk when the slack shrank since the last cut (the talker slowed: another stream's
 prefill), down to the smallest chunk the vocoder keeps up with (from the measured round trip of a chunk); a
 stream whose player ran dry takes first-chunk sizes, so its pauses are few rather than one per frame.
@@ -59,7 +59,8 @@ class StagePaces:
 class ChunkBounds:
     """first_frames: the first chunk (time to first audio); max_frames: never more (``codec_chunk_frames``);
     frame_s: seconds of audio in one frame (the family's codec). A chunk may take ``safety`` of the time until the
-    player runs dry, less ``margin_s`` for delivery."""
+    player runs dry, less ``margin_s`` for delivery. lookahead: frames past a chunk's new ones that it waits for and
+    decodes (a decoder of overlapping windows)."""
 
     first_frames: int
     max_frames: int
@@ -67,10 +68,11 @@ class ChunkBounds:
     frame_s: float
     safety: float = 0.75
     margin_s: float = 0.05
+    lookahead: int = 0
 
     def __post_init__(self) -> None:
-        if self.first_frames < 1 or self.max_frames < 1 or self.left_context < 0 or not 0 < self.safety <= 1 \
-                or not self.frame_s > 0:
+        if self.first_frames < 1 or self.max_frames < 1 or self.left_context < 0 or self.lookahead < 0 \
+                or not 0 < self.safety <= 1 or not self.frame_s > 0:
             raise ValueError(f"invalid chunk bounds: {self}")
 
 
@@ -142,8 +144,9 @@ class PlaybackPlanner:
         now = self.clock()
         slack = b.safety * (self.playback.deadline(now, startup_s=0.0) - now) - b.margin_s
         talker, vocoder = self.paces()
-        context = min(b.left_context, self._cut)
-        ready = pending - 1  # cuttable now: one frame always stays back for the final chunk
+        # Decoded beside the new frames: the context, and the look-ahead the chunk waits for.
+        context = min(b.left_context, self._cut) + b.lookahead
+        ready = pending - 1 - b.lookahead  # cuttable now: one frame always stays back for the final chunk
         if ready >= 1 and vocoder * (ready + context) > slack:
             # Behind: no time to wait, nor to decode all; as many frames as decode in time go now, or when none
             # would, all that are ready, in one call (splitting them would gain a frame's decode and cost a call

@@ -1,0 +1,115 @@
+"""Qwen2.5-Omni's DiT flow matching over several windows of codes at once (chunks of many streams in one batch).
+
+The same ODE as :meth:`omnistage.models.qwen2_5_omni.token2wav.Token2Wav.mel` (transformers' RK4 over the
+swayed time grid, classifier-free guidance), on rows of different lengths padded on the right: a padded frame is
+put in a block of its own, so the DiT's block mask keeps every real frame from attending to padding (and padding
+attends only to padding, never to nothing). Everything else in a DiT layer is per frame, so a row's mel is its own
+window's, whatever it was batched with (up to float rounding).
+
+What stays fixed over the ODE's evaluations is computed once per call: the codes' embeddings, the speaker's rows
+(its ECAPA encoding of the reference mel, once per voice: :meth:`DiTWindows.voice`), positions and block mask;
+each evaluation projects only the moving state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+PAD_BLOCK = 1 << 30  # the block index of padded frames: no real frame's block is within a look of it
+
+
+@dataclass(frozen=True)
+class DiTVoice:
+    """A speaker as the DiT reads it: its conditioning vector ``[C]`` and the ECAPA encodings ``[2, E]`` of its
+    reference mel and of silence (the guided and the unconditioned rows)."""
+
+    cond: torch.Tensor
+    encoded: torch.Tensor
+
+
+@dataclass(frozen=True)
+class OdeSettings:
+    """Transformers' defaults for ``Qwen2_5OmniToken2WavModel.forward``."""
+
+    num_steps: int = 10
+    guidance_scale: float = 0.5
+    sway_coefficient: float = -1.0
+
+
+class DiTWindows:
+    def __init__(self, dit: nn.Module, ode: OdeSettings = OdeSettings()) -> None:
+        if ode.guidance_scale < 1e-5:
+            raise ValueError("batched windows are decoded with guidance (transformers' default 0.5)")
+        self.dit, self.ode = dit, ode
+        self.device = next(dit.parameters()).device
+
+    @torch.no_grad()
+    def voice(self, cond: torch.Tensor, reference_mel: torch.Tensor) -> DiTVoice:
+        ref = reference_mel.to(self.device, torch.float32).view(1, *reference_mel.shape[-2:])
+        encoded = self.dit.input_embed.spk_encoder(torch.cat([ref, torch.zeros_like(ref)]))
+        return DiTVoice(cond.to(self.device, torch.float32).reshape(-1), encoded)
+
+    @torch.no_grad()
+    def solve(self, codes: Sequence[torch.Tensor], noise: Sequence[torch.Tensor],
+              voices: Sequence[DiTVoice]) -> list[torch.Tensor]:
+        """Windows of codes ``[T_i]``, their noise ``[2 T_i, mel]`` and speakers → each window's mel
+        ``[mel, 2 T_i]``."""
+        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
+
+        repeats = self.dit.repeats
+        lengths = [c.numel() * repeats for c in codes]
+        frames = max(lengths)
+        code = torch.zeros(len(codes), frames // repeats, dtype=torch.long, device=self.device)
+        x0 = torch.zeros(len(codes), frames, self.dit.mel_dim, device=self.device)
+        for i, (c, n) in enumerate(zip(codes, noise)):
+            code[i, :c.numel()] = c.to(self.device)
+            x0[i, :lengths[i]] = n.to(self.device, torch.float32).view(lengths[i], -1)
+        velocity = self._velocity(code, voices, lengths)
+        t = torch.linspace(0, 1, self.ode.num_steps, device=self.device)
+        t += self.ode.sway_coefficient * (torch.cos(torch.pi / 2 * t) - 1 + t)
+        x = RungeKutta4ODESolver(function=velocity, initial_value=x0).integrate(t)[-1]
+        return [x[i, :n].T for i, n in enumerate(lengths)]
+
+    def _velocity(self, code: torch.Tensor, voices: Sequence[DiTVoice],
+                  lengths: Sequence[int]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        dit, guidance = self.dit, self.ode.guidance_scale
+        rows, frames = code.shape[0], code.shape[1] * dit.repeats
+        static = self._static(code, voices)
+        position_ids = torch.arange(frames, device=self.device).expand(2 * rows, -1)
+        positions = dit.rotary_embed(static, position_ids)
+        block_diff = self._block_diff(lengths, frames).repeat(2, 1, 1, 1)
+
+        def velocity(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            time = dit.time_embed(t.repeat(2 * rows))
+            hidden = dit.input_embed.proj(torch.cat((torch.cat((x, x)), static), dim=-1))
+            for block in dit.transformer_blocks:
+                hidden = block(hidden, time, position_embeddings=positions, block_diff=block_diff)
+            guided, null = torch.chunk(dit.proj_out(dit.norm_out(hidden, time)), 2, dim=0)
+            return guided + (guided - null) * guidance
+
+        return velocity
+
+    def _static(self, code: torch.Tensor, voices: Sequence[DiTVoice]) -> torch.Tensor:
+        """What the input projection reads beside the state, guided rows then unconditioned ones (as
+        ``DiTInputEmbedding`` concatenates them): speaker encoding, code embedding, speaker conditioning."""
+        dit = self.dit
+        frames = code.shape[1] * dit.repeats
+        encoded = torch.cat([torch.stack([v.encoded[0] for v in voices]), torch.stack([v.encoded[1] for v in voices])])
+        cond = torch.stack([v.cond for v in voices])
+        codes = torch.cat([dit.text_embed(code), dit.text_embed(code, drop_code=True)])
+        speaker = torch.cat([cond, torch.zeros_like(cond)])
+        return torch.cat((encoded.unsqueeze(1).expand(-1, frames, -1), codes,
+                          speaker.unsqueeze(1).expand(-1, frames, -1)), dim=-1)
+
+    def _block_diff(self, lengths: Sequence[int], frames: int) -> torch.Tensor:
+        """``[rows, heads, F, F]``: key block minus query block, each row's padding in a block of its own."""
+        block = torch.arange(frames, device=self.device) // self.dit.block_size
+        blocks = block.repeat(len(lengths), 1)
+        for i, n in enumerate(lengths):
+            blocks[i, n:] = PAD_BLOCK
+        diff = blocks.unsqueeze(1) - blocks.unsqueeze(2)
+        return diff.unsqueeze(1).expand(-1, self.dit.num_attention_heads, -1, -1)
