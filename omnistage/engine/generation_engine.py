@@ -23,17 +23,15 @@ from typing import Protocol
 import msgspec
 import torch
 
+from omnistage.config.pipeline import EngineSettings
 from omnistage.engine.config import auto_device
 
 
-# On a CPU the vocoder's upsampled activations (rows x channels x 1920 samples a frame) leave the caches past
-# a couple of rows: `bench serve` (tiny, 16 streams) made ~86 audio-s/s at batch <= 2 and 38 at batch 16.
-CPU_MAX_BATCH = 2
-
-
-def vocoder_batch_cap(max_num_seqs: int, device: str) -> int:
-    """Chunks per code2wav step on ``device`` (a stage config's, ``"auto"`` allowed)."""
-    return min(max_num_seqs, CPU_MAX_BATCH) if torch.device(auto_device(device)).type == "cpu" else max_num_seqs
+def vocoder_batch_cap(engine: EngineSettings, device: str) -> int:
+    """Chunks per codec step on ``device`` (a stage config's, ``"auto"`` allowed): its ``max_num_seqs``, on a
+    CPU at most its ``cpu_max_batch``."""
+    on_cpu = torch.device(auto_device(device)).type == "cpu"
+    return min(engine.max_num_seqs, engine.cpu_max_batch) if on_cpu else engine.max_num_seqs
 
 
 class StreamVoice(msgspec.Struct, frozen=True, array_like=True):

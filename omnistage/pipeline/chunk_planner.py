@@ -128,12 +128,14 @@ class PlaybackPlanner:
         """The smallest chunk the vocoder keeps up with: one whose audio lasts longer than (``safety`` of) what a
         chunk takes to come back. A chunk smaller than those measured costs no more than they did (a chunk's cost
         grows with its frames), so ``chunk seconds / (safety * frame)`` frames always suffice: one frame where calls are
-        cheap, several where each call re-decodes context or queues behind others. Before any chunk came back:
-        the first chunk's size."""
+        cheap, several where each call re-decodes context or queues behind others, more than the first chunk's
+        where a call costs more than its audio lasts (a decoder of windows, whose every call runs its context, its
+        look-ahead and a fixed cost), up to the largest chunk. Before any chunk came back: the first chunk's
+        size."""
         cost = self.chunk_s.value or self.stage.vocoder_chunk_s.value
         if cost is None:
             return self.bounds.first_frames
-        return min(max(math.ceil(cost / (self.bounds.safety * self.bounds.frame_s)), 1), self.bounds.first_frames)
+        return min(max(math.ceil(cost / (self.bounds.safety * self.bounds.frame_s)), 1), self.bounds.max_frames)
 
     # Sizing ---------------------------------------------------------------------------------------
     def size(self, index: int, pending: int) -> int:
@@ -151,10 +153,12 @@ class PlaybackPlanner:
             # Behind: no time to wait, nor to decode all; as many frames as decode in time go now, or when none
             # would, all that are ready, in one call (splitting them would gain a frame's decode and cost a call
             # each). That while the player still plays: the sooner it arrives, the shorter the pause. Once it ran
-            # dry, chunks of the first one's size make its pauses few and whole (a rebuffer), not one per frame.
+            # dry, chunks of the first one's size make its pauses few and whole (a rebuffer), not one per frame, or
+            # larger where the vocoder keeps up with none smaller (it would never catch up).
             fit = math.floor(slack / vocoder - context)
             best = fit if fit >= 1 else ready
-            floor = b.first_frames if self.playback.buffered_s(now) <= 0 else self.min_frames()
+            dry = self.playback.buffered_s(now) <= 0
+            floor = max(b.first_frames, self.min_frames()) if dry else self.min_frames()
         else:
             # Waiting for more frames pays off while they arrive and decode in time; not past that, even below the
             # first chunk's size (a talker slowed after the last cut, by another stream's prefill, leaves less time

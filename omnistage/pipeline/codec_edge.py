@@ -84,7 +84,7 @@ class CodecEdge:
 
     def __init__(self, setup: StreamSetup, paces: StagePaces) -> None:
         self.setup = setup
-        capacity = vocoder_batch_cap(setup.codec.engine.max_num_seqs, setup.codec.device) * setup.codec.replicas
+        capacity = vocoder_batch_cap(setup.codec.engine, setup.codec.device) * setup.codec.replicas
         self.initial_chunk_frames = initial_chunk_frames(setup.streaming, setup.requested_first, setup.busy,
                                                          capacity, setup.head_start)
         self.plan = chunk_plan(setup.streaming, setup.audio, self.initial_chunk_frames)

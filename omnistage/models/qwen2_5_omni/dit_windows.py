@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 PAD_BLOCK = 1 << 30  # the block index of padded frames: no real frame's block is within a look of it
+PAD_REACH = 100  # block differences clamped to this: a layer looks at most one block ahead or back
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class DiTWindows:
         static = self._static(code, voices)
         position_ids = torch.arange(frames, device=self.device).expand(2 * rows, -1)
         positions = dit.rotary_embed(static, position_ids)
-        block_diff = self._block_diff(lengths, frames).repeat(2, 1, 1, 1)
+        block_diff = self._block_diff(lengths, frames).repeat(2, 1, 1, 1)  # the guided rows, then the null rows
 
         def velocity(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
             time = dit.time_embed(t.repeat(2 * rows))
@@ -106,10 +107,13 @@ class DiTWindows:
                           speaker.unsqueeze(1).expand(-1, frames, -1)), dim=-1)
 
     def _block_diff(self, lengths: Sequence[int], frames: int) -> torch.Tensor:
-        """``[rows, heads, F, F]``: key block minus query block, each row's padding in a block of its own."""
+        """``[rows, 1, F, F]``: key block minus query block, each row's padding in a block of its own (so far from
+        every real block that a look of one block never reaches it). One head's: every layer compares it anew at
+        each evaluation, and attention broadcasts the mask over the heads. int8 (clamped): a fraction of int64's
+        bytes to compare."""
         block = torch.arange(frames, device=self.device) // self.dit.block_size
         blocks = block.repeat(len(lengths), 1)
         for i, n in enumerate(lengths):
             blocks[i, n:] = PAD_BLOCK
-        diff = blocks.unsqueeze(1) - blocks.unsqueeze(2)
-        return diff.unsqueeze(1).expand(-1, self.dit.num_attention_heads, -1, -1)
+        diff = (blocks.unsqueeze(1) - blocks.unsqueeze(2)).clamp(-PAD_REACH, PAD_REACH)
+        return diff.to(torch.int8).unsqueeze(1)

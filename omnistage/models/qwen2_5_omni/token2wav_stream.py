@@ -23,9 +23,11 @@ import torch
 from omnistage.models.qwen2_5_omni.dit_windows import DiTVoice, DiTWindows
 from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE, Token2Wav
 
+# As the reference's streaming decode (Qwen's 50 Hz token2wav): two DiT blocks of context before a chunk, one after,
+# and 20 mel frames of BigVGAN context on each side.
 PAST_MEL = 48  # DiT context before a chunk's new frames, at least (0.48 s)
-FUTURE_MEL = 48  # DiT look-ahead after them (0.48 s): a chunk waits for it
-VOCODER_MEL = 24  # mel frames of the window BigVGAN sees on each side of the new frames
+FUTURE_MEL = 24  # DiT look-ahead after them (0.24 s): a chunk waits for it
+VOCODER_MEL = 20  # mel frames of the window BigVGAN sees on each side of the new frames (at most FUTURE_MEL)
 
 VoiceLookup = Callable[[str], tuple[torch.Tensor, torch.Tensor]]  # a voice name → (conditioning, reference mel)
 
@@ -129,17 +131,19 @@ class Token2WavStreams:
 
     def _vocode(self, windows: Sequence[_Window], mels: Sequence[torch.Tensor],
                 lasts: Sequence[bool]) -> list[torch.Tensor]:
-        """BigVGAN on each chunk's new frames with their context: chunks that are not last in one right-padded
-        batch (the padding lies past their right context, beyond what reaches their samples), a last one (no
-        right context: the whole decode's conv padding is there) alone."""
+        """BigVGAN on each chunk's new frames with :data:`VOCODER_MEL` frames of context, in one batch: padding
+        lies past a row's context, beyond what reaches its samples (a chunk that is not last is padded on the right,
+        a last one on the left: its right end is the utterance's, where the whole decode's conv padding is). A
+        chunk that is both first and last has no context on either side: it goes alone."""
         r, hop = self.repeats, SAMPLES_PER_CODE // self.repeats
         spans = [(max(0, (w.new_start - w.start) * r - VOCODER_MEL), min(m.shape[1], (w.new_end - w.start) * r
                                                                         + VOCODER_MEL)) for w, m in zip(windows, mels)]
         pieces = [m[:, a:b] for m, (a, b) in zip(mels, spans)]
-        full = [i for i, last in enumerate(lasts) if not last]
-        vocoded: dict[int, torch.Tensor] = dict(zip(full, self._bigvgan([pieces[i] for i in full])))
-        for i in (i for i, last in enumerate(lasts) if last):
-            vocoded[i] = self._bigvgan([pieces[i]])[0]
+        alone = [last and w.new_start * r - a == w.start * r for w, (a, _), last in zip(windows, spans, lasts)]
+        batched = [i for i, a in enumerate(alone) if not a]
+        vocoded = dict(zip(batched, self._bigvgan([pieces[i] for i in batched], [lasts[i] for i in batched])))
+        for i in (i for i, a in enumerate(alone) if a):
+            vocoded[i] = self._bigvgan([pieces[i]], [True])[0]
         out = []
         for i, (w, (a, _)) in enumerate(zip(windows, spans)):
             skip = ((w.new_start - w.start) * r - a) * hop
@@ -147,13 +151,17 @@ class Token2WavStreams:
             out.append(torch.cat([wav, wav.new_zeros((w.end - w.new_end) * SAMPLES_PER_CODE)]))
         return out
 
-    def _bigvgan(self, mels: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def _bigvgan(self, mels: Sequence[torch.Tensor], right_aligned: Sequence[bool]) -> list[torch.Tensor]:
+        """Mels ``[mel, F_i]`` → waveforms, one call: each row padded on the right, or on the left where
+        ``right_aligned``."""
         if not mels:
             return []
         lengths = [m.shape[1] for m in mels]
-        batch = mels[0].new_zeros(len(mels), mels[0].shape[0], max(lengths))
+        frames = max(lengths)
+        at = [frames - n if right else 0 for n, right in zip(lengths, right_aligned)]
+        batch = mels[0].new_zeros(len(mels), mels[0].shape[0], frames)
         for i, m in enumerate(mels):
-            batch[i, :, :lengths[i]] = m
+            batch[i, :, at[i]:at[i] + lengths[i]] = m
         wav = self.model.model.code2wav_bigvgan_model(batch).reshape(len(mels), -1)
-        hop = wav.shape[1] // max(lengths)
-        return [wav[i, :n * hop] for i, n in enumerate(lengths)]
+        hop = wav.shape[1] // frames
+        return [wav[i, a * hop:(a + n) * hop] for i, (a, n) in enumerate(zip(at, lengths))]

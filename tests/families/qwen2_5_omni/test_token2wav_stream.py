@@ -65,7 +65,7 @@ def test_chunked_audio_equals_the_whole_decode(worker: Token2WavWorker, omni25_d
         jobs[rid], early = _jobs(rid, codes[rid], plan, StreamVoice(voice, seed))
         assert early >= 1 and jobs[rid][0].voice == StreamVoice(voice, seed) and jobs[rid][1].voice is None
     assert [j.left_context for j in jobs["a"]] == [0, 10, 27, audio.past_frames]
-    assert [j.lookahead for j in jobs["a"]] == [24, 24, 24, 0] and len(jobs["b"]) == 3
+    assert [j.lookahead for j in jobs["a"]] == [12, 12, 12, 0] and len(jobs["b"]) == 3
     for rid, job in sorted(((j.request_id, j) for js in jobs.values() for j in js), key=lambda p: p[1].chunk_index):
         worker.handle(StageInput(rid, job))
     wavs: dict[str, list[torch.Tensor]] = {"a": [], "b": []}
