@@ -7,8 +7,10 @@ attends only to padding, never to nothing). Everything else in a DiT layer is pe
 window's, whatever it was batched with (up to float rounding).
 
 What stays fixed over the ODE's evaluations is computed once per call: the codes' embeddings, the speaker's rows
-(its ECAPA encoding of the reference mel, once per voice: :meth:`DiTWindows.voice`), positions and block mask;
-each evaluation projects only the moving state.
+(its ECAPA encoding of the reference mel, once per voice: :meth:`DiTWindows.voice`), positions and each layer's
+attention mask (transformers' layer compares its block differences anew at every call, and attention converts the
+result: a third of a batch's time). So a layer runs here as transformers' ``DiTDecoderLayer`` does, on its own
+weights, with the mask given (:func:`_layer`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 PAD_BLOCK = 1 << 30  # the block index of padded frames: no real frame's block is within a look of it
 PAD_REACH = 100  # block differences clamped to this: a layer looks at most one block ahead or back
@@ -83,12 +86,15 @@ class DiTWindows:
         position_ids = torch.arange(frames, device=self.device).expand(2 * rows, -1)
         positions = dit.rotary_embed(static, position_ids)
         block_diff = self._block_diff(lengths, frames).repeat(2, 1, 1, 1)  # the guided rows, then the null rows
+        looks = {(b.look_backward_block, b.look_ahead_block) for b in dit.transformer_blocks}
+        masks = {look: _mask(block_diff, *look) for look in looks}
 
         def velocity(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
             time = dit.time_embed(t.repeat(2 * rows))
             hidden = dit.input_embed.proj(torch.cat((torch.cat((x, x)), static), dim=-1))
             for block in dit.transformer_blocks:
-                hidden = block(hidden, time, position_embeddings=positions, block_diff=block_diff)
+                mask = masks[(block.look_backward_block, block.look_ahead_block)]
+                hidden = _layer(block, hidden, time, positions, mask)
             guided, null = torch.chunk(dit.proj_out(dit.norm_out(hidden, time)), 2, dim=0)
             return guided + (guided - null) * guidance
 
@@ -117,3 +123,33 @@ class DiTWindows:
             blocks[i, n:] = PAD_BLOCK
         diff = (blocks.unsqueeze(1) - blocks.unsqueeze(2)).clamp(-PAD_REACH, PAD_REACH)
         return diff.to(torch.int8).unsqueeze(1)
+
+
+def _mask(block_diff: torch.Tensor, back: int, ahead: int) -> torch.Tensor:
+    """A layer's additive attention mask: keys from ``back`` blocks before a query's to ``ahead`` after it."""
+    allowed = (block_diff >= -back) & (block_diff <= ahead)
+    return torch.zeros(allowed.shape, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+
+
+def _layer(block: nn.Module, hidden: torch.Tensor, time: torch.Tensor,
+           positions: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+    """transformers' ``DiTDecoderLayer.forward`` with its attention mask given."""
+    norm, gate_msa, shift_mlp, scale_mlp, gate_mlp = block.attn_norm(hidden, emb=time)
+    hidden = hidden + gate_msa.unsqueeze(1) * _attention(block.attn, norm, positions, mask)
+    norm = block.ff_norm(hidden) * (1 + scale_mlp[:, None]) + shift_mlp[:, None]
+    return hidden + gate_mlp.unsqueeze(1) * block.ff(norm)
+
+
+def _attention(attn: nn.Module, hidden: torch.Tensor, positions: tuple[torch.Tensor, torch.Tensor],
+               mask: torch.Tensor) -> torch.Tensor:
+    """transformers' ``DiTAttention.forward`` (rotary on the first head only, as the checkpoint was trained)."""
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import apply_rotary_pos_emb, deinterleave_head_dim
+
+    rows = hidden.shape[0]
+    query, key, value = (proj(hidden).view(rows, -1, attn.heads, attn.inner_dim // attn.heads).transpose(1, 2)
+                         for proj in (attn.to_q, attn.to_k, attn.to_v))
+    cos, sin = positions
+    query[:, :1], key[:, :1] = apply_rotary_pos_emb(deinterleave_head_dim(query[:, :1]),
+                                                    deinterleave_head_dim(key[:, :1]), cos, sin)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    return attn.to_out[0](out.transpose(1, 2).reshape(rows, -1, attn.inner_dim))
