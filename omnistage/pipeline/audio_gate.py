@@ -11,13 +11,13 @@ bounds the queue with 429s).
 
 What one more stream costs is predicted per stage. Code2wav's load grows with the streams (the median second of
 audio's busy time over its recent chunks, times their number: each chunk weighs the audio it made, so a stream's
-small first chunk, dearer per second than its later ones, counts for its share of the audio, not as a chunk). The talker batches: a step reads its weights once
-for every stream, so its pace grows by far less than a stream's share. Its pace is measured at each number of
-streams (a moving average per count, recorded while every talking stream has a measured pace) and extrapolated
-along the line through the two largest counts measured (a saturating talker bends up); with one count only, one
-more stream is taken to add ``MARGINAL_PRIOR`` of the pace (a batched stage), which the next measurement corrects.
-Extrapolation goes one stream past what was measured, never more: a burst of requests ramps up one measured count
-at a time. With no stream running, a request always starts.
+small first chunk, dearer per second than its later ones, counts for its share of the audio, not as a chunk). The
+talker batches: a step reads its weights once for every stream, so its pace grows by far less than a stream's
+share. Its pace is measured at each number of streams (a moving average per count, recorded while every talking
+stream has a measured pace) and extrapolated along the line through the two largest counts measured (a saturating
+talker bends up); with one count only, one more stream is taken to add ``MARGINAL_PRIOR`` of the pace (a batched
+stage), which the next measurement corrects. Extrapolation goes one stream past what was measured, never more: a
+burst of requests ramps up one measured count at a time. With no stream running, a request always starts.
 
 When the talker measured its decode step at several batch sizes before serving (:class:`StepProfile`, from
 :mod:`omnistage.engine.step_profile`), that curve gives the shape and the running streams only the level: the

@@ -13,10 +13,11 @@ So the planner decides, each time talker frames arrive, how many frames the next
   frame, context included (chunk send → audio back, queueing included); a stream without its own measurements
   yet uses the pipeline's (:class:`StagePaces`), and before anything is measured, conservative defaults.
 Waiting for ``k`` more frames and decoding ``m`` new frames (plus ``c`` of context and, for a decoder that is not
-causal, ``L`` of look-ahead: the chunk also waits for those) takes ``k * talker + (m + c + L) * vocoder`` seconds; the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It may
-be smaller than the first chunk when the slack shrank since the last cut (the talker slowed: another stream's
-prefill), down to the smallest chunk the vocoder keeps up with (from the measured round trip of a chunk); a
-stream whose player ran dry takes first-chunk sizes, so its pauses are few rather than one per frame.
+causal, ``L`` of look-ahead: the chunk also waits for those) takes ``k * talker + (m + c + L) * vocoder`` seconds;
+the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It may be smaller than the first chunk
+when the slack shrank since the last cut (the talker slowed: another stream's prefill), down to the smallest chunk
+the vocoder keeps up with (from the measured round trip of a chunk); a stream whose player ran dry takes first-
+chunk sizes (or that smallest one, when larger), so its pauses are few rather than one per frame.
 """
 
 from __future__ import annotations

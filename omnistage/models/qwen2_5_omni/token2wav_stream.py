@@ -150,12 +150,13 @@ class Token2WavStreams:
         """BigVGAN on each chunk's new frames with :data:`VOCODER_MEL` frames of context, in one batch: padding
         lies past a row's context, beyond what reaches its samples (a chunk that is not last is padded on the right,
         a last one on the left: its right end is the utterance's, where the whole decode's conv padding is). A
-        chunk that is both first and last has no context on either side: it goes alone."""
+        last chunk with less context on its left (near the utterance's start) goes alone."""
         r, hop = self.repeats, SAMPLES_PER_CODE // self.repeats
         spans = [(max(0, (w.new_start - w.start) * r - VOCODER_MEL), min(m.shape[1], (w.new_end - w.start) * r
                                                                         + VOCODER_MEL)) for w, m in zip(windows, mels)]
         pieces = [m[:, a:b] for m, (a, b) in zip(mels, spans)]
-        alone = [last and w.new_start * r - a == w.start * r for w, (a, _), last in zip(windows, spans, lasts)]
+        alone = [last and (w.new_start - w.start) * r - a < VOCODER_MEL
+                 for w, (a, _), last in zip(windows, spans, lasts)]
         batched = [i for i, a in enumerate(alone) if not a]
         vocoded = dict(zip(batched, self._bigvgan([pieces[i] for i in batched], [lasts[i] for i in batched])))
         for i in (i for i, a in enumerate(alone) if a):
