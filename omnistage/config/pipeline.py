@@ -50,6 +50,11 @@ class EngineSettings:
     # A talker stage times its decode step at batch sizes 1, 2, 4, ... up to this (capped by max_num_seqs) before
     # serving, for the audio admission gate; 0 = no profile (the gate then assumes a fixed cost per stream).
     step_profile_max_batch: int = 8
+    # A codec stage on a CPU decodes at most this many chunks a step: Qwen3-Omni's code2wav's upsampled activations
+    # (rows x channels x 1920 samples a frame) leave the caches past a couple of rows (`bench serve`, tiny, 16
+    # streams: ~86 audio-s/s at batch <= 2, 38 at batch 16). A vocoder whose calls cost more than their rows says
+    # more (Qwen2.5-Omni's token2wav).
+    cpu_max_batch: int = 2
 
     @property
     def sized_from_memory(self) -> bool:
@@ -183,6 +188,7 @@ def _engine(data: object, path: str) -> EngineSettings:
     _check(0.0 <= e.gpu_memory_utilization <= 1.0, f"{path}.gpu_memory_utilization", "must be in [0, 1]")
     _check(e.max_model_len >= 0, f"{path}.max_model_len", "must be >= 0")
     _check(e.step_profile_max_batch >= 0, f"{path}.step_profile_max_batch", "must be >= 0")
+    _check(e.cpu_max_batch >= 1, f"{path}.cpu_max_batch", "must be >= 1")
     return e
 
 

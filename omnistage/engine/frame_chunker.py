@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from omnistage.engine.generation_engine import ChunkJob
+from omnistage.engine.generation_engine import ChunkJob, StreamVoice
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,13 @@ class Undelay:
 
 class FrameChunker:
     """Frames ``[n, W]`` in (any pace), chunk jobs out. ``prime`` ``[W, R]``: frames the stream's first chunk
-    decodes before the new ones without returning their audio (a cloned voice's reference frames)."""
+    decodes before the new ones without returning their audio (a cloned voice's reference frames). ``voice``: what
+    the stream's decoder is conditioned on, sent with its first chunk."""
 
     def __init__(self, request_id: str, plan: ChunkPlan, width: int, sizer: ChunkSizer | None = None,
                  prime: torch.Tensor | None = None, delays: tuple[int, ...] = (),
-                 dtype: torch.dtype = torch.long) -> None:
-        self.request_id, self.plan = request_id, plan
+                 dtype: torch.dtype = torch.long, voice: StreamVoice | None = None) -> None:
+        self.request_id, self.plan, self.voice = request_id, plan, voice
         self.sizer: ChunkSizer = sizer or plan
         self._undelay = Undelay(delays) if any(delays) else None
         self._prime = 0 if prime is None else prime.shape[1]
@@ -123,7 +124,8 @@ class FrameChunker:
         end = self._context + self._prime + num_new
         ahead = 0 if last else self.plan.lookahead
         job = ChunkJob(self.request_id, self._index, self._buf[:, :end + ahead].clone(), self._context,
-                       is_last=last, discard_frames=self._prime, lookahead=ahead)
+                       is_last=last, discard_frames=self._prime, lookahead=ahead,
+                       voice=self.voice if self._index == 0 else None)
         keep = min(self.plan.left_context, end)
         self._buf, self._context, self._prime = self._buf[:, end - keep:], keep, 0
         self._index += 1

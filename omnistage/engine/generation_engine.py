@@ -23,17 +23,23 @@ from typing import Protocol
 import msgspec
 import torch
 
+from omnistage.config.pipeline import EngineSettings
 from omnistage.engine.config import auto_device
 
 
-# On a CPU the vocoder's upsampled activations (rows x channels x 1920 samples a frame) leave the caches past
-# a couple of rows: `bench serve` (tiny, 16 streams) made ~86 audio-s/s at batch <= 2 and 38 at batch 16.
-CPU_MAX_BATCH = 2
+def vocoder_batch_cap(engine: EngineSettings, device: str) -> int:
+    """Chunks per codec step on ``device`` (a stage config's, ``"auto"`` allowed): its ``max_num_seqs``, on a
+    CPU at most its ``cpu_max_batch``."""
+    on_cpu = torch.device(auto_device(device)).type == "cpu"
+    return min(engine.max_num_seqs, engine.cpu_max_batch) if on_cpu else engine.max_num_seqs
 
 
-def vocoder_batch_cap(max_num_seqs: int, device: str) -> int:
-    """Chunks per code2wav step on ``device`` (a stage config's, ``"auto"`` allowed)."""
-    return min(max_num_seqs, CPU_MAX_BATCH) if torch.device(auto_device(device)).type == "cpu" else max_num_seqs
+class StreamVoice(msgspec.Struct, frozen=True, array_like=True):
+    """Who speaks a codec stream and the seed of its noise, for a decoder conditioned per request (a flow-matching
+    vocoder's speaker and ODE noise); a codec that is neither ignores it. "" is the family's default voice."""
+
+    voice: str = ""
+    seed: int = 0
 
 
 class ChunkJob(msgspec.Struct, tag="codec.ChunkJob"):
@@ -41,7 +47,7 @@ class ChunkJob(msgspec.Struct, tag="codec.ChunkJob"):
     new ones, then ``lookahead`` frames a decoder that is not causal reads after them. The first
     ``discard_frames`` new frames are decoded (they prime the stream, e.g. a cloned voice's reference frames)
     but their samples are dropped, as are the look-ahead's. The struct is also the codec stage's input on the
-    wire."""
+    wire. ``voice``: on a stream's first chunk, what its decoder is conditioned on for the whole stream."""
 
     request_id: str
     chunk_index: int
@@ -53,6 +59,7 @@ class ChunkJob(msgspec.Struct, tag="codec.ChunkJob"):
     slack_s: float = 0.0
     discard_frames: int = 0
     lookahead: int = 0
+    voice: StreamVoice | None = None
 
     def __post_init__(self) -> None:
         if self.codes.dim() != 2 or not 0 <= self.left_context < self.codes.shape[1]:
@@ -74,11 +81,14 @@ class ChunkJob(msgspec.Struct, tag="codec.ChunkJob"):
 
 @dataclass(frozen=True)
 class ChunkRef:
-    """Which stream a chunk continues, and whether it ends that stream."""
+    """Which stream a chunk continues, whether it ends that stream, the look-ahead frames it ends with (a decoder
+    of overlapping windows reads them), and on a stream's first chunk its voice."""
 
     stream_id: str
     index: int
     last: bool
+    lookahead: int = 0
+    voice: StreamVoice | None = None
 
 
 class ChunkDecoder(Protocol):
@@ -152,7 +162,7 @@ class GenerationEngineCore:
         batch = self.schedule()
         if not batch:
             return []
-        refs = [ChunkRef(job.request_id, job.chunk_index, job.is_last) for job in batch]
+        refs = [ChunkRef(job.request_id, job.chunk_index, job.is_last, job.lookahead, job.voice) for job in batch]
         wavs = self.runner.run([job.codes for job in batch], [job.left_context for job in batch], refs)
         spf = self.runner.samples_per_frame
         if any(job.discard_frames or job.lookahead for job in batch) and not spf:

@@ -20,6 +20,7 @@ import msgspec
 import torch
 
 from omnistage.engine.frame_chunker import ChunkPlan
+from omnistage.engine.generation_engine import StreamVoice
 from omnistage.engine.request import FinishReason
 
 P = TypeVar("P")
@@ -51,6 +52,7 @@ class OpenCodecStream(msgspec.Struct, tag=True):
     width, delays, latent: the family's frame (codebooks or latent values per frame; codebook delays; float
         latents rather than integer codes).
     prime: ``[W, R]`` frames the stream decodes first without their audio (a cloned voice's reference).
+    voice: the request's voice and seed, for a decoder conditioned per stream (sent with its first chunk).
     """
 
     request_id: str
@@ -62,6 +64,7 @@ class OpenCodecStream(msgspec.Struct, tag=True):
     delays: tuple[int, ...] = ()
     latent: bool = False
     prime: torch.Tensor | None = None
+    voice: StreamVoice | None = None
 
 
 class ChunkOrder(msgspec.Struct, array_like=True):

@@ -9,14 +9,15 @@ pipeline's real-time factor at this load. Starting one more stream past ``limit`
 underruns; instead it waits (its caller's admission ticket keeps counting, so ``--max-queued-requests`` still
 bounds the queue with 429s).
 
-What one more stream costs is predicted per stage. Code2wav's load grows with the streams (the median of its
-recent calls' busy time per audio second, times their number). The talker batches: a step reads its weights once
-for every stream, so its pace grows by far less than a stream's share. Its pace is measured at each number of
-streams (a moving average per count, recorded while every talking stream has a measured pace) and extrapolated
-along the line through the two largest counts measured (a saturating talker bends up); with one count only, one
-more stream is taken to add ``MARGINAL_PRIOR`` of the pace (a batched stage), which the next measurement corrects.
-Extrapolation goes one stream past what was measured, never more: a burst of requests ramps up one measured count
-at a time. With no stream running, a request always starts.
+What one more stream costs is predicted per stage. Code2wav's load grows with the streams (the median second of
+audio's busy time over its recent chunks, times their number: each chunk weighs the audio it made, so a stream's
+small first chunk, dearer per second than its later ones, counts for its share of the audio, not as a chunk). The
+talker batches: a step reads its weights once for every stream, so its pace grows by far less than a stream's
+share. Its pace is measured at each number of streams (a moving average per count, recorded while every talking
+stream has a measured pace) and extrapolated along the line through the two largest counts measured (a saturating
+talker bends up); with one count only, one more stream is taken to add ``MARGINAL_PRIOR`` of the pace (a batched
+stage), which the next measurement corrects. Extrapolation goes one stream past what was measured, never more: a
+burst of requests ramps up one measured count at a time. With no stream running, a request always starts.
 
 When the talker measured its decode step at several batch sizes before serving (:class:`StepProfile`, from
 :mod:`omnistage.engine.step_profile`), that curve gives the shape and the running streams only the level: the
@@ -57,16 +58,27 @@ RECENT_CALLS = 16
 
 @dataclass
 class RecentMedian:
-    """The median of the newest ``RECENT_CALLS`` samples; None before the first."""
+    """The weighted median of the newest ``RECENT_CALLS`` samples (with equal weights, the median); None before
+    the first."""
 
-    _samples: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_CALLS))
+    _samples: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RECENT_CALLS))
 
-    def add(self, sample: float) -> None:
-        self._samples.append(sample)
+    def add(self, sample: float, weight: float = 1.0) -> None:
+        self._samples.append((sample, weight))
 
     @property
     def value(self) -> float | None:
-        return statistics.median(self._samples) if self._samples else None
+        if not self._samples:
+            return None
+        ordered = sorted(self._samples)
+        half, seen = sum(w for _, w in ordered) / 2, 0.0
+        for i, (sample, weight) in enumerate(ordered):
+            seen += weight
+            if seen > half:
+                return sample
+            if seen == half:  # between two samples, as the median of an even count
+                return statistics.mean((sample, ordered[i + 1][0]))
+        return ordered[-1][0]
 
 
 class StreamLoad(NamedTuple):
@@ -134,7 +146,7 @@ class AudioGate:
 
     def vocoded(self, busy_s: float, audio_s: float) -> None:
         if audio_s > 0:
-            self.vocoder_busy.add(busy_s / audio_s)
+            self.vocoder_busy.add(busy_s / audio_s, audio_s)
 
     def observe(self, talking: Sequence[float | None]) -> None:
         """Records the talker's pace at this number of talking streams (their measured seconds per frame), once

@@ -12,11 +12,12 @@ So the planner decides, each time talker frames arrive, how many frames the next
 - the stream's measured paces: wall seconds per talker frame (frame arrivals) and code2wav seconds per decoded
   frame, context included (chunk send → audio back, queueing included); a stream without its own measurements
   yet uses the pipeline's (:class:`StagePaces`), and before anything is measured, conservative defaults.
-Waiting for ``k`` more frames and decoding ``m`` new frames (plus ``c`` of context) takes ``k * talker +
-(m + c) * vocoder`` seconds; the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It may
-be smaller than the first chunk when the slack shrank since the last cut (the talker slowed: another stream's
-prefill), down to the smallest chunk the vocoder keeps up with (from the measured round trip of a chunk); a
-stream whose player ran dry takes first-chunk sizes, so its pauses are few rather than one per frame.
+Waiting for ``k`` more frames and decoding ``m`` new frames (plus ``c`` of context and, for a decoder that is not
+causal, ``L`` of look-ahead: the chunk also waits for those) takes ``k * talker + (m + c + L) * vocoder`` seconds;
+the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It may be smaller than the first chunk
+when the slack shrank since the last cut (the talker slowed: another stream's prefill), down to the smallest chunk
+the vocoder keeps up with (from the measured round trip of a chunk); a stream whose player ran dry takes first-
+chunk sizes (or that smallest one, when larger), so its pauses are few rather than one per frame.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class StagePaces:
 class ChunkBounds:
     """first_frames: the first chunk (time to first audio); max_frames: never more (``codec_chunk_frames``);
     frame_s: seconds of audio in one frame (the family's codec). A chunk may take ``safety`` of the time until the
-    player runs dry, less ``margin_s`` for delivery."""
+    player runs dry, less ``margin_s`` for delivery. lookahead: frames past a chunk's new ones that it waits for and
+    decodes (a decoder of overlapping windows)."""
 
     first_frames: int
     max_frames: int
@@ -67,10 +69,11 @@ class ChunkBounds:
     frame_s: float
     safety: float = 0.75
     margin_s: float = 0.05
+    lookahead: int = 0
 
     def __post_init__(self) -> None:
-        if self.first_frames < 1 or self.max_frames < 1 or self.left_context < 0 or not 0 < self.safety <= 1 \
-                or not self.frame_s > 0:
+        if self.first_frames < 1 or self.max_frames < 1 or self.left_context < 0 or self.lookahead < 0 \
+                or not 0 < self.safety <= 1 or not self.frame_s > 0:
             raise ValueError(f"invalid chunk bounds: {self}")
 
 
@@ -126,12 +129,14 @@ class PlaybackPlanner:
         """The smallest chunk the vocoder keeps up with: one whose audio lasts longer than (``safety`` of) what a
         chunk takes to come back. A chunk smaller than those measured costs no more than they did (a chunk's cost
         grows with its frames), so ``chunk seconds / (safety * frame)`` frames always suffice: one frame where calls are
-        cheap, several where each call re-decodes context or queues behind others. Before any chunk came back:
-        the first chunk's size."""
+        cheap, several where each call re-decodes context or queues behind others, more than the first chunk's
+        where a call costs more than its audio lasts (a decoder of windows, whose every call runs its context, its
+        look-ahead and a fixed cost), up to the largest chunk. Before any chunk came back: the first chunk's
+        size."""
         cost = self.chunk_s.value or self.stage.vocoder_chunk_s.value
         if cost is None:
             return self.bounds.first_frames
-        return min(max(math.ceil(cost / (self.bounds.safety * self.bounds.frame_s)), 1), self.bounds.first_frames)
+        return min(max(math.ceil(cost / (self.bounds.safety * self.bounds.frame_s)), 1), self.bounds.max_frames)
 
     # Sizing ---------------------------------------------------------------------------------------
     def size(self, index: int, pending: int) -> int:
@@ -142,16 +147,19 @@ class PlaybackPlanner:
         now = self.clock()
         slack = b.safety * (self.playback.deadline(now, startup_s=0.0) - now) - b.margin_s
         talker, vocoder = self.paces()
-        context = min(b.left_context, self._cut)
-        ready = pending - 1  # cuttable now: one frame always stays back for the final chunk
+        # Decoded beside the new frames: the context, and the look-ahead the chunk waits for.
+        context = min(b.left_context, self._cut) + b.lookahead
+        ready = pending - 1 - b.lookahead  # cuttable now: one frame always stays back for the final chunk
         if ready >= 1 and vocoder * (ready + context) > slack:
             # Behind: no time to wait, nor to decode all; as many frames as decode in time go now, or when none
             # would, all that are ready, in one call (splitting them would gain a frame's decode and cost a call
             # each). That while the player still plays: the sooner it arrives, the shorter the pause. Once it ran
-            # dry, chunks of the first one's size make its pauses few and whole (a rebuffer), not one per frame.
+            # dry, chunks of the first one's size make its pauses few and whole (a rebuffer), not one per frame, or
+            # larger where the vocoder keeps up with none smaller (it would never catch up).
             fit = math.floor(slack / vocoder - context)
             best = fit if fit >= 1 else ready
-            floor = b.first_frames if self.playback.buffered_s(now) <= 0 else self.min_frames()
+            dry = self.playback.buffered_s(now) <= 0
+            floor = max(b.first_frames, self.min_frames()) if dry else self.min_frames()
         else:
             # Waiting for more frames pays off while they arrive and decode in time; not past that, even below the
             # first chunk's size (a talker slowed after the last cut, by another stream's prefill, leaves less time

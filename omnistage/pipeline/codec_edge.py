@@ -8,7 +8,8 @@ and answers with small :class:`ChunkOrder`\\ s: how many frames the next chunk t
 from the caller's player and the measured paces) and where the player stands (the codec's deadline order). A
 family only names the edge (``EdgeModel(make=None)``) and may give a voice prompt the stream decodes first
 (:meth:`omnistage.families.base.Family.codec_prime`); its :class:`AudioSpec` says the frame's duration, width and
-delays, and the context its decoder needs.
+delays, and the context its decoder needs. The request's voice and seed go with the stream's first chunk, for a
+decoder conditioned per request (a flow-matching vocoder's speaker and noise).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from omnistage.audio_spec import AudioSpec, Latent, Streaming
 from omnistage.config.pipeline import StageSpec, StreamingSpec
 from omnistage.engine.frame_chunker import ChunkPlan
-from omnistage.engine.generation_engine import vocoder_batch_cap
+from omnistage.engine.generation_engine import StreamVoice, vocoder_batch_cap
 from omnistage.ipc.messages import ChunkOrder, OpenCodecStream
 from omnistage.ipc.payloads import AudioChunk, FramesMade
 from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
@@ -74,6 +75,7 @@ class StreamSetup:
     requested_first: int | None = None
     head_start: bool = False
     prime: torch.Tensor | None = None
+    voice: StreamVoice | None = None
 
 
 class CodecEdge:
@@ -82,13 +84,13 @@ class CodecEdge:
 
     def __init__(self, setup: StreamSetup, paces: StagePaces) -> None:
         self.setup = setup
-        capacity = vocoder_batch_cap(setup.codec.engine.max_num_seqs, setup.codec.device) * setup.codec.replicas
+        capacity = vocoder_batch_cap(setup.codec.engine, setup.codec.device) * setup.codec.replicas
         self.initial_chunk_frames = initial_chunk_frames(setup.streaming, setup.requested_first, setup.busy,
                                                          capacity, setup.head_start)
         self.plan = chunk_plan(setup.streaming, setup.audio, self.initial_chunk_frames)
         self.playback = Playback()
         bounds = ChunkBounds(self.initial_chunk_frames, setup.streaming.codec_chunk_frames, self.plan.left_context,
-                             setup.audio.frame_s)
+                             setup.audio.frame_s, lookahead=self.plan.lookahead)
         self.planner = PlaybackPlanner(bounds, self.playback, paces)  # measures every stream; sizes played ones
         self.talker_done = False
         self.chunks_sent = 0
@@ -114,7 +116,7 @@ class CodecEdge:
         audio = self.setup.audio
         return OpenCodecStream(request_id, codec_address, self.plan, self.setup.played, audio.frame_width,
                                audio.frame_s, audio.frame.delays, isinstance(audio.frame, Latent),
-                               self.setup.prime)
+                               self.setup.prime, self.setup.voice)
 
     def frames_made(self, request_id: str, notice: FramesMade, finished: bool, now: float) -> ChunkOrder | None:
         """The talker's notice: paces measured, chunks counted as sent; the next chunk's size when it changed."""

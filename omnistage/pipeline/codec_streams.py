@@ -79,7 +79,7 @@ class CodecStreams:
         planner = _Order(0, message.plan.size(0)) if message.planned else None
         dtype = torch.float32 if message.latent else torch.long
         chunker = FrameChunker(message.request_id, message.plan, message.width, planner, message.prime,
-                               message.delays, dtype)
+                               message.delays, dtype, message.voice)
         if message.codec_address not in self._senders:
             self._forget_idle_senders()  # e.g. a restarted codec replica's old address
         self.streams[message.request_id] = _Stream(chunker, message.codec_address, message.frame_s)

@@ -29,6 +29,7 @@ import numpy as np
 
 from omnistage.audio_spec import AudioSpec
 from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, Usage
+from omnistage.engine.generation_engine import StreamVoice
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.families.base import EdgeContext, RequestEdge
 from omnistage.ipc.messages import AbortRequests, ChunkOrder, ChunkOrders, ReplicaInput, StageInput, StageOutput
@@ -188,7 +189,8 @@ class RequestFlows:
         head_start = request.plays_at is not None and time.monotonic() < request.plays_at
         setup = StreamSetup(edge.source, edge.target, self.settings.audio, self.graph.spec.streaming,
                             self.graph.stage(edge.target), request.stream, busy, request.initial_codec_chunk_frames,
-                            head_start, self.graph.family.codec_prime(request))
+                            head_start, self.graph.family.codec_prime(request),
+                            StreamVoice(request.voice or "", request.sampling.seed or 0))
         state.audio = CodecEdge(setup, self.paces)
         return None
 

@@ -27,7 +27,7 @@ ABORTED_KEPT = 4096
 class CodecWorker(StageWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
-        max_batch = vocoder_batch_cap(spec.stage.engine.max_num_seqs, device)
+        max_batch = vocoder_batch_cap(spec.stage.engine, device)
         self.engine = GenerationEngineCore(self.load_vocoder(spec, device, dtype), max_batch=max_batch,
                                            policy=spec.stage.engine.scheduling)
         self.pending: dict[str, int] = {}  # request id → jobs queued

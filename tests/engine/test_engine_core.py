@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from omnistage.engine import EngineCore, Request
-from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore
+from omnistage.engine.generation_engine import ChunkJob, GenerationEngineCore, StreamVoice
 from omnistage.runner.generation_runner import GenerationRunner
 from omnistage.sampling_params import SamplingParams
 from tests.engine.factories import FakeRunner, make_config, make_request
@@ -121,3 +121,42 @@ def test_generation_engine_abort_drops_pending_chunks() -> None:
     assert [o.request_id for o in core.run_until_done()] == ["b"]
     with pytest.raises(ValueError):
         _job("bad", 0, 4, 4)
+
+
+class _FakeWindows:
+    """A vocoder of overlapping windows conditioned per stream: each frame of a chunk past its left context (its
+    look-ahead too) becomes ``samples_per_frame`` samples of the frame's code plus the stream's seed."""
+
+    samples_per_frame = 2
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, str, int]] = []
+        self.seeds: dict[str, int] = {}
+        self.lookaheads: list[int] = []
+
+    def open_stream(self, stream_id: str, voice: str, seed: int) -> None:
+        self.opened.append((stream_id, voice, seed))
+        self.seeds[stream_id] = seed
+
+    def decode_windows(self, stream_ids: list[str], indices: list[int], chunks: list[torch.Tensor],
+                       left_contexts: list[int], lookaheads: list[int], lasts: list[bool]) -> list[torch.Tensor]:
+        self.lookaheads += lookaheads
+        return [(c[0, ctx:].float() + self.seeds[sid]).repeat_interleave(self.samples_per_frame)
+                for sid, c, ctx in zip(stream_ids, chunks, left_contexts)]
+
+    def drop(self, stream_id: str) -> None:
+        self.seeds.pop(stream_id, None)
+
+
+def test_a_windowed_vocoder_hears_each_streams_voice_and_its_look_ahead_is_dropped() -> None:
+    vocoder = _FakeWindows()
+    core = GenerationEngineCore(GenerationRunner(vocoder), max_batch=8)
+    codes = torch.arange(10).view(1, 10)
+    core.add_job(ChunkJob("a", 0, codes[:, :6], 0, lookahead=2, voice=StreamVoice("Ethan", 100)))
+    core.add_job(ChunkJob("b", 0, codes[:, :3], 0, is_last=True))  # no voice sent: the default one
+    core.add_job(ChunkJob("a", 1, codes[:, 2:], 2, is_last=True))
+    outputs = core.run_until_done()
+    assert vocoder.opened == [("a", "Ethan", 100), ("b", "", 0)] and vocoder.lookaheads == [2, 0, 0]
+    wavs = {(o.request_id, o.chunk_index): o.wav for o in outputs}
+    assert wavs[("a", 0)].tolist() == [100.0, 100.0, 101.0, 101.0, 102.0, 102.0, 103.0, 103.0]
+    assert wavs[("a", 1)].tolist()[:2] == [104.0, 104.0] and wavs[("a", 1)].shape == (12,)

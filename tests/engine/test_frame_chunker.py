@@ -1,5 +1,5 @@
 """The frame chunker's generic parts: frames of any width, a delay pattern aligned, look-ahead frames for a decoder
-that is not causal, sizes that wait for an order."""
+that is not causal, sizes that wait for an order, the stream's voice on its first chunk."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from omnistage.audio_spec import AudioSpec, Codebooks, Latent, Streaming
 from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker, Undelay
-from omnistage.engine.generation_engine import ChunkJob
+from omnistage.engine.generation_engine import ChunkJob, StreamVoice
 
 
 def _delayed(frames: torch.Tensor, delays: tuple[int, ...]) -> torch.Tensor:
@@ -57,6 +57,13 @@ def test_look_ahead_frames_are_read_but_not_returned() -> None:
     assert torch.equal(new, frames[:, 0])
     assert all(j.lookahead == 2 for j in jobs[:-1]) and jobs[-1].lookahead == 0 and jobs[-1].is_last
     assert [j.codes.shape[1] - j.left_context - j.new_frames for j in jobs[:-1]] == [2] * (len(jobs) - 1)
+
+
+def test_a_streams_voice_goes_with_its_first_chunk() -> None:
+    voice = StreamVoice("Ethan", 7)
+    chunker = FrameChunker("r", ChunkPlan(chunk_frames=2, left_context=1, first_chunk_frames=2), 1, voice=voice)
+    jobs = chunker.push(torch.arange(6).reshape(6, 1)) + chunker.finish()
+    assert [j.voice for j in jobs] == [voice, None, None]
 
 
 def test_a_chunk_waits_for_its_size_and_latents_keep_their_values() -> None:

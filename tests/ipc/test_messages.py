@@ -7,7 +7,7 @@ import pytest
 import torch
 import zmq
 
-from omnistage.engine.generation_engine import ChunkJob
+from omnistage.engine.generation_engine import ChunkJob, StreamVoice
 from omnistage.engine.request import FinishReason, MultimodalSpan
 from omnistage.families.qwen3_omni.payloads import PAYLOADS, PromptHidden, TalkerStart, TextFeed, ThinkerPrompt
 from omnistage.engine.frame_chunker import ChunkPlan
@@ -51,9 +51,10 @@ INPUTS = [
     StageInput("a", TextFeed([5, 6], finished=True)),
     StageInput("a", ChunkJob("a", 2, torch.randint(0, 64, (4, 35)), left_context=25, is_last=True)),
     StageInput("a", ChunkJob("a", 0, torch.randn(32, 12), 0, slack_s=0.4, discard_frames=3, lookahead=2)),
+    StageInput("a", ChunkJob("a", 0, torch.randint(0, 64, (1, 40)), 0, lookahead=24, voice=StreamVoice("Ethan", 3))),
     OpenCodecStream("a", "tcp://10.0.0.2:5555", ChunkPlan(25, 0, 10, lookahead=2), True, 8, 0.04,
                     delays=tuple(range(1, 9)), prime=torch.randint(0, 64, (8, 30))),
-    OpenCodecStream("b", "ipc:///tmp/x", ChunkPlan(25, 4), False, 32, 0.08, latent=True),
+    OpenCodecStream("b", "ipc:///tmp/x", ChunkPlan(25, 4), False, 32, 0.08, latent=True, voice=StreamVoice("", 5)),
     ChunkOrders([ChunkOrder("a", 3, 12, 0.75, 2.4), ChunkOrder("b", 1, None, None, 0.0)]),
     AbortRequests(["a", "b"]),
     InputBatch([OpenCodecStream("c", "inproc://x", ChunkPlan(8, 0), True, 2, 0.08), StageInput("c", TextFeed([1])),

@@ -94,6 +94,19 @@ def test_a_cold_vocoder_call_does_not_hold_the_next_streams() -> None:
     assert not gate.admits(_streams(0.1, 0.1, 0.1))
 
 
+def test_the_vocoder_load_is_the_median_second_of_audio_not_the_median_chunk() -> None:
+    """Each stream's small first chunk costs more per second of audio than its later ones (a call's fixed cost, a
+    window's context): counted by chunks, three streams' first chunks would outvote the audio they barely made."""
+    gate = AudioGate(limit=0.8, frame_s=FRAME_S)
+    gate.observe(_paces(0.1, 0.1, 0.1))
+    for _ in range(3):
+        gate.vocoded(busy_s=0.1, audio_s=0.2)  # a first chunk: 0.5 s a second
+    for _ in range(2):
+        gate.vocoded(busy_s=0.15, audio_s=1.0)  # a later one: 0.15 s a second
+    assert gate.vocoder_busy.value == pytest.approx(0.15)
+    assert gate.admits(_streams(0.1, 0.1, 0.1))  # 4 streams: 0.6
+
+
 def _request(rid: str, audio: bool = True) -> OmniRequest:
     modalities = frozenset({Modality.TEXT, Modality.AUDIO} if audio else {Modality.TEXT})
     return OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), modalities, SamplingParams(max_tokens=30))

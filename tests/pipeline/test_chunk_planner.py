@@ -151,7 +151,7 @@ def test_smallest_chunk_follows_what_chunks_cost() -> None:
     slow = PlaybackPlanner(bounds, Playback(), StagePaces(), clock=lambda: clock[0])
     slow.chunk_sent(0, 0.0, FIRST, FIRST)
     slow.chunk_returned(0, 5.0)
-    assert slow.min_frames() == FIRST  # never above the first chunk's size
+    assert slow.min_frames() == MAX  # a call that costs more than a first chunk's audio: larger ones, up to MAX
 
 
 def test_behind_a_playing_player_what_is_ready_goes_now_and_a_dry_one_rebuffers() -> None:
@@ -173,6 +173,25 @@ def test_behind_a_playing_player_what_is_ready_goes_now_and_a_dry_one_rebuffers(
     assert planner.size(1, pending=6) == 5
     clock[0] = 10.3  # it ran dry
     assert planner.size(1, pending=6) == FIRST
+
+
+def test_behind_only_frames_whose_look_ahead_exists_are_ready() -> None:
+    """A decoder of overlapping windows reads ``lookahead`` frames past a chunk's new ones: behind, what goes now is
+    what the chunker can cut now (the frames whose look-ahead exists), not what would wait for more frames."""
+    clock = [10.0]
+    playback = Playback()
+    bounds = ChunkBounds(FIRST, MAX, 0, FRAME_S, lookahead=3)
+    planner = PlaybackPlanner(bounds, playback, StagePaces(), clock=lambda: clock[0])
+    for t in (9.0, 9.1, 9.2):
+        planner.frames_arrived(t, 1)
+    planner.chunk_sent(0, 9.0, FIRST, FIRST)
+    planner.chunk_returned(0, 9.02)
+    playback.delivered(9.02, 1.08)
+    clock[0] = 10.05
+    assert planner.size(1, pending=6) == 2  # 6 pending: 3 are look-ahead, 1 stays back for the final chunk
+    assert planner.size(1, pending=9) == 5
+    with pytest.raises(ValueError):
+        ChunkBounds(FIRST, MAX, 0, FRAME_S, lookahead=-1)
 
 
 def test_a_slower_newest_frame_sets_the_talker_pace_at_once() -> None:

@@ -257,7 +257,7 @@ def test_a_reply_held_by_the_gate_past_its_head_start_loses_it(held_plays_in: fl
 
     spec = parse_pipeline(small_dict(talker_frames=24, initial_chunk=4, chunk=8))
     codec = next(stage for stage in spec.stages if stage.name == "code2wav")
-    loaded = initial_chunk_frames(spec.streaming, None, 1, vocoder_batch_cap(codec.engine.max_num_seqs, codec.device))
+    loaded = initial_chunk_frames(spec.streaming, None, 1, vocoder_batch_cap(codec.engine, codec.device))
     rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(talker_step_s=0.01), None, fakes.AUDIO,
                          PipelineOptions(in_process=True))
     try:

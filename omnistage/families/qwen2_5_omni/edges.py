@@ -1,5 +1,5 @@
-"""Qwen2.5-Omni's per-request edges: thinker → talker (reply rows as they exist) and talker → token2wav (a chunk
-as soon as its look-ahead codes exist, so audio starts while the talker is still speaking).
+"""Qwen2.5-Omni's per-request edge thinker → talker (reply rows as they exist); talker → token2wav is the generic
+codec edge.
 
 Row ``P + m`` (``P`` prompt rows) is the state of reply token m fed back to the thinker, so it exists only once
 token m + 1 was sampled: the talker starts when the first reply token's row has arrived (its start needs it), and
@@ -14,15 +14,12 @@ from __future__ import annotations
 import torch
 
 from omnistage.families.base import EdgeContext, RequestEdge
-from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, Token2WavChunk
+from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart
 from omnistage.families.qwen2_5_omni.prompt import Qwen25OmniPrompt
 from omnistage.families.qwen2_5_omni.voices import DEFAULT_VOICE
 from omnistage.families.spoken import SpokenTokens
-from omnistage.ipc.payloads import CodecFrames, TokenDelta
+from omnistage.ipc.payloads import TokenDelta
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
-from omnistage.models.qwen2_5_omni.token2wav_stream import ChunkPlan
-
-STREAM_PLAN = ChunkPlan()  # 0.96 s chunks, 0.48 s of context each side (the model's 24-frame blocks: 2 back, 2 ahead)
 
 
 def _prompt(context: EdgeContext) -> Qwen25OmniPrompt:
@@ -94,34 +91,3 @@ class ThinkerToTalker(RequestEdge):
         sampling = self.context.stage_sampling()
         return TalkerStart(list(self.prompt.token_ids), layout(self.prompt.mm), hidden[:p], self.tokens[first],
                            hidden[p], request.voice or DEFAULT_VOICE, sampling)
-
-
-class TalkerToToken2Wav(RequestEdge):
-    """Gathers the talker's codes; sends chunk i once the codes its window looks ahead to exist (``plan.ready``),
-    the rest when the talker is done, the last one marked (none without codes)."""
-
-    def __init__(self, context: EdgeContext, plan: ChunkPlan = STREAM_PLAN) -> None:
-        self.context = context
-        self.plan = plan
-        self.codes: list[torch.Tensor] = []
-        self.num_codes = 0
-        self.sent = 0  # chunks sent
-
-    def on_output(self, payload: object, finished: bool) -> list[Token2WavChunk]:
-        if isinstance(payload, CodecFrames) and payload.frames.numel():
-            self.codes.append(payload.frames[:, 0].to("cpu", torch.long))
-            self.num_codes += payload.frames.shape[0]
-        n, out = self.num_codes, []
-        total = self.plan.num_chunks(n)
-        while self.sent < total and (finished or self.plan.ready(self.sent, n)):
-            out.append(self._chunk(self.sent, n, finished and self.sent == total - 1))
-            self.sent += 1
-        return out
-
-    def _chunk(self, index: int, num_codes: int, is_last: bool) -> Token2WavChunk:
-        if len(self.codes) > 1:
-            self.codes = [torch.cat(self.codes)]
-        span = self.plan.span(index, num_codes)
-        request = self.context.request
-        return Token2WavChunk(self.codes[0][span.start:span.end].clone(), span, index, is_last,
-                              request.voice or DEFAULT_VOICE, request.sampling.seed or 0)

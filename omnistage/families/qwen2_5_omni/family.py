@@ -1,7 +1,8 @@
 """Qwen2.5-Omni as a registered family: its stage models, edges, payloads, presets and tool hooks.
 
-Thinker (text out) → talker (one codebook per step) → token2wav (DiT flow matching + BigVGAN, chunks
-with bounded context sent while the talker speaks, audio out). A checkpoint without a talker is served by the thinker alone.
+Thinker (text out) → talker (one codebook per step) → token2wav (DiT flow matching + BigVGAN on the generic codec
+edge: chunks of overlapping windows, batched across streams, audio out). A checkpoint without a talker is served
+by the thinker alone.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from omnistage.config.pipeline import ConfigError, PipelineSpec
 
 from omnistage.core import Modality
 from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
-from omnistage.families.qwen2_5_omni.edges import TalkerToToken2Wav, ThinkerToTalker
+from omnistage.families.qwen2_5_omni.edges import ThinkerToTalker
 from omnistage.families.qwen2_5_omni.payloads import PAYLOADS, ThinkerPrompt
 from omnistage.families.qwen2_5_omni.prompt import Qwen25OmniPrompt
 from omnistage.families.qwen2_5_omni.voices import DEFAULT_VOICE, SYSTEM_PROMPT
@@ -38,7 +39,7 @@ class Qwen25OmniFamily(Family):
     })
     edges = MappingProxyType({
         "qwen2_5_omni.thinker_to_talker": EdgeModel("thinker", "talker", ThinkerToTalker),
-        "qwen2_5_omni.talker_to_token2wav": EdgeModel("talker", "token2wav", TalkerToToken2Wav),
+        "qwen2_5_omni.talker_to_token2wav": EdgeModel("talker", "token2wav"),  # the generic codec edge
     })
     payloads = PAYLOADS
     hooks = Hooks(make_tiny=f"{_HERE}.make_command:make_tiny_command", verify=f"{_HERE}.verify:run_verify",
@@ -91,13 +92,14 @@ def _warn_system_prompt() -> None:
 
 def _audio(cfg: Qwen25OmniConfig) -> AudioSpec:
     """One codebook of 50 Hz codes (2 mel frames each, 240 samples a mel frame at 24 kHz); token2wav decodes
-    overlapping windows (its DiT is not causal): ``past`` and ``future`` mel frames around each chunk."""
+    overlapping windows (its DiT is not causal): codes of context before each chunk and look-ahead after it."""
     from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE
-    from omnistage.models.qwen2_5_omni.token2wav_stream import ChunkPlan
+    from omnistage.models.qwen2_5_omni.token2wav_stream import context_codes
 
-    plan = ChunkPlan()
+    dit = cfg.hf.token2wav_config.dit_config
+    past, ahead = context_codes(int(dit.block_size), int(dit.repeats))
     return AudioSpec(24000, SAMPLES_PER_CODE, Codebooks(1, int(cfg.hf.talker_config.vocab_size)), Streaming.OVERLAP,
-                     past_frames=plan.past // plan.repeats, lookahead_frames=plan.future // plan.repeats)
+                     past_frames=past, lookahead_frames=ahead)
 
 
 def _config(config: object) -> Qwen25OmniConfig:

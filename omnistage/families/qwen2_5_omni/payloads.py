@@ -3,7 +3,7 @@
 Thinker → talker (through :class:`omnistage.families.qwen2_5_omni.edges.ThinkerToTalker`): the thinker sends a
 capturing request's new hidden rows (:class:`ReplyHidden`) before each of its token outputs; the edge starts the
 talker (:class:`TalkerStart`) once the first reply token's own row exists and feeds it the rest
-(:class:`ReplyFeed`). Talker → token2wav: a :class:`Token2WavChunk` as soon as a chunk's look-ahead codes exist.
+(:class:`ReplyFeed`). Talker → token2wav is the generic codec edge (its frames, chunk jobs and audio chunks).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import torch
 
 from omnistage.ipc.messages import PayloadTypes
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
-from omnistage.models.qwen2_5_omni.token2wav_stream import ChunkSpan
 from omnistage.sampling_params import SamplingParams
 
 
@@ -56,17 +55,4 @@ class ReplyFeed(msgspec.Struct, tag="qwen2_5_omni.ReplyFeed"):
     finished: bool = False
 
 
-class Token2WavChunk(msgspec.Struct, tag="qwen2_5_omni.Token2WavChunk"):
-    """Chunk ``index`` of a reply: its DiT window's codes ``[span.end - span.start]`` and what it emits
-    (:class:`ChunkSpan`), in ``voice`` (its DiT conditioning and reference mel), the ODE's noise the rows of the
-    utterance's one draw from ``seed``; ``is_last`` ends the reply's audio."""
-
-    codes: torch.Tensor
-    span: ChunkSpan
-    index: int
-    is_last: bool
-    voice: str
-    seed: int = 0
-
-
-PAYLOADS = PayloadTypes((ThinkerPrompt, ReplyHidden, TalkerStart, ReplyFeed, Token2WavChunk))
+PAYLOADS = PayloadTypes((ThinkerPrompt, ReplyHidden, TalkerStart, ReplyFeed))

@@ -7,29 +7,28 @@ since the previous one.
 
 from __future__ import annotations
 
-import time
-from collections import deque
-
 import torch
 from torch import nn
 
 from omnistage.engine import FinishReason, Request
-from omnistage.families.qwen2_5_omni.edges import STREAM_PLAN
-from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, ThinkerPrompt, Token2WavChunk
+from omnistage.engine.generation_engine import ChunkDecoder
+from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, ThinkerPrompt
 from omnistage.families.qwen2_5_omni.talker_stage import TalkerContext, build_talker_request, feed_reply, finish_reply
 from omnistage.families.qwen2_5_omni.thinker_hook import HiddenCapture, ThinkerHiddenHook
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
 from omnistage.families.qwen2_5_omni.voices import load_speakers, speaker
-from omnistage.ipc.messages import ReplicaLoad, RequestFailed, StageInput, StageOutput
-from omnistage.ipc.payloads import AudioChunk, CodecFrames, TokenDelta
+from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
+from omnistage.ipc.payloads import CodecFrames, TokenDelta
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
 from omnistage.models.qwen2_5_omni.talker import Talker
 from omnistage.models.qwen2_5_omni.thinker import Thinker
 from omnistage.models.qwen2_5_omni.token2wav import Token2Wav
-from omnistage.models.qwen2_5_omni.token2wav_stream import NoiseRows, decode_chunk
+from omnistage.models.qwen2_5_omni.token2wav_stream import Token2WavStreams
 from omnistage.models.weights import Checkpoint
 from omnistage.runner import build_ar_engine
-from omnistage.workers.base import ARWorker, StageWorker, StepResult, WorkerSpec, engine_config, resolve_device
+from omnistage.runner.generation_runner import GenerationRunner
+from omnistage.workers.base import ARWorker, StepResult, WorkerSpec, engine_config, resolve_device
+from omnistage.workers.codec import CodecWorker
 from omnistage.workers.talker import TalkerWorker as FramesWorker
 
 
@@ -140,52 +139,19 @@ class TalkerWorker(FramesWorker):
         return StepResult(outputs, progressed=self.progressed())
 
 
-class Token2WavWorker(StageWorker):
-    """Chunk jobs one per step in arrival order (so each reply's chunks in order); a reply's noise rows kept
-    until its last chunk (:mod:`omnistage.models.qwen2_5_omni.token2wav_stream`). fp32 unless the stage sets
-    ``dtype`` (its ODE runs in fp32, as transformers')."""
+class Token2WavWorker(CodecWorker):
+    """token2wav on the generic codec stage (batched chunk jobs, playback-deadline order): each chunk a window of
+    overlapping context decoded in its stream's voice from its stream's noise
+    (:mod:`omnistage.models.qwen2_5_omni.token2wav_stream`). fp32 unless the stage sets ``dtype`` (its ODE runs
+    in fp32, as transformers')."""
 
-    def __init__(self, spec: WorkerSpec) -> None:
-        device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
+    def load_vocoder(self, spec: WorkerSpec, device: str, dtype: torch.dtype) -> ChunkDecoder:
         dtype = torch.float32 if spec.stage.dtype == "auto" else dtype
-        config = Qwen25OmniConfig.from_folder(spec.model_dir)
-        self.model = Token2Wav.from_checkpoint(spec.model_dir, device, dtype, config=config)
-        STREAM_PLAN.check_blocks(self.model.dit.block_size)  # the edge cuts windows on the DiT's blocks
-        self.speakers = load_speakers(spec.model_dir)
-        self.jobs: deque[tuple[str, Token2WavChunk]] = deque()
-        self.noise: dict[str, NoiseRows] = {}
+        model = Token2Wav.from_checkpoint(spec.model_dir, device, dtype)
+        speakers = load_speakers(spec.model_dir)
 
-    def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
-        job = message.payload
-        if not isinstance(job, Token2WavChunk):
-            raise TypeError(f"Qwen2.5-Omni's token2wav does not take {type(job).__name__}")
-        self.jobs.append((message.request_id, job))
-        return []
+        def voice(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+            found = speaker(speakers, name)
+            return found.cond, found.ref_mel
 
-    def abort(self, request_ids: list[str]) -> None:
-        gone = set(request_ids)
-        self.jobs = deque(j for j in self.jobs if j[0] not in gone)
-        for rid in gone:
-            self.noise.pop(rid, None)
-
-    def has_work(self) -> bool:
-        return bool(self.jobs)
-
-    def step(self) -> StepResult:
-        if not self.jobs:
-            return StepResult([], progressed=False)
-        rid, job = self.jobs.popleft()
-        voice = speaker(self.speakers, job.voice)
-        noise = self.noise.setdefault(rid, NoiseRows(self.model, job.seed))
-        start = time.perf_counter()
-        wav = decode_chunk(self.model, job.codes, job.span, noise, voice.cond, voice.ref_mel).float().cpu()
-        if job.is_last:
-            self.noise.pop(rid, None)
-        chunk = AudioChunk(job.index, wav, is_last=job.is_last, busy_s=time.perf_counter() - start)
-        return StepResult([StageOutput(rid, chunk, finished=job.is_last)])
-
-    def load(self) -> ReplicaLoad:
-        return ReplicaLoad(waiting=len({rid for rid, _ in self.jobs}))
-
-    def request_ids(self) -> list[str]:
-        return list(dict.fromkeys([rid for rid, _ in self.jobs] + list(self.noise)))
+        return GenerationRunner(Token2WavStreams(model, voice), device)

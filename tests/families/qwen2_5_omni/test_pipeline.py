@@ -1,5 +1,5 @@
 """A Qwen2.5-Omni checkpoint served through the generic pipeline (its preset, front end, entry input, workers,
-edges): chat text, an image and a video prompt, greedy, equal to the thinker's engine run alone; a spoken reply (greedy
+edges; token2wav on the generic codec edge): chat text, an image and a video prompt, greedy, equal to the thinker's engine run alone; a spoken reply (greedy
 talker) whose waveform equals the offline path's (thinker, talker, token2wav run one after the other)."""
 
 from __future__ import annotations

@@ -13,15 +13,15 @@ from omnistage.config.pipeline import load_pipeline
 from omnistage.core import Modality, OmniRequest, UnspokenSpan
 from omnistage.engine import FinishReason, RequestOutput
 from omnistage.families.base import EdgeContext
-from omnistage.families.qwen2_5_omni.edges import TalkerToToken2Wav, ThinkerToTalker
+from omnistage.families.qwen2_5_omni.edges import ThinkerToTalker
 from omnistage.families.qwen2_5_omni.family import PRESET
-from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, ThinkerPrompt, Token2WavChunk
+from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, ThinkerPrompt
 from omnistage.families.qwen2_5_omni.prompt import Qwen25OmniPrompt
 from omnistage.families.qwen2_5_omni.thinker_hook import HiddenCapture
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
 from omnistage.families.qwen2_5_omni.workers import TalkerWorker, ThinkerWorker
 from omnistage.ipc.messages import StageInput
-from omnistage.ipc.payloads import CodecFrames, TokenDelta
+from omnistage.ipc.payloads import TokenDelta
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import WorkerSpec
@@ -102,17 +102,6 @@ def test_a_reply_of_one_token_gets_no_audio() -> None:
     edge = _edge(2)
     assert edge.on_output(ReplyHidden(torch.zeros(2, 3)), False) == []
     assert edge.on_output(TokenDelta([7], 2), True) == []
-
-
-def test_token2wav_edge_sends_a_short_reply_at_the_talkers_end() -> None:
-    request = OmniRequest("r", Qwen25OmniPrompt([1]), frozenset({Modality.AUDIO}))
-    edge = TalkerToToken2Wav(EdgeContext(request, SPEC.stage("token2wav")))
-    assert edge.on_output(CodecFrames(torch.tensor([[3], [4]])), False) == []
-    job, = edge.on_output(CodecFrames(torch.tensor([[5]])), True)
-    assert isinstance(job, Token2WavChunk) and job.codes.tolist() == [3, 4, 5] and job.voice == "Chelsie"
-    assert job.is_last and job.index == 0 and (job.span.emit_start, job.span.emit_end) == (0, 6)
-    assert TalkerToToken2Wav(EdgeContext(request, SPEC.stage("token2wav"))).on_output(
-        CodecFrames(torch.empty(0, 1, dtype=torch.long)), True) == []
 
 
 @pytest.fixture(scope="module")
