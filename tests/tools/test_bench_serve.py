@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
 import json
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 from omnistage.config.pipeline import ConfigError, load_preset, parse_pipeline
 from omnistage.tools.bench.levels import BenchPrompt, bench_levels
 from omnistage.tools.bench.metrics import StreamRecord, summarize
-from omnistage.tools.bench.process_cpu import cpu_seconds
+from omnistage.tools.bench.process_cpu import cpu_seconds, stage_cpu_seconds
 from omnistage.tools.bench.report import add_ratios, plot
 from omnistage.tools.bench.serve import pinned_spec
 
@@ -94,6 +96,36 @@ def test_a_level_reports_the_server_processes_cpu_per_audio_second() -> None:
                                       progress=False, server_cpu=lambda: next(spent)))
     assert levels[1]["server_cpu_s"] == pytest.approx(0.3)
     assert levels[1]["server_cpu_s_per_audio_s"] == pytest.approx(0.3 / 0.3)  # three packets of 0.1 s
+
+
+def test_a_level_charges_each_stage_and_counts_the_cores_kept_busy() -> None:
+    spent = iter([{"talker": 1.0}, {"talker": 1.2, "code2wav": 0.3}])  # code2wav's replica started mid-level
+    server = iter([5.0, 5.1])
+    levels = asyncio.run(bench_levels(_FakeDriver(), [BenchPrompt([1], "x")] * 3, [1], seed=0, warmup=0,
+                                      progress=False, server_cpu=lambda: next(server),
+                                      stage_cpu=lambda: next(spent)))
+    figures = levels[1]
+    assert figures["stage_cpu_s_per_audio_s"] == pytest.approx({"code2wav": 0.3 / 0.3, "talker": 0.2 / 0.3})
+    assert figures["cpu_s_per_audio_s"] == pytest.approx(0.6 / 0.3)
+    assert figures["cores_busy"] == pytest.approx(0.6 / figures["duration_s"], rel=0.05)
+
+
+def test_stage_replicas_below_a_process_are_charged_by_the_stage_they_name() -> None:
+    busy = "import time\nend = time.process_time() + 0.2\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    idle = "import time; time.sleep(30)"
+    procs = [subprocess.Popen([sys.executable, "-c", busy, "--stage", "talker"]),
+             subprocess.Popen([sys.executable, "-c", idle, "--stage", "code2wav"]),
+             subprocess.Popen([sys.executable, "-c", idle])]  # names no stage: not charged
+    try:
+        deadline = time.monotonic() + 20
+        while (spent := stage_cpu_seconds(os.getpid())).get("talker", 0.0) < 0.2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(spent) == {"talker", "code2wav"}
+        assert spent["talker"] >= 0.2 > spent["code2wav"]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_process_cpu_time_grows_as_it_works() -> None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from omnistage.tools.bench.metrics import StreamRecord, summarize
-from omnistage.tools.bench.process_cpu import cpu_seconds
+from omnistage.tools.bench.process_cpu import cpu_seconds, stage_cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -75,32 +76,52 @@ def progress_bar(total: int, desc: str):  # noqa: ANN202
 
 async def bench_levels(driver, prompts: list[BenchPrompt], levels: list[int], seed: int,  # noqa: ANN001
                        warmup: int = 1, progress: bool = True,
-                       server_cpu: Callable[[], float] | None = None) -> dict[int, dict[str, float]]:
-    """``server_cpu``: the server process's CPU seconds so far; each level then says what it cost per audio s."""
+                       server_cpu: Callable[[], float] | None = None,
+                       stage_cpu: Callable[[], dict[str, float]] | None = None) -> dict[int, dict[str, float]]:
+    """``server_cpu``: the server process's CPU seconds so far; ``stage_cpu``: each stage's replicas'. Each level
+    then says what a second of its audio cost them, and how many cores they kept busy on average."""
     if warmup:
         await run_level(driver, prompts[:warmup], warmup, seed)
     results = {}
     for c in levels:
         bar = progress_bar(len(prompts), f"concurrency {c}") if progress else None
         cpu_before = server_cpu() if server_cpu else 0.0
+        stages_before = stage_cpu() if stage_cpu else {}
         records, wall = await run_level(driver, prompts, c, seed, (lambda: bar.update(1)) if bar else (lambda: None))
         if bar is not None:
             bar.close()
         results[c] = summarize(records, wall)
-        if server_cpu is not None and results[c]["total_audio_s"] > 0:
-            results[c]["server_cpu_s"] = cpu = server_cpu() - cpu_before
-            results[c]["server_cpu_s_per_audio_s"] = cpu / results[c]["total_audio_s"]
+        if results[c]["total_audio_s"] > 0:
+            _charge_cpu(results[c], wall, server_cpu() - cpu_before if server_cpu else None,
+                        _spent(stages_before, stage_cpu()) if stage_cpu else None)
     return results
+
+
+def _spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per stage between two readings (a replica started during the level counts from zero)."""
+    return {stage: max(0.0, spent - before.get(stage, 0.0)) for stage, spent in sorted(after.items())}
+
+
+def _charge_cpu(figures: dict, wall: float, server: float | None, stages: dict[str, float] | None) -> None:
+    audio = figures["total_audio_s"]
+    if server is not None:
+        figures["server_cpu_s"], figures["server_cpu_s_per_audio_s"] = server, server / audio
+    if stages is not None:
+        figures["stage_cpu_s_per_audio_s"] = {stage: spent / audio for stage, spent in stages.items()}
+        total = (server or 0.0) + sum(stages.values())
+        figures["cpu_s_per_audio_s"], figures["cores_busy"] = total / audio, total / wall
 
 
 async def drive(args: argparse.Namespace, prompts: list[BenchPrompt],
                 driver) -> dict[int, dict[str, float]]:  # noqa: ANN001
-    """Every level of ``bench serve``'s flags (after its warm-up), then the driver closed; with ``--server-pid``,
-    the server process's CPU time per level."""
-    pid = getattr(args, "server_pid", None)
+    """Every level of ``bench serve``'s flags (after its warm-up), then the driver closed, with the CPU time each
+    level cost: with ``--server-pid``, the server process's and its stages'; in process, this process's (the
+    orchestrator and the bench's own client) and its stages'."""
+    pid = getattr(args, "server_pid", None) or (None if getattr(args, "url", None) else os.getpid())
     server_cpu = (lambda: cpu_seconds(pid)) if pid else None
+    stage_cpu = (lambda: stage_cpu_seconds(pid)) if pid else None
     try:
         return await bench_levels(driver, prompts, args.concurrency, args.seed, args.warmup, not args.no_progress,
-                                  server_cpu)
+                                  server_cpu, stage_cpu)
     finally:
         await driver.close()

@@ -34,6 +34,10 @@ def print_table(levels: dict[int, dict[str, float]], hf: dict[str, float] | None
         if "server_cpu_s" in f:
             print(f"     server process: {f['server_cpu_s']:.2f} CPU s, {f['server_cpu_s_per_audio_s']:.5f} per audio s "
                   f"({f['total_audio_s']:.1f} audio s)")
+        if "cpu_s_per_audio_s" in f:
+            stages = ", ".join(f"{stage} {x:.4f}" for stage, x in f["stage_cpu_s_per_audio_s"].items())
+            print(f"     CPU s per audio s: {stages}; all {f['cpu_s_per_audio_s']:.4f}, "
+                  f"{f['cores_busy']:.2f} cores busy")
     if hf:
         print(f"  hf: {hf['completed']} requests one at a time, e2e mean {hf['mean_e2el_ms']:.1f} ms "
               f"(best {hf['min_e2el_ms']:.1f} ms, best {hf['best_audio_throughput']:.3f} audio s/s; ratios use the best), "
