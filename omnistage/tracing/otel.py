@@ -1,4 +1,5 @@
-"""The server's OpenTelemetry tracer: its own ``TracerProvider`` with a batching OTLP exporter.
+"""The server's tracing: its own OpenTelemetry ``TracerProvider`` with a batching OTLP exporter, and the
+orchestrator's sink that makes each finished request's pipeline spans with it.
 
 Imported only when ``--otlp-traces-endpoint`` is set (it needs the ``otel`` extra). The provider is this
 server's alone, never installed as OpenTelemetry's process-wide one (``set_tracer_provider``), so a library
@@ -8,17 +9,14 @@ exported by the SDK's thread in batches: making one costs its caller microsecond
 
 from __future__ import annotations
 
-from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from omnistage.tracing.options import TracingOptions
+from omnistage.tracing.pipeline_spans import PipelineSpans
 
 SCOPE = "omnistage"  # the instrumentation scope every span of the server names
-
-_PROPAGATOR = TraceContextTextMapPropagator()  # W3C trace context: stateless
 
 
 def span_exporter(options: TracingOptions) -> SpanExporter:
@@ -30,22 +28,21 @@ def span_exporter(options: TracingOptions) -> SpanExporter:
 
 
 class Tracing:
-    """``tracer`` makes the spans; ``close`` exports what is queued and stops the exporter's thread.
+    """``provider`` makes the spans (FastAPI's for the HTTP requests too), ``pipeline`` is the orchestrator's sink;
+    ``close`` makes what the sink still holds, exports everything queued and stops both threads.
 
-    service_name: the ``service.name`` of every span's resource (``OTEL_SERVICE_NAME`` and
-    ``OTEL_RESOURCE_ATTRIBUTES`` still apply, as the SDK reads them)."""
+    model: the served model's name (``gen_ai.response.model``). service_name: the ``service.name`` of every
+    span's resource (``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` still apply, as the SDK reads them).
+    exporter: instead of the options' OTLP exporter (tests)."""
 
-    def __init__(self, options: TracingOptions, service_name: str = "omnistage",
+    def __init__(self, options: TracingOptions, model: str, service_name: str = "omnistage",
                  exporter: SpanExporter | None = None) -> None:
         self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}),
                                        shutdown_on_exit=False)  # closed by the server, not at interpreter exit
         self.provider.add_span_processor(BatchSpanProcessor(exporter or span_exporter(options)))
         self.tracer = self.provider.get_tracer(SCOPE)
+        self.pipeline = PipelineSpans(self.tracer, model)
 
     def close(self) -> None:
+        self.pipeline.close()
         self.provider.shutdown()
-
-
-def context_of(traceparent: str | None) -> Context | None:
-    """The context a W3C ``traceparent`` names (None, or one that does not parse: a new trace's root)."""
-    return _PROPAGATOR.extract({"traceparent": traceparent}) if traceparent else None

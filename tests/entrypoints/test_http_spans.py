@@ -25,7 +25,7 @@ BODY = {"model": "fake-omni", "messages": [{"role": "user", "content": "Hi"}], "
 @pytest.fixture(scope="module")
 def traced_server(processor: RecordingProcessor) -> Iterator[tuple[LiveServer, Tracing, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
-    tracing = Tracing(TracingOptions("http://127.0.0.1:1/v1/traces", "http/protobuf"), exporter=exporter)
+    tracing = Tracing(TracingOptions("http://127.0.0.1:1/v1/traces", "http/protobuf"), "fake-omni", exporter=exporter)
     engine = FakeEngine(fake_front_end(processor))
     thread = ServerThread(build_app(engine, TEST_LIMITS, tracing=tracing))
     yield LiveServer(thread.start(), engine, processor.folder), tracing, exporter

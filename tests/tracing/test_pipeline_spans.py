@@ -25,12 +25,13 @@ MS = 1_000_000
 @pytest.fixture
 def collected() -> Iterator[tuple[PipelineSpans, Tracing, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
-    tracing = Tracing(TracingOptions("http://127.0.0.1:1/v1/traces", "http/protobuf"), exporter=exporter)
-    yield PipelineSpans(tracing.tracer, "tiny"), tracing, exporter
+    tracing = Tracing(TracingOptions("http://127.0.0.1:1/v1/traces", "http/protobuf"), "tiny", exporter=exporter)
+    yield tracing.pipeline, tracing, exporter
     tracing.close()
 
 
 def _finished(tracing: Tracing, exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+    tracing.pipeline.close()  # the sink's thread made every span queued
     tracing.provider.force_flush()
     return {span.name: span for span in exporter.get_finished_spans()}
 

@@ -81,13 +81,8 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
     from omnistage.entrypoints.openai.draining_server import DrainingServer
     from omnistage.pipeline.async_omni import AsyncOmni
 
-    tracing = open_tracing(config)
-    sink = None
-    if tracing is not None:
-        from omnistage.tracing.pipeline_spans import PipelineSpans
-
-        sink = PipelineSpans(tracing.tracer, config.served_name)
-    engine = AsyncOmni.from_config(config.pipeline, trace_sink=sink)
+    tracing = open_tracing(config)  # None without --otlp-traces-endpoint
+    engine = AsyncOmni.from_config(config.pipeline, trace_sink=tracing.pipeline if tracing is not None else None)
     try:
         app = build_app(engine, config.limits, config.media, config.access, config.serving, config.webrtc,
                         tracing=tracing)
@@ -110,8 +105,8 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
             await app.state.webrtc_calls.close_all()  # WebRTC calls outlive their HTTP request: hang them up first
     finally:
         await engine.shutdown()
-        if tracing is not None:
-            await asyncio.to_thread(tracing.close)  # the spans still queued are exported before the exit
+        if tracing is not None:  # the spans still queued are made and exported before the exit
+            await asyncio.to_thread(tracing.close)
     return 0
 
 
@@ -121,7 +116,7 @@ def open_tracing(config: ServeConfig) -> Tracing | None:
         return None
     from omnistage.tracing.otel import Tracing
 
-    return Tracing(config.tracing)
+    return Tracing(config.tracing, config.served_name)
 
 
 def run_server(config: ServeConfig, sock: socket.socket) -> int:
