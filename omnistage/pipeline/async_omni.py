@@ -95,8 +95,9 @@ class AsyncOmni:
 
     @classmethod
     def from_config(cls, config: PipelineConfig, trace_sink: TraceSink | None = None) -> AsyncOmni:
-        """The pipeline ``omnistage serve`` was asked for (:func:`~omnistage.pipeline.serve_flags.pipeline_config_from_args`);
-        ``trace_sink``: where finished requests' traces go when it traces."""
+        """The pipeline ``omnistage serve`` was asked for
+        (:func:`~omnistage.pipeline.serve_flags.pipeline_config_from_args`); ``trace_sink``: where finished
+        requests' traces go when it traces."""
         return cls(pipeline=OmniPipeline.from_config(config, trace_sink))
 
     async def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]:

@@ -4,9 +4,11 @@ This is the orchestrator's ``TraceSink``: once a request is done it makes every 
 recorded meanwhile (the orchestrator's ``time.monotonic()`` milestones, each timed replica's ``StageTimes`` in
 ``time.time_ns()``), so nothing OpenTelemetry touches the request while it runs and no stage process needs the
 SDK. The orchestrator's thread only queues the finished trace (~1 us): the spans (~0.2 ms a request) are made
-on a thread of their own, since the orchestrator's thread paces every stream. A stage's span runs from its replica's first input to its last output
-(its queue wait, prefill and decode as attributes and events); a stage whose replica sent no times (a failed
-request, a replica not timed) gets the orchestrator's view: from its first input sent to its end seen.
+on a thread of their own, since the orchestrator's thread paces every stream.
+
+A stage's span runs from its replica's first input to its last output (its queue wait, prefill and decode as
+attributes and events); a stage whose replica sent no times (a failed request, a replica not timed) gets the
+orchestrator's view: from its first input sent to its end seen.
 Attribute names follow vLLM's (``gen_ai.*``, OpenTelemetry's GenAI conventions and vLLM's additions);
 ``omnistage.*`` ones say what those do not.
 """

@@ -98,3 +98,16 @@ def test_without_the_extra_a_server_serves_untraced_and_the_flag_names_the_extra
     assert "usage error: --otlp-traces-endpoint needs the OpenTelemetry SDK" in result.stdout
     assert "pip install 'omnistage[otel]'" in result.stdout
     assert "loaded: []" in result.stdout
+
+
+def test_each_protocol_gets_its_otlp_exporter() -> None:
+    from omnistage.tracing.otel import span_exporter
+
+    grpc = span_exporter(TracingOptions("http://127.0.0.1:4317", "grpc"))
+    http = span_exporter(TracingOptions(ENDPOINT, "http/protobuf"))
+    try:
+        assert type(grpc).__module__ == "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
+        assert type(http).__module__ == "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    finally:
+        grpc.shutdown()
+        http.shutdown()
