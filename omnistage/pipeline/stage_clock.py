@@ -10,19 +10,26 @@ loses nothing that was already sent. A replica not timed has no clock at all (``
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from omnistage.ipc.messages import RequestFailed, StageOutput, StageTimes
 
+# Requests timed at once, at most: far more than a replica runs. A request can leave without a last output or an
+# abort here (a codec replica drops a chunk that reaches it after its request's abort): the oldest goes first.
+MAX_HELD = 4096
+
 
 class StageClock:
     def __init__(self) -> None:
-        self.held: dict[str, StageTimes] = {}
+        self.held: OrderedDict[str, StageTimes] = OrderedDict()
 
     def received(self, request_id: str) -> None:
         """An input of the request reached the engine loop (only its first counts)."""
         if request_id and request_id not in self.held:
             self.held[request_id] = StageTimes(request_id, time.time_ns())
+            if len(self.held) > MAX_HELD:
+                self.held.popitem(last=False)
 
     def stepped(self, request_ids: Iterable[str], began_ns: int) -> None:
         """An engine step that began at ``began_ns`` computed for these requests."""
@@ -58,7 +65,3 @@ class StageClock:
         for times in gone:
             times.finished_ns, times.aborted = now, True
         return gone
-
-    def failed(self, request_ids: Iterable[str]) -> None:
-        for rid in request_ids:
-            self.held.pop(rid, None)

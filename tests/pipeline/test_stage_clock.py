@@ -15,7 +15,7 @@ from omnistage.ipc.messages import RequestFailed, StageOutput, StageTimes
 from omnistage.ipc.payloads import AudioChunk, TokenDelta
 from omnistage.pipeline.request_state import RequestTrace
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime
-from omnistage.pipeline.stage_clock import StageClock
+from omnistage.pipeline.stage_clock import MAX_HELD, StageClock
 from omnistage.sampling_params import SamplingParams
 from tests.pipeline import fakes
 from tests.pipeline.specs import small_dict
@@ -47,9 +47,14 @@ def test_an_abort_sends_the_times_held_and_a_failure_drops_them() -> None:
     aborted = clock.aborted(["a", "zzz"])
     assert [(t.request_id, t.aborted) for t in aborted] == [("a", True)] and aborted[0].finished_ns > 0
     assert clock.outputs([RequestFailed("b", "boom")]) == [RequestFailed("b", "boom")]
-    clock.failed(["c"])
-    assert clock.held == {}
-    assert clock.outputs([]) == []
+    assert list(clock.held) == ["c"] and clock.outputs([]) == []
+
+
+def test_a_request_that_never_ends_here_is_forgotten_in_time() -> None:
+    clock = StageClock()
+    for i in range(MAX_HELD + 10):  # e.g. chunks a codec replica dropped after their request's abort
+        clock.received(f"r{i}")
+    assert len(clock.held) == MAX_HELD and next(iter(clock.held)) == "r10"
 
 
 def _run(runtime: PipelineRuntime, rid: str) -> list[OmniOutput]:
