@@ -394,4 +394,6 @@ class RequestFlows:
                      cached_tokens=state.num_cached_tokens)
 
     def _record(self, state: RequestState) -> None:
-        self.traces.record(state.request, state.trace, self._usage(state), state.reason)
+        if self.traces.sink is not None:  # how it ended, for its spans
+            state.trace.usage, state.trace.reason = self._usage(state), state.reason
+        self.traces.record(state.request, state.trace)

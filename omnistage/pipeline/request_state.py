@@ -85,13 +85,12 @@ class TraceBook:
     def get(self, request_id: str) -> RequestTrace | None:
         return self.recent.get(request_id)
 
-    def record(self, request: OmniRequest, trace: RequestTrace, usage: Usage, reason: FinishReason | None) -> None:
+    def record(self, request: OmniRequest, trace: RequestTrace) -> None:
         trace.mark("finished")
         self.recent[request.request_id] = trace
         while len(self.recent) > KEEP_TRACES:
             self.recent.popitem(last=False)
         if self.sink is not None:
-            trace.usage, trace.reason = usage, reason
             try:
                 self.sink(request, trace)
             except Exception:  # noqa: BLE001 - a tracing fault must never fail or stall a request
