@@ -67,6 +67,9 @@ class OmniRequest:
     # user's turn while it is spoken): with AUDIO the stages up to the talker run their prefill and one step, the
     # audio stage never runs, nothing waits at the audio gate; its text is one token the caller ignores.
     prefill_only: bool = False
+    # The W3C ``traceparent`` of the caller's span (the HTTP request's), which this request's pipeline spans go
+    # under when the server traces (``--otlp-traces-endpoint``); None: they start a trace of their own.
+    traceparent: str | None = None
 
     @property
     def wants_audio(self) -> bool:

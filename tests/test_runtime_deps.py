@@ -46,7 +46,8 @@ OPTIONAL: dict[str, OptionalImport] = {
 # What a server process imports at start-up (and the kernel modules that guard triton): these must import
 # with every OPTIONAL module missing.
 SERVER_MODULES = ("omnistage.entrypoints.openai.api_server", "omnistage.entrypoints.cli",
-                  "omnistage.pipeline.async_omni", "omnistage.pipeline.runtime", "omnistage.layers.fused_moe_triton",
+                  "omnistage.pipeline.async_omni", "omnistage.pipeline.runtime",
+                  "omnistage.entrypoints.openai.serve_command", "omnistage.layers.fused_moe_triton",
                   "omnistage.layers.attention.triton_paged", "omnistage.layers.quant.int8_triton")
 
 

@@ -33,6 +33,7 @@ class EngineCore:
         sched_config = replace(config, num_blocks=runner.num_blocks)
         self.scheduler = Scheduler(sched_config, is_ready=runner.is_ready)
         self.last_num_scheduled = 0
+        self.last_schedule: SchedulerOutput | None = None  # the last step's (tracing reads whom it computed for)
 
     def add_request(self, request: Request) -> None:
         self.scheduler.add_request(request)
@@ -44,7 +45,7 @@ class EngineCore:
         return self.scheduler.has_unfinished_requests()
 
     def step(self) -> list[RequestOutput]:
-        sched = self.scheduler.schedule()
+        sched = self.last_schedule = self.scheduler.schedule()
         self.last_num_scheduled = len(sched.scheduled)
         if sched.is_empty and not sched.finished_req_ids:
             return []

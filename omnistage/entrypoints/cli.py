@@ -86,6 +86,7 @@ def _add_make_tiny(sub: argparse._SubParsersAction) -> None:
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     from omnistage.entrypoints.openai.server_config import add_server_args
     from omnistage.pipeline.serve_flags import add_pipeline_args
+    from omnistage.tracing.options import add_tracing_args
 
     serve = sub.add_parser("serve", help="serve a model with an OpenAI-compatible API",
                            usage="%(prog)s [MODEL] [options]",
@@ -103,6 +104,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=8000, help="TCP port to listen on (default 8000)")
     add_server_args(serve)
     add_pipeline_args(serve)
+    add_tracing_args(serve)
     serve.set_defaults(func=_serve)
 
 

@@ -26,6 +26,7 @@ from omnistage.entrypoints.openai.server_config import (
     webrtc_policy_from_args,
 )
 from omnistage.pipeline.serve_flags import PipelineConfig, pipeline_config_from_args
+from omnistage.tracing.options import TracingOptions, tracing_options_from_args
 from omnistage.usage_error import UsageError
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -47,6 +48,7 @@ class ServeConfig:
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
     webrtc: WebRtcPolicy = field(default_factory=WebRtcPolicy)
+    tracing: TracingOptions = field(default_factory=TracingOptions)  # --otlp-traces-endpoint: off by default
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -74,7 +76,7 @@ class ServeConfig:
                        limits=limits_from_args(args), media=media_policy_from_args(args),
                        access=access_policy_from_args(args, environ), serving=serving_options_from_args(args, environ),
                        ssl_keyfile=args.ssl_keyfile, ssl_certfile=args.ssl_certfile,
-                       webrtc=webrtc_policy_from_args(args))
+                       webrtc=webrtc_policy_from_args(args), tracing=tracing_options_from_args(args, environ))
         except (UsageError, ConfigError):  # already say what is wrong, and where
             raise
         except ValueError as exc:

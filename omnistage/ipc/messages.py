@@ -120,10 +120,32 @@ class RequestFailed(msgspec.Struct, tag=True):
     error: str
 
 
+class StageTimes(msgspec.Struct, tag=True):
+    """When one replica held one request, in ``time.time_ns()`` (sent only by a replica launched ``timed``, when
+    tracing is on: just before the request's last output there, or at its abort). Wall-clock nanoseconds because
+    the orchestrator turns them into spans beside its own times: one host's processes share that clock, and
+    hosts of one Ray cluster agree within their NTP error.
+
+    received_ns: its first input reached the engine loop; scheduled_ns: the first engine step that computed for
+    it began (0: the worker does not say, :meth:`StageWorker.scheduled_ids`); first_output_ns: its first output
+    (an AR stage's first token: the prefill's end); finished_ns: its last output, or its abort.
+    steps: engine steps that computed for it; outputs: outputs it sent (tokens, frame notices, audio chunks).
+    """
+
+    request_id: str
+    received_ns: int
+    scheduled_ns: int = 0
+    first_output_ns: int = 0
+    finished_ns: int = 0
+    steps: int = 0
+    outputs: int = 0
+    aborted: bool = False
+
+
 class StepBatch(msgspec.Struct, Generic[P], tag=True):
     """Everything one pass of a replica's loop produced, with its load after the pass."""
 
-    outputs: list[StageOutput[P] | RequestFailed]
+    outputs: list[StageOutput[P] | RequestFailed | StageTimes]
     load: ReplicaLoad
 
 

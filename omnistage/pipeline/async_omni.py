@@ -21,6 +21,7 @@ from omnistage.config.pipeline import PipelineSpec
 from omnistage.core import OmniOutput, OmniRequest
 from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.pipeline.engine import OmniPipeline
+from omnistage.pipeline.request_state import TraceSink
 from omnistage.pipeline.serve_flags import PipelineConfig
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.families.base import FrontEnd
@@ -93,9 +94,11 @@ class AsyncOmni:
             weakref.WeakKeyDictionary()
 
     @classmethod
-    def from_config(cls, config: PipelineConfig) -> AsyncOmni:
-        """The pipeline ``omnistage serve`` was asked for (:func:`~omnistage.pipeline.serve_flags.pipeline_config_from_args`)."""
-        return cls(pipeline=OmniPipeline.from_config(config))
+    def from_config(cls, config: PipelineConfig, trace_sink: TraceSink | None = None) -> AsyncOmni:
+        """The pipeline ``omnistage serve`` was asked for
+        (:func:`~omnistage.pipeline.serve_flags.pipeline_config_from_args`); ``trace_sink``: where finished
+        requests' traces go when it traces."""
+        return cls(pipeline=OmniPipeline.from_config(config, trace_sink))
 
     async def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]:
         loop = asyncio.get_running_loop()

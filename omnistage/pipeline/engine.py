@@ -12,7 +12,7 @@ from omnistage.families.base import FrontEnd
 from omnistage.families.registry import DEFAULT_REGISTRY, FamilyRegistry
 from omnistage.pipeline.graph import resolve_graph
 from omnistage.pipeline.reports import EngineStats, HealthReport
-from omnistage.pipeline.request_state import OutputSink
+from omnistage.pipeline.request_state import OutputSink, TraceSink
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime, model_factories
 from omnistage.pipeline.serve_flags import PipelineConfig
 
@@ -34,7 +34,7 @@ class OmniPipeline:
     def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
                  options: PipelineOptions | None = None, model_name: str | None = None,
                  overrides: StageOverrides | None = None, generation_config: str = "auto",
-                 registry: FamilyRegistry = DEFAULT_REGISTRY) -> None:
+                 registry: FamilyRegistry = DEFAULT_REGISTRY, trace_sink: TraceSink | None = None) -> None:
         folder = registry.resolve_model(model)
         self.family = registry.for_folder(folder)
         config = self.family.load_config(folder)
@@ -52,12 +52,13 @@ class OmniPipeline:
         self.default_sampling = sampling_defaults(entry.sampling, folder, generation_config)
         options = (options or PipelineOptions()).for_model(str(model) in registry.embedded_names())
         self.runtime = PipelineRuntime(self.graph, model_factories(str(folder), self.graph, options),
-                                       self.front_end.tokenizer, self.front_end.audio, options)
+                                       self.front_end.tokenizer, self.front_end.audio, options, trace_sink)
 
     @classmethod
-    def from_config(cls, config: PipelineConfig) -> OmniPipeline:
+    def from_config(cls, config: PipelineConfig, trace_sink: TraceSink | None = None) -> OmniPipeline:
+        """``trace_sink``: where each finished request's trace goes when the server traces (None: it does not)."""
         return cls(config.model, config.stage_config, config.options, config.model_name, config.overrides,
-                   config.generation_config)
+                   config.generation_config, trace_sink=trace_sink)
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)

@@ -39,11 +39,10 @@ from omnistage.pipeline.chunk_planner import StagePaces
 from omnistage.pipeline.codec_edge import CodecEdge, StreamSetup
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer, Tokenizer
 from omnistage.pipeline.graph import Edge, StageGraph
-from omnistage.pipeline.request_state import OutputSink, RequestState, RequestTrace
+from omnistage.pipeline.request_state import ChunkSeen, OutputSink, RequestState, RequestTrace, TraceBook, TraceSink
 from omnistage.pipeline.router import StageRouter
 
 logger = logging.getLogger(__name__)
-KEEP_TRACES = 256
 # The gate's walk over every running stream (their paces recorded, room for waiting requests) at most this often,
 # and at once when a stream or its talker ends (that frees room). Every pass walked them: with a batch of streams
 # and requests waiting, a third of the orchestrator's time. A talker frame lasts 40-133 ms.
@@ -64,7 +63,8 @@ class FlowSettings:
 
 class RequestFlows:
     def __init__(self, settings: FlowSettings, routers: dict[str, StageRouter], send: SendFn,
-                 tokenizer: Tokenizer | None, peer_address: PeerAddressFn = lambda stage, index: "") -> None:
+                 tokenizer: Tokenizer | None, peer_address: PeerAddressFn = lambda stage, index: "",
+                 trace_sink: TraceSink | None = None) -> None:
         self.settings = settings
         self.graph = settings.graph
         self.routers = routers
@@ -80,9 +80,9 @@ class RequestFlows:
         self._paced = False  # a talker reported frames since the gate's last walk: it records the streams' paces
         self._next_walk = 0.0  # monotonic time of the gate's next walk (GATE_INTERVAL_S)
         self._text_stage = self.graph.output_stage(Modality.TEXT)
-        # Audio requests held back while the running streams are near real time, in arrival order.
-        self.waiting: OrderedDict[str, tuple[OmniRequest, OutputSink]] = OrderedDict()
-        self.traces: OrderedDict[str, RequestTrace] = OrderedDict()  # finished requests, newest last
+        # Audio requests held back while the running streams are near real time, in arrival order (and since when).
+        self.waiting: OrderedDict[str, tuple[OmniRequest, OutputSink, float]] = OrderedDict()
+        self.traces = TraceBook(trace_sink)  # finished requests' traces, and the sink when the server traces
 
     # Entry and exits -----------------------------------------------------------------------------
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
@@ -96,7 +96,7 @@ class RequestFlows:
             return self.reject(request, sink, f"this pipeline has no stage that makes {' or '.join(missing)}: "
                                               f"{' and '.join(missing)} output is not available")
         if request.streams_audio and (self.waiting or not self.gate.admits(self._stream_loads())):
-            self.waiting[rid] = (request, sink)
+            self.waiting[rid] = (request, sink, time.monotonic())
             return None
         return self._start(request, sink)
 
@@ -123,8 +123,8 @@ class RequestFlows:
             self._paced = False
         while self.waiting and (room := self.gate.room(loads)) > 0:
             for _ in range(min(room, len(self.waiting))):  # a round starts together: its prefills batch
-                _, (request, sink) = self.waiting.popitem(last=False)
-                self._start(request, sink)  # a head start that went by while it waited is gone (_crossing)
+                _, (request, sink, since) = self.waiting.popitem(last=False)
+                self._start(request, sink, time.monotonic() - since)  # a head start that went by is gone (_crossing)
             loads = self._stream_loads()
 
     def _stream_loads(self) -> list[StreamLoad]:
@@ -141,10 +141,11 @@ class RequestFlows:
                                     audio.playback.buffered_s(now) if playing else None))
         return loads
 
-    def _start(self, request: OmniRequest, sink: OutputSink) -> None:
+    def _start(self, request: OmniRequest, sink: OutputSink, gated_s: float = 0.0) -> None:
         rid = request.request_id
         state = RequestState(request, sink, IncrementalDetokenizer(self.tokenizer, request.sampling.stop),
-                             self._stages(request), num_prompt_tokens=request.prompt.num_tokens)
+                             self._stages(request), RequestTrace(gated_s=gated_s),
+                             num_prompt_tokens=request.prompt.num_tokens)
         try:
             for edge in self.graph.edges:
                 if edge.source in state.stages and edge.target in state.stages:
@@ -203,7 +204,7 @@ class RequestFlows:
         """Ends a request now (abort or failure): every stage holding it frees it."""
         held = self.waiting.pop(request_id, None)
         if held is not None:  # never started: nothing to free
-            request, sink = held
+            request, sink, _ = held
             state = RequestState(request, sink, IncrementalDetokenizer(None), reason=reason)
             self._emit(state, OmniOutput(request_id, finished=True, finish_reason=reason, error=error))
             return
@@ -305,6 +306,8 @@ class RequestFlows:
         self._enter(state, stage)  # its audio may overtake the talker's notice of the chunk
         seconds = edge.setup.audio.seconds(chunk.wav.shape[0])
         self.gate.vocoded(chunk.busy_s, seconds)
+        if self.traces.sink is not None:
+            state.trace.chunks.append(ChunkSeen(stage, now, chunk.chunk_index, seconds, chunk.busy_s))
         self._queue_order(edge.source, state, edge.heard(state.request_id, chunk, seconds, now))
         return chunk.wav.numpy()
 
@@ -391,7 +394,6 @@ class RequestFlows:
                      cached_tokens=state.num_cached_tokens)
 
     def _record(self, state: RequestState) -> None:
-        state.trace.mark("finished")
-        self.traces[state.request_id] = state.trace
-        while len(self.traces) > KEEP_TRACES:
-            self.traces.popitem(last=False)
+        if self.traces.sink is not None:  # how it ended, for its spans
+            state.trace.usage, state.trace.reason = self._usage(state), state.reason
+        self.traces.record(state.request, state.trace)

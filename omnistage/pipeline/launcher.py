@@ -41,6 +41,7 @@ class ReplicaLaunch:
     num_threads: int = 1
     nice: int = 0  # added to the process's niceness (the stage's ``nice``)
     payloads: PayloadTypes = PayloadTypes(())  # what the replica's sockets decode (the pipeline's payload set)
+    timed: bool = False  # sends each request's times here (``StageTimes``), for tracing
 
 
 class ReplicaHandle(ABC):
@@ -85,7 +86,8 @@ class ThreadReplica(ReplicaHandle):
     def __init__(self, launch: ReplicaLaunch, ctx: zmq.Context) -> None:
         super().__init__(launch)
         store = make_connector(launch.connector, launch.pipeline_id)
-        self.loop = ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads)
+        self.loop = ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads,
+                                timed=launch.timed)
         self.thread = threading.Thread(target=self.loop.run, name=f"{launch.stage}-{launch.index}", daemon=True)
         self.ctx = ctx
 

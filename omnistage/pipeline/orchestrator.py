@@ -38,6 +38,7 @@ from omnistage.ipc.messages import (
     ReplicaReady,
     RequestFailed,
     StageOutput,
+    StageTimes,
     StepBatch,
 )
 from omnistage.ipc.queues import Receiver, Sender, next_address
@@ -47,7 +48,7 @@ from omnistage.pipeline.flow import FlowSettings, RequestFlows
 from omnistage.pipeline.launcher import ReplicaHandle
 from omnistage.pipeline.liveness import Liveness, StallBounds
 from omnistage.pipeline.replica import ReplicaAddresses
-from omnistage.pipeline.request_state import OutputSink, RequestTrace
+from omnistage.pipeline.request_state import OutputSink, RequestTrace, TraceSink
 from omnistage.pipeline.router import StageRouter
 
 logger = logging.getLogger(__name__)
@@ -120,12 +121,12 @@ class _Abort:
 
 class Orchestrator:
     def __init__(self, settings: FlowSettings, links: list[ReplicaLink], tokenizer: Tokenizer | None,
-                 ctx: zmq.Context, stall: StallBounds = StallBounds()) -> None:
+                 ctx: zmq.Context, stall: StallBounds = StallBounds(), trace_sink: TraceSink | None = None) -> None:
         self.stall = stall
         self.links = {(link.stage, link.index): link for link in links}
         stages = dict.fromkeys(link.stage for link in links)
         self.routers = {s: StageRouter(s, sum(1 for link in links if link.stage == s)) for s in stages}
-        self.flows = RequestFlows(settings, self.routers, self._send, tokenizer, self._peer_address)
+        self.flows = RequestFlows(settings, self.routers, self._send, tokenizer, self._peer_address, trace_sink)
         self._commands: queue.SimpleQueue[_Submit | _Abort] = queue.SimpleQueue()
         address = f"inproc://omnistage-waker-{id(self)}"
         self._wake_rx = ctx.socket(zmq.PULL)
@@ -278,9 +279,13 @@ class Orchestrator:
         elif isinstance(message, ReplicaFailed):
             self._replica_down(link, message.error)
 
-    def _on_output(self, stage: str, output: StageOutput | RequestFailed) -> None:
+    def _on_output(self, stage: str, output: StageOutput | RequestFailed | StageTimes) -> None:
         try:
-            if isinstance(output, RequestFailed):
+            if isinstance(output, StageTimes):  # a timed replica's view of its stage (only when tracing)
+                state = self.flows.states.get(output.request_id)
+                if state is not None:
+                    state.trace.stage_times[stage] = output
+            elif isinstance(output, RequestFailed):
                 self.flows.fail(output.request_id, output.error)
             else:
                 self.flows.on_output(stage, output)

@@ -48,7 +48,8 @@ class ReplicaActor:
         addresses = replace(launch.addresses, peer=f"tcp://{_node_host()}:*")
         ctx = zmq.Context()
         try:
-            ReplicaLoop(launch.factory, ctx, addresses, store, os.getpid(), launch.payloads, same_host).run()
+            ReplicaLoop(launch.factory, ctx, addresses, store, os.getpid(), launch.payloads, same_host,
+                        timed=launch.timed).run()
         finally:
             ctx.destroy(linger=0)
 

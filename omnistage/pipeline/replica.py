@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -40,13 +41,16 @@ from omnistage.ipc.messages import (
     ReplicaReady,
     RequestFailed,
     Shutdown,
+    StageInput,
     StageOutput,
+    StageTimes,
     StepBatch,
 )
 from omnistage.ipc.queues import Receiver, Sender
 from omnistage.ipc.serialization import TensorStore
 from omnistage.pipeline.codec_streams import CodecStreams
 from omnistage.pipeline.liveness import HEARTBEAT_S
+from omnistage.pipeline.stage_clock import StageClock
 from omnistage.workers.base import StageWorker, WorkerFactory
 
 logger = logging.getLogger(__name__)
@@ -64,7 +68,8 @@ class ReplicaAddresses:
 
 class ReplicaLoop:
     def __init__(self, factory: WorkerFactory, ctx: zmq.Context, addresses: ReplicaAddresses,
-                 store: TensorStore | None, pid: int, payloads: PayloadTypes, same_host: bool = True) -> None:
+                 store: TensorStore | None, pid: int, payloads: PayloadTypes, same_host: bool = True,
+                 timed: bool = False) -> None:
         self.factory = factory
         self.payloads = payloads
         self.ctx = ctx
@@ -78,6 +83,8 @@ class ReplicaLoop:
         self.peer_address = ""  # the address the peer socket bound (set by the input thread)
         self._peer_bound = threading.Event()
         self._input_error = ""  # why the input thread could not open its sockets (the replica then fails)
+        # Each request's times here, sent for its span (tracing on); None: nothing is timed.
+        self.clock: StageClock | None = StageClock() if timed else None
 
     def run(self) -> None:
         """Runs until ``Shutdown`` arrives or the worker cannot be built; returns after the threads stop."""
@@ -120,7 +127,7 @@ class ReplicaLoop:
         busy = False
         while not self.stop.is_set():
             self.passes += 1
-            outputs: list[StageOutput | RequestFailed] = []
+            outputs: list[StageOutput | RequestFailed | StageTimes] = []
             for message in self._take_inputs(block=not busy):
                 if isinstance(message, Shutdown):
                     return
@@ -130,6 +137,8 @@ class ReplicaLoop:
                 busy = self._step(worker, streams, outputs)
             load = worker.load()
             if outputs or load != last_load:
+                if self.clock is not None:
+                    outputs = self.clock.outputs(outputs)
                 sender.send(StepBatch(outputs, load))
                 last_load = load
 
@@ -142,16 +151,17 @@ class ReplicaLoop:
         except queue.Empty:
             return messages
 
-    @classmethod
-    def _apply(cls, worker: StageWorker, streams: CodecStreams,
-               message: ReplicaInput) -> list[StageOutput | RequestFailed]:
+    def _apply(self, worker: StageWorker, streams: CodecStreams,
+               message: ReplicaInput) -> list[StageOutput | RequestFailed | StageTimes]:
         if isinstance(message, InputBatch):
-            return [out for item in message.items for out in cls._apply(worker, streams, item)]
+            return [out for item in message.items for out in self._apply(worker, streams, item)]
         if isinstance(message, AbortRequests):
             worker.abort(message.request_ids)
             streams.abort(message.request_ids)
-            return []
+            return self.clock.aborted(message.request_ids) if self.clock is not None else []
         rid = getattr(message, "request_id", "")
+        if self.clock is not None and isinstance(message, StageInput):
+            self.clock.received(rid)
         try:
             if isinstance(message, OpenCodecStream):
                 streams.open(message)
@@ -165,8 +175,9 @@ class ReplicaLoop:
             streams.abort([rid])
             return [RequestFailed(rid, f"{type(exc).__name__}: {exc}")]
 
-    @staticmethod
-    def _step(worker: StageWorker, streams: CodecStreams, outputs: list[StageOutput | RequestFailed]) -> bool:
+    def _step(self, worker: StageWorker, streams: CodecStreams,
+              outputs: list[StageOutput | RequestFailed | StageTimes]) -> bool:
+        began = time.time_ns() if self.clock is not None else 0
         try:
             result = worker.step()
         except Exception as exc:  # noqa: BLE001 - the requests in the failed batch are failed, the loop goes on
@@ -176,6 +187,8 @@ class ReplicaLoop:
             streams.abort(held)
             outputs.extend(RequestFailed(rid, f"{type(exc).__name__}: {exc}") for rid in held)
             return False
+        if self.clock is not None:
+            self.clock.stepped(worker.scheduled_ids(), began)
         outputs.extend(streams.on_outputs(result.outputs))
         return result.progressed
 

@@ -96,7 +96,8 @@ def replica_main(launch: ReplicaLaunch, parent_pid: int) -> None:
     ctx = zmq.Context()
     store = make_connector(launch.connector, launch.pipeline_id)
     try:
-        ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads).run()
+        ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads,
+                    timed=launch.timed).run()
     finally:
         ctx.destroy(linger=0)
 

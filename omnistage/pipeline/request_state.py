@@ -2,35 +2,59 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from omnistage.core import FinishReason, OmniOutput, OmniRequest
+from omnistage.core import FinishReason, OmniOutput, OmniRequest, Usage
+from omnistage.ipc.messages import StageTimes
 from omnistage.pipeline.detokenizer import IncrementalDetokenizer
 
 if TYPE_CHECKING:
     from omnistage.families.base import RequestEdge
     from omnistage.pipeline.codec_edge import CodecEdge
 
+logger = logging.getLogger(__name__)
+KEEP_TRACES = 256
+
 # Receives each delta of a request; called from the orchestrator's thread, so it must not block.
 OutputSink = Callable[[OmniOutput], None]
+
+
+@dataclass(frozen=True)
+class ChunkSeen:
+    """An audio chunk of ``stage`` as it reached the orchestrator (recorded only when tracing): its index, its
+    seconds of audio and its share of the vocoder step that made it."""
+
+    stage: str
+    at: float  # time.monotonic()
+    index: int
+    seconds: float
+    busy_s: float
 
 
 @dataclass
 class RequestTrace:
     """``time.monotonic()`` of each milestone (None until reached), when each stage took the request and let it
-    go, and the replica each stage used."""
+    go, and the replica each stage used. When tracing, also each timed replica's own view of its stage
+    (``stage_times``), the audio chunks as they came, and how the request ended."""
 
     replicas: dict[str, int] = field(default_factory=dict)
     entered: dict[str, float] = field(default_factory=dict)
     left: dict[str, float] = field(default_factory=dict)
     arrival: float = field(default_factory=time.monotonic)
+    gated_s: float = 0.0  # how long the audio gate held it before ``arrival``
     first_text: float | None = None
     first_frames: float | None = None
     first_audio: float | None = None
     finished: float | None = None
+    stage_times: dict[str, StageTimes] = field(default_factory=dict)
+    chunks: list[ChunkSeen] = field(default_factory=list)
+    usage: Usage | None = None
+    reason: FinishReason | None = None
 
     def mark(self, name: str) -> None:
         if getattr(self, name) is None:
@@ -43,6 +67,34 @@ class RequestTrace:
     @property
     def total_time(self) -> float | None:
         return None if self.finished is None else self.finished - self.arrival
+
+
+# Receives each finished request's trace when the server traces; called from the orchestrator's thread, so it
+# must not block (``omnistage/tracing/``'s exporter only queues spans).
+TraceSink = Callable[[OmniRequest, RequestTrace], None]
+
+
+class TraceBook:
+    """The traces of the last ``KEEP_TRACES`` finished requests (``Orchestrator.trace``); when the server traces,
+    each also goes to its ``sink`` as its request finishes."""
+
+    def __init__(self, sink: TraceSink | None = None) -> None:
+        self.sink = sink
+        self.recent: OrderedDict[str, RequestTrace] = OrderedDict()  # newest last
+
+    def get(self, request_id: str) -> RequestTrace | None:
+        return self.recent.get(request_id)
+
+    def record(self, request: OmniRequest, trace: RequestTrace) -> None:
+        trace.mark("finished")
+        self.recent[request.request_id] = trace
+        while len(self.recent) > KEEP_TRACES:
+            self.recent.popitem(last=False)
+        if self.sink is not None:
+            try:
+                self.sink(request, trace)
+            except Exception:  # noqa: BLE001 - a tracing fault must never fail or stall a request
+                logger.exception("tracing %s failed", request.request_id)
 
 
 @dataclass

@@ -33,6 +33,7 @@ from omnistage.pipeline.launcher import ProcessReplica, ReplicaHandle, ReplicaLa
 from omnistage.pipeline.options import BACKENDS, PipelineOptions  # noqa: F401 - re-exported
 from omnistage.pipeline.orchestrator import Orchestrator, ReplicaLink
 from omnistage.pipeline.replica import ReplicaAddresses
+from omnistage.pipeline.request_state import TraceSink
 from omnistage.workers.base import WorkerFactory, WorkerSpec, build_worker
 
 if TYPE_CHECKING:
@@ -44,11 +45,14 @@ SHUTDOWN_GRACE_S = 5.0
 
 class PipelineRuntime:
     """Owns the zmq context, every replica and the orchestrator of one pipeline (a stage graph resolved
-    through its family; ``factories`` build each stage's worker inside its replica)."""
+    through its family; ``factories`` build each stage's worker inside its replica). With a ``trace_sink`` (the
+    server traces) every replica times its requests and each finished request's trace goes to the sink."""
 
     def __init__(self, graph: StageGraph, factories: dict[str, WorkerFactory], tokenizer: Tokenizer | None,
-                 audio: AudioSpec | None, options: PipelineOptions | None = None) -> None:
+                 audio: AudioSpec | None, options: PipelineOptions | None = None,
+                 trace_sink: TraceSink | None = None) -> None:
         self.graph = graph
+        self.timed = trace_sink is not None
         self.spec = graph.spec
         self.options = options = options or PipelineOptions()
         self.payloads: PayloadTypes = GENERIC_PAYLOADS + graph.family.payloads
@@ -66,7 +70,7 @@ class PipelineRuntime:
         try:
             links = self._make_links(factories)
             settings = FlowSettings(graph, audio, options.talker_min_new_tokens or 0)
-            self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx, options.stall_bounds)
+            self.orchestrator = Orchestrator(settings, links, tokenizer, self.ctx, options.stall_bounds, trace_sink)
             for link in links:
                 link.handle.start()
             self.orchestrator.wait_ready(options.ready_timeout_s)
@@ -98,7 +102,7 @@ class PipelineRuntime:
                 launch = ReplicaLaunch(stage.name, index, factories[stage.name],
                                        ReplicaAddresses(sender.address, receiver.address, peer),
                                        self.options.connector_kind, self.pipeline_id, self._threads(stage),
-                                       stage.nice, self.payloads)
+                                       stage.nice, self.payloads, self.timed)
                 links.append(ReplicaLink(stage.name, index, new_handle(launch), sender, receiver, store=self.store,
                                          payloads=self.payloads))
         return links

@@ -57,6 +57,11 @@ class StageWorker(ABC):
     def close(self) -> None:
         """Releases what outlives the replica's loop otherwise (a tensor-parallel stage's other ranks)."""
 
+    def scheduled_ids(self) -> list[str]:
+        """The requests the last step computed for (read only when tracing: each request's queue wait ends at its
+        first); empty when the worker does not say, and its spans then show no queue wait."""
+        return []
+
     def step_profile(self) -> dict[int, float]:
         """Seconds of one decode step by batch size, measured once before serving (the replica sends it in its
         ``ReplicaReady``); empty for a stage whose cost per stream the admission gate does not need."""
@@ -148,4 +153,8 @@ class ARWorker(StageWorker, Generic[_Held]):
 
     def progressed(self) -> bool:
         return self.engine.last_num_scheduled > 0
+
+    def scheduled_ids(self) -> list[str]:
+        sched = self.engine.last_schedule
+        return [s.request.request_id for s in sched.scheduled] if sched is not None else []
 

@@ -14,7 +14,13 @@ from collections import OrderedDict
 
 import torch
 
-from omnistage.engine.generation_engine import ChunkDecoder, ChunkJob, GenerationEngineCore, vocoder_batch_cap
+from omnistage.engine.generation_engine import (
+    ChunkDecoder,
+    ChunkJob,
+    ChunkOutput,
+    GenerationEngineCore,
+    vocoder_batch_cap,
+)
 from omnistage.ipc.messages import ReplicaLoad, RequestFailed, StageInput, StageOutput
 from omnistage.ipc.payloads import AudioChunk
 from omnistage.workers.base import StageWorker, StepResult, WorkerSpec, resolve_device
@@ -32,6 +38,7 @@ class CodecWorker(StageWorker):
                                            policy=spec.stage.engine.scheduling)
         self.pending: dict[str, int] = {}  # request id → jobs queued
         self.aborted: OrderedDict[str, None] = OrderedDict()  # recently aborted ids, oldest first
+        self.last_made: list[ChunkOutput] = []  # the chunks the last step decoded
 
     @abstractmethod
     def load_vocoder(self, spec: WorkerSpec, device: str, dtype: torch.dtype) -> ChunkDecoder:
@@ -63,6 +70,7 @@ class CodecWorker(StageWorker):
         start = time.perf_counter()
         made = self.engine.step()
         busy = time.perf_counter() - start
+        self.last_made = made
         samples = sum(out.wav.numel() for out in made) or 1
         for out in made:
             left = self.pending.get(out.request_id, 1) - 1
@@ -80,3 +88,6 @@ class CodecWorker(StageWorker):
 
     def request_ids(self) -> list[str]:
         return list(self.pending)
+
+    def scheduled_ids(self) -> list[str]:
+        return [out.request_id for out in self.last_made]

@@ -103,8 +103,8 @@ def test_serve_builds_the_engine_serves_shuts_it_down_and_says_it_is_ready(
 
     class AsyncOmni:
         @staticmethod
-        def from_config(config: object) -> FakeEngine:
-            seen["config"] = config
+        def from_config(config: object, trace_sink: object = None) -> FakeEngine:
+            seen["config"], seen["trace_sink"] = config, trace_sink
             return engine
 
     async def serve(self: uvicorn.Server, sockets: list[object]) -> None:
@@ -117,7 +117,7 @@ def test_serve_builds_the_engine_serves_shuts_it_down_and_says_it_is_ready(
     assert main(["serve", "tiny", "--port", "0", "--served-model-name", "my-omni", "--max-num-seqs", "4"]) == 0
     config = seen["config"]
     assert (config.model, config.model_name, config.overrides.max_num_seqs) == ("tiny", "my-omni", (("", 4),))
-    assert engine.shut_down
+    assert engine.shut_down and seen["trace_sink"] is None  # no --otlp-traces-endpoint: nothing traced
     err = capsys.readouterr().err
     port = seen["socket"]
     assert f"omnistage is ready: model 'my-omni' at http://127.0.0.1:{port}/v1" in err

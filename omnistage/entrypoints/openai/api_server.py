@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from omnistage.audio.vad_backend import vad_backend
@@ -29,6 +31,7 @@ from omnistage.entrypoints.openai.common.body_limit import BodyLimitMiddleware
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.draining import Draining, DrainingMiddleware
 from omnistage.entrypoints.openai.common.errors import install_error_handlers
+from omnistage.entrypoints.openai.common.http_spans import ResponseBytes, untraced
 from omnistage.entrypoints.openai.common.loop_lag import loop_lag_watcher
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
 from omnistage.entrypoints.openai.common.protocol import (
@@ -70,6 +73,9 @@ from omnistage.entrypoints.openai.speech.voices_service import VoiceService
 from omnistage.entrypoints.openai.transcription.route import transcription_router
 from omnistage.entrypoints.openai.webrtc.route import CALL_PREFIX, install_webrtc
 from omnistage.pipeline.reports import HealthReport
+
+if TYPE_CHECKING:
+    from omnistage.tracing.otel import Tracing
 
 
 @dataclass
@@ -205,9 +211,20 @@ def _openapi_schema(app: FastAPI, keyed: bool) -> dict[str, object]:
     return app.openapi_schema
 
 
+def _telemetry(tracing: Tracing | None) -> TelemetryConfig | None:
+    """FastAPI's native telemetry: when the server traces, a span per ``/v1/`` request made by the server's own
+    tracer provider, and nothing else (its metrics and logs are Prometheus's and ours; no per-operation spans:
+    a streamed reply's endpoint returns before its pipeline is done, and the pipeline's spans go under the
+    request's). None keeps FastAPI's default: off, unless this process set up a global provider."""
+    if tracing is None:
+        return None
+    return {"tracer_provider": tracing.provider, "metrics": False, "logs": False, "operation_spans": False,
+            "auto_configure": False, "exclude": untraced}
+
+
 def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None,
               access: AccessPolicy | None = None, serving: ServingOptions | None = None,
-              webrtc: WebRtcPolicy | None = None) -> FastAPI:
+              webrtc: WebRtcPolicy | None = None, tracing: Tracing | None = None) -> FastAPI:
     limits = limits or ServerLimits()
     serving = serving or ServingOptions()
     served = ServedModel.of(engine, serving)
@@ -218,7 +235,8 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     access = access or AccessPolicy()
     # docs_url/redoc_url None: FastAPI's pages load from a CDN; install_landing serves them from local assets.
     app = FastAPI(title="omnistage", version="0.1.0", summary="OpenAI-compatible Qwen3-Omni server",
-                  docs_url=None, redoc_url=None, lifespan=lambda _: loop_lag_watcher(metrics.loop_lag, serving.trace_loop_stalls_ms))
+                  docs_url=None, redoc_url=None, lifespan=lambda _: loop_lag_watcher(metrics.loop_lag, serving.trace_loop_stalls_ms),
+                  telemetry=_telemetry(tracing))
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
     store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits
@@ -245,6 +263,8 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
                        ephemeral_owned_prefix=CALL_PREFIX)
     # Outside the key check: a request that comes while the server stops is told to go elsewhere, keyed or not.
     app.add_middleware(DrainingMiddleware, draining=app.state.services.draining)
+    if tracing is not None:  # FastAPI made the request's span before any middleware runs
+        app.add_middleware(ResponseBytes)
     install_error_handlers(app)
     app.openapi = lambda: _openapi_schema(app, bool(access.api_keys))  # type: ignore[method-assign]
     return app

@@ -12,6 +12,7 @@ import gc
 import importlib.util
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 from omnistage.entrypoints.openai.allocator import return_large_blocks_to_the_system
 from omnistage.entrypoints.openai.api_server import build_app
@@ -19,6 +20,9 @@ from omnistage.entrypoints.openai.common.connection_guard import guarded_http_pr
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.serve_config import ServeConfig
 from omnistage.usage_error import UsageError
+
+if TYPE_CHECKING:
+    from omnistage.tracing.otel import Tracing
 
 CLOSE_GRACE_S = 5
 
@@ -77,9 +81,11 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
     from omnistage.entrypoints.openai.draining_server import DrainingServer
     from omnistage.pipeline.async_omni import AsyncOmni
 
-    engine = AsyncOmni.from_config(config.pipeline)
+    tracing = open_tracing(config)  # None without --otlp-traces-endpoint
+    engine = AsyncOmni.from_config(config.pipeline, trace_sink=tracing.pipeline if tracing is not None else None)
     try:
-        app = build_app(engine, config.limits, config.media, config.access, config.serving, config.webrtc)
+        app = build_app(engine, config.limits, config.media, config.access, config.serving, config.webrtc,
+                        tracing=tracing)
         # What is built by now (modules, tokenizer, processor, app) lives as long as the server: frozen out of the
         # cyclic GC, whose full collections walked all of it on whichever thread allocated, the event loop's too
         # (0.35 and 0.73 s stalls in the soak, the loop's stack in weakref callbacks; ~0.14 s for the imports alone).
@@ -99,7 +105,18 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
             await app.state.webrtc_calls.close_all()  # WebRTC calls outlive their HTTP request: hang them up first
     finally:
         await engine.shutdown()
+        if tracing is not None:  # the spans still queued are made and exported before the exit
+            await asyncio.to_thread(tracing.close)
     return 0
+
+
+def open_tracing(config: ServeConfig) -> Tracing | None:
+    """The server's tracer when ``--otlp-traces-endpoint`` is set (its SDK imported only then); else None."""
+    if not config.tracing.enabled:
+        return None
+    from omnistage.tracing.otel import Tracing
+
+    return Tracing(config.tracing, config.served_name)
 
 
 def run_server(config: ServeConfig, sock: socket.socket) -> int:
@@ -107,5 +124,8 @@ def run_server(config: ServeConfig, sock: socket.socket) -> int:
     run."""
     if config.pipeline.options.backend == "ray" and importlib.util.find_spec("ray") is None:
         raise UsageError("--backend ray needs Ray: pip install 'omnistage[ray]'")
+    missing = config.tracing.missing()
+    if missing is not None:
+        raise UsageError(missing)
     return_large_blocks_to_the_system()  # this process only: a large request's buffers leave with it (allocator.py)
     return asyncio.run(_serve(config, sock))

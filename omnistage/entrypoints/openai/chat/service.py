@@ -40,6 +40,7 @@ from omnistage.entrypoints.openai.chat.request import ChatPlan, chat_plan, chat_
 from omnistage.entrypoints.openai.chat.stream import AUDIO_TTL_S, ChunkWriter, finish_reason_name, usage_info
 from omnistage.entrypoints.openai.common.admission import Admission, Ticket
 from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.http_spans import traced
 from omnistage.entrypoints.openai.common.metrics import RequestTimer, ServerMetrics
 from omnistage.entrypoints.openai.common.request_checks import engine_failure, usage_of
 from omnistage.entrypoints.openai.common.served_model import ServedModel
@@ -93,7 +94,7 @@ class ChatService:
             prompt, sampling = await prepare_admitted(raw, group, self._prompt(body, plan))
         except ClientDisconnected:
             return Response(status_code=499)
-        requests = self._requests(body, plan, prompt, sampling)
+        requests = [traced(r) for r in self._requests(body, plan, prompt, sampling)]
         logprobs = LogprobWriter(getattr(self.engine.front_end.processor, "tokenizer", None), plan.logprobs or 0) \
             if plan.logprobs is not None else None
         if body.stream:

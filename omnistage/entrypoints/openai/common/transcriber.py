@@ -21,6 +21,7 @@ from omnistage.core import Modality, OmniRequest, Usage
 from omnistage.entrypoints.openai.common.admission import Ticket
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken
 from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.http_spans import traced
 from omnistage.entrypoints.openai.common.request_checks import completion_budget, engine_failure, make_sampling
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
@@ -74,7 +75,9 @@ def transcription_request(engine: OmniEngine, prompt: ProcessedPrompt, ask: Tran
     budget = completion_budget(int(BASE_TOKENS + TOKENS_PER_SECOND * ask.seconds), len(prompt.token_ids),
                                engine.max_model_len, param)
     sampling = make_sampling(max_tokens=budget, temperature=ask.temperature, logprobs=0 if ask.logprobs else None)
-    return OmniRequest(request_id or f"transcribe-{uuid.uuid4().hex}", prompt, frozenset({Modality.TEXT}), sampling)
+    # Under the HTTP request's span when traced (a realtime session's transcription has none: a trace of its own).
+    return traced(OmniRequest(request_id or f"transcribe-{uuid.uuid4().hex}", prompt, frozenset({Modality.TEXT}),
+                              sampling))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.common.admission import Admission, Ticket
 from omnistage.entrypoints.openai.common.auth import caller
 from omnistage.entrypoints.openai.common.errors import bad_request
+from omnistage.entrypoints.openai.common.http_spans import traced
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
 from omnistage.entrypoints.openai.common.request_checks import (
     completion_budget,
@@ -88,10 +89,11 @@ class ResponsesService:
         except ClientDisconnected:
             return Response(status_code=499)
         request_id = f"resp_{uuid.uuid4().hex}"
-        request = OmniRequest(request_id=request_id, prompt=prompt, sampling=sampling, stream=bool(body.stream),
-                              modalities=frozenset({Modality.TEXT, Modality.AUDIO} if voice else {Modality.TEXT}),
-                              unspoken=tools.unspoken(getattr(self.engine.front_end.processor, "tokenizer", None))
-                              if voice else None, **({"voice": voice} if voice else {}))
+        request = traced(OmniRequest(
+            request_id=request_id, prompt=prompt, sampling=sampling, stream=bool(body.stream),
+            modalities=frozenset({Modality.TEXT, Modality.AUDIO} if voice else {Modality.TEXT}),
+            unspoken=tools.unspoken(getattr(self.engine.front_end.processor, "tokenizer", None)) if voice else None,
+            **({"voice": voice} if voice else {})))
         writer = ResponseWriter(_initial(body, request_id, sampling), tools.parser(), audio=voice is not None)
         keep = None if body.store is False else StoredResponse(
             writer.response, (*history, *items), owner, stored_size(len(await raw.body()), len(items)))

@@ -28,6 +28,7 @@ from omnistage.core import OmniOutput, OmniRequest
 from omnistage.entrypoints.openai.common.admission import Admission, Ticket
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.errors import APIError
+from omnistage.entrypoints.openai.common.http_spans import traced
 from omnistage.entrypoints.openai.common.metrics import RequestTimer, ServerMetrics
 from omnistage.entrypoints.openai.common.protocol import ErrorResponse
 from omnistage.entrypoints.openai.common.request_budget import over_budget
@@ -67,7 +68,7 @@ class SpeechService:
         self.check(body)
         ticket = self.admission.admit()  # before the tokenising, which runs in the bounded pool
         try:
-            request = await prepare_admitted(raw, ticket, self.inputs.request(body))
+            request = traced(await prepare_admitted(raw, ticket, self.inputs.request(body)))
         except ClientDisconnected:
             return Response(status_code=499)
         timer = self.metrics.track("/v1/audio/speech", arrived, streamed=True)
