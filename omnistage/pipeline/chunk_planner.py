@@ -77,6 +77,27 @@ class ChunkBounds:
             raise ValueError(f"invalid chunk bounds: {self}")
 
 
+def covering_first_frames(bounds: ChunkBounds, stage: StagePaces) -> int:
+    """The smallest first chunk (at least ``bounds.first_frames``, at most ``max_frames``) whose audio lasts until
+    the second chunk can be back, at the pipeline's measured paces: the talker makes the second chunk's new frames
+    while the first one decodes and plays, then the vocoder decodes them with their context and look-ahead. The
+    second chunk is the smallest the vocoder keeps up with (:meth:`PlaybackPlanner.min_frames`). A first chunk
+    below this runs its player dry at once under load: a decoder of windows (large context, slow calls) or a talker
+    slowed by many streams. Before anything is measured: ``first_frames``."""
+    talker, vocoder, call = (stage.talker_frame_s.value, stage.vocoder_frame_s.value, stage.vocoder_chunk_s.value)
+    if talker is None or vocoder is None or call is None:
+        return bounds.first_frames
+    b = bounds
+    second = min(max(math.ceil(call / (b.safety * b.frame_s)), 1), b.max_frames)
+    most = max(b.max_frames, b.first_frames)
+    for first in range(b.first_frames, most + 1):
+        lasts = b.safety * first * b.frame_s - b.margin_s + (first + b.lookahead) * vocoder
+        needs = second * talker + (second + min(b.left_context, first) + b.lookahead) * vocoder
+        if lasts >= needs:
+            return first
+    return most
+
+
 class PlaybackPlanner:
     """One stream's chunk sizes (``FrameChunker`` asks :meth:`size`), and the paces it measures."""
 

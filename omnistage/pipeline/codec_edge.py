@@ -14,7 +14,7 @@ decoder conditioned per request (a flow-matching vocoder's speaker and noise).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -24,7 +24,7 @@ from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.engine.generation_engine import StreamVoice, vocoder_batch_cap
 from omnistage.ipc.messages import ChunkOrder, OpenCodecStream
 from omnistage.ipc.payloads import AudioChunk, FramesMade
-from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
+from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces, covering_first_frames
 from omnistage.pipeline.playback import Playback
 
 
@@ -85,12 +85,16 @@ class CodecEdge:
     def __init__(self, setup: StreamSetup, paces: StagePaces) -> None:
         self.setup = setup
         capacity = vocoder_batch_cap(setup.codec.engine, setup.codec.device) * setup.codec.replicas
-        self.initial_chunk_frames = initial_chunk_frames(setup.streaming, setup.requested_first, setup.busy,
-                                                         capacity, setup.head_start)
-        self.plan = chunk_plan(setup.streaming, setup.audio, self.initial_chunk_frames)
+        first = initial_chunk_frames(setup.streaming, setup.requested_first, setup.busy, capacity, setup.head_start)
+        plan = chunk_plan(setup.streaming, setup.audio, first)
+        bounds = ChunkBounds(first, setup.streaming.codec_chunk_frames, plan.left_context, setup.audio.frame_s,
+                             lookahead=plan.lookahead)
+        if setup.requested_first is None and not setup.head_start:  # a size asked for, or a head start, stands
+            first = covering_first_frames(bounds, paces)
+            plan = chunk_plan(setup.streaming, setup.audio, first)
+            bounds = replace(bounds, first_frames=first)
+        self.initial_chunk_frames, self.plan = first, plan
         self.playback = Playback()
-        bounds = ChunkBounds(self.initial_chunk_frames, setup.streaming.codec_chunk_frames, self.plan.left_context,
-                             setup.audio.frame_s, lookahead=self.plan.lookahead)
         self.planner = PlaybackPlanner(bounds, self.playback, paces)  # measures every stream; sizes played ones
         self.talker_done = False
         self.chunks_sent = 0

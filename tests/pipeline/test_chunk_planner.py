@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from omnistage.engine.frame_chunker import ChunkPlan, FrameChunker
-from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
+from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces, covering_first_frames
 from omnistage.pipeline.playback import Playback
 
 FIRST, MAX, CONTEXT = 10, 25, 25
@@ -31,15 +31,16 @@ class Run:
 
 
 def simulate(talker_rtf: float | Callable[[int], float], frames: int = 300, call_s: float = 0.12,
-             frame_cost_s: float = 0.012, planned: bool = True, context: int = CONTEXT) -> Run:
+             frame_cost_s: float = 0.012, planned: bool = True, context: int = CONTEXT, first: int = FIRST,
+             stage: StagePaces | None = None) -> Run:
     """One stream of ``frames`` frames; ``talker_rtf`` may vary by frame index. The defaults make a 25-frame
     chunk with 25 frames of context take 0.72 s to decode: more than the 0.8 s a first 10-frame chunk holds once
     the talker's 2 s for 25 frames are added."""
     clock = [0.0]
     playback = Playback()
-    plan = ChunkPlan(chunk_frames=MAX, left_context=context, first_chunk_frames=FIRST, seamless=True)
-    bounds = ChunkBounds(FIRST, MAX, context, FRAME_S)
-    planner = PlaybackPlanner(bounds, playback, StagePaces(), clock=lambda: clock[0])
+    plan = ChunkPlan(chunk_frames=MAX, left_context=context, first_chunk_frames=first, seamless=True)
+    bounds = ChunkBounds(first, MAX, context, FRAME_S)
+    planner = PlaybackPlanner(bounds, playback, stage or StagePaces(), clock=lambda: clock[0])
     rtf = talker_rtf if callable(talker_rtf) else lambda _: talker_rtf
     chunker = FrameChunker("s", plan, width=1, sizer=planner if planned else None)
     deliveries: list[tuple[float, int, int]] = []  # (time, chunk index, new frames)
@@ -204,6 +205,32 @@ def test_a_slower_newest_frame_sets_the_talker_pace_at_once() -> None:
     assert planner.paces()[0] == pytest.approx(0.2)  # sizing plans for the pace now
     planner.frames_arrived(0.36, 1)  # faster again: the average, not the one fast frame
     assert planner.paces()[0] == pytest.approx(planner.talker.value)
+
+
+def test_a_first_chunk_that_covers_the_second_keeps_a_loaded_pipeline_from_running_dry() -> None:
+    """A vocoder dear per frame (0.02 s a decoded frame, context included) behind a talker at 0.7x real time: the
+    first chunk's 0.8 s runs out before the second is back, and the player pauses again while it catches up. A
+    first chunk sized from what an earlier stream measured covers the second one's making."""
+    load = {"talker_rtf": 0.7, "frame_cost_s": 0.02}
+    measured = StagePaces()
+    simulate(**load, stage=measured)
+    first = covering_first_frames(ChunkBounds(FIRST, MAX, CONTEXT, FRAME_S), measured)
+    assert FIRST < first <= MAX
+    assert simulate(**load).playback.stalls > 0
+    assert simulate(**load, first=first).playback.stalls == 0
+
+
+def test_the_covering_first_chunk_waits_for_measurements_and_stays_within_bounds() -> None:
+    bounds = ChunkBounds(FIRST, MAX, CONTEXT, FRAME_S)
+    assert covering_first_frames(bounds, StagePaces()) == FIRST  # nothing measured: the stage's first chunk
+    quick = StagePaces()
+    for pace, sample in ((quick.talker_frame_s, 0.01), (quick.vocoder_frame_s, 0.001), (quick.vocoder_chunk_s, 0.02)):
+        pace.add(sample)
+    assert covering_first_frames(bounds, quick) == FIRST  # a pipeline well ahead: no larger than configured
+    slow = StagePaces()
+    for pace, sample in ((slow.talker_frame_s, 0.2), (slow.vocoder_frame_s, 0.05), (slow.vocoder_chunk_s, 2.0)):
+        pace.add(sample)
+    assert covering_first_frames(bounds, slow) == MAX  # none covers it: the largest chunk
 
 
 def test_bounds_are_validated() -> None:

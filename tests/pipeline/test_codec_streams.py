@@ -101,10 +101,24 @@ def test_unplanned_streams_take_fixed_sizes_and_others_pass_through(rig) -> None
     assert not streams.streams
 
 
-def _edge(played: bool = True) -> CodecEdge:
+def _edge(played: bool = True, paces: StagePaces | None = None, requested: int | None = None,
+          head_start: bool = False) -> CodecEdge:
     spec = parse_pipeline(small_dict())
-    setup = StreamSetup("talker", "code2wav", AUDIO, spec.streaming, spec.stage("code2wav"), played, busy=0)
-    return CodecEdge(setup, StagePaces())
+    setup = StreamSetup("talker", "code2wav", AUDIO, spec.streaming, spec.stage("code2wav"), played, busy=0,
+                        requested_first=requested, head_start=head_start)
+    return CodecEdge(setup, paces or StagePaces())
+
+
+def test_a_slow_pipeline_opens_a_stream_with_a_first_chunk_that_covers_the_second_unless_one_was_asked() -> None:
+    slow = StagePaces()  # what earlier streams measured: a talker at real time, a dear vocoder
+    for pace, sample in ((slow.talker_frame_s, 0.08), (slow.vocoder_frame_s, 0.02), (slow.vocoder_chunk_s, 0.3)):
+        pace.add(sample)
+    configured = _edge().initial_chunk_frames
+    grown = _edge(paces=slow)
+    assert grown.initial_chunk_frames > configured and grown.plan.first_chunk_frames == grown.initial_chunk_frames
+    assert grown.planner.size(0, 0) == grown.initial_chunk_frames
+    assert _edge(paces=slow, requested=2).initial_chunk_frames == 2
+    assert _edge(paces=slow, head_start=True).initial_chunk_frames <= configured
 
 
 def test_the_orchestrator_orders_the_next_chunk_once_it_heard_of_a_cut() -> None:
