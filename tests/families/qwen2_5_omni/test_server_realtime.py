@@ -1,0 +1,75 @@
+"""``WS /v1/realtime`` on a Qwen2.5-Omni checkpoint (tiny, real pipeline in process, the session's server:
+``conftest.base_url``): a spoken turn (espeak-ng speech appended in 100 ms pieces) found by the server's VAD is
+committed, written down by the thinker, and answered with audio and its transcript, in OpenAI's event order."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
+from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE
+from tests.entrypoints.speech_sample import speech
+from tests.entrypoints.test_realtime import open_session, stream_audio, until
+from tests.families.qwen2_5_omni.specs import TALKER_TOKENS
+
+pytestmark = pytest.mark.e2e
+RATE = 16000
+VAD = {"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 300}
+
+
+@pytest.fixture(scope="module")
+def spoken() -> np.ndarray:
+    """Half a second of silence, a spoken sentence (espeak-ng), then a second of silence: one turn."""
+    samples, _ = speech("What is the weather like today?", RATE)
+    silence = np.zeros(RATE // 2, np.float32)
+    return np.concatenate([silence, samples, silence, silence])
+
+
+def _index(kinds: list[str], kind: str) -> int:
+    assert kind in kinds, kinds
+    return kinds.index(kind)
+
+
+def test_a_spoken_turn_is_heard_transcribed_and_answered(base_url: str, spoken: np.ndarray) -> None:
+    session = {"instructions": SYSTEM_PROMPT, "max_output_tokens": 6,
+               "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": VAD,
+                                   "transcription": {"model": "omni25"}},
+                         "output": {"voice": "Ethan"}}}
+
+    async def scenario() -> tuple[dict, list[dict]]:
+        async with await open_session(SimpleNamespace(base_url=base_url), **session) as ws:
+            await stream_audio(ws, spoken, RATE)
+            done, events = await until(ws, "response.done")
+            if not any(e["type"] == "conversation.item.input_audio_transcription.completed" for e in events):
+                transcribed, more = await until(ws, "conversation.item.input_audio_transcription.completed")
+                events += [*more, transcribed]
+            return done, events
+
+    done, events = asyncio.run(scenario())
+    kinds = [e["type"] for e in events]
+    started = _index(kinds, "input_audio_buffer.speech_started")
+    stopped = _index(kinds, "input_audio_buffer.speech_stopped")
+    committed, created = _index(kinds, "input_audio_buffer.committed"), _index(kinds, "response.created")
+    first_audio = _index(kinds, "response.output_audio.delta")
+    assert started < stopped < committed < created < first_audio
+    # The VAD found the speech where it is: after the leading half second, ending before the trailing silence.
+    speech_ms = 1000 * (len(spoken) - 3 * RATE // 2) / RATE
+    assert 300 <= events[started]["audio_start_ms"] <= 800
+    assert events[stopped]["audio_end_ms"] <= 500 + speech_ms + 600
+
+    pcm = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    samples = np.frombuffer(pcm, "<i2")
+    assert 0 < len(samples) <= TALKER_TOKENS * SAMPLES_PER_CODE and np.abs(samples).max() > 0
+    transcript = "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
+    assert transcript and done["response"]["status"] in ("completed", "incomplete")
+    (content,) = done["response"]["output"][0]["content"]
+    assert content["type"] == "output_audio" and content["transcript"] == transcript
+    assert done["response"]["usage"]["input_tokens"] > 25 * speech_ms / 1000  # the turn's audio: 25 tokens a second
+
+    (heard,) = [e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert heard["item_id"] == events[committed]["item_id"] and heard["transcript"].strip()
