@@ -68,7 +68,7 @@ class Qwen25OmniFamily(Family):
         voices = tuple(load_speakers(folder))
         default = DEFAULT_VOICE if DEFAULT_VOICE in voices else ""
         return FrontEnd(processor.tokenizer, processor, voices, cfg.max_positions, _audio(cfg),
-                        openai_voices=OPENAI_VOICES, default_voice=default)
+                        openai_voices=OPENAI_VOICES, default_voice=default, spoken_system_prompt=SYSTEM_PROMPT)
 
     def entry_input(self, context: EdgeContext) -> ThinkerPrompt:
         request = context.request
