@@ -1,6 +1,7 @@
 """``WS /v1/realtime`` on a Qwen2.5-Omni checkpoint (tiny, real pipeline in process, the session's server:
 ``conftest.base_url``): a spoken turn (espeak-ng speech appended in 100 ms pieces) found by the server's VAD is
-committed, written down by the thinker, and answered with audio and its transcript, in OpenAI's event order."""
+committed, written down by the thinker, and answered with audio and its transcript, in OpenAI's event order; a
+turn the client commits (24 kHz, resampled) answered in text; a transcription session writing a turn down."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
 from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE
 from tests.entrypoints.speech_sample import speech
-from tests.entrypoints.test_realtime import open_session, stream_audio, until
+from tests.entrypoints.test_realtime import open_session, send, stream_audio, until
 from tests.families.qwen2_5_omni.specs import TALKER_TOKENS
 
 pytestmark = pytest.mark.e2e
@@ -73,3 +74,42 @@ def test_a_spoken_turn_is_heard_transcribed_and_answered(base_url: str, spoken: 
 
     (heard,) = [e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
     assert heard["item_id"] == events[committed]["item_id"] and heard["transcript"].strip()
+
+
+def test_a_committed_turn_answers_in_text(base_url: str, spoken: np.ndarray) -> None:
+    """No turn detection: the client commits the buffer (24 kHz, the default format) and asks a text answer."""
+    from omnistage.audio.decode import resample
+
+    async def scenario() -> tuple[dict, list[dict]]:
+        async with await open_session(SimpleNamespace(base_url=base_url), output_modalities=["text"],
+                                      audio={"input": {"turn_detection": None}}) as ws:
+            await stream_audio(ws, resample(spoken, RATE, 24000), 24000)
+            await send(ws, {"type": "input_audio_buffer.commit"})
+            await send(ws, {"type": "response.create", "response": {"max_output_tokens": 5}})
+            return await until(ws, "response.done")
+
+    done, events = asyncio.run(scenario())
+    kinds = [e["type"] for e in events]
+    assert _index(kinds, "input_audio_buffer.committed") < _index(kinds, "response.created")
+    assert not any(k.startswith("response.output_audio") for k in kinds)
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text and done["response"]["output"][0]["content"][0]["text"] == text
+    assert 0 < done["response"]["usage"]["output_tokens"] <= 5
+
+
+def test_a_transcription_session_writes_each_turn_down(base_url: str, spoken: np.ndarray) -> None:
+    async def scenario() -> list[dict]:
+        async with await open_session(SimpleNamespace(base_url=base_url), type="transcription",
+                                      audio={"input": {"format": {"type": "audio/pcm", "rate": RATE},
+                                                       "turn_detection": VAD, "transcription": {"model": "omni25"}}},
+                                      ) as ws:
+            await stream_audio(ws, spoken, RATE)
+            done, events = await until(ws, "conversation.item.input_audio_transcription.completed")
+            return [*events, done]
+
+    events = asyncio.run(scenario())
+    kinds = [e["type"] for e in events]
+    assert not any(k.startswith("response.") for k in kinds)
+    deltas = "".join(e["delta"] for e in events if e["type"] == "conversation.item.input_audio_transcription.delta")
+    assert events[-1]["transcript"].strip() and events[-1]["transcript"] == deltas
+    assert events[-1]["item_id"] == events[_index(kinds, "input_audio_buffer.committed")]["item_id"]
