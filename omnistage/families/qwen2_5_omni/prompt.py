@@ -8,6 +8,10 @@ Videos go through the shared video patching (:mod:`omnistage.processing.video_pa
 temporal patches as transformers' video processor does, with the image processor's sizes); each
 ``<|video_pad|>`` becomes grid / merge² tokens; with ``use_audio_in_video`` its sound track joins the audios in
 token order and the placeholder becomes the interleaved layout (:mod:`.audio_in_video`).
+
+It offers no ``listener()`` (realtime streaming input, ``processing/listened_audio.py``): a spoken reply's thinker
+prompt is captured whole and never served from the prefix cache (``thinker_stage.py``), and the prompt's media
+are keyed as one span, so a prefill made while the user speaks would be work thrown away.
 """
 
 from __future__ import annotations
