@@ -27,7 +27,7 @@ from omnistage.engine.request import Request
 from omnistage.models.decoder import Deepstack
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia, encode_needed
 from omnistage.runner.base import ARModel
-from omnistage.families.qwen3_omni.hidden_cache import HiddenStateCache
+from omnistage.runner.hidden_cache import HiddenStateCache
 from omnistage.runner.step_hook import StepHook
 
 if TYPE_CHECKING:

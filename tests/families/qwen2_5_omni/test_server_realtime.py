@@ -15,7 +15,7 @@ import pytest
 from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
 from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE
 from tests.entrypoints.speech_sample import speech
-from tests.entrypoints.test_realtime import open_session, send, stream_audio, until
+from tests.entrypoints.test_realtime import open_session, pcm16_pieces, send, stream_audio, until
 from tests.families.qwen2_5_omni.specs import TALKER_TOKENS
 
 pytestmark = pytest.mark.e2e
@@ -113,3 +113,55 @@ def test_a_transcription_session_writes_each_turn_down(base_url: str, spoken: np
     deltas = "".join(e["delta"] for e in events if e["type"] == "conversation.item.input_audio_transcription.delta")
     assert events[-1]["transcript"].strip() and events[-1]["transcript"] == deltas
     assert events[-1]["item_id"] == events[_index(kinds, "input_audio_buffer.committed")]["item_id"]
+
+
+def _commit_turns(base_url: str, turns: list[np.ndarray]) -> list[dict]:
+    """Each turn appended, committed and answered with audio in one session; each response.done's usage."""
+    session = {"instructions": SYSTEM_PROMPT, "max_output_tokens": 4,
+               "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": None}}}
+
+    async def scenario() -> list[dict]:
+        usages = []
+        async with await open_session(SimpleNamespace(base_url=base_url), **session) as ws:
+            for turn in turns:
+                await stream_audio(ws, turn, RATE)
+                await send(ws, {"type": "input_audio_buffer.commit"})
+                await send(ws, {"type": "response.create"})
+                done, events = await until(ws, "response.done")
+                assert any(e["type"] == "response.output_audio.delta" for e in events)
+                usages.append(done["response"]["usage"])
+        return usages
+
+    return asyncio.run(scenario())
+
+
+def test_a_spoken_turn_reuses_the_earlier_turns_from_the_cache(base_url: str, spoken: np.ndarray) -> None:
+    """A spoken reply's prompt is served from the thinker's prefix cache (the talker's rows of cached positions
+    kept beside the KV): turn 2 re-reads turn 1 from it."""
+    first, second = _commit_turns(base_url, [0.8 * spoken[:RATE * 3], 0.8 * spoken[RATE * 3:]])
+    assert second["input_token_details"]["cached_tokens"] >= first["input_tokens"] // 16 * 16 > 0
+
+
+def test_streaming_input_prefills_the_turn_while_it_is_spoken(base_url: str) -> None:
+    """A 5 s turn sent at twice real time: the 2 s chunks it completes are prefilled while it arrives, so its
+    reply finds them cached, where the same turn unstreamed finds only the instructions."""
+    samples, _ = speech("One two three four five six seven eight nine ten, eleven twelve thirteen fourteen.", RATE)
+    turn = np.concatenate([np.zeros(RATE // 2, np.float32), 0.7 * samples[:5 * RATE], np.zeros(RATE, np.float32)])
+
+    async def scenario(streaming: bool) -> dict:
+        # No speculative reply (it would commit the turn as it stood at a pause): the windows' prefills alone.
+        session = {"instructions": SYSTEM_PROMPT, "max_output_tokens": 4, "streaming_input": streaming,
+                   "speculative_reply_ms": 0,
+                   "audio": {"input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": VAD}}}
+        async with await open_session(SimpleNamespace(base_url=base_url), **session) as ws:
+            for piece in pcm16_pieces(turn, RATE):
+                await send(ws, {"type": "input_audio_buffer.append", "audio": piece})
+                await asyncio.sleep(0.05)
+            done, _ = await until(ws, "response.done")
+            return done["response"]["usage"]
+
+    whole, streamed = asyncio.run(scenario(False)), asyncio.run(scenario(True))
+    print(f"\nprompt {streamed['input_tokens']} tokens, cached: unstreamed "
+          f"{whole['input_token_details']['cached_tokens']}, streamed {streamed['input_token_details']['cached_tokens']}")
+    assert whole["input_tokens"] == streamed["input_tokens"]
+    assert streamed["input_token_details"]["cached_tokens"] >= whole["input_token_details"]["cached_tokens"] + 32
