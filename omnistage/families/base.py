@@ -176,7 +176,8 @@ class FrontEnd:
     audio: the family's audio (frame timing, what a frame holds, how its decoder streams, the output rate);
         None when it makes none. Every generic layer reads these from here (``omnistage.audio_spec``).
     spoken_system_prompt: the system turn the family's talker was trained under ("": none needed); a prompt the
-        server writes itself for a spoken reply (speech's, when the thinker repeats the input) opens with it.
+        server writes itself for a spoken reply (speech's, when the thinker repeats the input) opens with it, and a
+        realtime session's instructions are it until the client sets its own.
     """
 
     tokenizer: object | None

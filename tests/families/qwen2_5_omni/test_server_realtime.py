@@ -165,3 +165,21 @@ def test_streaming_input_prefills_the_turn_while_it_is_spoken(base_url: str) -> 
           f"{whole['input_token_details']['cached_tokens']}, streamed {streamed['input_token_details']['cached_tokens']}")
     assert whole["input_tokens"] == streamed["input_tokens"]
     assert streamed["input_token_details"]["cached_tokens"] >= whole["input_token_details"]["cached_tokens"] + 32
+
+
+def test_a_session_opens_under_the_talkers_system_prompt(base_url: str) -> None:
+    """The family declares the system prompt its talker was trained under: a session's instructions until the
+    client sets its own."""
+    from websockets.asyncio.client import connect
+
+    from tests.entrypoints.test_realtime import recv
+
+    async def scenario() -> tuple[dict, dict]:
+        async with connect(base_url.replace("http://", "ws://") + "/v1/realtime") as ws:
+            created = await recv(ws)
+            await send(ws, {"type": "session.update", "session": {"instructions": "Be brief."}})
+            updated, _ = await until(ws, "session.updated")
+            return created["session"], updated["session"]
+
+    created, updated = asyncio.run(scenario())
+    assert created["instructions"] == SYSTEM_PROMPT and updated["instructions"] == "Be brief."
