@@ -77,8 +77,9 @@ class Qwen25OmniPromptProcessor:
         the extractor's frames would not be its own twice)."""
         return None if getattr(self.features, "dither", 0.0) else WindowedLogMel(self.features, self.audio_chunk_frames)
 
-    def process(self, token_ids: list[int], audios: Sequence[np.ndarray] = (), images: Sequence[object] = (),
-                videos: Sequence[Video] = (), use_audio_in_video: bool = False) -> Qwen25OmniPrompt:
+    def process(self, token_ids: list[int], audios: Sequence[np.ndarray | ListenedAudio] = (),
+                images: Sequence[object] = (), videos: Sequence[Video] = (),
+                use_audio_in_video: bool = False) -> Qwen25OmniPrompt:
         if use_audio_in_video:
             audios = self._with_sound_tracks(token_ids, audios, videos)
         audio = self._audio_inputs(audios)
