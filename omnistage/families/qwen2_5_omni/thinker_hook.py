@@ -54,10 +54,14 @@ def _capture(request: Request) -> HiddenCapture | None:
 class ThinkerHiddenHook(StepHook):
     def __init__(self) -> None:
         self.hidden_cache: HiddenStateCache | None = None
+        self.config: EngineConfig | None = None
 
     def bind(self, config: EngineConfig) -> None:
-        if config.enable_prefix_caching:
-            self.hidden_cache = HiddenStateCache(config.num_blocks * config.block_size, config.block_size)
+        self.config = config
+
+    def bind_pool(self, num_blocks: int) -> None:
+        if self.config is not None and self.config.enable_prefix_caching:  # a slot of the sized pool, a row
+            self.hidden_cache = HiddenStateCache(num_blocks * self.config.block_size, self.config.block_size)
 
     def _keeps_hidden(self, inputs: StepInputs) -> bool:
         """Whether this step computes prompt rows a later request may find in the prefix cache."""

@@ -71,10 +71,14 @@ _Capture = tuple[int, int, ThinkerRequestData, int, int]
 class ThinkerStepHook(StepHook):
     def __init__(self) -> None:
         self.hidden_cache: HiddenStateCache | None = None
+        self.config: EngineConfig | None = None
 
     def bind(self, config: EngineConfig) -> None:
-        if config.enable_prefix_caching:
-            self.hidden_cache = HiddenStateCache(config.num_blocks * config.block_size, config.block_size)
+        self.config = config
+
+    def bind_pool(self, num_blocks: int) -> None:
+        if self.config is not None and self.config.enable_prefix_caching:  # a slot of the sized pool, a row
+            self.hidden_cache = HiddenStateCache(num_blocks * self.config.block_size, self.config.block_size)
 
     def prepare(self, model: ARModel, inputs: StepInputs) -> None:
         needs = [(data.media, start, end) for _, request, start, end in inputs.embed_prompt

@@ -46,9 +46,9 @@ class Run:
 
 
 class Worker:
-    def __init__(self, folder: Path, caching: bool) -> None:
+    def __init__(self, folder: Path, caching: bool, **engine: object) -> None:
         data = yaml.safe_load(PRESET.read_text())
-        data["stages"][0]["engine"].update(num_kv_blocks=64, enable_prefix_caching=caching)
+        data["stages"][0]["engine"].update({"num_kv_blocks": 64, "enable_prefix_caching": caching, **engine})
         self.worker = ThinkerWorker(WorkerSpec(str(folder), parse_pipeline(data).stage("thinker")))
         self.count = 0
 
@@ -140,3 +140,15 @@ def test_the_next_turn_finds_the_spoken_turn_cached(setup, spoken: np.ndarray) -
     two, whole = cached.run(second), uncached.run(second)
     same_run(two, whole)
     assert two.num_cached >= len(first.token_ids) // 16 * 16 > 0
+
+
+def test_the_kept_rows_cover_a_pool_sized_from_a_memory_budget(omni25_dir: Path, setup, spoken: np.ndarray) -> None:
+    """``kv_cache_memory`` sizes the pool past the configured blocks (512 tiny blocks in 2 MiB, not 8): every
+    slot of it keeps its row, and a prompt over the configured blocks is served from the cache whole."""
+    processor = setup[0]
+    worker = Worker(omni25_dir, True, num_kv_blocks=8, kv_cache_memory="2MiB")
+    prompt = prompt_of(processor, (), spoken * 0.8)
+    assert prompt.num_tokens > 8 * 16
+    first, again = worker.run(prompt), worker.run(prompt)
+    same_run(again, first)
+    assert again.num_cached == (prompt.num_tokens - 1) // 16 * 16
