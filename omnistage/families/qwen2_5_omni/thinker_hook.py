@@ -52,12 +52,17 @@ def _capture(request: Request) -> HiddenCapture | None:
 
 
 class ThinkerHiddenHook(StepHook):
-    def __init__(self) -> None:
+    def __init__(self, hidden_size: int = 0) -> None:
+        """``hidden_size``: the width of a kept row, for the pool's budget (0: not counted)."""
+        self.hidden_size = hidden_size
         self.hidden_cache: HiddenStateCache | None = None
         self.config: EngineConfig | None = None
 
     def bind(self, config: EngineConfig) -> None:
         self.config = config
+
+    def slot_bytes(self, config: EngineConfig) -> int:
+        return self.hidden_size * config.dtype.itemsize if config.enable_prefix_caching else 0
 
     def bind_pool(self, num_blocks: int) -> None:
         if self.config is not None and self.config.enable_prefix_caching:  # a slot of the sized pool, a row

@@ -143,10 +143,14 @@ def test_the_next_turn_finds_the_spoken_turn_cached(setup, spoken: np.ndarray) -
 
 
 def test_the_kept_rows_cover_a_pool_sized_from_a_memory_budget(omni25_dir: Path, setup, spoken: np.ndarray) -> None:
-    """``kv_cache_memory`` sizes the pool past the configured blocks (512 tiny blocks in 2 MiB, not 8): every
-    slot of it keeps its row, and a prompt over the configured blocks is served from the cache whole."""
+    """``kv_cache_memory`` sizes the pool past the configured blocks (hundreds of tiny blocks in 2 MiB, not 8),
+    counting each slot's kept row in the budget: every slot of it keeps its row, and a prompt over the configured
+    blocks is served from the cache whole."""
     processor = setup[0]
     worker = Worker(omni25_dir, True, num_kv_blocks=8, kv_cache_memory="2MiB")
+    runner = worker.worker.engine.runner
+    row_bytes = worker.worker.model.config.text_config.hidden_size * 4  # fp32 on a CPU
+    assert runner.num_blocks == (2 << 20) // (runner.kv_block_bytes + 16 * row_bytes)
     prompt = prompt_of(processor, (), spoken * 0.8)
     assert prompt.num_tokens > 8 * 16
     first, again = worker.run(prompt), worker.run(prompt)
