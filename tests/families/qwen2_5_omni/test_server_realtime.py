@@ -1,7 +1,9 @@
 """``WS /v1/realtime`` on a Qwen2.5-Omni checkpoint (tiny, real pipeline in process, the session's server:
 ``conftest.base_url``): a spoken turn (espeak-ng speech appended in 100 ms pieces) found by the server's VAD is
 committed, written down by the thinker, and answered with audio and its transcript, in OpenAI's event order; a
-turn the client commits (24 kHz, resampled) answered in text; a transcription session writing a turn down."""
+turn the client commits (24 kHz, resampled) answered in text; a transcription session writing a turn down; a
+spoken turn served from the prefix cache (the earlier turns; with streaming input, the turn itself, prefilled
+while it arrived); a session's instructions starting as the system prompt the talker was trained under."""
 
 from __future__ import annotations
 
