@@ -1,6 +1,7 @@
 """The rest of the OpenAI API on a Qwen2.5-Omni checkpoint (tiny, real pipeline in process, one server for the
 session: ``conftest.base_url``): a chat with a video (alone, and with its sound track) answers text and audio;
-speech streams PCM at OpenAI's rate; transcription and translation write real speech down through the thinker.
+speech streams PCM at OpenAI's rate; transcription (whole or streamed) and translation write real speech down
+through the thinker.
 Every check reads the content (text, samples, rates, event order), not only the status."""
 
 from __future__ import annotations
@@ -99,3 +100,15 @@ def test_speech_is_written_down_by_the_thinker(base_url: str, spoken_wav: bytes,
     body = reply.json()
     assert body["text"].strip() and body["duration"] == pytest.approx(len(spoken_wav) / 32000, abs=0.05)
     assert [s["text"] for s in body["segments"]] and body["segments"][0]["start"] == 0.0
+
+
+def test_a_transcription_streams_its_text(base_url: str, spoken_wav: bytes) -> None:
+    files = {"file": ("hello.wav", spoken_wav, "audio/wav")}
+    with httpx.stream("POST", f"{base_url}/v1/audio/transcriptions", data={"model": "omni25", "stream": "true"},
+                      files=files, timeout=120) as reply:
+        assert reply.status_code == 200
+        events = [json.loads(line[6:]) for line in reply.iter_lines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"}, kinds
+    assert events[-1]["text"].strip() and events[-1]["text"] == "".join(e["delta"] for e in events[:-1])
