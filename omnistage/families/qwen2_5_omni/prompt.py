@@ -125,8 +125,8 @@ class Qwen25OmniPromptProcessor:
                 "feature_attention_mask": torch.cat([f["attention_mask"] for f in feats])}
 
     def _features(self, audio: np.ndarray | ListenedAudio) -> dict[str, torch.Tensor]:
-        """One audio's features as transformers' processor makes them (30 s at most); a listened one's leading
-        frames are the ones frozen while it was spoken."""
+        """One audio's features as transformers' processor makes them (padded to the extractor's ``n_samples``,
+        beyond which it truncates); a listened one's leading frames are the ones frozen while it was spoken."""
         samples = audio.samples if isinstance(audio, ListenedAudio) else audio
         out = self.features(samples, sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True,
                             padding="max_length", return_tensors="pt")
@@ -135,8 +135,8 @@ class Qwen25OmniPromptProcessor:
             if head.shape[0] != frames.shape[1]:
                 raise ValueError(f"listened features of {head.shape[0]} mel bins, the extractor makes "
                                  f"{frames.shape[1]}")
-            if head.shape[1] <= int(out["attention_mask"].sum()):  # else past the 30 s kept: as it is
-                frames[0, :, :head.shape[1]] = head.to(frames.dtype)
+            kept = min(head.shape[1], int(out["attention_mask"].sum()))  # none past the extractor's truncation
+            frames[0, :, :kept] = head[:, :kept].to(frames.dtype)
         return out
 
     def _video_inputs(self, videos: Sequence[Video]) -> dict[str, torch.Tensor]:

@@ -31,6 +31,7 @@ from omnistage.processing.listened_audio import ListenedAudio
 from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import WorkerSpec
 from tests.entrypoints.speech_sample import speech
+from tests.entrypoints.test_realtime import spoken_like
 
 RATE = 16000
 CHUNK_ROWS = 50  # a 2 s conv chunk's thinker rows
@@ -156,3 +157,21 @@ def test_the_kept_rows_cover_a_pool_sized_from_a_memory_budget(omni25_dir: Path,
     first, again = worker.run(prompt), worker.run(prompt)
     same_run(again, first)
     assert again.num_cached == (prompt.num_tokens - 1) // 16 * 16
+
+
+def test_a_listened_audio_keeps_its_frozen_frames(setup) -> None:
+    """The frozen chunks go in front of the extractor's own frames for the rest: the same rows, and the chunks'
+    values (so their keys) the ones the prefills had."""
+    processor = setup[0]
+    audio = spoken_like(9.0, RATE, seed=4)
+    audio[int(4.2 * RATE):5 * RATE] *= 3.0  # louder after the chunks froze: the whole pass floors them higher
+    cuts = listen(processor, audio)
+    assert [c.head.shape[1] for c in cuts] == [200, 400, 600, 800]
+    listened = processor.process([processor.audio_token_id], audios=[ListenedAudio(audio[:5 * RATE], cuts[1].head)])
+    plain = processor.process([processor.audio_token_id], audios=[audio[:5 * RATE]])
+    assert torch.equal(listened.mm.input_features[0, :, :400], cuts[1].head)
+    assert not torch.equal(plain.mm.input_features[0, :, :400], cuts[1].head)  # what the keys would have missed
+    assert torch.equal(listened.mm.input_features[0, :, 400:], plain.mm.input_features[0, :, 400:])
+    assert listened.token_ids == plain.token_ids
+    whole = processor.process([processor.audio_token_id], audios=[ListenedAudio(audio, cuts[-1].head)])
+    assert torch.equal(whole.mm.input_features[0, :, :800], cuts[-1].head)
