@@ -33,9 +33,10 @@ def num_blocks_for_memory(spec: tuple[int, int, int], block_size: int, dtype: to
 
 
 def blocks_for_budget(spec: tuple[int, int, int], block_size: int, dtype: torch.dtype, budget_bytes: int,
-                      max_model_len: int) -> int:
-    """Pool size (usable blocks + the null block) for ``budget_bytes``; refuses a budget below one full request."""
-    per_block = kv_block_bytes(spec, block_size, dtype)
+                      max_model_len: int, slot_bytes: int = 0) -> int:
+    """Pool size (usable blocks + the null block) for ``budget_bytes``; refuses a budget below one full request.
+    ``slot_bytes``: what the stage keeps beside the KV per slot (a thinker's hidden rows), counted in each block."""
+    per_block = kv_block_bytes(spec, block_size, dtype) + slot_bytes * block_size
     usable = budget_bytes // per_block - 1  # one block is the null block
     needed = -(-max_model_len // block_size)
     if usable < needed:

@@ -60,7 +60,9 @@ class Request:
     share prefix-cache blocks. Embeddings without ids may share too when the
     spans cover every row (the talker's rows, each keyed by the thinker prefix
     it was made from). None (the default with embeddings) means the embeddings
-    are not identified, and the prompt never shares.
+    are not identified, and the prompt never shares. ``keys_outputs`` False
+    keeps the generated rows out of the prefix index (a stage that keeps per-slot
+    state beside the KV, written only for prompt rows: Qwen2.5-Omni's thinker).
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class Request:
         stage_data: object | None = None,
         arrival_time: float | None = None,
         mm_spans: tuple[MultimodalSpan, ...] | None = None,
+        keys_outputs: bool = True,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids or [])
@@ -90,6 +93,7 @@ class Request:
         self.eos_token_id = eos_token_id
         self.stage_data = stage_data
         self.mm_spans = mm_spans
+        self.keys_outputs = keys_outputs
         self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
 
         self.output_token_ids: list[int] = []
@@ -123,8 +127,8 @@ class Request:
     def num_keyed_tokens(self) -> int:
         """Leading tokens whose KV the ids and spans identify: all of them, except after a prompt of embeddings
         keyed by spans alone (the talker's), whose generated rows are more than their ids (whole codec frames
-        and the thinker's text), so they are never cached."""
-        if self.prompt_embeds is not None and not self.prompt_token_ids:
+        and the thinker's text), so they are never cached, and after a request whose ``keys_outputs`` is False."""
+        if not self.keys_outputs or (self.prompt_embeds is not None and not self.prompt_token_ids):
             return self.num_prompt_tokens
         return self.num_tokens
 

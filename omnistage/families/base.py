@@ -175,6 +175,9 @@ class FrontEnd:
     default_voice: the speaker a request that names none gets ("": the first of ``voices``).
     audio: the family's audio (frame timing, what a frame holds, how its decoder streams, the output rate);
         None when it makes none. Every generic layer reads these from here (``omnistage.audio_spec``).
+    spoken_system_prompt: the system turn the family's talker was trained under ("": none needed); a prompt the
+        server writes itself for a spoken reply (speech's, when the thinker repeats the input) opens with it, and a
+        realtime session's instructions are it until the client sets its own.
     """
 
     tokenizer: object | None
@@ -185,3 +188,4 @@ class FrontEnd:
     speech: SpeechFrontEnd | None = None
     openai_voices: Mapping[str, str] = field(default_factory=dict)
     default_voice: str = ""
+    spoken_system_prompt: str = ""

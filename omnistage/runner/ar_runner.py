@@ -71,6 +71,7 @@ class ARModelRunner:
         self.mrope = model_uses_mrope(model)
         spec = tuple(model.kv_cache_spec())
         self.num_blocks = kv_pool_blocks(self, spec, tensor_parallel=tp is not None)
+        self.hook.bind_pool(self.num_blocks)
         self.kv_caches = allocate_kv_caches(spec, config, self.num_blocks)
         self.kv_block_bytes = kv_block_bytes(spec, config.block_size, config.dtype)
         if tp is not None:

@@ -35,7 +35,8 @@ def kv_pool_blocks(runner: ARModelRunner, spec: tuple[int, int, int], tensor_par
         budget = cuda_kv_budget(runner, tensor_parallel)
     else:
         return config.num_blocks
-    return blocks_for_budget(spec, config.block_size, config.dtype, budget, config.max_model_len)
+    return blocks_for_budget(spec, config.block_size, config.dtype, budget, config.max_model_len,
+                             runner.hook.slot_bytes(config))
 
 
 def captured_sizes(runner: ARModelRunner, tensor_parallel: bool) -> list[int]:

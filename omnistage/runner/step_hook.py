@@ -39,7 +39,17 @@ class StepHook:
     capture_outcomes: tuple[CaptureOutcome, ...] = ()
 
     def bind(self, config: EngineConfig) -> None:
-        """Called once by the runner, before any step, with the engine's sizes (KV blocks, block size)."""
+        """Called once by the runner, before any step and before it sizes its KV pool, with the engine's config
+        (its ``num_blocks`` the configured count: a memory budget may size the pool otherwise)."""
+
+    def slot_bytes(self, config: EngineConfig) -> int:
+        """Bytes the hook keeps per KV slot (sized in :meth:`bind_pool`), counted with each block's KV when a
+        memory budget sizes the pool."""
+        return 0
+
+    def bind_pool(self, num_blocks: int) -> None:
+        """Called once the KV pool is sized (``num_blocks``, the null block included), before any step: a hook
+        keeping state per KV slot sizes it here."""
 
     def is_ready(self, request: Request) -> bool:
         """False holds a running request out of this step (it keeps its blocks)."""

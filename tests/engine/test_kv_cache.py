@@ -79,6 +79,21 @@ def test_prefix_hits_share_full_blocks_and_keep_last_token() -> None:
     assert _all_free(manager)
 
 
+@pytest.mark.parametrize("keys_outputs", [True, False])
+def test_generated_blocks_join_the_index_unless_the_request_keys_its_prompt_only(keys_outputs: bool) -> None:
+    """``keys_outputs`` False: a stage whose per-slot state beside the KV is written for prompt rows only
+    (Qwen2.5-Omni's thinker) never lets a later prompt hit a block of generated rows."""
+    manager = KVCacheManager(num_blocks=16, block_size=4)
+    a = _req("a", [1, 2, 3, 4, 5, 6], keys_outputs=keys_outputs)
+    manager.allocate_slots(a, a.num_tokens)
+    for token in (7, 8, 9):  # generated: the second block fills with rows the prompt did not have
+        a.output_token_ids.append(token)
+        a.num_computed_tokens = a.num_tokens - 1
+        manager.allocate_slots(a, 1)
+    later = _req("b", [1, 2, 3, 4, 5, 6, 7, 8, 0])
+    assert manager.get_computed_blocks(later)[1] == (8 if keys_outputs else 4)
+
+
 def test_freed_cached_blocks_revive_until_evicted() -> None:
     manager = KVCacheManager(num_blocks=4, block_size=2)
     a = _req("a", [5, 6, 7, 8, 9])

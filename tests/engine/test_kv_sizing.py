@@ -10,6 +10,7 @@ from omnistage.config.pipeline import ConfigError, StageOverrides, apply_overrid
 from omnistage.engine.kv_sizing import KVBudgetError, blocks_for_budget, gpu_kv_budget, kv_block_bytes
 from omnistage.ipc.messages import ReplicaLoad
 from omnistage.pipeline.orchestrator import kv_cache_bytes
+from omnistage.runner.step_hook import StepHook
 from omnistage.workers.base import engine_config
 from tests.runner.helpers import config, generate, make_engine, prompts, requests
 from tests.runner.toy_model import ToyLM
@@ -36,6 +37,13 @@ def test_block_count_follows_the_budget() -> None:
     large = blocks_for_budget(SPEC, 16, torch.float32, 400 * per_block + per_block // 2, max_model_len=256)
     assert (small, large) == (100, 400)  # usable blocks + the null block; a partial block is not a block
     assert blocks_for_budget(SPEC, 16, torch.bfloat16, 100 * per_block, 256) == 200  # half the bytes per block
+
+
+def test_state_kept_per_slot_counts_in_each_block() -> None:
+    """A thinker keeping a hidden row per slot beside the KV: each block costs its KV and its rows."""
+    per_block = kv_block_bytes(SPEC, 16, torch.float32)
+    rows = per_block // 16  # a row as large as a slot's KV: a block costs twice as much
+    assert blocks_for_budget(SPEC, 16, torch.float32, 200 * per_block, 256, slot_bytes=rows) == 100
 
 
 def test_budget_below_one_request_is_refused_with_the_figures() -> None:
@@ -135,7 +143,7 @@ def test_gpu_budget_keeps_room_outside_torch_and_for_the_graph_pool(monkeypatch:
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (76 * gib, 80 * gib))
     monkeypatch.setattr(memory_profile, "activation_peak", lambda runner: 256 << 20)
     cfg = config(gpu_memory_utilization=0.5, cuda_graph_max_batch=16, max_num_batched_tokens=256)
-    runner = SimpleNamespace(config=cfg, device=torch.device("cuda"), model=model)
+    runner = SimpleNamespace(config=cfg, device=torch.device("cuda"), model=model, hook=StepHook())
     spec = tuple(model.kv_cache_spec())
     per_block = kv_block_bytes(spec, cfg.block_size, cfg.dtype)
     pool = graph_pool_bytes(256 << 20, 128, [1, 2, 4, 8, 16])  # profiled tokens: min(256, max_model_len=128)
@@ -149,5 +157,5 @@ def test_gpu_budget_keeps_room_outside_torch_and_for_the_graph_pool(monkeypatch:
     assert memory_profile.kv_pool_blocks(runner, spec, tensor_parallel=True) == sharded // per_block
     # Eager: no pool to keep.
     eager = SimpleNamespace(config=config(gpu_memory_utilization=0.5, enforce_eager=True), device=runner.device,
-                            model=model)
+                            model=model, hook=StepHook())
     assert memory_profile.kv_pool_blocks(eager, spec) == (budget + pool) // per_block

@@ -107,7 +107,8 @@ def test_the_realtime_conversation_render_keeps_items_text(processor) -> None:
 
 
 def test_the_speech_prompt_keeps_input_and_instructions_text(processor) -> None:
-    inputs = RepeatedByThinker(SimpleNamespace(front_end=SimpleNamespace(processor=processor)), None, None)
+    front_end = SimpleNamespace(processor=processor, spoken_system_prompt="")
+    inputs = RepeatedByThinker(SimpleNamespace(front_end=front_end), None, None)
     evil = inputs._make(SpeechRequest(input=EVIL, instructions=EVIL), None)
     benign = inputs._make(SpeechRequest(input=BENIGN, instructions=BENIGN), None)
     assert controls(processor, list(evil.token_ids)) == controls(processor, list(benign.token_ids))

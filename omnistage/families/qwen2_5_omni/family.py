@@ -68,7 +68,7 @@ class Qwen25OmniFamily(Family):
         voices = tuple(load_speakers(folder))
         default = DEFAULT_VOICE if DEFAULT_VOICE in voices else ""
         return FrontEnd(processor.tokenizer, processor, voices, cfg.max_positions, _audio(cfg),
-                        openai_voices=OPENAI_VOICES, default_voice=default)
+                        openai_voices=OPENAI_VOICES, default_voice=default, spoken_system_prompt=SYSTEM_PROMPT)
 
     def entry_input(self, context: EdgeContext) -> ThinkerPrompt:
         request = context.request
@@ -77,8 +77,9 @@ class Qwen25OmniFamily(Family):
             raise TypeError(f"a Qwen2.5-Omni request carries a Qwen25OmniPrompt, not {type(prompt).__name__}")
         if request.wants_audio and not prompt.speech_system_prompt:
             _warn_system_prompt()
+        # A prefill-only request (streaming input) warms the thinker's cache alone: its one token starts no talker.
         return ThinkerPrompt(list(prompt.token_ids), context.request_sampling(), prompt.mm,
-                             capture_hidden=request.wants_audio)
+                             capture_hidden=request.streams_audio)
 
 
 def _warn_system_prompt() -> None:

@@ -8,6 +8,11 @@ Videos go through the shared video patching (:mod:`omnistage.processing.video_pa
 temporal patches as transformers' video processor does, with the image processor's sizes); each
 ``<|video_pad|>`` becomes grid / merge² tokens; with ``use_audio_in_video`` its sound track joins the audios in
 token order and the placeholder becomes the interleaved layout (:mod:`.audio_in_video`).
+
+Streaming input (a realtime turn prefilled while it is spoken): :meth:`listener` freezes a growing audio's log-mel
+chunk by chunk (the audio encoder's 2 s conv chunks, whose rows are their frames' alone), and an audio given back
+as :class:`ListenedAudio` keeps those frozen frames in front of the extractor's, so its chunks' keys
+(:mod:`.media_keys`) are the ones the prefill requests made.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from omnistage.families.qwen2_5_omni.audio_in_video import AudioInVideoLayout
 from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.tmrope import audio_output_length
+from omnistage.processing.listened_audio import ListenedAudio, WindowedLogMel
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.user_text import guard_for
 from omnistage.processing.video import Video
@@ -55,6 +61,7 @@ class Qwen25OmniPromptProcessor:
         self.image_token_id = thinker_config.image_token_index
         self.video_token_id = thinker_config.video_token_index
         self.merge_size = thinker_config.vision_config.spatial_merge_size
+        self.audio_chunk_frames = 2 * thinker_config.audio_config.n_window
         self.videos = _video_patches(self.images, thinker_config.vision_config.temporal_patch_size)
         self.layout = AudioInVideoLayout.from_config(thinker_config)
         self.system_ids = self.tokenizer.encode(SYSTEM_PROMPT, add_special_tokens=False)
@@ -65,8 +72,14 @@ class Qwen25OmniPromptProcessor:
         # Client strings stay ordinary text, their control-token strings included (processing/user_text.py).
         return guard_for(self.tokenizer).chat_ids(messages, tools, template_kwargs, assistant_prefix)
 
-    def process(self, token_ids: list[int], audios: Sequence[np.ndarray] = (), images: Sequence[object] = (),
-                videos: Sequence[Video] = (), use_audio_in_video: bool = False) -> Qwen25OmniPrompt:
+    def listener(self) -> WindowedLogMel | None:
+        """A growing audio's features, frozen chunk by chunk as the encoder's chunks complete (None with dither:
+        the extractor's frames would not be its own twice)."""
+        return None if getattr(self.features, "dither", 0.0) else WindowedLogMel(self.features, self.audio_chunk_frames)
+
+    def process(self, token_ids: list[int], audios: Sequence[np.ndarray | ListenedAudio] = (),
+                images: Sequence[object] = (), videos: Sequence[Video] = (),
+                use_audio_in_video: bool = False) -> Qwen25OmniPrompt:
         if use_audio_in_video:
             audios = self._with_sound_tracks(token_ids, audios, videos)
         audio = self._audio_inputs(audios)
@@ -103,14 +116,28 @@ class Qwen25OmniPromptProcessor:
         grids, seconds = video["video_grid_thw"].tolist(), video["video_second_per_grid"].tolist()
         return [self.layout.tokens(g, s, r) for g, s, r in zip(grids, seconds, track_rows, strict=True)]
 
-    def _audio_inputs(self, audios: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+    def _audio_inputs(self, audios: Sequence[np.ndarray | ListenedAudio]) -> dict[str, torch.Tensor]:
         if not audios:
             return {}
         # Each audio alone (the processor pads them together, changing the last mel frame of shorter ones).
-        feats = [self.features(a, sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True, padding="max_length",
-                               return_tensors="pt") for a in audios]
+        feats = [self._features(a) for a in audios]
         return {"input_features": torch.cat([f["input_features"] for f in feats]),
                 "feature_attention_mask": torch.cat([f["attention_mask"] for f in feats])}
+
+    def _features(self, audio: np.ndarray | ListenedAudio) -> dict[str, torch.Tensor]:
+        """One audio's features as transformers' processor makes them (padded to the extractor's ``n_samples``,
+        beyond which it truncates); a listened one's leading frames are the ones frozen while it was spoken."""
+        samples = audio.samples if isinstance(audio, ListenedAudio) else audio
+        out = self.features(samples, sampling_rate=AUDIO_SAMPLE_RATE, return_attention_mask=True,
+                            padding="max_length", return_tensors="pt")
+        if isinstance(audio, ListenedAudio):
+            head, frames = audio.head, out["input_features"]
+            if head.shape[0] != frames.shape[1]:
+                raise ValueError(f"listened features of {head.shape[0]} mel bins, the extractor makes "
+                                 f"{frames.shape[1]}")
+            kept = min(head.shape[1], int(out["attention_mask"].sum()))  # none past the extractor's truncation
+            frames[0, :, :kept] = head[:, :kept].to(frames.dtype)
+        return out
 
     def _video_inputs(self, videos: Sequence[Video]) -> dict[str, torch.Tensor]:
         if not videos:

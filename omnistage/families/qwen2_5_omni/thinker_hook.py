@@ -1,8 +1,11 @@
-"""The thinker's step for a reply the talker speaks: the last-layer hidden state of every computed row kept.
+"""The thinker's step for a reply the talker speaks: the last-layer hidden state of every prompt row kept.
 
-A capturing request (``Request.stage_data`` a :class:`HiddenCapture`) is never served from the prefix cache, so
-every one of its positions is computed; positions recomputed after a preemption are not stored twice. The worker
-drains what was captured with each of the request's outputs (:meth:`HiddenCapture.drain`).
+A capturing request (``Request.stage_data`` a :class:`HiddenCapture`) records every row it computes; positions
+recomputed after a preemption are not stored twice. With prefix caching on, every step that computes prompt rows
+also writes their states to a :class:`HiddenStateCache` beside the KV cache (the thinker's requests key their
+prompt rows only, ``Request.keys_outputs`` False, so every keyed block has its states), and a capturing request
+served partly from the cache reads its cached rows' states there. The worker drains what was captured with each of
+the request's outputs (:meth:`HiddenCapture.drain`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
 from omnistage.runner.base import ARModel
+from omnistage.runner.hidden_cache import HiddenStateCache
 from omnistage.runner.step_hook import StepHook
 
 if TYPE_CHECKING:
@@ -47,13 +52,45 @@ def _capture(request: Request) -> HiddenCapture | None:
 
 
 class ThinkerHiddenHook(StepHook):
+    def __init__(self, hidden_size: int = 0) -> None:
+        """``hidden_size``: the width of a kept row, for the pool's budget (0: not counted)."""
+        self.hidden_size = hidden_size
+        self.hidden_cache: HiddenStateCache | None = None
+        self.config: EngineConfig | None = None
+
+    def bind(self, config: EngineConfig) -> None:
+        self.config = config
+
+    def slot_bytes(self, config: EngineConfig) -> int:
+        return self.hidden_size * config.dtype.itemsize if config.enable_prefix_caching else 0
+
+    def bind_pool(self, num_blocks: int) -> None:
+        if self.config is not None and self.config.enable_prefix_caching:  # a slot of the sized pool, a row
+            self.hidden_cache = HiddenStateCache(num_blocks * self.config.block_size, self.config.block_size)
+
+    def _keeps_hidden(self, inputs: StepInputs) -> bool:
+        """Whether this step computes prompt rows a later request may find in the prefix cache."""
+        return self.hidden_cache is not None and any(
+            request.prefix_cacheable and start < request.num_prompt_tokens for _, request, start, _ in inputs.spans)
+
     def plain_forward(self, inputs: StepInputs) -> bool:
-        return not any(_capture(request) for _, request, _, _ in inputs.spans)
+        return not self._keeps_hidden(inputs) and not any(_capture(request) for _, request, _, _ in inputs.spans)
 
     def forward(self, model: ARModel, inputs: StepInputs, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
         hidden = model.forward(inputs.input_ids, inputs.positions, inputs_embeds)
-        for t, request, start, count in inputs.spans:
+        # Written before the reads below: a request may hit blocks that another one fills in this same step.
+        if self.hidden_cache is not None and self._keeps_hidden(inputs):
+            self.hidden_cache.write(inputs.meta.slot_mapping, hidden)
+        for i, (t, request, start, count) in enumerate(inputs.spans):
             data = _capture(request)
-            if data is not None:
-                data.record(start, hidden[t:t + count])
+            if data is None:
+                continue
+            if data.num_captured < start:  # positions served from the prefix cache
+                data.record(data.num_captured, self._cached(inputs, i, data.num_captured, start))
+            data.record(start, hidden[t:t + count])
         return hidden
+
+    def _cached(self, inputs: StepInputs, index: int, start: int, end: int) -> torch.Tensor:
+        if self.hidden_cache is None:
+            raise RuntimeError("a capturing request skipped positions, but no hidden states are cached")
+        return self.hidden_cache.read(inputs.meta.block_tables[index], start, end)

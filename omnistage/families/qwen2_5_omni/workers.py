@@ -39,7 +39,7 @@ class ThinkerWorker(ARWorker[Request]):
         self.model = Thinker.from_checkpoint(spec.model_dir, device, dtype, config=config)
         self.eos_token_id = config.eos_token_id
         super().__init__(build_ar_engine(self.model, engine_config(spec.stage, device, dtype, config.max_positions),
-                                         ThinkerHiddenHook()))
+                                         ThinkerHiddenHook(self.model.config.text_config.hidden_size)))
 
     @torch.inference_mode()
     def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:

@@ -45,7 +45,7 @@ class ThinkerWorker(ARWorker[Request]):
         cfg = self.model.config
         self.multimodal = frozenset((cfg.audio_token_id, cfg.image_token_id, cfg.video_token_id))
         super().__init__(build_ar_engine(self.model, engine_config(stage, device, dtype, config.max_positions),
-                                         ThinkerStepHook(), tp=self.tp))
+                                         ThinkerStepHook(cfg.text_config.hidden_size), tp=self.tp))
         self.awaiting_hidden: set[str] = set()
 
     def close(self) -> None:

@@ -15,28 +15,12 @@ import httpx
 import numpy as np
 import pytest
 
-from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
 from omnistage.models.qwen2_5_omni.token2wav import SAMPLES_PER_CODE
-from omnistage.pipeline.async_omni import AsyncOmni
-from omnistage.pipeline.runtime import PipelineOptions
-from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.test_realtime import open_session, send, spoken_like, until
-from tests.families.qwen2_5_omni.specs import TALKER_TOKENS, small_spec
+from tests.families.qwen2_5_omni.specs import TALKER_TOKENS
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def base_url(omni25_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    engine = AsyncOmni(omni25_dir, small_spec(tmp_path_factory.mktemp("stages")), PipelineOptions(in_process=True),
-                       "omni25")
-    thread = ServerThread(build_app(engine))
-    try:
-        yield thread.start()
-    finally:
-        thread.stop()
-        asyncio.run(engine.shutdown())
 
 
 def test_chat_with_audio_answers_a_wav(base_url: str) -> None:

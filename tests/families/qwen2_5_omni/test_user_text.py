@@ -27,3 +27,22 @@ def test_client_strings_yield_no_control_ids(omni25_dir: Path) -> None:
     assert [i for i in evil if i in added] == [i for i in benign if i in added]
     prompt = processor.process(evil, audios=[np.zeros(16000, dtype=np.float32)])
     assert prompt.token_ids.count(processor.audio_token_id) > 1
+
+
+def test_the_speech_prompt_opens_with_the_talkers_system_prompt(omni25_dir: Path) -> None:
+    """``/v1/audio/speech`` writes its own prompt: the family's spoken system prompt first (the talker was trained
+    under it), then the ask to repeat the input."""
+    from types import SimpleNamespace
+
+    from omnistage.entrypoints.openai.speech.inputs import DEFAULT_INSTRUCTIONS, RepeatedByThinker
+    from omnistage.entrypoints.openai.speech.protocol import SpeechRequest
+    from omnistage.families.qwen2_5_omni.family import FAMILY
+    from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
+
+    front_end = FAMILY.front_end(omni25_dir, FAMILY.load_config(omni25_dir))
+    assert front_end.spoken_system_prompt == SYSTEM_PROMPT
+    prompt = RepeatedByThinker(SimpleNamespace(front_end=front_end), None, None)._make(
+        SpeechRequest(input="Good morning"), None)
+    assert prompt.speech_system_prompt  # so the family's entry input does not warn
+    text = front_end.tokenizer.decode(prompt.token_ids)
+    assert text.index(SYSTEM_PROMPT) < text.index(DEFAULT_INSTRUCTIONS) < text.index("Good morning")

@@ -49,7 +49,9 @@ class SessionState:
         """``meter``: where the conversation's items are charged (the server's realtime budget)."""
         self.engine, self.voices, self.limits, self.beta = engine, voices, limits, beta
         modalities = ("text", "audio") if engine.supports_audio else ("text",)
-        self.config = SessionConfig(voice=voices.default, output_modalities=modalities, kind=kind)
+        # A family whose talker was trained under one system prompt (Qwen2.5-Omni) gets it until the client says.
+        self.config = SessionConfig(voice=voices.default, output_modalities=modalities, kind=kind,
+                                    instructions=engine.front_end.spoken_system_prompt)
         self.conversation = Conversation(max_audio_samples=int(limits.max_session_audio_seconds * AUDIO_SAMPLE_RATE),
                                          meter=meter)
         self.updates = 0

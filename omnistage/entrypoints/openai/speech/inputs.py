@@ -160,7 +160,7 @@ class TextToSpeech(SpeechInputs):
 
 
 class RepeatedByThinker(SpeechInputs):
-    """Qwen3-Omni: the thinker repeats the input, the talker speaks it."""
+    """An omni checkpoint (Qwen3-Omni, Qwen2.5-Omni): the thinker repeats the input, the talker speaks it."""
 
     def check_voice(self, body: SpeechRequest) -> str | None:
         if body.task_type is not None or body.ref_audio is not None:
@@ -179,9 +179,13 @@ class RepeatedByThinker(SpeechInputs):
                            modalities=frozenset({Modality.TEXT, Modality.AUDIO}), sampling=sampling, voice=voice)
 
     def _make(self, body: SpeechRequest, token: CancelToken) -> ProcessedPrompt:
+        front_end = self.engine.front_end
+        # A talker trained under one system prompt (Qwen2.5-Omni's) hears it first; the ask to repeat comes after.
+        opening = front_end.spoken_system_prompt
         messages: list[dict[str, object]] = [
+            *([{"role": "system", "content": opening}] if opening else []),
             {"role": "system", "content": body.instructions or DEFAULT_INSTRUCTIONS},
             {"role": "user", "content": body.input},
         ]
-        ids = self.engine.front_end.processor.apply_chat_template(messages)
-        return self.engine.front_end.processor.process(ids)
+        ids = front_end.processor.apply_chat_template(messages)
+        return front_end.processor.process(ids)

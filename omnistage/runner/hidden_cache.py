@@ -1,14 +1,17 @@
-"""The thinker's accept-layer hidden states kept per KV slot, so prefix-cache hits still feed the talker.
+"""A thinker's hidden states kept per KV slot, so prefix-cache hits still feed the talker (both omni families).
 
-The talker reads the thinker's ``accept_hidden_layer`` states at the prompt's
-multimodal rows. A prompt served partly from the prefix cache never computes
-its cached rows, so those states are stored beside the KV cache, one row per
-slot, and follow the same block ids: a block's rows are overwritten exactly
-when its KV is. They are written for every step that computes multimodal
-prompt rows, so a cached block holding such rows always has their states;
-text rows may hold another prompt's states and are not read for the talker.
+A talker reads states of the thinker's prompt rows (Qwen3-Omni: the
+``accept_hidden_layer`` states at multimodal rows; Qwen2.5-Omni: the last
+layer's at every row). A prompt served partly from the prefix cache never
+computes its cached rows, so those states are stored beside the KV cache, one
+row per slot, and follow the same block ids: a block's rows are overwritten
+exactly when its KV is. Each family's step hook writes them on every step that
+computes the rows its talker may read from a cached block (Qwen3-Omni:
+multimodal prompt rows, its text rows may hold another prompt's states and are
+not read; Qwen2.5-Omni: every prompt row, its generated rows never keyed).
 One row of width H per slot costs H / (2·layers·kv_heads·head_dim) of the
-KV cache (about 4 % for the 30B-A3B thinker: 2048 / (2·48·4·128)).
+KV cache (about 4 % for the 30B-A3B thinker: 2048 / (2·48·4·128); 12.5 % for
+Qwen2.5-Omni-7B's: 3584 / (2·28·4·128)).
 """
 
 from __future__ import annotations
