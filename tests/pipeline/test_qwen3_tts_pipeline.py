@@ -67,7 +67,7 @@ def _speak(pipeline: OmniPipeline, rid: str, prompt, stream: bool) -> tuple[np.n
 
 def test_the_checkpoint_is_served_by_the_tts_preset(served) -> None:
     pipeline = served["custom_voice"]
-    assert preset_for(_folder_of(pipeline)) == "qwen3_tts" and pipeline.family.name == "qwen3_tts"
+    assert preset_for(_folder_of(pipeline)).name == "qwen3_tts.yaml" and pipeline.family.name == "qwen3_tts"
     assert pipeline.graph.entry == "talker" and pipeline.supports_audio and not pipeline.supports_text
     assert pipeline.front_end.processor is None and pipeline.front_end.voices == ("aiden", "dylan", "ryan", "vivian")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from omnistage.config.pipeline import ConfigError, load_preset, parse_pipeline
+from omnistage.families.qwen3_omni.family import PRESET as OMNI_PRESET
 from omnistage.tools.bench.levels import BenchPrompt, bench_levels
 from omnistage.tools.bench.metrics import StreamRecord, summarize
 from omnistage.tools.bench.process_cpu import cpu_seconds
@@ -111,7 +112,7 @@ def test_a_record_counts_seconds_at_its_own_rate() -> None:
 
 
 def test_pinned_spec_holds_talker_length_and_sets_policy() -> None:
-    spec = pinned_spec(load_preset("qwen3_omni"), audio_frames=40, scheduling="deadline", code2wav_max_batch=2)
+    spec = pinned_spec(load_preset(OMNI_PRESET), audio_frames=40, scheduling="deadline", code2wav_max_batch=2)
     assert spec.stage("talker").sampling.max_tokens == 40
     assert {s.engine.scheduling for s in spec.stages} == {"deadline"}
     assert spec.stage("code2wav").engine.max_num_seqs == 2 and spec.stage("thinker").engine.max_num_seqs == 32

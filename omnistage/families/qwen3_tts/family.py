@@ -15,7 +15,7 @@ from omnistage.families.qwen3_tts.openai_voices import OPENAI_VOICES
 from omnistage.models.qwen3_tts.config import MODEL_TYPE, Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec
 
-PRESET = "qwen3_tts"
+PRESET = Path(__file__).with_name("qwen3_tts.yaml")  # talker → codec decoder
 MIN_NEW_TOKENS = 2  # the reference's generate fixes it: n talker steps give n - 1 frames
 _WORKERS = "omnistage.families.qwen3_tts.workers"
 
@@ -40,7 +40,7 @@ class Qwen3TTSFamily(Family):
     def load_config(self, folder: Path) -> Qwen3TTSConfig:
         return Qwen3TTSConfig.from_folder(folder)
 
-    def preset(self, config: object) -> str:
+    def preset(self, config: object) -> Path:
         return PRESET
 
     def front_end(self, folder: Path, config: object) -> FrontEnd:
