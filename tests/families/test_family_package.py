@@ -18,7 +18,8 @@ from omnistage.families.registry import BUILTIN, DEFAULT_REGISTRY, UnknownFamily
 from omnistage.pipeline.graph import resolve_graph
 
 REPO = Path(__file__).resolve().parents[2]
-GENERIC = ("entrypoints", "pipeline", "engine", "runner", "workers", "config", "processing", "layers", "ipc", "audio")
+GENERIC = ("entrypoints", "pipeline", "engine", "runner", "workers", "config", "processing", "layers", "ipc", "audio",
+           "tiny")
 FAMILY_MODULES = ("omnistage.families.qwen3_omni", "omnistage.models.qwen3_omni", "omnistage.families.qwen3_tts",
                   "omnistage.models.qwen3_tts", "omnistage.families.qwen2_5_omni", "omnistage.models.qwen2_5_omni")
 

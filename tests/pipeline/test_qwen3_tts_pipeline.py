@@ -30,7 +30,7 @@ TEXT = "Hello there, how are you today?"
 
 
 def _folder(tmp_path_factory: pytest.TempPathFactory, kind: str) -> Path:
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     return make_tiny_tts(tmp_path_factory.mktemp(f"tts-{kind}"), seed=0, tts_model_type=kind)
 

@@ -240,7 +240,7 @@ def test_bench_serve_speech_backend_on_a_tiny_tts_checkpoint(tmp_path: Path) -> 
     import argparse
 
     from omnistage.tools.bench.cli import add_serve_parser
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path / "tts", seed=0)
     parser = argparse.ArgumentParser()
@@ -262,7 +262,7 @@ def test_bench_serve_speech_backend_on_a_tiny_tts_checkpoint(tmp_path: Path) -> 
 def test_reference_baseline_times_the_qwen_tts_package(tmp_path: Path) -> None:
     """``--baseline reference``: qwen-tts's own generate on the same utterances, its audio counted from its wav."""
     from omnistage.tools.bench.speech import run_reference, speech_prompts
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
     from omnistage.tools.verify.tts_reference_env import ReferenceUnavailable, reference_python
 
     try:
@@ -282,7 +282,7 @@ def test_speech_driver_passes_the_first_chunk_size(tmp_path: Path) -> None:
     import asyncio
 
     from omnistage.tools.bench.speech import SpeechInProcessDriver, speech_prompts
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path / "tts", seed=0)
     prompt = speech_prompts(1, 4, seed=0)[0]

@@ -20,6 +20,7 @@ from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 PRESET = Path(__file__).with_name("qwen3_omni.yaml")  # Instruct: thinker → talker → code2wav
 TEXT_ONLY_PRESET = Path(__file__).with_name("qwen3_omni_thinking.yaml")  # Thinking (no talker): the thinker alone
 _WORKERS = "omnistage.families.qwen3_omni.workers"
+_MAKE_TINY = "omnistage.families.qwen3_omni.make_tiny"  # the family's make-tiny hook, in its package
 
 
 class Qwen3OmniFamily(Family):
@@ -36,9 +37,8 @@ class Qwen3OmniFamily(Family):
         "qwen3_omni.talker_to_code2wav": EdgeModel("talker", "code2wav"),  # the generic codec edge
     })
     payloads = PAYLOADS
-    hooks = Hooks(make_tiny="omnistage.tools.make_tiny:make_tiny_command",
-                  verify="omnistage.tools.verify.cli:run_omni_verify",
-                  cached="omnistage.tools.make_tiny:cached_checkpoint", tiny_names=("tiny", "medium", "slice"))
+    hooks = Hooks(make_tiny=f"{_MAKE_TINY}:make_tiny_command", verify="omnistage.tools.verify.cli:run_omni_verify",
+                  cached=f"{_MAKE_TINY}:cached_checkpoint", tiny_names=("tiny", "medium", "slice"))
 
     def recognises(self, raw: Mapping[str, Any]) -> bool:
         """Its model_type, or (an older or hand-made config without one) a thinker config."""

@@ -31,9 +31,9 @@ class Qwen3TTSFamily(Family):
         "qwen3_tts.talker_to_codec": EdgeModel("talker", "codec"),  # the generic codec edge
     })
     payloads = PAYLOADS
-    hooks = Hooks(make_tiny="omnistage.tools.make_tiny_tts:make_tiny_command",
+    hooks = Hooks(make_tiny="omnistage.families.qwen3_tts.make_tiny:make_tiny_command",
                   verify="omnistage.tools.verify.tts_cli:run_tts_verify_command",
-                  cached="omnistage.tools.make_tiny_tts:cached_checkpoint",
+                  cached="omnistage.families.qwen3_tts.make_tiny:cached_checkpoint",
                   tiny_names=("tts-tiny", "tts-tiny-design", "tts-tiny-base", "tts-medium", "tts-medium-design",
                               "tts-medium-base"))
 
