@@ -93,10 +93,10 @@ def thinker_stage(model: TextLM, vocab: int) -> StageUnderTest:
 def talker_config(real: bool, layers: int | None):
     """transformers' talker config at the ``slice`` widths (real) or the ``tiny`` ones, ``layers`` deep."""
     from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
-    from omnistage.tools.checkpoint_config import checkpoint_config_dict
-    from omnistage.tools.checkpoint_sizes import SIZES
-    from omnistage.tools.make_tiny import BPE_SIZE
-    from omnistage.tools.tiny_tokenizer import SPECIAL_TOKENS, TokenizerLayout
+    from omnistage.families.qwen3_omni.checkpoint_config import checkpoint_config_dict
+    from omnistage.families.qwen3_omni.checkpoint_sizes import SIZES
+    from omnistage.families.qwen3_omni.make_tiny import BPE_SIZE
+    from omnistage.tiny.tokenizer import SPECIAL_TOKENS, TokenizerLayout
 
     size = SIZES["slice" if real else "tiny"]
     if layers:

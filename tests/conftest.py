@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from omnistage.tools.make_tiny import make_tiny
+    from omnistage.families.qwen3_omni.make_tiny import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("tiny"), seed=0)
 
@@ -33,8 +33,8 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def medium_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``--size medium`` checkpoint (real codec layout, ~75M parameters; ~6 s to make)."""
-    from omnistage.tools.checkpoint_sizes import MEDIUM
-    from omnistage.tools.make_tiny import make_tiny
+    from omnistage.families.qwen3_omni.checkpoint_sizes import MEDIUM
+    from omnistage.families.qwen3_omni.make_tiny import make_tiny
 
     return make_tiny(tmp_path_factory.mktemp("medium"), seed=0, size=MEDIUM)
 

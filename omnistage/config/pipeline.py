@@ -1,6 +1,6 @@
 """The pipeline as data: stages, their engines and replicas, the edges between them.
 
-A preset YAML (``presets/qwen3_omni.yaml``) or a user's own file is parsed into
+A family's preset YAML (``families/qwen3_omni/qwen3_omni.yaml``) or a user's own file is parsed into
 frozen, validated dataclasses; any bad field is rejected at start-up with its
 dotted path (``stages[1].engine.block_size: must be >= 1``). A stage's
 ``placement`` is read only by the Ray backend (``docs/ray.md``).
@@ -18,7 +18,6 @@ import yaml
 from omnistage.config.memory import parse_bytes
 from omnistage.sampling_params import TEMPERATURE_MAX, SamplingParams
 
-PRESETS = Path(__file__).parent / "presets"
 STAGE_KINDS = ("ar", "generation")
 DEVICES = ("auto", "cpu", "cuda")  # or "cuda:N": a stage (and its tensor-parallel ranks) from GPU N on
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: bfloat16 on CUDA, float32 on CPU
@@ -305,10 +304,9 @@ def load_pipeline(path: str | Path) -> PipelineSpec:
     return parse_pipeline(data)
 
 
-def load_preset(preset: str | Path) -> PipelineSpec:
-    """A built-in preset by name (``config/presets/<name>.yaml``), or a family's own preset file by path (a
-    family package may ship its YAML beside its code)."""
-    return load_pipeline(preset if isinstance(preset, Path) else PRESETS / f"{preset}.yaml")
+def load_preset(preset: Path) -> PipelineSpec:
+    """A family's preset (:meth:`Family.preset`): a YAML its package ships beside its code."""
+    return load_pipeline(preset)
 
 
 # Command-line overrides ---------------------------------------------------------------------------

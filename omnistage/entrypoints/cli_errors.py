@@ -58,14 +58,14 @@ def _in_cache(filename: object) -> bool:
     """Whether an OS error is about the model cache folder (or a folder above it that had to be made)."""
     if not filename:
         return False
-    from omnistage.tools.make_tiny import cache_root
+    from omnistage.tiny.cache import cache_root
 
     where, cache = Path(str(filename)), cache_root()
     return where == cache or cache in where.parents or where in cache.parents
 
 
 def _cache(exc: OSError) -> str:
-    from omnistage.tools.make_tiny import cache_root
+    from omnistage.tiny.cache import cache_root
 
     source = "$OMNISTAGE_CACHE" if os.environ.get("OMNISTAGE_CACHE") else "the default, ~/.cache/omnistage"
     return (f"cannot write the model cache {cache_root()} ({source}): {exc.strerror}; set OMNISTAGE_CACHE to a "

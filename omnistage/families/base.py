@@ -141,9 +141,9 @@ class Family(ABC):
         """The family's typed config of a checkpoint folder (parsed once, passed down)."""
 
     @abstractmethod
-    def preset(self, config: object) -> str | Path:
-        """The stage config a checkpoint is served with by default: a built-in preset's name
-        (``omnistage/config/presets/<name>.yaml``) or the path of a YAML in the family's own package."""
+    def preset(self, config: object) -> Path:
+        """The stage config a checkpoint is served with by default: the path of a YAML in the family's own
+        package (every family's presets live with it)."""
 
     def check_spec(self, spec: PipelineSpec, config: object) -> None:
         """Rejects a stage config this checkpoint cannot serve (``ConfigError``); default: anything goes."""

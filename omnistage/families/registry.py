@@ -131,3 +131,10 @@ def missing_checkpoint(path: Path, embedded: tuple[str, ...] = ()) -> str:
 
 
 DEFAULT_REGISTRY = FamilyRegistry()
+
+
+def resolve_model(model: str | Path) -> Path:
+    """A ``--model`` value as a checkpoint folder through the built-in families
+    (:meth:`FamilyRegistry.resolve_model`): an embedded random checkpoint's name (``tiny``, ``medium``,
+    ``tts-tiny``...), made on first use, else a folder."""
+    return DEFAULT_REGISTRY.resolve_model(model)

@@ -17,7 +17,7 @@ from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime, model_f
 from omnistage.pipeline.serve_flags import PipelineConfig
 
 
-def preset_for(folder: Path, registry: FamilyRegistry = DEFAULT_REGISTRY) -> str | Path:
+def preset_for(folder: Path, registry: FamilyRegistry = DEFAULT_REGISTRY) -> Path:
     """The stage preset a checkpoint is served with when no ``--stage-config`` is given (its family decides,
     from its typed config: e.g. a Qwen3-Omni Thinking checkpoint gets the thinker alone)."""
     family = registry.for_folder(folder)

@@ -51,7 +51,8 @@ def talker_suppress_mask(vocab_size: int, codec_eos_id: int, device: torch.devic
     return mask
 
 
-def _data(request: Request) -> TalkerRequestData:
+def talker_data(request: Request) -> TalkerRequestData:
+    """A talker request's state (any family's: its stage feeds the trailing text through it)."""
     data = request.stage_data
     if not isinstance(data, TalkerRequestData):
         raise TypeError(f"talker request {request.request_id!r} needs TalkerRequestData as stage_data")
@@ -77,13 +78,13 @@ class TalkerStepHook(StepHook):
     def is_ready(self, request: Request) -> bool:
         n = request.num_output_tokens
         # The newest frame is fed next; it needs its trailing-text entry (or the thinker to be done).
-        return n == 0 or _data(request).text_at(n - 1) is not None
+        return n == 0 or talker_data(request).text_at(n - 1) is not None
 
     def output_embeds(self, spans: list[OutputSpan]) -> torch.Tensor:
         codes: list[torch.Tensor] = []
         texts: list[torch.Tensor] = []
         for span in spans:
-            data = _data(span.request)
+            data = talker_data(span.request)
             codes.extend(data.frames[span.start:span.end])
             for j in range(span.start, span.end):
                 text = data.text_at(j)
@@ -112,5 +113,5 @@ class TalkerStepHook(StepHook):
             codes = self.model.predict_residual_codes(hidden_last, token_ids, residual)
         # Kept on the device (fed back next step); the caller gets one host copy.
         for i, request in enumerate(requests):
-            _data(request).frames.append(codes[i])
+            talker_data(request).frames.append(codes[i])
         return codes.cpu()

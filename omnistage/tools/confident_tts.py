@@ -3,7 +3,7 @@ how often quantization changes a greedy code (``bench quant --stage tts-talker``
 
 A random checkpoint's logits are close to flat, so any perturbation (int8 weights, another kernel order) flips
 greedy codes far more often than in a trained model, whose top code usually leads by several logits. As
-:mod:`omnistage.tools.confident_head` does for the thinker, this scales each input embedding up (``EMBED_SCALE``)
+:mod:`omnistage.tiny.confident_head` does for the thinker, this scales each input embedding up (``EMBED_SCALE``)
 so the input code's direction survives to the final state, and gives each head, for a fixed random permutation
 ``succ`` of the ordinary codes, a row for ``succ[c]`` along the direction in which code ``c`` enters
 (``HEAD_GAIN`` times the head's own logit spread at cosine 1: made checkpoints draw wide heads, whose logits

@@ -2,7 +2,8 @@
 
 The family's talker worker builds the engine and turns its inputs into engine requests; this base turns
 engine outputs into :class:`CodecFrames`. Like transformers, a finished request's last frame is dropped (its
-code 0 is codec EOS, or generation stopped at max tokens before its residual codes).
+code 0 is codec EOS, or generation stopped at max tokens before its residual codes), unless the family's
+:meth:`TalkerWorker.audio_frames` says otherwise.
 """
 
 from __future__ import annotations
@@ -55,13 +56,18 @@ class TalkerWorker(ARWorker):
             return {}
         return measure_decode_steps(self.engine, self.probe_request, profile_batches(self.profile_max_batch))
 
+    def audio_frames(self, output: RequestOutput) -> torch.Tensor | None:
+        """The frames of one engine output that become audio (a family whose talker's last frame is audio
+        overrides this)."""
+        return talker_frames(output)
+
     def step(self) -> StepResult:
         outputs: list[StageOutput | RequestFailed] = []
         for out in self.engine.step():
             if out.finish_reason is FinishReason.ERROR:
                 outputs.append(self.failed(out))
                 continue
-            frames = talker_frames(out)
+            frames = self.audio_frames(out)
             if frames is None:
                 frames = torch.empty(0, self.num_groups, dtype=torch.long)
             outputs.append(StageOutput(out.request_id, CodecFrames(frames), out.finished, out.finish_reason))

@@ -11,22 +11,23 @@ import pytest
 import yaml
 
 from omnistage.config.pipeline import (
-    PRESETS,
     STAGE_SAMPLING,
     ConfigError,
     load_pipeline,
     load_preset,
     parse_pipeline,
 )
+from omnistage.families.qwen3_omni.family import PRESET as OMNI_PRESET
+from omnistage.families.qwen3_tts.family import PRESET as TTS_PRESET
 from omnistage.sampling_params import SamplingParams
 
 
 def _preset() -> dict:
-    return yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text())
+    return yaml.safe_load(OMNI_PRESET.read_text())
 
 
 def test_preset_parses() -> None:
-    spec = load_preset("qwen3_omni")
+    spec = load_preset(OMNI_PRESET)
     assert spec.stage_names == ("thinker", "talker", "code2wav")
     assert spec.stage("talker").sampling.top_k == 50
     assert [(e.source, e.target) for e in spec.edges] == [("thinker", "talker"), ("talker", "code2wav")]
@@ -114,7 +115,7 @@ def test_placement_parses_into_frozen_sorted_pairs() -> None:
 def test_tensor_parallel_and_quantization_per_stage() -> None:
     from omnistage.config.pipeline import StageOverrides, apply_overrides
 
-    data = yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text())
+    data = yaml.safe_load(OMNI_PRESET.read_text())
     data["stages"][0].update(tensor_parallel_size=2, device="cuda:1", quantization="int8")
     spec = parse_pipeline(data)
     assert (spec.stages[0].tensor_parallel_size, spec.stages[0].device, spec.stages[0].quantization) == \
@@ -127,7 +128,7 @@ def test_tensor_parallel_and_quantization_per_stage() -> None:
         apply_overrides(spec, StageOverrides(tensor_parallel_size=2))
     for stage, key, value, message in [(2, "quantization", "int8", "vocoder stays in full precision"),
                                        (0, "quantization", "int4", "must be one of")]:
-        bad = copy.deepcopy(yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text()))
+        bad = copy.deepcopy(yaml.safe_load(OMNI_PRESET.read_text()))
         bad["stages"][stage][key] = value
         with pytest.raises(ConfigError, match=message):
             parse_pipeline(bad)
@@ -139,7 +140,7 @@ def test_a_stage_may_take_more_than_its_share_of_threads() -> None:
 
     from omnistage.pipeline.runtime import local_threads
 
-    talker = load_preset("qwen3_tts").stage("talker")
+    talker = load_preset(TTS_PRESET).stage("talker")
     assert local_threads(replace(talker, threads=0), replicas=2, cores=2) == 1
     assert local_threads(replace(talker, threads=0), replicas=3, cores=2) == 1
     assert local_threads(replace(talker, threads=0), replicas=2, cores=16) == 8

@@ -7,6 +7,7 @@ import torch
 
 from omnistage.config.memory import parse_bytes
 from omnistage.config.pipeline import ConfigError, StageOverrides, apply_overrides, load_preset, parse_pipeline
+from omnistage.families.qwen3_omni.family import PRESET as OMNI_PRESET
 from omnistage.engine.kv_sizing import KVBudgetError, blocks_for_budget, gpu_kv_budget, kv_block_bytes
 from omnistage.ipc.messages import ReplicaLoad
 from omnistage.pipeline.orchestrator import kv_cache_bytes
@@ -93,7 +94,7 @@ def test_stage_config_and_flags_set_the_budget() -> None:
     with pytest.raises(ConfigError, match=r"stages\[0\].engine.kv_cache_memory: not a memory size"):
         parse_pipeline({"stages": [{"name": "t", "kind": "ar", "model": "thinker",
                                     "engine": {"kv_cache_memory": "lots"}}]})
-    preset = load_preset("qwen3_omni")
+    preset = load_preset(OMNI_PRESET)
     fixed = preset.stage("thinker").engine
     assert fixed.model_len(65536) == fixed.num_kv_blocks * fixed.block_size  # no budget: the pool caps the length
     over = apply_overrides(preset, StageOverrides(dtype="bfloat16", kv_cache_memory=(("", 2 << 30),),

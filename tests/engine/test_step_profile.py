@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from omnistage.config.pipeline import load_preset
+from omnistage.families.qwen3_omni.family import PRESET as OMNI_PRESET
 from omnistage.engine.step_profile import measure_decode_steps, profile_batches
 from omnistage.workers.base import WorkerSpec
 
@@ -20,7 +21,7 @@ def test_profile_batches(max_batch: int, sizes: list[int]) -> None:
 def test_the_talker_worker_profiles_its_step_and_frees_everything(tiny_dir: Path) -> None:
     from omnistage.families.qwen3_omni.workers import TalkerWorker
 
-    spec = load_preset("qwen3_omni").stage("talker")
+    spec = load_preset(OMNI_PRESET).stage("talker")
     worker = TalkerWorker(WorkerSpec(str(tiny_dir), spec))
     engine = worker.engine
     free = engine.scheduler.kv.num_free_blocks
@@ -43,7 +44,7 @@ def test_no_profile_when_turned_off(tiny_dir: Path) -> None:
 
     from omnistage.families.qwen3_omni.workers import TalkerWorker
 
-    spec = load_preset("qwen3_omni").stage("talker")
+    spec = load_preset(OMNI_PRESET).stage("talker")
     spec = replace(spec, engine=replace(spec.engine, step_profile_max_batch=0))
     assert TalkerWorker(WorkerSpec(str(tiny_dir), spec)).step_profile() == {}
 
@@ -53,7 +54,7 @@ def test_a_size_whose_requests_never_get_decoding_is_left_out(tiny_dir: Path) ->
     from omnistage.families.qwen3_omni.workers import TalkerWorker
     from omnistage.runner.talker_hook import TalkerRequestData
 
-    worker = TalkerWorker(WorkerSpec(str(tiny_dir), load_preset("qwen3_omni").stage("talker")))
+    worker = TalkerWorker(WorkerSpec(str(tiny_dir), load_preset(OMNI_PRESET).stage("talker")))
 
     def waiting_probe(rid: str):  # noqa: ANN202 - its trailing text never arrives: not ready after the prefill
         request = worker.probe_request(rid)

@@ -24,10 +24,10 @@ TEST_LIMITS = ServerLimits(max_audio_seconds=5.0, max_base64_bytes=2_000_000, ma
 @pytest.fixture(scope="session")
 def processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny checkpoint's tokenizer and config, without its weights (fast to make)."""
-    from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
-    from omnistage.tools.make_tiny import BPE_SIZE, _role_ids
-    from omnistage.tools.checkpoint_config import checkpoint_config_dict
-    from omnistage.tools.tiny_tokenizer import save_tokenizer
+    from omnistage.tiny.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+    from omnistage.families.qwen3_omni.make_tiny import BPE_SIZE, _role_ids
+    from omnistage.families.qwen3_omni.checkpoint_config import checkpoint_config_dict
+    from omnistage.tiny.tokenizer import save_tokenizer
 
     out = tmp_path_factory.mktemp("processor")
     layout = save_tokenizer(out, BPE_SIZE, QWEN3_OMNI_CHAT_TEMPLATE)

@@ -14,6 +14,7 @@ import yaml
 
 from omnistage import __version__
 from omnistage.config.pipeline import apply_overrides, load_preset
+from omnistage.families.qwen3_omni.family import PRESET as OMNI_PRESET
 from omnistage.entrypoints.cli import _commands, build_parser, main
 from omnistage.entrypoints.serve_config import ServeConfig
 from omnistage.families.registry import BUILTIN, DEFAULT_REGISTRY
@@ -72,12 +73,12 @@ def test_model_help_lists_every_embedded_name_and_the_registry_data_matches_the_
 
 def test_max_model_len_and_max_num_seqs_reach_the_stages() -> None:
     overrides = _serve_config("--max-model-len", "2048", "--max-num-seqs", "thinker=4,code2wav=2").pipeline.overrides
-    spec = apply_overrides(load_preset("qwen3_omni"), overrides)
+    spec = apply_overrides(load_preset(OMNI_PRESET), overrides)
     engines = {s.name: s.engine for s in spec.stages}
     assert engines["thinker"].max_model_len == engines["talker"].max_model_len == 2048
-    assert engines["code2wav"].max_model_len == load_preset("qwen3_omni").stage("code2wav").engine.max_model_len
+    assert engines["code2wav"].max_model_len == load_preset(OMNI_PRESET).stage("code2wav").engine.max_model_len
     assert (engines["thinker"].max_num_seqs, engines["code2wav"].max_num_seqs) == (4, 2)
-    assert engines["talker"].max_num_seqs == load_preset("qwen3_omni").stage("talker").engine.max_num_seqs
+    assert engines["talker"].max_num_seqs == load_preset(OMNI_PRESET).stage("talker").engine.max_num_seqs
 
 
 def test_bench_serve_takes_serves_flag_name() -> None:
@@ -128,7 +129,7 @@ def test_a_port_in_use_is_refused_before_anything_loads(tmp_path: Path) -> None:
 def test_a_bad_stage_config_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "broken.yaml").write_text("stages: [\n")
     assert "not valid YAML" in _one_line_error(["serve", "--stage-config", str(tmp_path / "broken.yaml")])
-    preset = yaml.safe_load((REPO / "omnistage/config/presets/qwen3_omni.yaml").read_text())
+    preset = yaml.safe_load(OMNI_PRESET.read_text())
     preset["stages"][0]["replicas"] = 0
     (tmp_path / "zero.yaml").write_text(yaml.safe_dump(preset))
     assert "stages[0].replicas" in _one_line_error(["serve", "--stage-config", str(tmp_path / "zero.yaml")])

@@ -41,7 +41,7 @@ class _Served:
 
 @pytest.fixture(scope="module")
 def tts(tmp_path_factory: pytest.TempPathFactory):
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path_factory.mktemp("tts"), seed=0, tts_model_type="custom_voice")
     # Greedy with the reference's penalty, and a short answer: what the checkpoint's generation config says.

@@ -60,7 +60,7 @@ def omni(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
 
 
 def _tts(tmp_path_factory: pytest.TempPathFactory, kind: str, name: str) -> Iterator[str]:
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path_factory.mktemp(kind), seed=0, tts_model_type=kind)
     (folder / "generation_config.json").write_text(json.dumps(

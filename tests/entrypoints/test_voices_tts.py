@@ -49,7 +49,7 @@ class _Served:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory):
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path_factory.mktemp("tts-base"), seed=0, tts_model_type="base")
     (folder / "generation_config.json").write_text(json.dumps(

@@ -18,7 +18,8 @@ from omnistage.families.registry import BUILTIN, DEFAULT_REGISTRY, UnknownFamily
 from omnistage.pipeline.graph import resolve_graph
 
 REPO = Path(__file__).resolve().parents[2]
-GENERIC = ("entrypoints", "pipeline", "engine", "runner", "workers", "config", "processing", "layers", "ipc", "audio")
+GENERIC = ("entrypoints", "pipeline", "engine", "runner", "workers", "config", "processing", "layers", "ipc", "audio",
+           "tiny")
 FAMILY_MODULES = ("omnistage.families.qwen3_omni", "omnistage.models.qwen3_omni", "omnistage.families.qwen3_tts",
                   "omnistage.models.qwen3_tts", "omnistage.families.qwen2_5_omni", "omnistage.models.qwen2_5_omni")
 
@@ -70,7 +71,7 @@ def test_no_generic_layer_imports_a_family() -> None:
 def test_only_the_familys_shardable_stages_take_tensor_parallelism() -> None:
     family = DEFAULT_REGISTRY.family("qwen3_omni")
     assert family.tensor_parallel_models == ("thinker",)
-    data = yaml.safe_load((REPO / "omnistage/config/presets/qwen3_omni.yaml").read_text())
+    data = yaml.safe_load((REPO / "omnistage/families/qwen3_omni/qwen3_omni.yaml").read_text())
     data["stages"][1]["tensor_parallel_size"] = 2  # the talker
     spec = parse_pipeline(data)  # the YAML alone cannot know which stages a family can shard
     with pytest.raises(ConfigError, match=r"stages\[1\]\.tensor_parallel_size: .*qwen3_omni's thinker stages only"):

@@ -18,7 +18,7 @@ from omnistage.layers.quant.fp8 import FP8, dequantize_fp8, quantize_fp8
 from omnistage.models.fp8_checkpoint import Fp8Format, Fp8View, UnsupportedQuantization
 from omnistage.models.qwen3_omni.thinker import Thinker
 from omnistage.models.weights import Checkpoint
-from omnistage.tools.make_fp8 import write_fp8_variant
+from omnistage.families.qwen3_omni.make_fp8 import write_fp8_variant
 
 LAYER = "thinker.model.language_model.layers.0."
 

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import yaml
 
-from omnistage.config.pipeline import PRESETS, PipelineSpec, parse_pipeline
+from omnistage.config.pipeline import PipelineSpec, parse_pipeline
+from omnistage.families.qwen3_omni.family import PRESET as OMNI_PRESET
+from omnistage.families.qwen3_tts.family import PRESET as TTS_PRESET
 
 
 def preset_dict() -> dict:
-    return yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text())
+    return yaml.safe_load(OMNI_PRESET.read_text())
 
 
 def small_dict(talker_replicas: int = 1, talker_frames: int = 24, initial_chunk: int = 4, chunk: int = 8,
@@ -44,7 +46,7 @@ def write_spec(folder: Path, data: dict, name: str = "stages.yaml") -> Path:
 
 def tts_small_dict(first_chunk: int = 2, chunk: int = 3) -> dict:
     """The Qwen3-TTS preset with room for a few short requests and small codec chunks (several per request)."""
-    data = yaml.safe_load((PRESETS / "qwen3_tts.yaml").read_text())
+    data = yaml.safe_load(TTS_PRESET.read_text())
     talker, _ = data["stages"]
     talker["engine"].update(num_kv_blocks=64, max_num_batched_tokens=512)
     data["streaming"] = {"codec_chunk_frames": chunk, "initial_codec_chunk_frames": first_chunk,

@@ -18,12 +18,12 @@ from omnistage.families.qwen3_omni.stages import (
     build_talker_request,
     build_thinker_request,
     code2wav_runner,
-    load_thinker_embedding,
     multimodal_hidden,
 )
 from omnistage.families.qwen3_omni.thinker_hook import ThinkerStepHook
 from omnistage.models.qwen3_omni.inputs import PromptLayout
 from omnistage.models.qwen3_omni.talker_prompt import TalkerProjections, TalkerPrompt, TrailingText
+from omnistage.models.thinker_embedding import load_thinker_embedding
 from omnistage.runner import TalkerRequestData, build_ar_engine
 from omnistage.workers.talker import talker_frames
 

@@ -30,7 +30,7 @@ TEXT = "Hello there, how are you today?"
 
 
 def _folder(tmp_path_factory: pytest.TempPathFactory, kind: str) -> Path:
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     return make_tiny_tts(tmp_path_factory.mktemp(f"tts-{kind}"), seed=0, tts_model_type=kind)
 
@@ -67,7 +67,7 @@ def _speak(pipeline: OmniPipeline, rid: str, prompt, stream: bool) -> tuple[np.n
 
 def test_the_checkpoint_is_served_by_the_tts_preset(served) -> None:
     pipeline = served["custom_voice"]
-    assert preset_for(_folder_of(pipeline)) == "qwen3_tts" and pipeline.family.name == "qwen3_tts"
+    assert preset_for(_folder_of(pipeline)).name == "qwen3_tts.yaml" and pipeline.family.name == "qwen3_tts"
     assert pipeline.graph.entry == "talker" and pipeline.supports_audio and not pipeline.supports_text
     assert pipeline.front_end.processor is None and pipeline.front_end.voices == ("aiden", "dylan", "ryan", "vivian")
 

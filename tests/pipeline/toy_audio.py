@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 import yaml
+from omnistage.families.qwen3_omni.family import PRESET as OMNI_PRESET
 
 from omnistage.audio_spec import AudioSpec, Codebooks
-from omnistage.config.pipeline import PRESETS
 from omnistage.core import Modality
 from omnistage.engine.generation_engine import ChunkDecoder
 from omnistage.families.base import FrontEnd, StageModel
@@ -146,7 +146,7 @@ def make_folder(tiny_dir: Path, target: Path, timing: Timing, talker_frames: int
                         "samples_per_frame": timing.samples_per_frame}
     raw["model_type"] = "toy_audio"
     (target / "config.json").write_text(json.dumps(raw))
-    stages = yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text())
+    stages = yaml.safe_load(OMNI_PRESET.read_text())
     stages["stages"][1]["sampling"]["max_tokens"] = talker_frames
     stages["streaming"] = {"codec_chunk_frames": 8, "initial_codec_chunk_frames": 2, "codec_left_context_frames": 0}
     (target / "toy_stages.yaml").write_text(yaml.safe_dump(stages))

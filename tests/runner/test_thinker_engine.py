@@ -85,5 +85,5 @@ def test_deepstack_chunks_and_hidden_capture_match_uncached_reference(thinker) -
     out = generate(thinker, [target, *company], cfg, hook=ThinkerStepHook())
     assert out["mm"] == expected
     assert out["b"] != expected  # the deepstack features do change the reply
-    assert data.num_captured == len(ids) + 5  # the last sampled token is never fed
-    torch.testing.assert_close(data.hidden_states()[:len(ids)], accept, atol=1e-5, rtol=1e-4)
+    assert data.hidden.num_captured == len(ids) + 5  # the last sampled token is never fed
+    torch.testing.assert_close(data.hidden.all()[:len(ids)], accept, atol=1e-5, rtol=1e-4)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from omnistage.config.pipeline import ConfigError, load_preset, parse_pipeline
+from omnistage.families.qwen3_omni.family import PRESET as OMNI_PRESET
 from omnistage.tools.bench.levels import BenchPrompt, bench_levels
 from omnistage.tools.bench.metrics import StreamRecord, summarize
 from omnistage.tools.bench.process_cpu import cpu_seconds, stage_cpu_seconds
@@ -143,7 +144,7 @@ def test_a_record_counts_seconds_at_its_own_rate() -> None:
 
 
 def test_pinned_spec_holds_talker_length_and_sets_policy() -> None:
-    spec = pinned_spec(load_preset("qwen3_omni"), audio_frames=40, scheduling="deadline", code2wav_max_batch=2)
+    spec = pinned_spec(load_preset(OMNI_PRESET), audio_frames=40, scheduling="deadline", code2wav_max_batch=2)
     assert spec.stage("talker").sampling.max_tokens == 40
     assert {s.engine.scheduling for s in spec.stages} == {"deadline"}
     assert spec.stage("code2wav").engine.max_num_seqs == 2 and spec.stage("thinker").engine.max_num_seqs == 32
@@ -271,7 +272,7 @@ def test_bench_serve_speech_backend_on_a_tiny_tts_checkpoint(tmp_path: Path) -> 
     import argparse
 
     from omnistage.tools.bench.cli import add_serve_parser
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path / "tts", seed=0)
     parser = argparse.ArgumentParser()
@@ -293,7 +294,7 @@ def test_bench_serve_speech_backend_on_a_tiny_tts_checkpoint(tmp_path: Path) -> 
 def test_reference_baseline_times_the_qwen_tts_package(tmp_path: Path) -> None:
     """``--baseline reference``: qwen-tts's own generate on the same utterances, its audio counted from its wav."""
     from omnistage.tools.bench.speech import run_reference, speech_prompts
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
     from omnistage.tools.verify.tts_reference_env import ReferenceUnavailable, reference_python
 
     try:
@@ -313,7 +314,7 @@ def test_speech_driver_passes_the_first_chunk_size(tmp_path: Path) -> None:
     import asyncio
 
     from omnistage.tools.bench.speech import SpeechInProcessDriver, speech_prompts
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path / "tts", seed=0)
     prompt = speech_prompts(1, 4, seed=0)[0]

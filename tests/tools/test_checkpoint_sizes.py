@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from omnistage.tools.checkpoint_config import checkpoint_config_dict
-from omnistage.tools.checkpoint_sizes import MEDIUM, SIZES, SLICE, CheckpointSize, DecoderWidths
-from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
-from omnistage.tools.make_tiny import BPE_SIZE, _role_ids, resolve_model
-from omnistage.tools.tiny_tokenizer import TokenizerLayout, save_tokenizer
+from omnistage.families.qwen3_omni.checkpoint_config import checkpoint_config_dict
+from omnistage.families.qwen3_omni.checkpoint_sizes import MEDIUM, SIZES, SLICE, CheckpointSize, DecoderWidths
+from omnistage.tiny.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+from omnistage.families.qwen3_omni.make_tiny import BPE_SIZE, _role_ids
+from omnistage.families.registry import resolve_model
+from omnistage.tiny.tokenizer import TokenizerLayout, save_tokenizer
 
 REAL_CODEC_IDS = {"codec_pad_id": 2148, "codec_bos_id": 2149, "codec_eos_token_id": 2150, "codec_nothink_id": 2155,
                   "codec_think_bos_id": 2156, "codec_think_eos_id": 2157}

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from omnistage.tools.bench.quant import bench_quant
-from omnistage.tools.confident_head import (
+from omnistage.tiny.confident_head import (
     EMBED_KEY,
     EMBED_SCALE,
     HEAD_GAIN,
@@ -18,7 +18,7 @@ from omnistage.tools.confident_head import (
     confident_head_,
     successor_permutation,
 )
-from omnistage.tools.make_tiny import make_tiny
+from omnistage.families.qwen3_omni.make_tiny import make_tiny
 
 
 @pytest.fixture(scope="module")

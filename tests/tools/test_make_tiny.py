@@ -93,7 +93,7 @@ def test_model_generates_text_and_audio(tiny_dir: Path) -> None:
 
 
 def test_same_seed_is_byte_identical(tmp_path: Path, tiny_dir: Path) -> None:
-    from omnistage.tools.make_tiny import make_tiny
+    from omnistage.families.qwen3_omni.make_tiny import make_tiny
 
     again = make_tiny(tmp_path / "again", seed=0)
     for name in ("model.safetensors", "config.json", "tokenizer.json", "vocab.json", "merges.txt"):
@@ -118,7 +118,7 @@ def test_cli_and_cache(tmp_path: Path) -> None:
 
 
 def test_resolve_model_errors(tmp_path: Path) -> None:
-    from omnistage.tools.make_tiny import resolve_model
+    from omnistage.families.registry import resolve_model
 
     with pytest.raises(FileNotFoundError, match="config.json"):
         resolve_model(str(tmp_path))

@@ -111,7 +111,7 @@ def test_report_on_the_tiny_checkpoint(tiny_dir) -> None:  # noqa: ANN001
 def test_report_on_the_tts_talker(tmp_path) -> None:  # noqa: ANN001
     """--stage tts-talker: a frame's step reads the talker's layers once and the code predictor's per code group."""
     from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path / "tts", seed=0)
     args = argparse.Namespace(model=str(folder), stage="tts-talker", batch=[1, 2], steps=2, prompt_len=24, frames=8,
@@ -141,7 +141,7 @@ def test_the_code_predictors_lockstep_passes_are_counted(tmp_path) -> None:  # n
     layer once per pass, int8 weights at one byte each once quantized."""
     from omnistage.layers.quant.apply import apply_quantization
     from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     talker = Qwen3TTSModels.load(make_tiny_tts(tmp_path / "tts", seed=0)).talker
     hidden, code0 = torch.randn(3, talker.config.stack.hidden_size), torch.tensor([1, 2, 3])
@@ -167,7 +167,7 @@ def test_report_on_the_tts_predictor(tmp_path) -> None:  # noqa: ANN001
     """--stage tts-predictor --quantization int8: the code predictor alone, its int8 bytes per frame."""
     from omnistage.layers.quant.apply import apply_quantization
     from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     folder = make_tiny_tts(tmp_path / "tts", seed=0)
     args = argparse.Namespace(model=str(folder), stage="tts-predictor", batch=[1, 4], steps=2, prompt_len=8,

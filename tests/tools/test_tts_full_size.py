@@ -10,10 +10,11 @@ import pytest
 
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
-from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
-from omnistage.tools.make_tiny_tts import BPE_SIZE
-from omnistage.tools.tiny_tokenizer import TokenizerLayout, save_tokenizer
-from omnistage.tools.tts_checkpoint_config import FULL, FULL_1_7B, TTSSize, model_config, speech_tokenizer_config
+from omnistage.tiny.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+from omnistage.families.qwen3_tts.make_tiny import BPE_SIZE
+from omnistage.tiny.tokenizer import TokenizerLayout, save_tokenizer
+from omnistage.families.qwen3_tts.checkpoint_config import (FULL, FULL_1_7B, TTSSize, model_config,
+                                                            speech_tokenizer_config)
 
 REAL_MAIN_BYTES_BF16 = 1.83e9  # the 0.6B Base's model.safetensors (talker, code predictor, speaker encoder)
 REAL_CODEC_BYTES_FP32 = 682e6  # its speech_tokenizer/model.safetensors (decoder and encoder)

@@ -12,7 +12,7 @@ from omnistage.tools.verify.tts_reference_env import PYTHON_ENV, ReferenceUnavai
 
 @pytest.fixture(scope="module")
 def voice_design_dir(tmp_path_factory):
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     return make_tiny_tts(tmp_path_factory.mktemp("tts-vd"), seed=0, tts_model_type="voice_design")
 

@@ -7,7 +7,7 @@ text-bos id, DiT conditioning vector and reference mel). Weights come from trans
 seed and are saved sorted, so a seed gives byte-identical weights.
 
 Drawn so that parity tests test something: the thinker's head is made confident (trained-model greedy margins,
-:mod:`omnistage.tools.confident_head`), the talker's codec head is wide with zero rows for the codec EOS ids (a
+:mod:`omnistage.tiny.confident_head`), the talker's codec head is wide with zero rows for the codec EOS ids (a
 random talker speaks until ``max_new_tokens`` instead of stopping at once), and the vocoder's convolutions are
 fan-in scaled so the waveform is of order 0.01-0.1 rather than ~1e-8.
 """
@@ -22,10 +22,11 @@ import torch
 from safetensors.torch import save_file
 
 from omnistage.families.qwen2_5_omni.tiny_config import CODEC, SPEAKERS, speaker_bos_ids, tiny_config_dict
-from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
-from omnistage.tools.confident_head import EMBED_KEY, HEAD_KEY, confident_head_
-from omnistage.tools.make_tiny import audible_vocoder, cached_build
-from omnistage.tools.tiny_tokenizer import ROLE_WORDS, TokenizerLayout, save_tokenizer
+from omnistage.tiny.audible_vocoder import audible_vocoder
+from omnistage.tiny.cache import cached_build
+from omnistage.tiny.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+from omnistage.tiny.confident_head import EMBED_KEY, HEAD_KEY, confident_head_
+from omnistage.tiny.tokenizer import ROLE_WORDS, TokenizerLayout, save_tokenizer
 
 BPE_SIZE = 960
 TINY_VERSION = 1  # bump when a made checkpoint's content changes, so caches are rebuilt

@@ -29,6 +29,7 @@ from omnistage.families.qwen2_5_omni.voices import SYSTEM_PROMPT
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.tmrope import audio_output_length
 from omnistage.processing.listened_audio import ListenedAudio, WindowedLogMel
+from omnistage.processing.placeholders import expand_placeholders
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.user_text import guard_for
 from omnistage.processing.video import Video
@@ -91,7 +92,7 @@ class Qwen25OmniPromptProcessor:
             video_rows = self._interleaved(token_ids, video, audio_rows)
         counts = {self.audio_token_id: audio_rows, self.image_token_id: _image_rows(image, self.merge_size),
                   self.video_token_id: video_rows}
-        ids = _expand(token_ids, counts)
+        ids = expand_placeholders(token_ids, counts)
         mm = OmniInputs(**audio, **image, **video, use_audio_in_video=use_audio_in_video)
         return Qwen25OmniPrompt(ids, mm, _contains(ids, self.system_ids))
 
@@ -176,27 +177,6 @@ def _audio_rows(audio: Mapping[str, torch.Tensor]) -> list[int]:
 def _image_rows(image: Mapping[str, torch.Tensor], merge: int) -> list[int]:
     grid = image.get("image_grid_thw")
     return [] if grid is None else [int(g.prod()) // merge**2 for g in grid]
-
-
-def _expand(token_ids: list[int], counts: Mapping[int, Sequence[int | list[int]]]) -> list[int]:
-    """Each placeholder token repeated for its item's rows (or replaced by its item's tokens), items taken in
-    order per kind."""
-    taken = {token: 0 for token in counts}
-    out: list[int] = []
-    for tok in token_ids:
-        if tok not in counts:
-            out.append(tok)
-            continue
-        items = counts[tok]
-        if taken[tok] >= len(items):
-            raise ValueError(f"the prompt has more placeholders {tok} than items ({len(items)})")
-        item = items[taken[tok]]
-        out += item if isinstance(item, list) else [tok] * item
-        taken[tok] += 1
-    for tok, items in counts.items():
-        if taken[tok] != len(items):
-            raise ValueError(f"{len(items)} items but {taken[tok]} placeholders {tok} in the prompt")
-    return out
 
 
 def _contains(ids: list[int], part: list[int]) -> bool:

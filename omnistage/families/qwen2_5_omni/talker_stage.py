@@ -21,7 +21,7 @@ from omnistage.engine import Request
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.talker import Talker
 from omnistage.models.qwen2_5_omni.tmrope import tmrope_positions
-from omnistage.runner.talker_hook import TalkerRequestData, TalkerStepHook
+from omnistage.runner.talker_hook import TalkerRequestData, TalkerStepHook, talker_data
 from omnistage.sampling_params import SamplingParams
 
 
@@ -87,12 +87,12 @@ def build_talker_request(ctx: TalkerContext, request_id: str, prompt_ids: list[i
 def feed_reply(ctx: TalkerContext, request: Request, token_ids: list[int], hidden: torch.Tensor) -> None:
     """More fed thinker tokens (gen 1, 2, ...) with their hidden states ``[k, E]``."""
     if token_ids:
-        _data(request).add_text(ctx.reply_rows(token_ids, hidden))
+        talker_data(request).add_text(ctx.reply_rows(token_ids, hidden))
 
 
 def finish_reply(ctx: TalkerContext, request: Request) -> None:
     """The thinker is done: the text-eos row, then text-pad for ever."""
-    data = _data(request)
+    data = talker_data(request)
     data.add_text(ctx.text_row(int(ctx.talker.config.tts_text_end_token_id))[None])
     data.finish_text()
 
@@ -104,9 +104,3 @@ def audio_codes(codes: list[int], stop_codes: tuple[int, ...]) -> list[int]:
             return codes[:i]
     return codes
 
-
-def _data(request: Request) -> TalkerRequestData:
-    data = request.stage_data
-    if not isinstance(data, TalkerRequestData):
-        raise TypeError(f"talker request {request.request_id!r} has no TalkerRequestData")
-    return data

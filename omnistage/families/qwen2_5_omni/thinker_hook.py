@@ -5,45 +5,25 @@ recomputed after a preemption are not stored twice. With prefix caching on, ever
 also writes their states to a :class:`HiddenStateCache` beside the KV cache (the thinker's requests key their
 prompt rows only, ``Request.keys_outputs`` False, so every keyed block has its states), and a capturing request
 served partly from the cache reads its cached rows' states there. The worker drains what was captured with each of
-the request's outputs (:meth:`HiddenCapture.drain`).
+the request's outputs (:meth:`HiddenCapture.drain`); how the rows are kept is the runner's :class:`HiddenCapture`,
+shared with Qwen3-Omni's thinker hook.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
+from omnistage.runner.hidden_capture import HiddenCapture
 from omnistage.runner.base import ARModel
 from omnistage.runner.hidden_cache import HiddenStateCache
 from omnistage.runner.step_hook import StepHook
 
 if TYPE_CHECKING:
     from omnistage.runner.input_batch import StepInputs
-
-
-@dataclass
-class HiddenCapture:
-    rows: list[torch.Tensor] = field(default_factory=list)  # [k, H] chunks not yet drained, in position order
-    num_captured: int = 0
-
-    def record(self, start: int, rows: torch.Tensor) -> None:
-        if start > self.num_captured:
-            raise RuntimeError(f"hidden states of positions {self.num_captured}..{start} were skipped")
-        skip = self.num_captured - start
-        if skip < rows.shape[0]:
-            self.rows.append(rows[skip:].clone())
-            self.num_captured = start + rows.shape[0]
-
-    def drain(self) -> torch.Tensor | None:
-        if not self.rows:
-            return None
-        out = torch.cat(self.rows) if len(self.rows) > 1 else self.rows[0]
-        self.rows = []
-        return out
 
 
 def _capture(request: Request) -> HiddenCapture | None:

@@ -13,14 +13,14 @@ Constraints every tiny config must keep (transformers does not check them):
 * BigVGAN keeps the real upsampling (5·3·2·2·2·2 = 240 samples per mel frame, 2 mel frames per code) so the
   output stays 24 kHz at 50 codes a second.
 
-Special tokens come from the shared offline tokenizer (:mod:`omnistage.tools.tiny_tokenizer`): the placeholders
+Special tokens come from the shared offline tokenizer (:mod:`omnistage.tiny.tokenizer`): the placeholders
 are Qwen3-Omni's strings (``<|audio_pad|>``...), named to the processor through ``extra_special_tokens``, so the
 ids in this config are that tokenizer's.
 """
 
 from __future__ import annotations
 
-from omnistage.tools.tiny_tokenizer import TokenizerLayout
+from omnistage.tiny.tokenizer import TokenizerLayout
 
 HIDDEN = 32
 MROPE_SECTION = [4, 2, 2]  # head_dim 16

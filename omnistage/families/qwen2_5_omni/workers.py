@@ -8,9 +8,8 @@ since the previous one.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from omnistage.engine import FinishReason, Request
+from omnistage.engine import Request, RequestOutput
 from omnistage.engine.generation_engine import ChunkDecoder
 from omnistage.families.qwen2_5_omni.payloads import ReplyFeed, ReplyHidden, TalkerStart, ThinkerPrompt
 from omnistage.families.qwen2_5_omni.talker_stage import TalkerContext, build_talker_request, feed_reply, finish_reply
@@ -18,21 +17,23 @@ from omnistage.families.qwen2_5_omni.thinker_hook import HiddenCapture, ThinkerH
 from omnistage.families.qwen2_5_omni.thinker_stage import build_thinker_request
 from omnistage.families.qwen2_5_omni.voices import load_speakers, speaker
 from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
-from omnistage.ipc.payloads import CodecFrames, TokenDelta
 from omnistage.models.qwen2_5_omni.config import Qwen25OmniConfig
 from omnistage.models.qwen2_5_omni.talker import Talker
 from omnistage.models.qwen2_5_omni.thinker import Thinker
 from omnistage.models.qwen2_5_omni.token2wav import Token2Wav
 from omnistage.models.qwen2_5_omni.token2wav_stream import Token2WavStreams
-from omnistage.models.weights import Checkpoint
+from omnistage.models.thinker_embedding import load_thinker_embedding
 from omnistage.runner import build_ar_engine
 from omnistage.runner.generation_runner import GenerationRunner
-from omnistage.workers.base import ARWorker, StepResult, WorkerSpec, engine_config, resolve_device
+from omnistage.workers.base import WorkerSpec, engine_config, resolve_device
 from omnistage.workers.codec import CodecWorker
 from omnistage.workers.talker import TalkerWorker as FramesWorker
+from omnistage.workers.thinker import ThinkerWorker as OmniThinkerWorker
 
 
-class ThinkerWorker(ARWorker[Request]):
+class ThinkerWorker(OmniThinkerWorker[ThinkerPrompt]):
+    prompt_type = ThinkerPrompt
+
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         config = Qwen25OmniConfig.from_folder(spec.model_dir)
@@ -41,45 +42,15 @@ class ThinkerWorker(ARWorker[Request]):
         super().__init__(build_ar_engine(self.model, engine_config(spec.stage, device, dtype, config.max_positions),
                                          ThinkerHiddenHook(self.model.config.text_config.hidden_size)))
 
-    @torch.inference_mode()
-    def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
-        prompt = message.payload
-        if not isinstance(prompt, ThinkerPrompt):
-            raise TypeError(f"the Qwen2.5-Omni thinker does not take {type(prompt).__name__}")
-        request = build_thinker_request(self.model, message.request_id, prompt.token_ids, prompt.mm,
-                                        prompt.sampling, self.eos_token_id, capture=prompt.capture_hidden)
-        self.engine.add_request(request)
-        self.requests[message.request_id] = request
-        return []
+    def build_request(self, request_id: str, prompt: ThinkerPrompt) -> Request:
+        return build_thinker_request(self.model, request_id, prompt.token_ids, prompt.mm, prompt.sampling,
+                                     self.eos_token_id, capture=prompt.capture_hidden)
 
-    def step(self) -> StepResult:
-        outputs: list[StageOutput | RequestFailed] = []
-        for out in self.engine.step():
-            request = self.requests.get(out.request_id)
-            if request is None:
-                continue
-            if out.finish_reason is FinishReason.ERROR:
-                outputs.append(self.failed(out))
-                continue
-            if isinstance(request.stage_data, HiddenCapture) and (rows := request.stage_data.drain()) is not None:
-                outputs.append(StageOutput(out.request_id, ReplyHidden(rows)))
-            delta = TokenDelta(out.new_token_ids, request.num_prompt_tokens, max(request.num_cached_tokens, 0),
-                               out.logprobs)
-            outputs.append(StageOutput(out.request_id, delta, out.finished, out.finish_reason))
-            if out.finished:
-                self.requests.pop(out.request_id, None)
-        return StepResult(outputs, progressed=self.progressed())
-
-
-def load_thinker_embedding(folder: str, device: str, dtype: torch.dtype) -> nn.Embedding:
-    """The thinker's token embedding table alone (the talker's process holds no thinker)."""
-    names = ("thinker.model.embed_tokens.weight", "thinker.model.language_model.embed_tokens.weight")
-    with Checkpoint(folder) as ckpt:
-        name = next((n for n in names if ckpt.has(n)), None)
-        if name is None:
-            raise KeyError(f"{folder} holds no thinker embedding table ({' or '.join(names)})")
-        weight = ckpt.get(name)
-    return nn.Embedding.from_pretrained(weight.to(device, dtype), freeze=True)
+    def hidden_payload(self, request: Request) -> ReplyHidden | None:
+        """The rows computed since the request's previous output."""
+        data = request.stage_data
+        rows = data.drain() if isinstance(data, HiddenCapture) else None
+        return None if rows is None else ReplyHidden(rows)
 
 
 class TalkerWorker(FramesWorker):
@@ -122,21 +93,11 @@ class TalkerWorker(FramesWorker):
             raise TypeError(f"the Qwen2.5-Omni talker does not take {type(payload).__name__}")
         return []
 
-    def step(self) -> StepResult:
-        outputs: list[StageOutput | RequestFailed] = []
-        for out in self.engine.step():
-            if out.finish_reason is FinishReason.ERROR:
-                outputs.append(self.failed(out))
-                continue
-            frames = out.new_frames
-            if frames is None:
-                frames = torch.empty(0, 1, dtype=torch.long)
-            elif out.finished and frames.shape[0] and int(frames[-1, 0]) in self.ctx.stop_codes:
-                frames = frames[:-1]
-            outputs.append(StageOutput(out.request_id, CodecFrames(frames), out.finished, out.finish_reason))
-            if out.finished:
-                self.requests.pop(out.request_id, None)
-        return StepResult(outputs, progressed=self.progressed())
+    def audio_frames(self, output: RequestOutput) -> torch.Tensor | None:
+        frames = output.new_frames
+        if frames is not None and output.finished and frames.shape[0] and int(frames[-1, 0]) in self.ctx.stop_codes:
+            return frames[:-1]
+        return frames
 
 
 class Token2WavWorker(CodecWorker):

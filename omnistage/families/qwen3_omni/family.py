@@ -17,9 +17,10 @@ from omnistage.families.qwen3_omni.voices import DEFAULT_VOICE, OPENAI_VOICES
 from omnistage.models.qwen3_omni.config import MODEL_TYPE, Qwen3OmniConfig, is_qwen3_omni
 from omnistage.families.qwen3_omni.prompt import Qwen3OmniPrompt
 
-PRESET = "qwen3_omni"  # Instruct: thinker → talker → code2wav
-TEXT_ONLY_PRESET = "qwen3_omni_thinking"  # Thinking (no talker): the thinker alone
+PRESET = Path(__file__).with_name("qwen3_omni.yaml")  # Instruct: thinker → talker → code2wav
+TEXT_ONLY_PRESET = Path(__file__).with_name("qwen3_omni_thinking.yaml")  # Thinking (no talker): the thinker alone
 _WORKERS = "omnistage.families.qwen3_omni.workers"
+_MAKE_TINY = "omnistage.families.qwen3_omni.make_tiny"  # the family's make-tiny hook, in its package
 
 
 class Qwen3OmniFamily(Family):
@@ -36,9 +37,8 @@ class Qwen3OmniFamily(Family):
         "qwen3_omni.talker_to_code2wav": EdgeModel("talker", "code2wav"),  # the generic codec edge
     })
     payloads = PAYLOADS
-    hooks = Hooks(make_tiny="omnistage.tools.make_tiny:make_tiny_command",
-                  verify="omnistage.tools.verify.cli:run_omni_verify",
-                  cached="omnistage.tools.make_tiny:cached_checkpoint", tiny_names=("tiny", "medium", "slice"))
+    hooks = Hooks(make_tiny=f"{_MAKE_TINY}:make_tiny_command", verify="omnistage.tools.verify.cli:run_omni_verify",
+                  cached=f"{_MAKE_TINY}:cached_checkpoint", tiny_names=("tiny", "medium", "slice"))
 
     def recognises(self, raw: Mapping[str, Any]) -> bool:
         """Its model_type, or (an older or hand-made config without one) a thinker config."""
@@ -47,14 +47,14 @@ class Qwen3OmniFamily(Family):
     def load_config(self, folder: Path) -> Qwen3OmniConfig:
         return Qwen3OmniConfig.from_folder(folder)
 
-    def preset(self, config: object) -> str:
+    def preset(self, config: object) -> Path:
         """Thinking checkpoints (``enable_audio_output: false`` or no ``talker_config``) serve text only."""
         return PRESET if _config(config).has_talker else TEXT_ONLY_PRESET
 
     def check_spec(self, spec: PipelineSpec, config: object) -> None:
         if not _config(config).has_talker and any(s.model != "thinker" for s in spec.stages):
             raise ConfigError(f"stages: this checkpoint has no talker (a Thinking/text-only checkpoint) but the "
-                              f"stage config has talker/code2wav stages; use the {TEXT_ONLY_PRESET} preset")
+                              f"stage config has talker/code2wav stages; use the {TEXT_ONLY_PRESET.stem} preset")
 
     def front_end(self, folder: Path, config: object) -> FrontEnd:
         from omnistage.families.qwen3_omni.prompt import Qwen3OmniPromptProcessor

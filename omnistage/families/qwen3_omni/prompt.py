@@ -28,6 +28,7 @@ from omnistage.families.qwen3_omni.audio_in_video import AudioInVideoTokens, aud
 from omnistage.families.qwen3_omni.video_processor import VideoProcessor
 from omnistage.processing.identity_memo import IdentityMemo
 from omnistage.processing.listened_audio import ListenedAudio, WindowedLogMel, listened_features
+from omnistage.processing.placeholders import expand_placeholders
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.user_text import guard_for
 from omnistage.processing.video import Video
@@ -148,8 +149,8 @@ class Qwen3OmniPromptProcessor:
         audio_in, counts_a = self._audio(audios)
         image_in, counts_i = self._images(list(images))
         video_in, counts_v = self._videos(videos)
-        expanded = self._expand(token_ids, {self.audio_token_id: counts_a, self.image_token_id: counts_i,
-                                            self.video_token_id: counts_v})
+        expanded = expand_placeholders(token_ids, {self.audio_token_id: counts_a, self.image_token_id: counts_i,
+                                                   self.video_token_id: counts_v})
         return self._prompt(expanded, audio_in, image_in, video_in)
 
     def _process_audio_in_video(self, token_ids: list[int], audios: list[np.ndarray], images: list,
@@ -169,11 +170,10 @@ class Qwen3OmniPromptProcessor:
         layouts = [interleaved_placeholder(video_in[1][j].tolist(), self.videos.temporal_patch_size / v.fps,
                                            tracks[j], self.merge_size, self.position_id_per_seconds, tokens)
                    for j, v in enumerate(videos)]
-        expanded = self._expand(token_ids, {self.audio_token_id: standalone, self.image_token_id: counts_i})
-        out: list[int] = []
-        for tok in expanded:  # each video's one placeholder becomes its interleaved layout, in order
-            out.extend(layouts.pop(0) if tok == self.video_token_id else [tok])
-        return self._prompt(out, audio_in, image_in, video_in)
+        # Each video's one placeholder becomes its interleaved layout, in order.
+        expanded = expand_placeholders(token_ids, {self.audio_token_id: standalone, self.image_token_id: counts_i,
+                                                   self.video_token_id: layouts})
+        return self._prompt(expanded, audio_in, image_in, video_in)
 
     @staticmethod
     def _prompt(expanded: list[int], audio_in: tuple, image_in: tuple, video_in: tuple) -> Qwen3OmniPrompt:
@@ -229,19 +229,3 @@ class Qwen3OmniPromptProcessor:
             return (None, None, None), []
         out = self.videos(videos)
         return (out.pixel_values, out.grid_thw, out.second_per_grid), self.videos.token_count(out.grid_thw)
-
-    def _expand(self, token_ids: list[int], counts: dict[int, list[int]]) -> list[int]:
-        placeholders = {tok: list(c) for tok, c in counts.items()}
-        out: list[int] = []
-        for tok in token_ids:
-            queue = placeholders.get(tok)
-            if queue is None:
-                out.append(tok)
-                continue
-            if not queue:
-                raise ValueError(f"the prompt has more placeholders of token {tok} than items given")
-            out.extend([tok] * queue.pop(0))
-        leftover = {tok: len(q) for tok, q in placeholders.items() if q}
-        if leftover:
-            raise ValueError(f"items without a placeholder in the prompt: {leftover}")
-        return out

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
-from torch import nn
 
 from omnistage.engine import Request
 from omnistage.engine.request import MultimodalSpan
@@ -36,7 +34,6 @@ from omnistage.models.qwen3_omni.prompt_media import PromptMedia
 from omnistage.models.qwen3_omni.talker import Talker
 from omnistage.models.qwen3_omni.talker_prompt import TalkerProjections, TrailingText, build_talker_prompt
 from omnistage.models.qwen3_omni.thinker import Thinker
-from omnistage.models.weights import Checkpoint
 from omnistage.runner import GenerationRunner, TalkerRequestData, TalkerStepHook
 from omnistage.runner.talker_hook import talker_suppress_mask
 from omnistage.sampling_params import SamplingParams
@@ -76,9 +73,9 @@ def multimodal_hidden(request: Request, multimodal: frozenset[int]) -> torch.Ten
     if not rows:
         return None
     data = request.stage_data
-    if not isinstance(data, ThinkerRequestData) or data.num_captured < request.num_prompt_tokens:
+    if not isinstance(data, ThinkerRequestData) or data.hidden.num_captured < request.num_prompt_tokens:
         raise RuntimeError(f"{request.request_id}: prompt hidden states not captured (for_talker=True, prefilled?)")
-    return data.hidden_states()[rows]
+    return data.hidden.all()[rows]
 
 
 # Talker -----------------------------------------------------------------------------------------
@@ -176,13 +173,3 @@ def code2wav_runner(model: Code2Wav, plan: ChunkPlan, device: torch.device | str
     whatever their sizes). Otherwise transformers' ``chunked_decode``: each chunk alone with its left context."""
     return GenerationRunner(StreamingCode2Wav(model) if plan.seamless else model, device)
 
-
-def load_thinker_embedding(folder: str | Path, device: torch.device | str, dtype: torch.dtype) -> nn.Embedding:
-    """The thinker's token embedding table alone (for a talker process that holds no thinker)."""
-    names = ("thinker.model.language_model.embed_tokens.weight", "thinker.model.embed_tokens.weight")
-    with Checkpoint(folder) as ckpt:
-        name = next((n for n in names if ckpt.has(n)), None)
-        if name is None:
-            raise KeyError(f"{folder} holds no thinker embedding table ({' or '.join(names)})")
-        weight = ckpt.get(name)
-    return nn.Embedding.from_pretrained(weight.to(device, dtype), freeze=True)

@@ -27,6 +27,7 @@ from omnistage.engine.request import Request
 from omnistage.models.decoder import Deepstack
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia, encode_needed
 from omnistage.runner.base import ARModel
+from omnistage.runner.hidden_capture import HiddenCapture
 from omnistage.runner.hidden_cache import HiddenStateCache
 from omnistage.runner.step_hook import StepHook
 
@@ -42,21 +43,9 @@ class ThinkerRequestData:
     media: PromptMedia | None = None  # the prompt's items, encoded as steps reach them (with their deepstack)
     deepstack: Deepstack | None = None  # or deepstack features given whole, rows relative to the prompt
     capture_hidden: bool = False
-    accept_hidden: list[torch.Tensor] = field(default_factory=list)  # [k, H] chunks, in position order
-    num_captured: int = 0
-
-    def hidden_states(self) -> torch.Tensor:
-        """``[num_captured, H]``: accept-layer hidden states of every position so far. Rows served from the
-        prefix cache are exact at multimodal positions (the ones the talker reads), not necessarily elsewhere."""
-        return torch.cat(self.accept_hidden)
-
-    def record(self, start: int, rows: torch.Tensor) -> None:
-        if start > self.num_captured:
-            raise RuntimeError(f"hidden states of positions {self.num_captured}..{start} were skipped")
-        skip = self.num_captured - start  # positions recomputed after a preemption are already stored
-        if skip < rows.shape[0]:
-            self.accept_hidden.append(rows[max(skip, 0):].clone())
-            self.num_captured = start + rows.shape[0]
+    # Accept-layer states of every computed position: rows served from the prefix cache are exact at multimodal
+    # positions (the ones the talker reads), not necessarily elsewhere.
+    hidden: HiddenCapture = field(default_factory=HiddenCapture)
 
 
 def _data(request: Request) -> ThinkerRequestData | None:
@@ -132,10 +121,10 @@ class ThinkerStepHook(StepHook):
         if keep and self.hidden_cache is not None:
             self.hidden_cache.write(inputs.meta.slot_mapping, accept)
         for i, t, data, start, count in captures:
-            if data.num_captured < start:  # positions served from the prefix cache
-                cached = self._cached_hidden(inputs, i, data.num_captured, start)
-                data.record(data.num_captured, cached)
-            data.record(start, accept[t:t + count])
+            kept = data.hidden
+            if kept.num_captured < start:  # positions served from the prefix cache
+                kept.record(kept.num_captured, self._cached_hidden(inputs, i, kept.num_captured, start))
+            kept.record(start, accept[t:t + count])
         return hidden
 
     def _cached_hidden(self, inputs: StepInputs, index: int, start: int, end: int) -> torch.Tensor:

@@ -9,32 +9,35 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.engine import FinishReason, Request
+from omnistage.engine import Request, RequestOutput
 from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.engine.generation_engine import ChunkDecoder
 from omnistage.families.qwen3_omni.sharded_thinker import load_thinker
 from omnistage.families.qwen3_omni.payloads import PromptHidden, TalkerStart, TextFeed, ThinkerPrompt
 from omnistage.families.qwen3_omni.stages import (TalkerContext, TalkerTextFeed, build_talker_request,
-                                                  build_thinker_request, code2wav_runner, load_thinker_embedding,
+                                                  build_thinker_request, code2wav_runner,
                                                   multimodal_hidden, talker_mrope_tokens)
 from omnistage.families.qwen3_omni.thinker_hook import ThinkerRequestData, ThinkerStepHook
 from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
-from omnistage.ipc.payloads import TokenDelta
 from omnistage.models.qwen3_omni.code2wav import load_code2wav
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
 from omnistage.models.qwen3_omni.mrope import MRopeTokens
 from omnistage.models.qwen3_omni.talker import Talker
+from omnistage.models.thinker_embedding import load_thinker_embedding
 from omnistage.runner import build_ar_engine
-from omnistage.workers.base import ARWorker, StepResult, WorkerSpec, engine_config, resolve_device
+from omnistage.workers.base import WorkerSpec, engine_config, resolve_device
 from omnistage.workers.codec import CodecWorker
 from omnistage.workers.talker import TalkerWorker as FramesWorker
+from omnistage.workers.thinker import ThinkerWorker as OmniThinkerWorker
 
 
 def _tensor(x: torch.Tensor | None) -> torch.Tensor | None:
     return None if x is None or x.numel() == 0 else x
 
 
-class ThinkerWorker(ARWorker[Request]):
+class ThinkerWorker(OmniThinkerWorker[ThinkerPrompt]):
+    prompt_type = ThinkerPrompt
+
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         config = Qwen3OmniConfig.from_folder(spec.model_dir)
@@ -46,55 +49,35 @@ class ThinkerWorker(ARWorker[Request]):
         self.multimodal = frozenset((cfg.audio_token_id, cfg.image_token_id, cfg.video_token_id))
         super().__init__(build_ar_engine(self.model, engine_config(stage, device, dtype, config.max_positions),
                                          ThinkerStepHook(cfg.text_config.hidden_size), tp=self.tp))
-        self.awaiting_hidden: set[str] = set()
+        self.awaiting_hidden: set[str] = set()  # requests whose talker waits for their prompt's states
 
     def close(self) -> None:
         if self.tp is not None:
             self.tp.close()
 
-    @torch.inference_mode()
-    def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
-        prompt = message.payload
-        if not isinstance(prompt, ThinkerPrompt):
-            raise TypeError(f"the thinker does not take {type(prompt).__name__}")
-        rid = message.request_id
-        request = build_thinker_request(self.model, rid, prompt.token_ids, prompt.mm,
-                                        prompt.sampling, self.eos_token_id, for_talker=prompt.capture_hidden)
-        self.engine.add_request(request)
-        self.requests[rid] = request
+    def build_request(self, request_id: str, prompt: ThinkerPrompt) -> Request:
+        request = build_thinker_request(self.model, request_id, prompt.token_ids, prompt.mm, prompt.sampling,
+                                        self.eos_token_id, for_talker=prompt.capture_hidden)
         if prompt.capture_hidden:
-            self.awaiting_hidden.add(rid)
-        return []
+            self.awaiting_hidden.add(request_id)
+        return request
 
-    def step(self) -> StepResult:
-        outputs: list[StageOutput | RequestFailed] = []
-        for out in self.engine.step():
-            request = self.requests.get(out.request_id)
-            if request is None:
-                continue
-            if out.finish_reason is FinishReason.ERROR:
-                self.awaiting_hidden.discard(out.request_id)
-                outputs.append(self.failed(out))
-                continue
-            if out.request_id in self.awaiting_hidden:
-                outputs.append(StageOutput(out.request_id, PromptHidden(self._take_hidden(request),
-                                                                        tuple(request.mm_spans or ()))))
-            delta = TokenDelta(out.new_token_ids, request.num_prompt_tokens, max(request.num_cached_tokens, 0),
-                               out.logprobs)
-            outputs.append(StageOutput(out.request_id, delta, out.finished, out.finish_reason))
-            if out.finished:
-                self.requests.pop(out.request_id, None)
-        return StepResult(outputs, progressed=self.progressed())
+    def failed(self, out: RequestOutput) -> RequestFailed:
+        self.awaiting_hidden.discard(out.request_id)
+        return super().failed(out)
 
-    def _take_hidden(self, request: Request) -> torch.Tensor | None:
+    def hidden_payload(self, request: Request) -> PromptHidden | None:
+        """Once, before the first tokens: the states at the prompt's multimodal rows, and its items' keys."""
+        if request.request_id not in self.awaiting_hidden:
+            return None
         self.awaiting_hidden.discard(request.request_id)
         hidden = multimodal_hidden(request, self.multimodal)
         data = request.stage_data
         if isinstance(data, ThinkerRequestData):
             # The talker needs prompt rows only: stop keeping a hidden row per decoded token.
             data.capture_hidden = False
-            data.accept_hidden = []
-        return hidden
+            data.hidden.chunks = []
+        return PromptHidden(hidden, tuple(request.mm_spans or ()))
 
 
 class TalkerWorker(FramesWorker):

@@ -15,7 +15,7 @@ from omnistage.families.qwen3_tts.openai_voices import OPENAI_VOICES
 from omnistage.models.qwen3_tts.config import MODEL_TYPE, Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec
 
-PRESET = "qwen3_tts"
+PRESET = Path(__file__).with_name("qwen3_tts.yaml")  # talker → codec decoder
 MIN_NEW_TOKENS = 2  # the reference's generate fixes it: n talker steps give n - 1 frames
 _WORKERS = "omnistage.families.qwen3_tts.workers"
 
@@ -31,16 +31,16 @@ class Qwen3TTSFamily(Family):
         "qwen3_tts.talker_to_codec": EdgeModel("talker", "codec"),  # the generic codec edge
     })
     payloads = PAYLOADS
-    hooks = Hooks(make_tiny="omnistage.tools.make_tiny_tts:make_tiny_command",
+    hooks = Hooks(make_tiny="omnistage.families.qwen3_tts.make_tiny:make_tiny_command",
                   verify="omnistage.tools.verify.tts_cli:run_tts_verify_command",
-                  cached="omnistage.tools.make_tiny_tts:cached_checkpoint",
+                  cached="omnistage.families.qwen3_tts.make_tiny:cached_checkpoint",
                   tiny_names=("tts-tiny", "tts-tiny-design", "tts-tiny-base", "tts-medium", "tts-medium-design",
                               "tts-medium-base"))
 
     def load_config(self, folder: Path) -> Qwen3TTSConfig:
         return Qwen3TTSConfig.from_folder(folder)
 
-    def preset(self, config: object) -> str:
+    def preset(self, config: object) -> Path:
         return PRESET
 
     def front_end(self, folder: Path, config: object) -> FrontEnd:

@@ -19,18 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
+from omnistage.models.mrope_tokens import MediaTokens
+
 
 @dataclass(frozen=True)
-class TMRopeTokens:
+class TMRopeTokens(MediaTokens):
     """The ids and settings the layout reads (from the thinker config, or the talker config for the talker)."""
 
-    image_token_id: int
-    video_token_id: int
-    audio_token_id: int
-    vision_start_token_id: int
-    audio_start_token_id: int
-    spatial_merge_size: int
-    position_id_per_seconds: float
     seconds_per_chunk: float
 
     @classmethod

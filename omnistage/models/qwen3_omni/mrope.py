@@ -24,21 +24,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from omnistage.models.mrope_tokens import MediaTokens
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
 
 @dataclass(frozen=True)
-class MRopeTokens:
+class MRopeTokens(MediaTokens):
     """The token ids and constants that shape M-RoPE positions (from the thinker config)."""
 
-    image_token_id: int
-    video_token_id: int
-    audio_token_id: int
-    vision_start_token_id: int
-    audio_start_token_id: int
-    spatial_merge_size: int
-    position_id_per_seconds: float
     audio_n_window: int
     # Mel frames per attention window of the audio encoder (AuT): each window's rows depend on its frames alone,
     # so an audio is keyed and encoded window by window (0: one window, the whole audio).

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def make_wide_vocoder(out: str | Path, decoder_dim: int = 384, seed: int = 0) -> Path:
-    from omnistage.tools.make_tiny import _save_weights, tiny_model_dir
+    from omnistage.families.qwen3_omni.make_tiny import _save_weights, tiny_model_dir
 
     src, dst = tiny_model_dir(seed=seed), Path(out)
     dst.mkdir(parents=True, exist_ok=True)

@@ -94,7 +94,7 @@ def _tts_talker(folder: Path, device: str, dtype: torch.dtype) -> StageUnderTest
 
 
 def load_stage(model: str, stage: str, device: str, dtype: torch.dtype) -> StageUnderTest:
-    from omnistage.tools.make_tiny import resolve_model
+    from omnistage.families.registry import resolve_model
 
     loaders = {"thinker": _thinker, "talker": _talker, "tts-talker": _tts_talker}
     if stage not in loaders:

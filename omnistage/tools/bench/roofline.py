@@ -156,7 +156,7 @@ def measure_tts_predictor(model_dir: str, batches: list[int], steps: int, device
     states and first codes, its passes batched over the requests as the talker step runs them."""
     from omnistage.models.qwen3_tts.checkpoint import load_talker
     from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
-    from omnistage.tools.make_tiny import resolve_model
+    from omnistage.families.registry import resolve_model
 
     folder = resolve_model(model_dir)
     talker = load_talker(folder, Qwen3TTSConfig.from_folder(folder), device, dtype, quantization)
@@ -202,7 +202,7 @@ def measure_code2wav(model_dir: str, batches: list[int], steps: int, frames: int
     """One chunk of ``frames`` codec frames per request (streaming chunk plus left context) per step."""
     from omnistage.models.qwen3_omni.code2wav import load_code2wav
     from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
-    from omnistage.tools.make_tiny import resolve_model
+    from omnistage.families.registry import resolve_model
 
     folder = resolve_model(model_dir)
     model = load_code2wav(folder, Qwen3OmniConfig.from_folder(folder).code2wav, device, dtype)

@@ -75,7 +75,7 @@ class InProcessDriver:
         from omnistage.pipeline.async_omni import AsyncOmni
         from omnistage.pipeline.engine import preset_for
         from omnistage.pipeline.runtime import PipelineOptions
-        from omnistage.tools.make_tiny import resolve_model
+        from omnistage.families.registry import resolve_model
 
         base = load_pipeline(stage_config) if stage_config else load_preset(preset_for(resolve_model(model)))
         spec = pinned_spec(base, audio_frames, scheduling, code2wav_max_batch)
@@ -162,7 +162,7 @@ def run_hf(folder: Path, prompts: list[BenchPrompt], output_tokens: int, audio_f
 
 def main(args: argparse.Namespace) -> int:
     from omnistage.families.registry import DEFAULT_REGISTRY
-    from omnistage.tools.make_tiny import resolve_model
+    from omnistage.families.registry import resolve_model
 
     folder = resolve_model(args.model)
     output_tokens = args.random_output_len or args.output_tokens

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from omnistage.config.memory import format_bytes
-from omnistage.config.pipeline import PRESETS, QUANTIZATIONS, parse_pipeline, per_stage
+from omnistage.config.pipeline import QUANTIZATIONS, parse_pipeline, per_stage
 from omnistage.tools.plan.footprint import Workload, footprints
 from omnistage.tools.plan.placement import Devices, NoFit, Placement, place
 
@@ -81,7 +81,9 @@ def make_plan(folder: Path, devices: Devices, pairs: tuple[tuple[str, object], .
 
 def stage_config(placement: Placement, chosen: dict[str, str], max_model_len: int) -> dict:
     """The preset with the placement written in: what ``serve --stage-config`` takes."""
-    data = yaml.safe_load((PRESETS / "qwen3_omni.yaml").read_text())
+    from omnistage.families.qwen3_omni.family import PRESET
+
+    data = yaml.safe_load(PRESET.read_text())
     plans = {p.name: p for p in placement.stages}
     cuda = placement.devices.kind == "cuda"
     for stage in data["stages"]:

@@ -67,7 +67,7 @@ def _load(cls: type, folder: Path, dtype: torch.dtype, quantization: str, load_t
 
 
 def measure(folder: Path, stage: str, quantization: str, dtype: torch.dtype, load_then_quantize: bool) -> dict:
-    from omnistage.tools.make_tiny import resolve_model
+    from omnistage.families.registry import resolve_model
 
     cls = _stage_class(stage)
     _load(cls, resolve_model("tiny"), dtype, quantization, load_then_quantize)  # warms the code paths; dropped
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load-then-quantize", action="store_true",
                         help="load in full precision, then quantize (the old way), for comparison")
     args = parser.parse_args(argv)
-    from omnistage.tools.make_tiny import resolve_model
+    from omnistage.families.registry import resolve_model
 
     folder = resolve_model(args.model)
     print(json.dumps(measure(folder, args.stage, args.quantization, DTYPES[args.dtype], args.load_then_quantize)))

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from omnistage.tools.make_tiny import cache_root
+from omnistage.tiny.cache import cache_root
 
 REFERENCE_PACKAGES = ("torch==2.13.0", "transformers==4.57.3", "librosa==0.11.0", "einops==0.8.2",
                       "soundfile==0.14.0", "safetensors==0.8.0", "numpy==2.4.6")

@@ -10,14 +10,14 @@ import torch
 
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.request import TextTokenizer
-from omnistage.tools.tts_checkpoint_config import TTS_MODEL_TYPES
+from omnistage.families.qwen3_tts.checkpoint_config import TTS_MODEL_TYPES
 
 MAX_NEW_TOKENS = 10  # talker steps of the parity cases: 9 frames
 
 
 @pytest.fixture(scope="session")
 def tts_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from omnistage.tools.make_tiny_tts import make_tiny_tts
+    from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
     return {kind: make_tiny_tts(tmp_path_factory.mktemp(f"tts-{kind}"), seed=0, tts_model_type=kind)
             for kind in TTS_MODEL_TYPES}

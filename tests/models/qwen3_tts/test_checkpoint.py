@@ -11,7 +11,7 @@ import pytest
 
 from omnistage.entrypoints.cli import main
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig, is_qwen3_tts
-from omnistage.tools.make_tiny_tts import make_tiny_tts
+from omnistage.families.qwen3_tts.make_tiny import make_tiny_tts
 
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt",
          "tokenizer_config.json", "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors",

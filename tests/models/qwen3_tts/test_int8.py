@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from omnistage.config.pipeline import load_preset
+from omnistage.families.qwen3_tts.family import PRESET as TTS_PRESET
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.layers.quant.apply import apply_quantization
@@ -38,7 +39,7 @@ def _decoder_matrices(talker: Qwen3TTSTalker) -> list[torch.Tensor]:
 def test_the_stage_option_quantizes_the_talker_and_code_predictor(tts_dirs: dict[str, Path]) -> None:
     from omnistage.families.qwen3_tts.workers import TalkerWorker
 
-    stage = replace(load_preset("qwen3_tts").stage("talker"), quantization="int8")
+    stage = replace(load_preset(TTS_PRESET).stage("talker"), quantization="int8")
     talker = TalkerWorker(WorkerSpec(str(tts_dirs["custom_voice"]), stage)).talker
     full = load_talker(tts_dirs["custom_voice"], Qwen3TTSConfig.from_folder(tts_dirs["custom_voice"]))
     matrices = _decoder_matrices(talker)

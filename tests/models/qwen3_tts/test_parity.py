@@ -9,7 +9,7 @@ import torch
 
 from omnistage.families.qwen3_tts.offline import TTSSettings, generate_offline
 from omnistage.tools.verify.tts_compare import TOLERANCE, cases_for, compare_case, speech_input, synthetic_voice
-from omnistage.tools.tts_checkpoint_config import TTS_MODEL_TYPES
+from omnistage.families.qwen3_tts.checkpoint_config import TTS_MODEL_TYPES
 from tests.models.qwen3_tts.conftest import MAX_NEW_TOKENS
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omnistage.tools.tiny_tokenizer import TokenizerLayout
+from omnistage.tiny.tokenizer import TokenizerLayout
 
 TTS_MODEL_TYPES = ("custom_voice", "voice_design", "base")
 CODEC_OFFSETS = {"pad": 100, "bos": 101, "eos": 102, "think": 106, "nothink": 107, "think_bos": 108,

@@ -3,7 +3,8 @@
 Writes config.json, generation_config.json, model.safetensors, the offline BPE tokenizer, and speech_tokenizer/
 (config.json, preprocessor_config.json, model.safetensors): what ``qwen_tts``'s ``Qwen3TTSModel.from_pretrained``
 loads. Weights are drawn from omnistage's own modules under a fixed seed (no reference code needed) and saved
-with sorted names, so one seed always gives byte-identical files. Sizes: :mod:`omnistage.tools.tts_checkpoint_config` (``full`` is the
+with sorted names, so one seed always gives byte-identical files. Sizes:
+:mod:`omnistage.families.qwen3_tts.checkpoint_config` (``full`` is the
 real 0.6B's every shape: ~0.9 B parameters in model.safetensors, ~2.5 GB on disk with the codec).
 
 Drawn so that tests test something: greedy codes must not flip under float noise, so the heads are wide
@@ -23,13 +24,13 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from omnistage.families.qwen3_tts.checkpoint_config import (FEATURE_EXTRACTOR, GENERATION_CONFIG, TINY, TTS_SIZES,
+                                                            TTSSize, model_config, speech_tokenizer_config)
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.config import TOKENIZER_FOLDER, Qwen3TTSConfig
-from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
-from omnistage.tools.make_tiny import cached_build
-from omnistage.tools.tiny_tokenizer import save_tokenizer
-from omnistage.tools.tts_checkpoint_config import (FEATURE_EXTRACTOR, GENERATION_CONFIG, TINY, TTS_SIZES, TTSSize,
-                                                   model_config, speech_tokenizer_config)
+from omnistage.tiny.cache import cached_build
+from omnistage.tiny.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+from omnistage.tiny.tokenizer import save_tokenizer
 
 BPE_SIZE = 960
 HEAD_STD = 0.5  # codec_head and the code predictor's heads: logit gaps of order 1

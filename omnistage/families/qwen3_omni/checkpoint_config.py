@@ -9,8 +9,8 @@ and the real upsampling rates keep the output at 24 kHz.
 
 from __future__ import annotations
 
-from omnistage.tools.checkpoint_sizes import TINY, CheckpointSize, DecoderWidths
-from omnistage.tools.tiny_tokenizer import TokenizerLayout
+from omnistage.families.qwen3_omni.checkpoint_sizes import TINY, CheckpointSize, DecoderWidths
+from omnistage.tiny.tokenizer import TokenizerLayout
 
 # Codec ids sit at codebook size + these offsets (the real ones are 2048 + offset).
 CODEC_OFFSETS = {"pad": 100, "bos": 101, "eos": 102, "nothink": 107, "think_bos": 108, "think_eos": 109}

@@ -5,29 +5,27 @@ chat template, processor configs) that transformers' own
 ``Qwen3OmniMoeForConditionalGeneration`` and ``AutoProcessor`` load. Weights are
 drawn from transformers' initialisers under a fixed seed and saved with sorted
 names, so one seed always gives byte-identical files. The sizes are
-:mod:`omnistage.tools.checkpoint_sizes`.
+:mod:`omnistage.families.qwen3_omni.checkpoint_sizes`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from omnistage.tools.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
-from omnistage.tools.checkpoint_config import checkpoint_config_dict
-from omnistage.tools.checkpoint_sizes import SIZES, TINY, CheckpointSize
-from omnistage.tools.confident_head import confident_head_
-from omnistage.tools.tiny_tokenizer import ROLE_WORDS, TokenizerLayout, save_tokenizer
+from omnistage.families.qwen3_omni.checkpoint_config import checkpoint_config_dict
+from omnistage.families.qwen3_omni.checkpoint_sizes import SIZES, TINY, CheckpointSize
+from omnistage.tiny.audible_vocoder import audible_vocoder
+from omnistage.tiny.cache import cached_build
+from omnistage.tiny.chat_template import QWEN3_OMNI_CHAT_TEMPLATE
+from omnistage.tiny.confident_head import confident_head_
+from omnistage.tiny.tokenizer import ROLE_WORDS, TokenizerLayout, save_tokenizer
 
 BPE_SIZE = 960
 # Bump when a made checkpoint's content changes, so caches are rebuilt.
@@ -36,7 +34,7 @@ TINY_VERSION = 2  # 2: tools in the chat template, <tool_call> decoded as text
 
 def make_tiny(out_dir: str | Path, seed: int = 0, size: CheckpointSize = TINY, confident_head: bool = False) -> Path:
     """Writes a random checkpoint of ``size`` into ``out_dir`` (created; existing files replaced);
-    ``confident_head``: with a trained model's greedy margins (:mod:`omnistage.tools.confident_head`)."""
+    ``confident_head``: with a trained model's greedy margins (:mod:`omnistage.tiny.confident_head`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # Phases, not bytes: the weights are drawn and written whole (the slice size's take minutes).
@@ -95,24 +93,6 @@ def _init_experts(model: torch.nn.Module, std: float) -> None:
             param.normal_(0.0, std)
 
 
-@torch.no_grad()
-def audible_vocoder(code2wav: torch.nn.Module) -> None:
-    """Re-draws the vocoder's convolutions with fan-in scaling.
-
-    transformers' default std of 0.02 shrinks the signal ~10x per conv, leaving
-    ~1e-8 at the output: waveform comparisons would then pass trivially. With
-    std 0.6/sqrt(fan_in) the random vocoder emits unclipped noise of order
-    0.01-0.1, so a 1e-4 parity bound actually tests something.
-    """
-    for module in code2wav.modules():
-        if isinstance(module, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)):
-            weight = module.weight
-            fan_in = weight.shape[1] * weight.shape[2]
-            if isinstance(module, torch.nn.ConvTranspose1d):
-                fan_in = weight.shape[0] * weight.shape[2] // module.stride[0]
-            weight.normal_(0.0, 0.6 * fan_in**-0.5)
-
-
 def _save_processor(out: Path) -> None:
     from transformers import WhisperFeatureExtractor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -147,34 +127,6 @@ def _generation_config(layout: TokenizerLayout) -> dict[str, object]:
     return {"eos_token_id": [layout.special_id("<|im_end|>")], "pad_token_id": layout.special_id("<|endoftext|>")}
 
 
-def cache_root() -> Path:
-    """``$OMNISTAGE_CACHE`` or ``~/.cache/omnistage``."""
-    return Path(os.environ.get("OMNISTAGE_CACHE", Path.home() / ".cache" / "omnistage"))
-
-
-def cached_build(name: str, build: Callable[[Path], object], marker: str = "model.safetensors") -> Path:
-    """``cache_root()/name``, built by ``build(folder)`` on first use (every family's embedded checkpoints).
-
-    Built in a temporary sibling folder and renamed into place, so a crash or a concurrent builder never leaves
-    a half-written checkpoint behind; ``marker``, a file written last, says the folder is complete.
-    """
-    target = cache_root() / name
-    if (target / marker).exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    try:
-        build(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / marker).exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def tiny_model_dir(seed: int = 0, size: CheckpointSize = TINY) -> Path:
     """The embedded checkpoint of ``size`` (the tiny one by default), made on first use under the cache folder."""
     return cached_build(f"{size.name}-v{TINY_VERSION}-seed{seed}", lambda out: make_tiny(out, seed=seed, size=size))
@@ -195,18 +147,9 @@ def make_tiny_command(args: argparse.Namespace) -> int:
         print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
         return 2
     if args.fp8:
-        from omnistage.tools.make_fp8 import write_fp8_variant
+        from omnistage.families.qwen3_omni.make_fp8 import write_fp8_variant
 
         print(write_fp8_variant(tiny_model_dir(seed=args.seed, size=size), args.out_dir))
         return 0
     print(make_tiny(args.out_dir, seed=args.seed, size=size, confident_head=args.confident_head))
     return 0
-
-
-def resolve_model(model: str) -> Path:
-    """Maps a ``--model`` value to a checkpoint folder: a name of any family's embedded random checkpoints
-    (``tiny``, ``medium``, ``slice``, ``tts-tiny``...) → that checkpoint, made on first use; anything else is a
-    folder."""
-    from omnistage.families.registry import DEFAULT_REGISTRY
-
-    return DEFAULT_REGISTRY.resolve_model(model)
