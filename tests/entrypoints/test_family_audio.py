@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import numpy as np
 import openai
 import pytest
 import soundfile as sf

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 
 from tests.entrypoints.conftest import LiveServer
 from tests.entrypoints.json_mutations import Json, mutations, variants

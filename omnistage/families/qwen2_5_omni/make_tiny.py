@@ -15,7 +15,6 @@ fan-in scaled so the waveform is of order 0.01-0.1 rather than ~1e-8.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omnistage.models.qwen3_tts.codec_decoder import CodecDecoder
 from omnistage.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 
 # Summation order differs between a chunk and the whole utterance (attention over a kept window, convs over a
