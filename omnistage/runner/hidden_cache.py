@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from omnistage.engine.config import EngineConfig
+from omnistage.runner.step_hook import StepHook
+
 
 class HiddenStateCache:
     def __init__(self, num_slots: int, block_size: int) -> None:
@@ -38,3 +41,24 @@ class HiddenStateCache:
         pos = torch.arange(start, end, device=block_table.device)
         slots = block_table[pos // self.block_size].to(torch.int64) * self.block_size + pos % self.block_size
         return self.rows[slots.to(self.rows.device)]
+
+
+class HiddenCacheHook(StepHook):
+    """A thinker step hook that keeps hidden rows per KV slot when prefix caching is on: its cache is sized to the
+    pool the runner made (``bind_pool``), and its rows are counted in that pool's budget (``slot_bytes``).
+    ``hidden_size``: the width of a kept row (0: not counted)."""
+
+    def __init__(self, hidden_size: int = 0) -> None:
+        self.hidden_size = hidden_size
+        self.hidden_cache: HiddenStateCache | None = None
+        self.config: EngineConfig | None = None
+
+    def bind(self, config: EngineConfig) -> None:
+        self.config = config
+
+    def slot_bytes(self, config: EngineConfig) -> int:
+        return self.hidden_size * config.dtype.itemsize if config.enable_prefix_caching else 0
+
+    def bind_pool(self, num_blocks: int) -> None:
+        if self.config is not None and self.config.enable_prefix_caching:  # a slot of the sized pool, a row
+            self.hidden_cache = HiddenStateCache(num_blocks * self.config.block_size, self.config.block_size)

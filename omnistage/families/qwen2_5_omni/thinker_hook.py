@@ -15,12 +15,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
-from omnistage.runner.hidden_capture import HiddenCapture
 from omnistage.runner.base import ARModel
-from omnistage.runner.hidden_cache import HiddenStateCache
-from omnistage.runner.step_hook import StepHook
+from omnistage.runner.hidden_cache import HiddenCacheHook
+from omnistage.runner.hidden_capture import HiddenCapture
 
 if TYPE_CHECKING:
     from omnistage.runner.input_batch import StepInputs
@@ -31,23 +29,7 @@ def _capture(request: Request) -> HiddenCapture | None:
     return data if isinstance(data, HiddenCapture) else None
 
 
-class ThinkerHiddenHook(StepHook):
-    def __init__(self, hidden_size: int = 0) -> None:
-        """``hidden_size``: the width of a kept row, for the pool's budget (0: not counted)."""
-        self.hidden_size = hidden_size
-        self.hidden_cache: HiddenStateCache | None = None
-        self.config: EngineConfig | None = None
-
-    def bind(self, config: EngineConfig) -> None:
-        self.config = config
-
-    def slot_bytes(self, config: EngineConfig) -> int:
-        return self.hidden_size * config.dtype.itemsize if config.enable_prefix_caching else 0
-
-    def bind_pool(self, num_blocks: int) -> None:
-        if self.config is not None and self.config.enable_prefix_caching:  # a slot of the sized pool, a row
-            self.hidden_cache = HiddenStateCache(num_blocks * self.config.block_size, self.config.block_size)
-
+class ThinkerHiddenHook(HiddenCacheHook):
     def _keeps_hidden(self, inputs: StepInputs) -> bool:
         """Whether this step computes prompt rows a later request may find in the prefix cache."""
         return self.hidden_cache is not None and any(

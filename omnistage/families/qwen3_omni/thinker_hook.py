@@ -22,14 +22,12 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
-from omnistage.engine.config import EngineConfig
 from omnistage.engine.request import Request
 from omnistage.models.decoder import Deepstack
 from omnistage.models.qwen3_omni.prompt_media import PromptMedia, encode_needed
 from omnistage.runner.base import ARModel
+from omnistage.runner.hidden_cache import HiddenCacheHook
 from omnistage.runner.hidden_capture import HiddenCapture
-from omnistage.runner.hidden_cache import HiddenStateCache
-from omnistage.runner.step_hook import StepHook
 
 if TYPE_CHECKING:
     from omnistage.models.qwen3_omni.thinker import Thinker
@@ -57,23 +55,7 @@ def _data(request: Request) -> ThinkerRequestData | None:
 _Capture = tuple[int, int, ThinkerRequestData, int, int]
 
 
-class ThinkerStepHook(StepHook):
-    def __init__(self, hidden_size: int = 0) -> None:
-        """``hidden_size``: the width of a kept row, for the pool's budget (0: not counted)."""
-        self.hidden_size = hidden_size
-        self.hidden_cache: HiddenStateCache | None = None
-        self.config: EngineConfig | None = None
-
-    def bind(self, config: EngineConfig) -> None:
-        self.config = config
-
-    def slot_bytes(self, config: EngineConfig) -> int:
-        return self.hidden_size * config.dtype.itemsize if config.enable_prefix_caching else 0
-
-    def bind_pool(self, num_blocks: int) -> None:
-        if self.config is not None and self.config.enable_prefix_caching:  # a slot of the sized pool, a row
-            self.hidden_cache = HiddenStateCache(num_blocks * self.config.block_size, self.config.block_size)
-
+class ThinkerStepHook(HiddenCacheHook):
     def prepare(self, model: ARModel, inputs: StepInputs) -> None:
         needs = [(data.media, start, end) for _, request, start, end in inputs.embed_prompt
                  if (data := _data(request)) is not None and data.media is not None]
