@@ -13,18 +13,17 @@ A prompt whose placeholders and items do not pair up exactly (a count mismatch) 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from omnistage.engine.request import MultimodalSpan
+from omnistage.models.media_items import MediaItem, item_digest, visual_items
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.tmrope import audio_output_length
 
 # One item: (modality tag, placeholder rows it fills, the tensors and numbers its content is).
-_Item = tuple[str, int, Sequence[torch.Tensor | float]]
 
 
 @dataclass(frozen=True)
@@ -54,12 +53,12 @@ def media_spans(token_ids: Sequence[int], mm: OmniInputs, layout: MediaLayout) -
         return ()
     if mm.use_audio_in_video:
         rows = [i for i, t in enumerate(token_ids) if t in layout.tokens]
-        return (MultimodalSpan(rows[0], rows[-1] + 1, digest("all", _all_inputs(mm))),) if rows else None
+        return (MultimodalSpan(rows[0], rows[-1] + 1, _digest("all", _all_inputs(mm))),) if rows else None
     spans: list[MultimodalSpan] = []
     for pad, items in ((layout.audio_token_id, _audio_items(mm, layout.audio_chunk_frames)),
-                       (layout.image_token_id, _visual_items("image", mm.pixel_values, mm.image_grid_thw, None,
+                       (layout.image_token_id, visual_items("image", mm.pixel_values, mm.image_grid_thw, None,
                                                              layout.merge_size)),
-                       (layout.video_token_id, _visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
+                       (layout.video_token_id, visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
                                                              mm.video_second_per_grid, layout.merge_size))):
         rows = [i for i, tok in enumerate(token_ids) if tok == pad]
         taken = 0
@@ -67,14 +66,14 @@ def media_spans(token_ids: Sequence[int], mm: OmniInputs, layout: MediaLayout) -
             if taken + count > len(rows):
                 return None
             if count > 0:  # an audio's last chunk of a frame or two has no row of its own
-                spans.append(MultimodalSpan(rows[taken], rows[taken + count - 1] + 1, digest(tag, content)))
+                spans.append(MultimodalSpan(rows[taken], rows[taken + count - 1] + 1, _digest(tag, content)))
             taken += count
         if taken != len(rows):
             return None
     return tuple(spans)
 
 
-def _audio_items(mm: OmniInputs, chunk: int) -> Iterator[_Item]:
+def _audio_items(mm: OmniInputs, chunk: int) -> Iterator[MediaItem]:
     if mm.input_features is None or mm.feature_attention_mask is None:
         return
     for features, mask in zip(mm.input_features, mm.feature_attention_mask.bool()):
@@ -84,29 +83,11 @@ def _audio_items(mm: OmniInputs, chunk: int) -> Iterator[_Item]:
             yield "audio", audio_output_length(piece.shape[1]), (piece,)
 
 
-def _visual_items(tag: str, pixels: torch.Tensor | None, grid: torch.Tensor | None,
-                  second_per_grid: torch.Tensor | None, merge: int) -> Iterator[_Item]:
-    if pixels is None or grid is None:
-        return
-    start = 0
-    for i, thw in enumerate(grid):
-        patches = int(thw.prod())
-        extra = [float(second_per_grid[i])] if second_per_grid is not None else []
-        yield tag, patches // merge**2, (thw, pixels[start:start + patches], *extra)
-        start += patches
 
 
 def _all_inputs(mm: OmniInputs) -> list[torch.Tensor]:
     return [v for name in mm.__struct_fields__ if isinstance(v := getattr(mm, name), torch.Tensor)]
 
 
-def digest(tag: str, content: Sequence[torch.Tensor | float]) -> bytes:
-    h = hashlib.sha256(b"qwen2_5_omni." + tag.encode())
-    for part in content:
-        if isinstance(part, torch.Tensor):
-            t = part.detach().contiguous().cpu()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
-        else:
-            h.update(repr(float(part)).encode())
-    return h.digest()
+def _digest(tag: str, content: Sequence[torch.Tensor | float]) -> bytes:
+    return item_digest(f"qwen2_5_omni.{tag}", content)  # the family's own tags: its keys never meet Qwen3-Omni's

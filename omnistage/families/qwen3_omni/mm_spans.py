@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from omnistage.engine.request import MultimodalSpan
+from omnistage.models.media_items import item_digest
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs
-from omnistage.models.qwen3_omni.mm_spans import item_digest, placed_items
+from omnistage.models.qwen3_omni.mm_spans import placed_items
 from omnistage.models.qwen3_omni.mrope import MRopeTokens
 
 

@@ -15,16 +15,15 @@ A prompt whose placeholders and items do not pair up exactly (a literal
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 
 import torch
 
-from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length
+from omnistage.models.media_items import MediaItem, visual_items
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs
+from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length
 
 # One item: (modality tag, placeholder tokens it fills, the tensors and numbers its content is).
-_Item = tuple[str, int, Sequence[torch.Tensor | float]]
 
 
 def placed_items(token_ids: Sequence[int], mm: MultimodalInputs,
@@ -35,9 +34,9 @@ def placed_items(token_ids: Sequence[int], mm: MultimodalInputs,
     placed: list[tuple[str, list[int], Sequence[torch.Tensor | float]]] = []
     for pad, items in ((tokens.audio_token_id, _audio_items(mm, tokens.audio_n_window,
                                                            audio_window_frames(tokens))),
-                       (tokens.image_token_id, _visual_items("image", mm.pixel_values, mm.image_grid_thw, None,
+                       (tokens.image_token_id, visual_items("image", mm.pixel_values, mm.image_grid_thw, None,
                                                              tokens.spatial_merge_size)),
-                       (tokens.video_token_id, _visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
+                       (tokens.video_token_id, visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
                                                              mm.video_second_per_grid, tokens.spatial_merge_size))):
         rows = [i for i, tok in enumerate(token_ids) if tok == pad]
         taken = 0
@@ -58,7 +57,7 @@ def audio_window_frames(tokens: MRopeTokens) -> int:
     return window if window > 0 and window % chunk == 0 else 0
 
 
-def _audio_items(mm: MultimodalInputs, n_window: int, window: int) -> Iterator[_Item]:
+def _audio_items(mm: MultimodalInputs, n_window: int, window: int) -> Iterator[MediaItem]:
     """Each audio as one item per encoder attention window (``window`` frames; the last one partial): a window's
     rows depend on its frames alone, so a prompt whose audio grows (a user still speaking) keeps the keys of its
     completed windows, and a prefix-cache hit over them skips their encoding too."""
@@ -70,27 +69,3 @@ def _audio_items(mm: MultimodalInputs, n_window: int, window: int) -> Iterator[_
         for start in range(0, frames.shape[1], step):
             piece = frames[:, start:start + step]
             yield "audio", audio_output_length(piece.shape[1], n_window), (piece,)
-
-
-def _visual_items(tag: str, pixels: torch.Tensor | None, grid: torch.Tensor | None,
-                  second_per_grid: torch.Tensor | None, merge: int) -> Iterator[_Item]:
-    if pixels is None or grid is None:
-        return
-    start = 0
-    for i, thw in enumerate(grid):
-        patches = int(thw.prod())
-        extra = [float(second_per_grid[i])] if second_per_grid is not None else []
-        yield tag, patches // merge**2, (thw, pixels[start:start + patches], *extra)
-        start += patches
-
-
-def item_digest(tag: str, content: Sequence[torch.Tensor | float]) -> bytes:
-    h = hashlib.sha256(tag.encode())
-    for part in content:
-        if isinstance(part, torch.Tensor):
-            t = part.detach().contiguous().cpu()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
-        else:
-            h.update(repr(float(part)).encode())
-    return h.digest()
