@@ -328,5 +328,11 @@ def test_speech_driver_passes_the_first_chunk_size(tmp_path: Path) -> None:
         assert record.ok and record.audio, record.error
         return record.audio[0][1]
 
-    assert asyncio.run(first_packet(2)) == 2 * 1920
+    # Outputs that queue while the caller is busy reach it merged (AsyncOmni.generate), so on a loaded machine the
+    # first packet may hold the second chunk too; merging only ever makes it larger, so one packet of exactly two
+    # frames shows the first chunk was two frames (the preset's first chunk never is).
+    firsts = []
+    while len(firsts) < 3 and 2 * 1920 not in firsts:
+        firsts.append(asyncio.run(first_packet(2)))
+    assert 2 * 1920 in firsts, firsts
     assert asyncio.run(first_packet(None)) > 2 * 1920  # the preset's first chunk is larger
