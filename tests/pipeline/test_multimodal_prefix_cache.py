@@ -120,6 +120,16 @@ def test_spoken_turn_two_reuses_turn_one_with_the_same_output(thinkers: Thinkers
     assert two.encoded == [1] and two_off.encoded == [0, 1]  # ... and never encoded
 
 
+def test_a_spoken_prompt_aborted_before_its_first_output_leaves_nothing_behind(thinkers: Thinkers) -> None:
+    worker = thinkers.cached
+    prompt = render_prompt(thinkers.processor, INSTRUCTIONS, [Turn("u1", "user", text="hello")])
+    worker.handle(StageInput("gone", ThinkerPrompt(list(prompt.token_ids), SamplingParams(max_tokens=4), prompt.mm,
+                                                   capture_hidden=True)))
+    assert "gone" in worker.awaiting_hidden
+    worker.abort(["gone"])
+    assert "gone" not in worker.awaiting_hidden and "gone" not in worker.requests
+
+
 def test_blocks_of_a_text_reply_turn_still_feed_a_spoken_reply(thinkers: Thinkers) -> None:
     """Turn 1 answered in text only (no states captured), turn 2 with speech: the talker's rows for turn 1's
     audio come from the hidden-state cache, and equal a run that prefilled everything."""

@@ -66,6 +66,10 @@ class ThinkerWorker(OmniThinkerWorker[ThinkerPrompt]):
         self.awaiting_hidden.discard(out.request_id)
         return super().failed(out)
 
+    def abort(self, request_ids: list[str]) -> None:
+        super().abort(request_ids)
+        self.awaiting_hidden.difference_update(request_ids)  # aborted before its first output: never sent
+
     def hidden_payload(self, request: Request) -> PromptHidden | None:
         """Once, before the first tokens: the states at the prompt's multimodal rows, and its items' keys."""
         if request.request_id not in self.awaiting_hidden:
