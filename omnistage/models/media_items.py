@@ -8,11 +8,33 @@ An item is ``(tag, rows, content)``: its kind, how many placeholder rows it fill
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
 MediaItem = tuple[str, int, Sequence[torch.Tensor | float]]
+# An item placed in a prompt: its tag, the prompt rows its features fill, its content.
+PlacedItem = tuple[str, list[int], Sequence[torch.Tensor | float]]
+
+
+def place_items(token_ids: Sequence[int], groups: Iterable[tuple[int, Iterable[MediaItem]]],
+                skip_empty: bool = False) -> list[PlacedItem] | None:
+    """Each group's items (``(placeholder id, items)``, in processor order) on that placeholder's rows of the
+    prompt, one after another; None when they do not fill the rows exactly. An item of no rows is refused, or
+    skipped with ``skip_empty`` (a family whose last audio chunk of a frame or two has no row of its own)."""
+    placed: list[PlacedItem] = []
+    for pad, items in groups:
+        rows = [i for i, tok in enumerate(token_ids) if tok == pad]
+        taken = 0
+        for tag, count, content in items:
+            if taken + count > len(rows) or (count <= 0 and not skip_empty):
+                return None
+            if count > 0:
+                placed.append((tag, rows[taken:taken + count], content))
+            taken += count
+        if taken != len(rows):
+            return None
+    return placed
 
 
 def visual_items(tag: str, pixels: torch.Tensor | None, grid: torch.Tensor | None,

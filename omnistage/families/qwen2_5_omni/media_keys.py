@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from omnistage.engine.request import MultimodalSpan
-from omnistage.models.media_items import MediaItem, item_digest, visual_items
+from omnistage.models.media_items import MediaItem, item_digest, place_items, visual_items
 from omnistage.models.qwen2_5_omni.inputs import OmniInputs
 from omnistage.models.qwen2_5_omni.tmrope import audio_output_length
 
@@ -54,23 +54,16 @@ def media_spans(token_ids: Sequence[int], mm: OmniInputs, layout: MediaLayout) -
     if mm.use_audio_in_video:
         rows = [i for i, t in enumerate(token_ids) if t in layout.tokens]
         return (MultimodalSpan(rows[0], rows[-1] + 1, _digest("all", _all_inputs(mm))),) if rows else None
-    spans: list[MultimodalSpan] = []
-    for pad, items in ((layout.audio_token_id, _audio_items(mm, layout.audio_chunk_frames)),
-                       (layout.image_token_id, visual_items("image", mm.pixel_values, mm.image_grid_thw, None,
-                                                             layout.merge_size)),
-                       (layout.video_token_id, visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
-                                                             mm.video_second_per_grid, layout.merge_size))):
-        rows = [i for i, tok in enumerate(token_ids) if tok == pad]
-        taken = 0
-        for tag, count, content in items:
-            if taken + count > len(rows):
-                return None
-            if count > 0:  # an audio's last chunk of a frame or two has no row of its own
-                spans.append(MultimodalSpan(rows[taken], rows[taken + count - 1] + 1, _digest(tag, content)))
-            taken += count
-        if taken != len(rows):
-            return None
-    return tuple(spans)
+    merge = layout.merge_size
+    placed = place_items(token_ids, (
+        (layout.audio_token_id, _audio_items(mm, layout.audio_chunk_frames)),
+        (layout.image_token_id, visual_items("image", mm.pixel_values, mm.image_grid_thw, None, merge)),
+        (layout.video_token_id, visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
+                                             mm.video_second_per_grid, merge))),
+        skip_empty=True)  # an audio's last chunk of a frame or two has no row of its own
+    if placed is None:
+        return None
+    return tuple(MultimodalSpan(rows[0], rows[-1] + 1, _digest(tag, content)) for tag, rows, content in placed)
 
 
 def _audio_items(mm: OmniInputs, chunk: int) -> Iterator[MediaItem]:

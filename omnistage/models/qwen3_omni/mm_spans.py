@@ -17,37 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import torch
-
-from omnistage.models.media_items import MediaItem, visual_items
+from omnistage.models.media_items import MediaItem, PlacedItem, place_items, visual_items
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length
 
-# One item: (modality tag, placeholder tokens it fills, the tensors and numbers its content is).
 
-
-def placed_items(token_ids: Sequence[int], mm: MultimodalInputs,
-                 tokens: MRopeTokens) -> list[tuple[str, list[int], Sequence[torch.Tensor | float]]] | None:
+def placed_items(token_ids: Sequence[int], mm: MultimodalInputs, tokens: MRopeTokens) -> list[PlacedItem] | None:
     """Each item as (modality tag, the prompt rows its features fill, its encoder inputs), in processor order
     (audios, images, videos); None when the items do not exactly fill the placeholders. Audio content is the
     valid mel frames ``[mel, frames]``; visual content is ``(grid_thw [3], patches[, seconds per grid])``."""
-    placed: list[tuple[str, list[int], Sequence[torch.Tensor | float]]] = []
-    for pad, items in ((tokens.audio_token_id, _audio_items(mm, tokens.audio_n_window,
-                                                           audio_window_frames(tokens))),
-                       (tokens.image_token_id, visual_items("image", mm.pixel_values, mm.image_grid_thw, None,
-                                                             tokens.spatial_merge_size)),
-                       (tokens.video_token_id, visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
-                                                             mm.video_second_per_grid, tokens.spatial_merge_size))):
-        rows = [i for i, tok in enumerate(token_ids) if tok == pad]
-        taken = 0
-        for tag, count, content in items:
-            if count <= 0 or taken + count > len(rows):
-                return None
-            placed.append((tag, rows[taken:taken + count], content))
-            taken += count
-        if taken != len(rows):
-            return None
-    return placed
+    merge = tokens.spatial_merge_size
+    return place_items(token_ids, (
+        (tokens.audio_token_id, _audio_items(mm, tokens.audio_n_window, audio_window_frames(tokens))),
+        (tokens.image_token_id, visual_items("image", mm.pixel_values, mm.image_grid_thw, None, merge)),
+        (tokens.video_token_id, visual_items("video", mm.pixel_values_videos, mm.video_grid_thw,
+                                             mm.video_second_per_grid, merge))))
 
 
 def audio_window_frames(tokens: MRopeTokens) -> int:
