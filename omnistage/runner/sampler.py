@@ -121,6 +121,27 @@ def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor, max_k: int) -> torch.
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
+def apply_top_k_top_p_within(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                             max_k: int) -> torch.Tensor:
+    """:func:`apply_top_k_top_p` for rows that all have a top-k (rows with k = 0 must be greedy ones, whose mask
+    the caller ignores): the nucleus lies within the top k, so one ``topk`` of width ``max_k`` finds each row's
+    smallest surviving logit, and the row is masked below it, instead of sorting the vocabulary (a talker's
+    8,448 or a thinker's 151,936 entries a row, every step). The same rule, summed in the same order: a
+    candidate goes when the mass at or below it is at most ``1 - top_p``; the best always stays. Ties with the
+    k-th logit survive as on the sort path (they sit at the threshold), though the sort path also counts them
+    in the nucleus's mass."""
+    max_k = min(max_k, logits.shape[-1])
+    best = logits.topk(max_k, dim=-1).values  # [N, max_k], descending
+    ranks = torch.arange(max_k, device=logits.device)
+    k = torch.where(top_k > 0, top_k, max_k).clamp(max=max_k)
+    candidates = best.masked_fill(ranks >= k[:, None], float("-inf"))
+    below = candidates.softmax(dim=-1).flip(-1).cumsum(dim=-1).flip(-1)
+    drop = below <= (1.0 - top_p)[:, None]
+    drop[:, 0] = False
+    threshold = candidates.masked_fill(drop, float("inf")).amin(dim=-1, keepdim=True)
+    return logits.masked_fill(logits < threshold, float("-inf"))
+
+
 def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Masks each row to its own top-k and nucleus (one sort for the whole batch)."""
     vocab = logits.shape[-1]
@@ -208,6 +229,8 @@ def race(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) -> tup
     if batch.needs_sort:
         if batch.any_top_p is False and batch.max_top_k:
             scaled = apply_top_k(scaled, batch.top_k, batch.max_top_k)
+        elif batch.all_top_k and batch.max_top_k:
+            scaled = apply_top_k_top_p_within(scaled, batch.top_k, batch.top_p, batch.max_top_k)
         else:
             scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
     overflowed = unusable_rows(scaled) & (batch.temperature > 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.runner.sampler import Sampler, SamplingBatch, apply_top_k, apply_top_k_top_p
+from omnistage.runner.sampler import Sampler, SamplingBatch, apply_top_k, apply_top_k_top_p, apply_top_k_top_p_within
 
 
 def test_top_k_fast_path_equals_sort_path() -> None:
@@ -19,18 +19,43 @@ def test_top_k_fast_path_equals_sort_path() -> None:
     assert not torch.isinf(fast[1]).any() and (~torch.isinf(fast[3])).sum() == 1
 
 
+def test_top_k_top_p_within_the_top_k_masks_as_the_sort_does() -> None:
+    """Nucleus and top-k found from one ``topk`` keep exactly the tokens the vocabulary sort keeps (random
+    logits: no ties), for small and large k, tight and loose p, and a row with top-p off; ties with the k-th
+    logit survive on both."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(7, 1000, generator=gen) * 3
+    top_k = torch.tensor([40, 40, 1, 1000, 200, 5, 40])
+    top_p = torch.tensor([0.8, 0.05, 0.9, 0.5, 0.99, 1.0, 0.3])
+    fast = apply_top_k_top_p_within(logits, top_k, top_p, max_k=1000)
+    slow = apply_top_k_top_p(logits, top_k, top_p)
+    assert torch.equal(torch.isinf(fast), torch.isinf(slow))
+    assert torch.equal(fast[~torch.isinf(fast)], logits[~torch.isinf(fast)])
+    kept = (~torch.isinf(fast)).sum(dim=-1)
+    assert kept[5] == 5 and kept[2] == 1 and 1 < kept[0] < 40 and kept[1] < kept[0]  # p and k both bite
+    tied = logits[:1].clone()
+    tied[0, tied[0].topk(41).indices[-1]] = tied[0].topk(40).values[-1]  # the 41st ties the 40th
+    one = torch.tensor([40])
+    assert (~torch.isinf(apply_top_k_top_p_within(tied, one, torch.ones(1), max_k=40))).sum() == 41
+    assert (~torch.isinf(apply_top_k_top_p(tied, one, torch.ones(1)))).sum() == 41
+
+
 def test_sampler_uses_fast_path_with_same_seeded_draws() -> None:
     logits = torch.randn(4, 200, generator=torch.Generator().manual_seed(1))
 
     def batch(**extra) -> SamplingBatch:
+        settings = {"top_k": torch.tensor([50, 10, 0, 3]), "top_p": torch.ones(4), **extra}
         gens = [torch.Generator().manual_seed(i) for i in range(4)]
-        return SamplingBatch(temperature=torch.full((4,), 0.9), top_k=torch.tensor([50, 10, 0, 3]),
-                             top_p=torch.ones(4), generators=gens, all_greedy=False, any_greedy=False,
-                             needs_sort=True, **extra)
+        return SamplingBatch(temperature=torch.full((4,), 0.9), generators=gens, all_greedy=False,
+                             any_greedy=False, needs_sort=True, **settings)
 
     slow = Sampler().sample(logits, batch())
     fast = Sampler().sample(logits, batch(max_top_k=50, any_top_p=False))
     assert torch.equal(slow, fast)
+    nucleus = {"top_k": torch.tensor([50, 10, 7, 3]), "top_p": torch.tensor([0.9, 0.5, 1.0, 0.7])}
+    slow = Sampler().sample(logits, batch(**nucleus))
+    within = Sampler().sample(logits, batch(**nucleus, max_top_k=50, any_top_p=True, all_top_k=True))
+    assert torch.equal(slow, within)  # the same seeded draws over the vocabulary, the same masks
 
 
 def _residual_batch(n: int, top_k: list[int], temperature: list[float], top_p: float = 1.0) -> SamplingBatch:
