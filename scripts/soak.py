@@ -35,22 +35,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import itertools
 import json
 import os
 import random
 import socket
-import struct
 import subprocess
 import sys
 import time
-import zlib
 from collections import Counter
 from pathlib import Path
 
 import httpx
-from soak_probes import ProbeSizes, Probes
+from soak_hostile import HOSTILE, MILLION_EMPTY
+from soak_probes import Probes, ProbeSizes
 from soak_server import (
     API_KEY,
     HEADER_TIMEOUT_S,
@@ -64,48 +62,20 @@ from soak_server import (
     start_voices_server,
     stop,
 )
+from soak_sessions import Sessions, carries_audio, first_audio_windows
+from websockets.exceptions import WebSocketException
 
 NORMAL = frozenset({"chat", "stream", "disconnect", "speech", "hostile", "million_messages", "no_key",
-                    "stalled_reader", "slowloris", "transport"})
+                    "stalled_reader", "slowloris", "transport", "transcription", "realtime_turn",
+                    "realtime_barge_in", "webrtc_call", "realtime_turn_shed", "realtime_barge_in_shed",
+                    "webrtc_call_shed"})
+# What one client loop does next, by share of picks (each kind's method on Soak, or on its Sessions).
+MIX = (("whole_chat", 0.18), ("stream", 0.22), ("disconnect", 0.08), ("speech", 0.10), ("transcription", 0.08),
+       ("realtime_turn", 0.04), ("realtime_barge_in", 0.04), ("webrtc_call", 0.04), ("hostile", 0.10),
+       ("million_messages", 0.02), ("no_key", 0.04), ("stalled_reader", 0.03), ("slowloris", 0.03))
 LAG = "omnistage_event_loop_lag_seconds"
 
 
-def _wav(rate: int, frames: int) -> str:
-    data = b"\0\0" * frames
-    fmt = struct.pack("<HHIIHH", 1, 1, rate, (rate * 2) % 2**32, 2, 16)
-    return base64.b64encode(b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack("<I", 16) + fmt
-                            + b"data" + struct.pack("<I", len(data)) + data).decode()
-
-
-def _png_claiming(width: int, height: int) -> str:
-    ihdr = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    png = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
-    return "data:image/png;base64," + base64.b64encode(png).decode()
-
-
-def _parts(*parts: dict[str, object]) -> list[dict[str, object]]:
-    return [{"role": "user", "content": [{"type": "text", "text": "hi"}, *parts]}]
-
-HOSTILE = [
-    {"messages": "hi"},
-    {"max_tokens": "many"},
-    {"messages": [{"role": "user", "content": [
-        {"type": "input_audio", "input_audio": {"data": "////", "format": "wav"}}]}]},
-    {"messages": [{"role": "user", "content": [{"type": "audio_url", "audio_url": {"url": "file:///etc/passwd"}}]}]},
-    {"n": 1000},  # unknown top-level fields are accepted (as OpenAI does); out-of-range ones are not
-    {"stream_options": {"frobnicate": 1}},
-    {"repetition_penalty": 1e300},
-    {"seed": -1},
-    {"seed": 2**64},
-    {"top_k": 1e23},
-    {"messages": _parts({"type": "input_audio", "input_audio": {"data": _wav(2_147_483_629, 100), "format": "wav"}})},
-    {"messages": _parts({"type": "input_audio", "input_audio": {"data": _wav(2_999_999, 3000), "format": "wav"}})},
-    {"messages": _parts(*[{"type": "image_url", "image_url": {"url": _png_claiming(4096, 4096)}}] * 8)},
-    {"messages": _parts({"type": "image_url", "image_url": {"url": _png_claiming(100_000, 100_000)}})},
-    {"messages": _parts({"type": "audio_url", "audio_url": {"url": "file:///etc/passwd%00.wav"}})},
-    {"messages": _parts({"type": "image_url", "image_url": {"url": "http://169.254.169.254/latest"}})},
-]
-MILLION_EMPTY = json.dumps({"model": "tiny", "messages": [{"role": "user"}] * 1_000_000}).encode()
 
 
 class Soak:
@@ -121,6 +91,7 @@ class Soak:
         self.probes = probes
         self.canary: list[tuple[float, float]] = []  # (when, /health latency)
         self.sigstop: dict[str, float | None] = {}
+        self.sessions = Sessions(url, model, API_KEY, self._record)
 
     def _record(self, kind: str, started: float, ok: bool, detail: str = "") -> None:
         self.counts[kind] += 1
@@ -158,11 +129,14 @@ class Soak:
         async with client.stream("POST", "/v1/chat/completions", json=body) as r:
             if r.status_code != 200:
                 return self._record(kind, started, False, f"{r.status_code} {(await r.aread())[:200]!r}")
-            events = 0
+            events, heard = 0, False
             async for line in r.aiter_lines():
                 if not line.startswith("data: "):
                     continue
                 events += 1
+                if not heard and leave_after is None and carries_audio(line):
+                    heard = True
+                    self.sessions.heard_first_audio("stream", started)
                 if line == "data: [DONE]":
                     done = True
                 elif "\"error\"" in line:
@@ -249,27 +223,23 @@ class Soak:
 
     async def one(self, client: httpx.AsyncClient) -> None:
         pick = self.rng.random()
+        kind = next((name for name, share in itertools.accumulate(MIX, lambda a, b: (b[0], a[1] + b[1]))
+                     if pick < share), MIX[-1][0])
         try:
-            if pick < 0.25:
-                await self.whole_chat(client)
-            elif pick < 0.5:
+            if kind == "stream":
                 await self.streamed_speech_chat(client)
-            elif pick < 0.62:
+            elif kind == "disconnect":
                 await self.streamed_speech_chat(client, leave_after=self.rng.randint(1, 8))
-            elif pick < 0.75:
-                await self.speech(client)
-            elif pick < 0.87:
-                await self.hostile(client)
-            elif pick < 0.9:
-                await self.million_messages(client)
-            elif pick < 0.94:
-                await self.no_key(client)
-            elif pick < 0.97:
-                await self.stalled_reader()
+            elif kind in ("realtime_turn", "realtime_barge_in"):
+                await self.sessions.realtime_turn(barge_in=kind == "realtime_barge_in")
+            elif kind in ("transcription", "webrtc_call"):
+                await getattr(self.sessions, kind)(client)
+            elif kind in ("stalled_reader", "slowloris"):
+                await getattr(self, kind)()
             else:
-                await self.slowloris()
-        except (httpx.HTTPError, OSError) as exc:
-            self._record("transport", time.monotonic(), False, repr(exc))
+                await getattr(self, kind)(client)
+        except (httpx.HTTPError, OSError, WebSocketException, asyncio.TimeoutError) as exc:
+            self._record("transport", time.monotonic(), False, f"{kind}: {exc!r}")
 
     async def run(self, seconds: float, concurrency: int) -> None:
         """Normal traffic and the canary until ``seconds`` have passed and every probe has run at least once."""
@@ -288,7 +258,11 @@ class Soak:
                     for name, probe in self.probes.all():
                         if rounds and time.monotonic() >= deadline:
                             return
-                        await self.probes.run(name, probe, client)
+                        if name == "webrtc_call_flood":  # alone: see CallsGate
+                            async with self.sessions.calls.exclusive():
+                                await self.probes.run(name, probe, client)
+                        else:
+                            await self.probes.run(name, probe, client)
 
         async def trickle() -> None:
             while not self.counts["trickled_bodies"] or time.monotonic() < deadline - self.probes.sizes.trickle_wait_s:
@@ -343,6 +317,12 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--max-growth-mib", type=float, default=64.0)
+    parser.add_argument("--max-growth-pct", type=float, default=5.0,
+                        help="RSS growth allowed per process that lived through the run, after warm-up")
+    parser.add_argument("--first-audio-window-s", type=float, default=600.0,
+                        help="first audio's p99 is compared between the run's first and last windows this long")
+    parser.add_argument("--max-first-audio-drift", type=float, default=1.25,
+                        help="the last window's first-audio p99 may be at most this times the first's (+50 ms)")
     parser.add_argument("--max-lag-ms", type=float, default=250.0, help="event-loop lag p99 allowed")
     parser.add_argument("--stall-timeout-s", type=float, default=8.0, help="the server's --stage-stall-timeout")
     parser.add_argument("--realtime-commits", type=int, default=25)
@@ -409,20 +389,28 @@ def main() -> int:
     warmup_s = max(args.warmup_s, first_round - soak_started) if first_round is not None else args.warmup_s
     memory = {**memory_figures(samples, warmup_s), "rss_warmup_s": round(warmup_s, 1)}
     lag = soak.lag_figures(server_p99)
+    first_audio = first_audio_windows(soak.sessions.first_audio, soak.began, elapsed, args.first_audio_window_s)
+    grown = {name: round(100 * p["growth_mib"] / p["first_quarter_mib"], 1)
+             for name, p in memory["rss_per_process"].items()
+             if p["first_quarter_mib"] and p["from_s"] <= warmup_s and p["to_s"] >= 0.9 * elapsed}
     requests = sum(v for k, v in soak.counts.items() if k not in ("errors", "during_fault"))
     figures = {
         "seconds": round(elapsed, 1), "requests": requests, "per_kind": dict(soak.counts),
         "errors": soak.counts["errors"], "error_samples": soak.errors, "during_fault": soak.counts["during_fault"],
         "p50_s": {k: round(sorted(v)[len(v) // 2], 3) for k, v in soak.latencies.items()},
         "p95_s": {k: round(sorted(v)[int(len(v) * 0.95)], 3) for k, v in soak.latencies.items()},
-        "sigstop": soak.sigstop, "event_loop_lag": lag, **memory, "leftovers": left, "healthy_after": healthy,
+        "sigstop": soak.sigstop, "event_loop_lag": lag, **memory, "rss_growth_pct": grown,
+        "first_audio": first_audio, "leftovers": left, "healthy_after": healthy,
     }
     print(json.dumps({k: v for k, v in figures.items() if k != "rss_timeline_mib"}, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2))
     lag_p99 = lag["server_lag_p99_ms"] if lag["server_lag_p99_ms"] is not None else lag["canary_p99_ms"]
-    ok = (not soak.counts["errors"] and not left and healthy and lag_p99 < args.max_lag_ms
-          and (pid is None or memory["rss_growth_mib"] < args.max_growth_mib))
+    first_p99, last_p99 = first_audio["first"]["all"]["p99_ms"], first_audio["last"]["all"]["p99_ms"]
+    steady_audio = first_p99 is None or last_p99 is None or last_p99 <= args.max_first_audio_drift * first_p99 + 50
+    ok = (not soak.counts["errors"] and not left and healthy and lag_p99 < args.max_lag_ms and steady_audio
+          and (pid is None or (memory["rss_growth_mib"] < args.max_growth_mib
+                               and all(pct <= args.max_growth_pct for pct in grown.values()))))
     return 0 if ok else 1
 
 
