@@ -42,8 +42,11 @@ CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buf
 CONVERSATION_EVENTS = frozenset({"conversation.item.create", "conversation.item.retrieve", "conversation.item.truncate",
                                  "conversation.item.delete", "response.create", "response.cancel",
                                  "output_audio_buffer.clear"})
-# semantic_vad's eagerness as the silence that ends a turn (its stand-in here is the VAD: low waits longest).
-EAGERNESS_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 300}
+# semantic_vad: the silence after which the Smart Turn classifier is asked whether the turn is over (pipecat's VAD
+# stop_secs for it: the model learned turns that end so), and each eagerness's longest wait when it says "incomplete"
+# (OpenAI's: low ~8 s, medium ~4 s, high ~2 s; auto is medium).
+SEMANTIC_PAUSE_MS = 200
+EAGERNESS_MAX_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 
 
 def new_id(prefix: str) -> str:
@@ -91,13 +94,18 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TurnDetection:
-    """``server_vad`` (the VAD's own settings) or ``semantic_vad`` (its eagerness chooses the silence)."""
+    """``server_vad`` (the VAD's own settings) or ``semantic_vad`` (a classifier ends the turn at a pause; its
+    eagerness chooses the longest silence it waits when the turn sounds incomplete)."""
 
     kind: str = "server_vad"
     vad: VadConfig = field(default_factory=VadConfig)
     create_response: bool = True
     interrupt_response: bool = True
     eagerness: str = "auto"
+
+    @property
+    def semantic(self) -> bool:
+        return self.kind == "semantic_vad"
 
     def describe(self) -> dict[str, Any]:
         common = {"type": self.kind, "create_response": self.create_response,
@@ -193,9 +201,9 @@ def _turn_detection(value: Any, current: TurnDetection | None, param: str) -> Tu
     try:
         if kind == "semantic_vad":
             eagerness = value.get("eagerness", base.eagerness)
-            if eagerness not in EAGERNESS_SILENCE_MS:
-                raise ValueError(f"eagerness must be one of {', '.join(EAGERNESS_SILENCE_MS)}")
-            vad = replace(base.vad, silence_duration_ms=EAGERNESS_SILENCE_MS[eagerness])
+            if eagerness not in EAGERNESS_MAX_MS:
+                raise ValueError(f"eagerness must be one of {', '.join(EAGERNESS_MAX_MS)}")
+            vad = replace(base.vad, silence_duration_ms=EAGERNESS_MAX_MS[eagerness], pause_ms=SEMANTIC_PAUSE_MS)
             return replace(base, vad=vad, eagerness=eagerness, **flags)
         known = {k: value[k] for k in ("threshold", "silence_duration_ms", "prefix_padding_ms") if k in value}
         return replace(base, vad=replace(base.vad, **known), **flags)

@@ -61,10 +61,11 @@ class SessionAudio:
 
     def _vad_config(self) -> VadConfig | None:
         """The session's server VAD, reporting pauses when a turn's end starts a response and streaming input is
-        on (the speculative reply's pause: the session's ``speculative_reply_ms``, else the server's)."""
+        on (the speculative reply's pause: the session's ``speculative_reply_ms``, else the server's). semantic_vad's
+        pauses are its classifier's to judge: its "complete" ends the turn, and the reply starts then."""
         detection = self.state.config.turn_detection
-        if detection is None:
-            return None
+        if detection is None or detection.semantic:
+            return None if detection is None else detection.vad
         ms = self._speculative_reply_ms
         return replace(detection.vad, pause_ms=ms if self._streams_input and detection.create_response else 0)
 
@@ -78,9 +79,13 @@ class SessionAudio:
         on = self.state.config.streaming_input
         return self.state.config.kind == "realtime" and (self.service.streaming_input if on is None else on)
 
+    def _make_vad(self) -> Vad | None:
+        detection = self.state.config.turn_detection
+        return self.service.vad.make(self._vad_config(), self.buffer.rate, detection is not None and detection.semantic)
+
     def _reset_vad(self, rebuild: bool = False) -> None:
         if rebuild:
-            self.vad = self.service.vad.make(self._vad_config(), self.buffer.rate)
+            self.vad = self._make_vad()
         elif self.vad is not None:
             self.vad.reset()
         self.speech_item = ""
@@ -131,12 +136,11 @@ class SessionAudio:
                                          item_id=self.speech_item))
             if detection is not None and detection.interrupt_response:
                 await self._cancel_response("turn_detected")  # barge-in
-        elif vad_event.kind == "speech_paused":
+        elif vad_event.kind == "speech_paused" and detection is not None and not detection.semantic:
             # The rest of the silence ends the turn: from a live microphone, that much later.
-            silence_ms = detection.vad.silence_duration_ms if detection is not None else 0
-            rest_s = max(silence_ms - self._speculative_reply_ms, 0) / 1000
+            rest_s = max(detection.vad.silence_duration_ms - self._speculative_reply_ms, 0) / 1000
             self._speculate(start, vad_event.sample, time.monotonic() + rest_s)
-        elif vad_event.kind == "speech_resumed":
+        elif vad_event.kind in ("speech_paused", "speech_resumed"):
             self._drop_speculation()
         elif self.speech_item:
             await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms,

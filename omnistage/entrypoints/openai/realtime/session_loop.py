@@ -79,9 +79,10 @@ class RealtimeSession(SessionAudio):
         self.engine, self.limits = service.engine, service.limits
         self.id = new_id("sess")
         self.meter = service.budget.meter()  # this session's share of the server's realtime bounds (budget.py)
-        self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind, self.meter)
+        self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind, self.meter,
+                                  semantic_vad=service.vad.turn is not None)
         self.buffer = InputBuffer(self.state.config.input_format, self.limits.max_audio_seconds, self.meter)
-        self.vad = service.vad.make(self._vad_config(), self.buffer.rate)
+        self.vad = self._make_vad()
         self.speech_start, self.speech_item = 0, ""
         self.response: asyncio.Task[None] | None = None
         self.writer: ResponseWriter | None = None  # the events of the latest response
