@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from fastapi import FastAPI
+
+import httpx
 
 from omnistage.audio.vad_backend import VadBackend
 from omnistage.entrypoints.openai.realtime.route import install_realtime
@@ -17,6 +21,7 @@ from tests.entrypoints.conftest import TEST_LIMITS, LiveServer
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.test_realtime import open_session, recv, send, stream_audio, until
+from tests.entrypoints.test_webrtc import Client, Server, _serve
 
 pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng for real speech")
@@ -64,14 +69,15 @@ def test_a_finished_sentence_ends_the_turn_at_its_first_pause(server: LiveServer
 
 def test_a_pause_inside_a_sentence_does_not_end_the_turn(server: LiveServer) -> None:
     """Beta's session shape, eagerness high (2 s at most): a 600 ms pause after "...know what the" is judged
-    incomplete, so the one turn ends after the rest of the sentence."""
+    incomplete, so the one turn ends after the rest of the sentence. The speculative reply waits for the
+    classifier: no reply is started at that pause (server_vad would start, then abort, one there)."""
     head = spoken("I would like to know what the", tail_s=0.0)
     rest = spoken("weather will be like tomorrow.", tail_s=0.0)
     pause_ms = (0.5 + len(head) / 16000) * 1000
     end_ms = pause_ms + 600 + len(rest) / 16
 
     async def scenario() -> None:
-        async with await open_session(server, modalities=["text"], turn_detection={
+        async with await open_session(server, modalities=["text"], speculative_reply_ms=100, turn_detection={
                 "type": "semantic_vad", "eagerness": "high"}) as ws:
             await stream_audio(ws, at_24k(silence(0.5), head, silence(0.6), rest, silence(1.5)), RATE)
             events = await turn_events(ws)
@@ -79,6 +85,8 @@ def test_a_pause_inside_a_sentence_does_not_end_the_turn(server: LiveServer) -> 
                                                    "input_audio_buffer.speech_stopped", "response.done"]
             assert end_ms - 150 <= events[1]["audio_end_ms"] <= end_ms + 150, (events[1], end_ms)
     asyncio.run(scenario())
+    replies = [r for r in server.engine.requests if r.request_id.startswith("resp")]
+    assert len(replies) == 1 and replies[0].request_id not in server.engine.aborted
 
 
 def test_without_the_classifier_semantic_vad_is_an_error_and_server_vad_stays(
@@ -101,3 +109,32 @@ def test_without_the_classifier_semantic_vad_is_an_error_and_server_vad_stays(
         asyncio.run(scenario())
     finally:
         thread.stop()
+
+
+@pytest.fixture(scope="module")
+def webrtc_server(processor: RecordingProcessor) -> Iterator[Server]:
+    yield from _serve(processor)  # the energy detector: its frames judged by the same classifier
+
+
+def test_a_webrtc_call_with_semantic_vad_answers_a_finished_question_at_once(webrtc_server: Server) -> None:
+    """The call's form asks for semantic_vad, eagerness low (8 s at most): a question spoken into the microphone
+    (paced 20 ms frames) is committed well before 8 s of silence could have ended it."""
+    question = at_24k(spoken("Hello there, what time is it?", tail_s=0.0))  # the microphone track's rate
+
+    async def scenario() -> None:
+        client = Client()
+        async with httpx.AsyncClient(base_url=webrtc_server.base_url, timeout=20) as http:
+            r = await client.connect(http, session={"type": "realtime", "output_modalities": ["text"], "audio": {
+                "input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}})
+            assert r.status_code == 201, r.text
+            created = await client.event("session.created")
+            assert created["session"]["audio"]["input"]["turn_detection"]["type"] == "semantic_vad"
+            client.mic.push(question)
+            spoken_until = time.monotonic() + len(question) / RATE
+            await client.event("input_audio_buffer.speech_started")
+            await client.event("input_audio_buffer.speech_stopped", timeout=20)
+            assert time.monotonic() - spoken_until < 4.0  # the classifier's "complete", not the 8 s wait
+            await client.event("response.done", response__status="completed")
+            await client.pc.close()
+
+    asyncio.run(scenario())
