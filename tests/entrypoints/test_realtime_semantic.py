@@ -119,7 +119,7 @@ def webrtc_server(processor: RecordingProcessor) -> Iterator[Server]:
 def test_a_webrtc_call_with_semantic_vad_answers_a_finished_question_at_once(webrtc_server: Server) -> None:
     """The call's form asks for semantic_vad, eagerness low (8 s at most): a question spoken into the microphone
     (paced 20 ms frames) is committed well before 8 s of silence could have ended it."""
-    question = at_24k(spoken("Hello there, what time is it?", tail_s=0.0))  # the microphone track's rate
+    question = at_24k(spoken("What is the weather like tomorrow?", tail_s=0.0))  # the microphone track's rate
 
     async def scenario() -> None:
         client = Client()
