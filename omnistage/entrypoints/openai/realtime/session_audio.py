@@ -23,6 +23,8 @@ from omnistage.entrypoints.openai.common.admission import Overloaded
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat, decode_base64_audio
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
+from omnistage.entrypoints.openai.realtime.event_error import EventError
+from omnistage.entrypoints.openai.realtime.idle_timeout import IdleTimeout
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.protocol import new_id, response_options, server_event
@@ -52,8 +54,10 @@ class SessionAudio:
     speech_item: str
     speculation: Speculation | None  # the speculative reply of the turn in progress
     response: asyncio.Task[None] | None
+    idle: IdleTimeout  # server_vad's idle_timeout_ms (idle_timeout.py)
 
     async def send(self, event: dict[str, Any]) -> None: ...
+    async def fail(self, exc: EventError) -> None: ...
     async def _commit(self, item_id: str | None, start: int = 0, heard: Item | None = None) -> None: ...
     async def _cancel_response(self, reason: CancelReason = "client_cancelled") -> None: ...
     async def _start_response(self, options: Any, eid: str | None,  # noqa: ANN401
@@ -91,6 +95,8 @@ class SessionAudio:
         self.speech_item = ""
         self.listener.discard()
         self._drop_speculation()
+        if rebuild:
+            self.idle.cancel()  # the turn detection may have changed: the next reply's end arms it anew
 
     async def _append(self, event: dict[str, Any]) -> None:
         data = event.get("audio")
@@ -134,6 +140,7 @@ class SessionAudio:
                 self.listener.begin(max(0, self.speech_start - pad))
             await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
                                          item_id=self.speech_item))
+            self.idle.cancel()
             if detection is not None and detection.interrupt_response:
                 await self._cancel_response("turn_detected")  # barge-in
         elif vad_event.kind == "speech_paused" and detection is not None and not detection.semantic:
@@ -191,6 +198,37 @@ class SessionAudio:
 
         self.speculation = Speculation(build, self.service.engine, ticket, self.service.limits.request_timeout,
                                        self.service.count_speculation)
+
+    def _arm_idle(self, audio_s: float, started: float) -> None:
+        """A response ended: with ``idle_timeout_ms``, the session prompts one itself after that much silence
+        following the reply's playback (``audio_s`` of audio, played from ``started``, ``time.monotonic()``)."""
+        detection = self.state.config.turn_detection
+        if detection is None or detection.idle_timeout_ms is None or self.state.config.kind != "realtime":
+            return
+        playing_s = max(0.0, audio_s - (time.monotonic() - started))
+        idle_s = detection.idle_timeout_ms / 1000
+        self.idle.arm(playing_s + idle_s, lambda: self._idle_timed_out(idle_s))
+
+    async def _idle_timed_out(self, idle_s: float) -> None:
+        """The user said nothing for ``idle_s`` after the reply: the idle stretch of the buffer is their item."""
+        detection = self.state.config.turn_detection
+        busy = self.response is not None and not self.response.done()
+        if detection is None or busy or (self.vad is not None and self.vad.in_speech):
+            return
+        idle = min(int(idle_s * self.buffer.rate), self.buffer.max_samples)
+        if self.buffer.samples < idle:  # the client sent less than the silence it kept: the rest was silence too
+            self.buffer.append_samples(np.zeros(idle - self.buffer.samples, np.float32))
+        end = self.buffer.samples
+        if self.vad is not None:
+            self.vad.reset()  # the silence added was never fed to it: its positions start again with the commit
+        self.speech_item = new_id("item")
+        await self.send(server_event("input_audio_buffer.timeout_triggered", item_id=self.speech_item,
+                                     audio_start_ms=(end - idle) * 1000 // self.buffer.rate,
+                                     audio_end_ms=end * 1000 // self.buffer.rate))
+        try:
+            await self._end_turn(end - idle, detection.create_response)
+        except EventError as exc:  # e.g. the server is at its bound: said as the response's own refusal would be
+            await self.fail(exc)
 
     def _drop_speculation(self) -> None:
         speculation, self.speculation = self.speculation, None

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
@@ -60,6 +61,7 @@ from omnistage.entrypoints.openai.realtime.response import CancelReason, Respons
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.session_audio import SessionAudio
 from omnistage.entrypoints.openai.realtime.service import RealtimeService
+from omnistage.entrypoints.openai.realtime.idle_timeout import IdleTimeout
 from omnistage.entrypoints.openai.realtime.speculation import Speculation
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
 from omnistage.entrypoints.openai.realtime.transport import GOING_AWAY, ClientAudio, Incoming, Transport
@@ -94,6 +96,7 @@ class RealtimeSession(SessionAudio):
         self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state, service.first_chunk_frames)
         self.listener = Listener(self.engine, service.pool, self.requests.prefill)
         self.speculation: Speculation | None = None
+        self.idle = IdleTimeout()  # server_vad's idle_timeout_ms
         self.rate = EventRate(self.limits.realtime_events_per_second)  # client events acted on (event_rate.py)
 
     @property
@@ -181,6 +184,7 @@ class RealtimeSession(SessionAudio):
                 await asyncio.sleep(0)
         finally:
             self.closed = True
+            await self.idle.close()
             await self.listener.close()
             if self.speculation is not None:
                 await self.speculation.close()
@@ -332,6 +336,7 @@ class RealtimeSession(SessionAudio):
             raise EventError("conversation_empty", "nothing to respond to: commit audio or create an item first",
                              event_id=eid)
         tools = TurnRequests.tools(options)
+        self.idle.cancel()
         turn = None if speculation is None else speculation.turn
         if turn is not None and turn.answers(options, items):
             self.requests.drop(options, turn.dropped)
@@ -369,6 +374,7 @@ class RealtimeSession(SessionAudio):
 
     async def _respond(self, writer: ResponseWriter, outputs: AsyncGenerator[OmniOutput, None]) -> None:
         final: OmniOutput | None = None
+        started = time.monotonic()
         try:
             await writer.start()
             # Unless read to its final output, the request is aborted in every stage before this returns or
@@ -383,6 +389,7 @@ class RealtimeSession(SessionAudio):
             logger.exception("realtime response %s failed", writer.request.request_id)
             writer.fail("engine_error", str(exc))
         await writer.done(final)
+        self._arm_idle(writer.audio_samples / writer.source_rate, started)
 
     async def _cancel_response(self, reason: CancelReason = "client_cancelled") -> None:
         task, writer = self.response, self.writer
