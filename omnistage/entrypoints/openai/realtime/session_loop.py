@@ -259,7 +259,7 @@ class RealtimeSession(SessionAudio):
             await self.send(server_event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
             parsed = self.state.parse_item(event)
-            (item,) = await decoded([parsed], self.config.input_format, self.service.pool)
+            (item,) = await decoded([parsed], self.config.input_format, self.service.pool, self.limits)
             for out in self.state.item_events(item, self.state.add_item(item, event)):
                 await self.send(out)
         elif kind == "conversation.item.retrieve":
