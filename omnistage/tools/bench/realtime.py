@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omnistage.entrypoints.openai.realtime.turn_detection import EAGERNESS_MAX_MS
+from omnistage.audio.turn_judge import EAGERNESS_MAX_MS
 from omnistage.tools.bench.realtime_sentences import Sentence, sentences
 from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnAlignment, TurnRecord
 from omnistage.tools.bench.realtime_speech import shorten_pauses, synthesize

@@ -7,14 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from omnistage.audio.turn_judge import EAGERNESS_MAX_MS, SEMANTIC_PAUSE_MS
 from omnistage.audio.vad import VadConfig
 from omnistage.entrypoints.openai.realtime.event_error import EventError
 
-# semantic_vad: the silence after which the Smart Turn classifier is asked whether the turn is over (pipecat's VAD
-# stop_secs for it: the model learned turns that end so), and each eagerness's longest wait when it says "incomplete"
-# (OpenAI's: low ~8 s, medium ~4 s, high ~2 s; auto is medium).
-SEMANTIC_PAUSE_MS = 200
-EAGERNESS_MAX_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 IDLE_TIMEOUT_MS = (5000, 30000)  # server_vad's idle_timeout_ms: OpenAI's bounds
 
 
