@@ -95,8 +95,6 @@ class SessionAudio:
         self.speech_item = ""
         self.listener.discard()
         self._drop_speculation()
-        if rebuild:
-            self.idle.cancel()  # the turn detection may have changed: the next reply's end arms it anew
 
     async def _append(self, event: dict[str, Any]) -> None:
         data = event.get("audio")

@@ -287,7 +287,10 @@ class RealtimeSession(SessionAudio):
         await self.send(server_event("session.updated", session=self._describe()))
 
     def _apply(self, event: dict[str, Any]) -> list[EventError]:
+        detection = self.config.turn_detection
         errors = self.state.update(event, buffered=self.buffer.samples > 0)
+        if self.config.turn_detection != detection:
+            self.idle.cancel()  # idle_timeout_ms changed or gone: the next reply's end arms it anew
         if self.buffer.format != self.config.input_format:
             self.buffer = InputBuffer(self.config.input_format, self.limits.max_audio_seconds, self.meter)
         self._reset_vad(rebuild=True)
