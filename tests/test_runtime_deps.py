@@ -37,6 +37,8 @@ OPTIONAL: dict[str, OptionalImport] = {
                                  extra="bench"),
     "triton": OptionalImport("GPU kernels (CUDA builds of torch bring it): each kernel module imports it in "
                              "try/except ImportError and the CPU path uses torch"),
+    "onnxruntime": OptionalImport("realtime semantic_vad: audio/smart_turn.py imports it when the classifier loads "
+                                  "and says which extra to install", extra="turn"),
     "pyinstrument": OptionalImport("`bench hotpath --profile` only: imported inside measure() when asked"),
     "qwen_tts": OptionalImport("the Qwen3-TTS reference of `omnistage verify`, run in its own environment "
                                "(tools/verify/tts_reference_env.py installs it)"),

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from omnistage.audio.resample_stream import StreamResampler
+from omnistage.audio.turn_judge import TurnJudge
 from omnistage.audio.vad import TurnTracker, VadConfig, VadEvent
 
 logger = logging.getLogger(__name__)
@@ -70,8 +71,10 @@ class SileroVad:
 
     inline = False  # ~1 ms of CPU a window: run off the event loop
 
-    def __init__(self, config: VadConfig, sample_rate: int, model: torch.jit.ScriptModule) -> None:
-        self.config, self.rate, self.model = config, sample_rate, model
+    def __init__(self, config: VadConfig, sample_rate: int, model: torch.jit.ScriptModule,
+                 judge: TurnJudge | None = None) -> None:
+        """``judge``: semantic_vad's, at 16 kHz and this detector's windows (None: pauses are only reported)."""
+        self.config, self.rate, self.model, self.judge = config, sample_rate, model, judge
         self._resample = StreamResampler(sample_rate, RATE)
         self._turns = TurnTracker(config, WINDOW_MS)
         self.reset()
@@ -86,12 +89,16 @@ class SileroVad:
         self._pending = np.zeros(0, np.float32)
         self._context = torch.zeros(1, CONTEXT)
         self._state = torch.zeros(STATE_SHAPE)
+        if self.judge is not None:
+            self.judge.reset()
 
     def probabilities(self, samples: np.ndarray) -> list[float]:
         """Speech probability of each whole 16 kHz window completed by ``samples``."""
         data = np.concatenate([self._pending, self._resample(samples)])
         n = len(data) // WINDOW
         self._pending = data[n * WINDOW:]
+        if self.judge is not None:
+            self.judge.heard(data[: n * WINDOW])
         probs: list[float] = []
         with torch.inference_mode():
             for window in torch.from_numpy(data[: n * WINDOW]).view(n, WINDOW):
@@ -103,5 +110,5 @@ class SileroVad:
 
     def feed(self, samples: np.ndarray) -> list[VadEvent]:
         start = self.config.threshold
-        edges = self._turns.update(self.probabilities(samples), start, max(start - STOP_MARGIN, 0.01))
+        edges = self._turns.update(self.probabilities(samples), start, max(start - STOP_MARGIN, 0.01), self.judge)
         return [VadEvent(kind, frame * WINDOW * self.rate // RATE) for kind, frame in edges]

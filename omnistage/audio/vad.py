@@ -9,8 +9,11 @@ into turns the same way for every detector: speech *starts* after
 soft syllable). With ``pause_ms`` set (shorter than the silence), a turn in progress
 also reports a *pause* once that much silence has passed, at the sample heard so
 far, and a *resume* when voice returns before the turn stops: the realtime session
-starts a speculative reply at the pause (``realtime/speculation.py``). Two
-detectors (``vad_backend.py`` chooses, ``--vad``):
+starts a speculative reply at the pause (``realtime/speculation.py``). With a *judge*
+(``semantic_vad``: ``turn_judge.py`` asks the Smart Turn classifier) the pause is
+instead put to it: a turn it calls complete stops there and then (reported where its
+silence began), one it calls incomplete goes on until voice returns or the whole
+silence has passed. Two detectors (``vad_backend.py`` chooses, ``--vad``):
 
 * Silero VAD (``silero.py``, the default): a speech probability per 32 ms;
   OpenAI's ``threshold`` (0..1, default 0.5) is that probability, as in
@@ -25,14 +28,21 @@ detectors (``vad_backend.py`` chooses, ``--vad``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from math import ceil
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from omnistage.audio.turn_judge import TurnJudge
+
 FRAME_MS = 20
 MIN_DBFS, MAX_DBFS = -60.0, -20.0
+# Asked at a pause whether the turn is over: its frames [start, end) counted from the detector's reset (the speech
+# start to what has been heard, the pause's silence included).
+Judge = Callable[[int, int], bool]
 
 
 def threshold_to_dbfs(threshold: float) -> float:
@@ -83,10 +93,13 @@ class TurnTracker:
         self.paused = False  # a pause was reported in the turn in progress, and no voice came back since
         self._run = 0  # consecutive frames of the state that would flip ``in_speech``
         self._frames = 0
+        self._start = 0  # the frame where the turn in progress started
 
-    def update(self, scores: Iterable[float], start_at: float, stop_below: float) -> list[tuple[str, int]]:
+    def update(self, scores: Iterable[float], start_at: float, stop_below: float,
+               judge: Judge | None = None) -> list[tuple[str, int]]:
         """``(kind, frame)`` for each turn edge: ``frame`` is the first frame of the run that flipped it (a resume: the
-        voiced frame; a pause: the frame after the last one heard, so the audio before it is what was heard)."""
+        voiced frame; a pause: the frame after the last one heard, so the audio before it is what was heard).
+        With ``judge``, a pause it calls the turn's end is a stop (at the pause's first silent frame)."""
         edges: list[tuple[str, int]] = []
         for score in scores:
             voiced = score >= (stop_below if self.in_speech else start_at)
@@ -99,10 +112,17 @@ class TurnTracker:
             if self._run >= need:
                 self.in_speech, self._run, self.paused = not self.in_speech, 0, False
                 edges.append(("speech_started" if self.in_speech else "speech_stopped", self._frames - need))
+                self._start = self._frames - need
             elif self.in_speech and self._need_pause and self._run == self._need_pause:
-                self.paused = True
-                edges.append(("speech_paused", self._frames))
+                edges.append(self._pause(judge))
         return edges
+
+    def _pause(self, judge: Judge | None) -> tuple[str, int]:
+        if judge is not None and judge(self._start, self._frames):
+            self.in_speech, self._run = False, 0
+            return "speech_stopped", self._frames - self._need_pause
+        self.paused = True
+        return "speech_paused", self._frames
 
 
 def frame_dbfs(frames: np.ndarray) -> np.ndarray:
@@ -114,13 +134,17 @@ def frame_dbfs(frames: np.ndarray) -> np.ndarray:
 class EnergyVad:
     """Streams samples in any piece sizes; yields start/stop events at frame resolution."""
 
-    inline = True  # cheap enough for the event loop
-
-    def __init__(self, config: VadConfig, sample_rate: int) -> None:
-        self.config = config
+    def __init__(self, config: VadConfig, sample_rate: int, judge: TurnJudge | None = None) -> None:
+        """``judge``: semantic_vad's, at ``sample_rate`` and this detector's frames (None: pauses only reported)."""
+        self.config, self.judge = config, judge
         self.frame = sample_rate * FRAME_MS // 1000
         self._turns = TurnTracker(config, FRAME_MS)
         self._pending = np.zeros(0, dtype=np.float32)
+
+    @property
+    def inline(self) -> bool:
+        """Cheap enough for the event loop, unless a classifier judges its pauses."""
+        return self.judge is None
 
     @property
     def in_speech(self) -> bool:
@@ -129,6 +153,8 @@ class EnergyVad:
     def reset(self) -> None:
         self._pending = np.zeros(0, dtype=np.float32)
         self._turns.reset()
+        if self.judge is not None:
+            self.judge.reset()
 
     def feed(self, samples: np.ndarray) -> list[VadEvent]:
         data = np.concatenate([self._pending, np.asarray(samples, dtype=np.float32)])
@@ -136,6 +162,9 @@ class EnergyVad:
         self._pending = data[n * self.frame:]
         if n == 0:
             return []
+        if self.judge is not None:
+            self.judge.heard(data[: n * self.frame])
         levels = frame_dbfs(data[: n * self.frame].reshape(n, self.frame)).tolist()
         level = self.config.threshold_dbfs
-        return [VadEvent(kind, frame * self.frame) for kind, frame in self._turns.update(levels, level, level)]
+        edges = self._turns.update(levels, level, level, self.judge)
+        return [VadEvent(kind, frame * self.frame) for kind, frame in edges]

@@ -227,10 +227,14 @@ def test_beta_clients_get_beta_event_names(server: LiveServer) -> None:
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("eagerness", ["low", "high"])
-def test_semantic_vad_eagerness_sets_the_silence(eagerness: str) -> None:
-    from omnistage.entrypoints.openai.realtime.protocol import EAGERNESS_SILENCE_MS, SessionConfig, update_session
+@pytest.mark.parametrize(("eagerness", "longest_ms"), [("low", 8000), ("medium", 4000), ("auto", 4000),
+                                                      ("high", 2000)])
+def test_semantic_vad_eagerness_sets_the_longest_wait(eagerness: str, longest_ms: int) -> None:
+    """OpenAI's documented maxima (low ~8 s, medium ~4 s, high ~2 s, auto is medium): the silence that ends a turn
+    the classifier judged incomplete; the classifier is asked after 200 ms."""
+    from omnistage.entrypoints.openai.realtime.protocol import SessionConfig, update_session
 
     config, errors = update_session(SessionConfig(), {"session": {"audio": {"input": {"turn_detection": {
         "type": "semantic_vad", "eagerness": eagerness}}}}})
-    assert not errors and config.turn_detection.vad.silence_duration_ms == EAGERNESS_SILENCE_MS[eagerness]
+    assert not errors and config.turn_detection.vad.silence_duration_ms == longest_ms
+    assert config.turn_detection.vad.pause_ms == 200 and config.turn_detection.semantic

@@ -85,6 +85,12 @@ def add_realtime_parser(targets: argparse._SubParsersAction) -> None:
                          "the sessions' turns end together)")
     rt.add_argument("--barge-in", action=argparse.BooleanOptionalAction, default=True,
                     help="end each session with an interrupted reply (barge-in stop time)")
+    rt.add_argument("--turn-detection", nargs="+", choices=["semantic", "server"], default=None,
+                    help="measure turn detection instead of utterance lengths: each turn one sentence, most "
+                         "with 300-700 ms pauses inside, under semantic_vad and/or server_vad (false starts, "
+                         "cut-offs, the classifier's decisions)")
+    rt.add_argument("--eagerness", choices=["low", "medium", "high", "auto"], default="auto",
+                    help="semantic_vad's eagerness with --turn-detection semantic (default auto)")
     rt.add_argument("--underrun-tolerance", type=float, default=0.0, help="shortfall (s) a stream may have")
     rt.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
     rt.set_defaults(func=_lazy_main("omnistage.tools.bench.realtime"))

@@ -25,6 +25,16 @@ shift its session's later turns, how long the sessions stayed aligned would be
 chance, and it would differ between utterance lengths, mixing length with
 alignment. Either way, every level has the same phases.
 
+``--turn-detection semantic server`` (either or both) measures turn detection
+instead of utterance lengths: each turn is one whole sentence, seven of twelve with
+300–700 ms pauses inside (``realtime_sentences.py``), under ``semantic_vad``
+(``--eagerness``) or ``server_vad``. Each level then also reports its false
+starts (a turn ended while its sentence was still being spoken, per pause inside
+one: ``false_start_rate``), its cut-offs (such a reply's audio reached the user
+before it was cancelled) and, for semantic_vad, the classifier's decisions as
+the client sees them: a finished sentence ended well before the eagerness's
+longest wait is a "complete", a pause that ended a turn is a "complete" too.
+
 The server is ``--url`` (a running ``omnistage serve``), or else one started
 here for the run (``omnistage serve MODEL`` on a free local port).
 """
@@ -42,10 +52,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from omnistage.audio.turn_judge import EAGERNESS_MAX_MS
+from omnistage.tools.bench.realtime_sentences import Sentence, sentences
 from omnistage.tools.bench.realtime_session import BargeIn, BenchSession, SessionPlan, TurnAlignment, TurnRecord
 from omnistage.tools.bench.realtime_speech import shorten_pauses, synthesize
 
@@ -72,6 +85,21 @@ def start_offsets(concurrency: int, utterance_s: float, staggered: bool) -> list
 
 def _pct(values: list[float], p: float) -> float | None:
     return float(np.percentile(values, p)) if values else None
+
+
+def turn_figures(turns: list[TurnRecord], false_replies: list[TurnRecord], detection: str,
+                 eagerness: str) -> dict[str, object]:
+    """False starts per pause inside a sentence, cut-offs, and (semantic_vad) the classifier's decisions as seen:
+    a sentence's end judged complete when its turn ended before half the eagerness's longest wait."""
+    pauses, false = sum(t.pauses for t in turns), sum(t.false_starts for t in turns)
+    ends = [t.stopped - t.eos for t in turns if t.stopped is not None]
+    semantic = detection == "semantic_vad"
+    half_s = EAGERNESS_MAX_MS[eagerness] / 2000
+    return {"turn_detection": detection, "eagerness": eagerness if semantic else None,
+            "mid_sentence_pauses": pauses, "false_starts": false, "false_start_rate": false / pauses if pauses else None,
+            "cut_offs": sum(1 for r in false_replies if r.first_audio is not None),
+            "ends_judged_complete": sum(1 for e in ends if e < half_s) / len(ends) if semantic and ends else None,
+            "pauses_judged_complete": false / pauses if semantic and pauses else None}
 
 
 def summarize(concurrency: int, utterance_s: float, streaming: bool | None, sessions: list[list[TurnRecord]],
@@ -117,7 +145,8 @@ def _ms(values: list[float]) -> list[float]:
 
 
 def session_plans(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
-                  speech: np.ndarray, level: int) -> list[SessionPlan]:
+                  speech: np.ndarray, level: int, said: tuple[Sentence, ...] = (),
+                  detection: str = "server_vad") -> list[SessionPlan]:
     """One level's sessions. Session ``i``'s turns end with the same words at every level, so a level's on and off
     modes, and its utterance lengths, are compared over the same VAD silence waits (a 100 ms packet more or less
     when speech ends mid-word, which would otherwise fall on one mode's turns and not the other's). Each level's
@@ -126,22 +155,26 @@ def session_plans(url: str, concurrency: int, utterance_s: float, streaming: boo
     staggered = args.start == "staggered"
     starts = start_offsets(concurrency, utterance_s, staggered)
     alignment = None if staggered else TurnAlignment(concurrency)
-    spoken = (speech * (1.0 - LEVEL_GAIN_STEP * level)).astype(np.float32)
+    gain = 1.0 - LEVEL_GAIN_STEP * level
+    spoken = (speech * gain).astype(np.float32)
+    said = tuple(replace(s, audio=(s.audio * gain).astype(np.float32)) for s in said)
     return [SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in, spoken,
                         end_s=SESSION_END_STEP_S * i + FIRST_END_S, reply_audio_s=args.reply_audio_seconds,
-                        start_s=starts[i], alignment=alignment)
+                        start_s=starts[i], alignment=alignment, turn_detection=detection,
+                        eagerness=getattr(args, "eagerness", "auto"), sentences=said, first_sentence=5 * i)
             for i in range(concurrency)]
 
 
 async def run_level(url: str, concurrency: int, utterance_s: float, streaming: bool | None, args: argparse.Namespace,
-                    speech: np.ndarray, level: int) -> tuple[list[list[TurnRecord]], list[BargeIn]]:
-    sessions = [BenchSession(plan)
-                for plan in session_plans(url, concurrency, utterance_s, streaming, args, speech, level)]
+                    speech: np.ndarray, level: int, said: tuple[Sentence, ...] = (),
+                    detection: str = "server_vad") -> tuple[list[BenchSession], list[BargeIn]]:
+    sessions = [BenchSession(plan) for plan in session_plans(url, concurrency, utterance_s, streaming, args, speech,
+                                                             level, said, detection)]
     results = await asyncio.gather(*(s.run() for s in sessions), return_exceptions=True)
     for session, result in zip(sessions, results):
         if isinstance(result, BaseException):
             session.turns.append(TurnRecord(utterance_s, error=f"{type(result).__name__}: {result}"))
-    return [s.turns for s in sessions], [s.barge for s in sessions if s.barge is not None]
+    return sessions, [s.barge for s in sessions if s.barge is not None]
 
 
 @contextlib.contextmanager
@@ -208,9 +241,11 @@ def print_table(levels: list[dict[str, object]]) -> None:
     cols = ("concurrency", "utterance_s", "streaming_input", "eos_to_first_audio_ms_p50", "eos_to_first_audio_ms_p95",
             "speech_stopped_to_first_audio_ms_p50", "vad_wait_ms_p50", "eos_to_first_text_ms_p50", "reply_rtf_p50",
             "underrun_streams", "underrun_ms_max", "barge_in_stop_ms_p50", "barge_in_cancel_ms_p50", "failed_turns",
-            "speculative_used", "speculative_dropped", "prefill_tokens_per_turn")
+            "speculative_used", "speculative_dropped", "turn_detection", "false_start_rate", "cut_offs",
+            "ends_judged_complete", "prefill_tokens_per_turn")
     short = ("conc", "utt_s", "stream", "audio_p50", "audio_p95", "stop>aud50", "vad_p50", "text_p50", "rtf",
-             "underrun", "under_max", "barge_p50", "cancel_p50", "fail", "spec_used", "spec_drop", "prefill/turn")
+             "underrun", "under_max", "barge_p50", "cancel_p50", "fail", "spec_used", "spec_drop", "detection",
+             "false_st", "cut_offs", "end_cmpl", "prefill/turn")
     print(" ".join(f"{c:>10}" for c in short))
     for level in levels:
         cells = [", ".join(f"{x:.0f}" for x in level[c]) or "-" if c == "prefill_tokens_per_turn" else
@@ -220,24 +255,49 @@ def print_table(levels: list[dict[str, object]]) -> None:
             print(f"{'':>10} errors: {level['errors']}")
 
 
+def _groups(args: argparse.Namespace, said: tuple[Sentence, ...]) -> list[tuple[float, str]]:
+    """(utterance seconds, turn detection) of each group of levels at one concurrency: the utterance lengths under
+    server_vad, or with sentences each asked turn detection (their mean length stands for the utterance's)."""
+    if not said:
+        return [(u, "server_vad") for u in args.utterance_seconds]
+    mean_s = float(np.mean([s.seconds for s in said]))
+    return [(mean_s, f"{name}_vad") for name in args.turn_detection]
+
+
+async def _level(base: str, url: str, concurrency: int, utterance_s: float, streaming: bool | None,
+                 args: argparse.Namespace, speech: np.ndarray, level: int, said: tuple[Sentence, ...],
+                 detection: str) -> dict[str, object]:
+    before = await asyncio.to_thread(speculations, base)
+    sessions, barges = await run_level(url, concurrency, utterance_s, streaming, args, speech, level, said, detection)
+    turns = [s.turns for s in sessions]
+    figures = summarize(concurrency, utterance_s, streaming, turns, barges, args.underrun_tolerance)
+    figures.update(turn_figures([t for ts in turns for t in ts], [r for s in sessions for r in s.false_replies],
+                                detection, getattr(args, "eagerness", "auto")))
+    after = await asyncio.to_thread(speculations, base)
+    figures.update({f"speculative_{name}": after[name] - before[name] for name in after})
+    figures["start"] = args.start
+    return figures
+
+
 async def _bench(base: str, args: argparse.Namespace) -> list[dict[str, object]]:
     name = args.served_model or _served_name(base)
     url = base.replace("http", "ws", 1) + f"/v1/realtime?model={name}"
     speech, source = synthesize()
     speech = shorten_pauses(speech)
     print(f"speech: {source}, {len(speech) / 24000:.1f} s paragraph")
+    said: tuple[Sentence, ...] = ()
+    if getattr(args, "turn_detection", None):
+        made, source = sentences()
+        said = tuple(made)
+        print(f"sentences: {source}, {len(said)}, {sum(len(s.pauses) for s in said)} pauses inside them")
     levels: list[dict[str, object]] = []
     k = 0
     for concurrency in args.concurrency:
-        for utterance_s in args.utterance_seconds:
+        for utterance_s, detection in _groups(args, said):
             modes = _modes(args.streaming_input)
             for streaming in modes if k % 2 == 0 else modes[::-1]:  # alternate which mode runs first
-                before = await asyncio.to_thread(speculations, base)
-                turns, barges = await run_level(url, concurrency, utterance_s, streaming, args, speech, len(levels))
-                levels.append(summarize(concurrency, utterance_s, streaming, turns, barges, args.underrun_tolerance))
-                after = await asyncio.to_thread(speculations, base)
-                levels[-1].update({f"speculative_{name}": after[name] - before[name] for name in after})
-                levels[-1]["start"] = args.start
+                levels.append(await _level(base, url, concurrency, utterance_s, streaming, args, speech, len(levels),
+                                           said, detection))
                 print_table(levels[-1:])
             k += 1
     return levels

@@ -12,6 +12,14 @@ of audio would both stretch the run and load the other sessions' turns. The
 barge-in turn speaks again once the reply's audio has started: its stop time
 runs from the new speech's onset (the packet that carried it) to the
 interrupted reply's last audio delta.
+
+With sentences (``--turn-detection``: ``realtime_sentences.py``) each turn is one
+sentence, some with pauses inside them, under the plan's turn detection. A
+``speech_stopped`` that comes while the sentence is still being spoken is a *false
+start* (the server ended the turn mid-sentence); the reply it starts is kept apart
+from the turn's, and one whose audio began before it was cancelled is a *cut-off*
+(the agent talked over the user). The turn's own reply is the one created after its
+last packet.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from omnistage.tools.bench.metrics import StreamRecord
+from omnistage.tools.bench.realtime_sentences import Sentence
 from omnistage.tools.bench.realtime_speech import APPEND_S, RATE, appends, silence_packet, utterance
 
 # The interrupted reply's cap: long enough to be still running when the new speech starts, short enough that its
@@ -51,6 +60,8 @@ class TurnRecord:
     cached_tokens: int = 0
     error: str | None = None
     cut: bool = False  # the client cancelled the reply once it had heard enough of it (reply_audio_s)
+    pauses: int = 0  # pauses inside the sentence spoken (sentences only)
+    false_starts: int = 0  # speech_stopped events that came while the sentence was being spoken
 
     @property
     def ok(self) -> bool:
@@ -137,6 +148,10 @@ class SessionPlan:
     reply_audio_s: float = 0.0  # audio heard of each reply before the client cancels it (0: all of it)
     start_s: float = 0.0  # microphone silence before the first turn (sessions staggered over a turn's cycle)
     alignment: TurnAlignment | None = None  # shared by the level's sessions: each turn starts with every other's
+    turn_detection: str = "server_vad"  # or "semantic_vad"
+    eagerness: str = "auto"  # semantic_vad's
+    sentences: tuple[Sentence, ...] = ()  # each turn one of these, from first_sentence on (none: the paragraph)
+    first_sentence: int = 0
 
 
 class BenchSession:
@@ -150,6 +165,8 @@ class BenchSession:
         self._ws: Any = None
         self._barged: TurnRecord | None = None  # the reply the barge-in interrupts
         self._clock = 0.0  # when the next microphone packet is due
+        self._speaking: TurnRecord | None = None  # the turn whose sentence is being spoken
+        self.false_replies: list[TurnRecord] = []  # replies begun mid-sentence (kept out of the turns' figures)
 
     async def run(self) -> None:
         import websockets
@@ -175,10 +192,15 @@ class BenchSession:
         session: dict[str, Any] = {
             "type": "realtime", "output_modalities": ["audio"], "max_output_tokens": self.plan.reply_tokens,
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
-                                "turn_detection": {"type": "server_vad"}}}}
+                                "turn_detection": self._turn_detection()}}}
         if self.plan.streaming_input is not None:
             session["streaming_input"] = self.plan.streaming_input
         return session
+
+    def _turn_detection(self) -> dict[str, Any]:
+        if self.plan.turn_detection == "semantic_vad":
+            return {"type": "semantic_vad", "eagerness": self.plan.eagerness}
+        return {"type": "server_vad"}
 
     async def _send_packet(self, pcm: bytes) -> float:
         """Sends one packet when a microphone would (at the end of the 100 ms it recorded)."""
@@ -219,7 +241,16 @@ class BenchSession:
         await self._align()
         await self._silence_for(0.5)  # a breath between turns
         self._pending, self._finished = turn, asyncio.Event()
-        turn.eos = (await self._speak(turn.utterance_s, self.plan.end_s + index * TURN_END_STEP_S))[-1]
+        if not self.plan.sentences:
+            turn.eos = (await self._speak(turn.utterance_s, self.plan.end_s + index * TURN_END_STEP_S))[-1]
+            return
+        sentence = self.plan.sentences[(self.plan.first_sentence + index) % len(self.plan.sentences)]
+        turn.utterance_s, turn.pauses, self._speaking = sentence.seconds, len(sentence.pauses), turn
+        try:
+            for pcm in appends(sentence.audio):
+                turn.eos = await self._send_packet(pcm)
+        finally:
+            self._speaking = None
 
     async def _align(self) -> None:
         """With a turn alignment, sends silence until every session is ready for its next turn. The sessions' packet
@@ -270,8 +301,14 @@ class BenchSession:
     def _on_event(self, event: dict[str, Any], now: float) -> bool:
         """Records one server event; True when the reply it belongs to should now be cancelled."""
         kind = event.get("type", "")
-        if kind == "input_audio_buffer.speech_stopped" and self._pending is not None:
+        if kind == "input_audio_buffer.speech_stopped" and self._speaking is not None:
+            self._speaking.false_starts += 1
+        elif kind == "input_audio_buffer.speech_stopped" and self._pending is not None:
             self._pending.stopped = self._pending.stopped or now
+        if kind == "response.created" and self._speaking is not None:
+            self.false_replies.append(TurnRecord(0.0))
+            self._by_response[event["response"]["id"]] = self.false_replies[-1]
+            return False
         if kind == "response.created" and self._pending is not None:
             self._by_response[event["response"]["id"]] = self._pending
             self._pending = None
@@ -309,4 +346,5 @@ class BenchSession:
             self.barge.last_audio = turn.audio[-1][0] if turn.audio else None
         if turn.status == "failed" and turn.error is None:
             turn.error = str((response.get("status_details") or {}).get("error", "failed"))
-        self._finished.set()
+        if all(turn is not false for false in self.false_replies):
+            self._finished.set()

@@ -47,9 +47,11 @@ def _arguments(text: str) -> object:
         return text
 
 
-def _messages(spec: PromptSpec) -> tuple[list[dict[str, Any]], list[np.ndarray | ListenedAudio]]:
+def _messages(spec: PromptSpec) -> tuple[list[dict[str, Any]], list[np.ndarray | ListenedAudio], list[object]]:
+    """The template's messages, and the audios and images their placeholders stand for, in order."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": spec.instructions}] if spec.instructions else []
     audios: list[np.ndarray | ListenedAudio] = []
+    images: list[object] = []
     for item in spec.items:
         if item.type == "function_call":
             call = {"id": item.call_id, "type": "function",
@@ -61,21 +63,24 @@ def _messages(spec: PromptSpec) -> tuple[list[dict[str, Any]], list[np.ndarray |
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif item.type == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
-        elif item.audio is not None:
-            audios.append(item.listened or item.audio)  # streamed input: the frames its prefill used
-            parts: list[dict[str, str]] = [{"type": "audio"}]
+        elif item.audio is not None or item.images:
+            images.extend(item.images)
+            parts: list[dict[str, str]] = [{"type": "image"} for _ in item.images]
+            if item.audio is not None:
+                audios.append(item.listened or item.audio)  # streamed input: the frames its prefill used
+                parts.append({"type": "audio"})
             if item.text:
                 parts.append({"type": "text", "text": item.text})
             messages.append({"role": item.role, "content": parts})
         else:
             messages.append({"role": item.role, "content": item.text})
-    return messages, audios
+    return messages, audios, images
 
 
 def render_prompt(processor: PromptProcessor, spec: PromptSpec) -> ProcessedPrompt:
-    messages, audios = _messages(spec)
+    messages, audios, images = _messages(spec)
     ids = processor.apply_chat_template(messages, spec.tools, assistant_prefix=spec.assistant_prefix)
-    return processor.process(ids, audios=audios)
+    return processor.process(ids, audios=audios, images=images)
 
 
 def render_prompt_job(processor: PromptProcessor, spec: PromptSpec, token: CancelToken) -> ProcessedPrompt:

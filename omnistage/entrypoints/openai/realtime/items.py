@@ -1,6 +1,8 @@
 """Conversation items of a realtime session: what a client may create and what the server reports.
 
-An item is a message (system, user or assistant: text and/or audio), a
+An item is a message (system, user or assistant: text and/or audio; a user's may
+hold images too, ``input_image`` parts with base64 ``data:`` URLs, for models with
+vision), a
 ``function_call`` (the model's call: name and JSON arguments) or a
 ``function_call_output`` (the client's result for a ``call_id``). Client item
 ids are kept; a missing one is made. Audio is held at 16 kHz (what the audio
@@ -19,14 +21,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
-from omnistage.entrypoints.openai.common.errors import quoted
+from omnistage.entrypoints.openai.common.errors import MediaError, quoted
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat
 from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.entrypoints.openai.realtime.protocol import new_id
 from omnistage.processing.listened_audio import ListenedAudio
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from omnistage.entrypoints.openai.realtime.budget import SessionMeter
+    from omnistage.entrypoints.openai.server_config import ServerLimits
 
 ROLES = ("system", "user", "assistant")
 MAX_ID_CHARS = 64
@@ -49,12 +54,14 @@ class Item:
     status: str = "completed"
     transcript: str | None = None  # a user audio turn's transcript, once made
     listened: ListenedAudio | None = None  # its audio with the features frozen while it was spoken (listening.py)
+    images: tuple[Image.Image, ...] = ()  # a user's images (RGB), before its audio and text in the prompt
 
     @property
     def nbytes(self) -> int:
         """What the item holds: its audio, the features frozen while it was spoken, its strings (as Python stores
         them), and its objects."""
         audio = 0 if self.audio is None else self.audio.nbytes
+        audio += sum(3 * image.width * image.height for image in self.images)
         if self.listened is not None:
             audio += self.listened.head.element_size() * self.listened.head.nelement()
         strings = (self.id, self.text, self.call_id, self.name, self.arguments, self.output)
@@ -74,10 +81,10 @@ class Item:
             if self.spoken:
                 return [{"type": "output_audio", "transcript": self.text}]
             return [{"type": "output_text", "text": self.text}]
-        parts: list[dict[str, Any]] = []
+        parts: list[dict[str, Any]] = [{"type": "input_image", "detail": "auto"} for _ in self.images]
         if self.audio is not None:
             parts.append({"type": "input_audio", "transcript": self.transcript})
-        if self.text or self.audio is None:
+        if self.text or (self.audio is None and not self.images):
             parts.append({"type": "input_text", "text": self.text})
         return parts
 
@@ -106,6 +113,15 @@ def _audio_part(part: dict[str, Any]) -> str:
     return data
 
 
+def _image_part(part: dict[str, Any]) -> str:
+    url = part.get("image_url")
+    header, sep, payload = url.partition(",") if isinstance(url, str) else ("", "", "")
+    if not sep or not header.startswith("data:image/") or not header.endswith(";base64"):
+        raise EventError("invalid_value", "an input_image part needs 'image_url' as a data:image/...;base64,... URL",
+                         "item.content")
+    return payload
+
+
 def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> ParsedItem:
     role = item.get("role")
     if role not in ROLES:
@@ -115,6 +131,7 @@ def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Pars
         raise EventError("invalid_value", "a message item needs a list of content parts", "item.content")
     texts: list[str] = []
     audios: list[str] = []
+    images: list[str] = []
     spoken = False
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -125,6 +142,8 @@ def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Pars
             spoken = True
         elif kind == "input_audio" and role == "user":
             audios.append(_audio_part(part))
+        elif kind == "input_image" and role == "user":
+            images.append(_image_part(part))
         else:
             raise EventError("invalid_value", f"a {role} message cannot hold a {quoted(kind)} part", "item.content")
     # Bounded from the base64's length, before a byte is decoded.
@@ -132,7 +151,7 @@ def _message(item: dict[str, Any], fmt: InputFormat, max_seconds: float) -> Pars
         raise EventError("input_audio_buffer_too_long", f"the item's audio is longer than {max_seconds:g} s",
                          "item.content")
     return ParsedItem(Item(_id(item, "item"), "message", role=role, text="".join(texts), spoken=spoken),
-                      tuple(audios))
+                      tuple(audios), tuple(images))
 
 
 @dataclass(frozen=True)
@@ -141,14 +160,22 @@ class ParsedItem:
 
     item: Item
     audio: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()  # base64 (each a data: URL's payload)
 
     @property
     def audio_chars(self) -> int:
-        return sum(len(a) for a in self.audio)
+        return sum(len(a) for a in self.audio) + sum(len(i) for i in self.images)
 
-    def decode(self, fmt: InputFormat, token: CancelToken) -> Item:
-        """The item with its audio decoded and resampled to 16 kHz (a ``DecodePool`` job: 600 s of G.711 took
-        0.4 s, which on the event loop stalled every session and request)."""
+    def decode(self, fmt: InputFormat, limits: ServerLimits, token: CancelToken) -> Item:
+        """The item with its audio decoded and resampled to 16 kHz, its images decoded (``limits``: their bytes and
+        pixels); a ``DecodePool`` job: 600 s of G.711 took 0.4 s, which on the event loop stalled every session and
+        request."""
+        from omnistage.entrypoints.openai.media.loaders import decode_base64, decode_image
+
+        try:
+            self.item.images = tuple(decode_image(decode_base64(data, limits), limits) for data in self.images)
+        except MediaError as exc:
+            raise EventError(exc.code, str(exc), "item.content") from exc
         pieces = []
         for data in self.audio:
             token.check()
@@ -162,16 +189,21 @@ class ParsedItem:
         return self.item
 
 
-async def decoded(parsed: list[ParsedItem], fmt: InputFormat, pool: DecodePool) -> tuple[Item, ...]:
-    """The items, their audio decoded in ``pool`` (those without audio as they are)."""
+async def decoded(parsed: list[ParsedItem], fmt: InputFormat, pool: DecodePool,
+                  limits: ServerLimits) -> tuple[Item, ...]:
+    """The items, their audio and images decoded in ``pool`` (those without either as they are)."""
+    if any(len(p.images) > limits.max_media_items for p in parsed):
+        raise EventError("too_many_media_items", f"an item holds more than {limits.max_media_items} images "
+                         "(--max-media-items)", "item.content")
     chars = sum(p.audio_chars for p in parsed)
     if not chars:
         return tuple(p.item for p in parsed)
-    return await pool.run_sized(chars, _decode_all, parsed, fmt)
+    return await pool.run_sized(chars, _decode_all, parsed, fmt, limits)
 
 
-def _decode_all(parsed: list[ParsedItem], fmt: InputFormat, token: CancelToken) -> tuple[Item, ...]:
-    return tuple(p.decode(fmt, token) for p in parsed)
+def _decode_all(parsed: list[ParsedItem], fmt: InputFormat, limits: ServerLimits,
+                token: CancelToken) -> tuple[Item, ...]:
+    return tuple(p.decode(fmt, limits, token) for p in parsed)
 
 
 def parse_item(item: object, fmt: InputFormat, max_seconds: float) -> ParsedItem:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from omnistage.audio.g711 import G711_RATE
-from omnistage.audio.vad import VadConfig
 from omnistage.core import Usage
 from omnistage.entrypoints.openai.common.errors import quoted, scrub_reprs
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
@@ -33,6 +32,7 @@ from omnistage.entrypoints.openai.realtime.audio_formats import (
 from omnistage.entrypoints.openai.realtime.event_error import EventError, event_id
 from omnistage.entrypoints.openai.realtime.event_types import COMMON, EVENTS, SESSION, mistyped, without
 from omnistage.entrypoints.openai.realtime.truncation import Truncation, parse_truncation
+from omnistage.entrypoints.openai.realtime.turn_detection import TurnDetection, parse_turn_detection
 
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
                  "input_audio_buffer.clear", "conversation.item.create", "conversation.item.retrieve",
@@ -42,8 +42,6 @@ CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buf
 CONVERSATION_EVENTS = frozenset({"conversation.item.create", "conversation.item.retrieve", "conversation.item.truncate",
                                  "conversation.item.delete", "response.create", "response.cancel",
                                  "output_audio_buffer.clear"})
-# semantic_vad's eagerness as the silence that ends a turn (its stand-in here is the VAD: low waits longest).
-EAGERNESS_SILENCE_MS = {"low": 1500, "medium": 800, "auto": 800, "high": 300}
 
 
 def new_id(prefix: str) -> str:
@@ -87,25 +85,6 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
     if faults:
         raise EventError("invalid_type", faults[0].message, faults[0].param, event_id(event))
     return event
-
-
-@dataclass(frozen=True)
-class TurnDetection:
-    """``server_vad`` (the VAD's own settings) or ``semantic_vad`` (its eagerness chooses the silence)."""
-
-    kind: str = "server_vad"
-    vad: VadConfig = field(default_factory=VadConfig)
-    create_response: bool = True
-    interrupt_response: bool = True
-    eagerness: str = "auto"
-
-    def describe(self) -> dict[str, Any]:
-        common = {"type": self.kind, "create_response": self.create_response,
-                  "interrupt_response": self.interrupt_response}
-        if self.kind == "semantic_vad":
-            return {**common, "eagerness": self.eagerness}
-        return {**common, "threshold": self.vad.threshold, "silence_duration_ms": self.vad.silence_duration_ms,
-                "prefix_padding_ms": self.vad.prefix_padding_ms}
 
 
 @dataclass(frozen=True)
@@ -180,27 +159,6 @@ def _max_tokens(value: Any, param: str) -> int | None:  # noqa: ANN401
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise EventError("invalid_value", f"{param} must be a positive integer or 'inf'", param)
     return value
-
-
-def _turn_detection(value: Any, current: TurnDetection | None, param: str) -> TurnDetection | None:  # noqa: ANN401
-    if value is None:
-        return None
-    kind = value.get("type", "server_vad") if isinstance(value, dict) else None
-    if kind not in ("server_vad", "semantic_vad"):
-        raise EventError("invalid_value", f"{param} must be null, server_vad or semantic_vad", param)
-    base = current if current is not None and current.kind == kind else TurnDetection(kind)
-    flags = {k: bool(value[k]) for k in ("create_response", "interrupt_response") if k in value}
-    try:
-        if kind == "semantic_vad":
-            eagerness = value.get("eagerness", base.eagerness)
-            if eagerness not in EAGERNESS_SILENCE_MS:
-                raise ValueError(f"eagerness must be one of {', '.join(EAGERNESS_SILENCE_MS)}")
-            vad = replace(base.vad, silence_duration_ms=EAGERNESS_SILENCE_MS[eagerness])
-            return replace(base, vad=vad, eagerness=eagerness, **flags)
-        known = {k: value[k] for k in ("threshold", "silence_duration_ms", "prefix_padding_ms") if k in value}
-        return replace(base, vad=replace(base.vad, **known), **flags)
-    except (TypeError, ValueError) as exc:
-        raise EventError("invalid_value", f"{param}: {exc}", param) from exc
 
 
 def _tools(value: Any, param: str) -> tuple[dict[str, Any], ...]:  # noqa: ANN401
@@ -315,7 +273,7 @@ def update_session(config: SessionConfig, event: dict[str, Any]) -> tuple[Sessio
     if not isinstance(session, dict):
         raise EventError("invalid_event", "session.update needs a 'session' object", "session", event_id(event))
     parsers = {"kind": _kind, "voice": _string, "output_modalities": _modalities, "instructions": _string,
-               "turn_detection": lambda v, p: _turn_detection(v, config.turn_detection, p),
+               "turn_detection": lambda v, p: parse_turn_detection(v, config.turn_detection, p),
                "input_format": _input_format, "output_format": _output_format, "transcription": _transcription,
                "max_output_tokens": _max_tokens, "temperature": _temperature, "tools": _tools,
                "tool_choice": _tool_choice, "truncation": _truncation, "streaming_input": lambda v, p: v,

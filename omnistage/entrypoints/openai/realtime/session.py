@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from omnistage.audio.smart_turn import EXTRA_HINT
 from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.common.voice_names import UnknownVoice, VoiceBook
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
@@ -45,9 +46,11 @@ def check_output(engine: OmniEngine, voices: VoiceBook, modalities: tuple[str, .
 
 class SessionState:
     def __init__(self, engine: OmniEngine, voices: VoiceBook, limits: ServerLimits, beta: bool,
-                 kind: str = "realtime", meter: SessionMeter | None = None) -> None:
-        """``meter``: where the conversation's items are charged (the server's realtime budget)."""
+                 kind: str = "realtime", meter: SessionMeter | None = None, semantic_vad: bool = True) -> None:
+        """``meter``: where the conversation's items are charged (the server's realtime budget); ``semantic_vad``:
+        the server has its classifier (else asking for it is an error and the turn detection stays)."""
         self.engine, self.voices, self.limits, self.beta = engine, voices, limits, beta
+        self.semantic_vad = semantic_vad
         modalities = ("text", "audio") if engine.supports_audio else ("text",)
         # A family whose talker was trained under one system prompt (Qwen2.5-Omni) gets it until the client says.
         self.config = SessionConfig(voice=voices.default, output_modalities=modalities, kind=kind,
@@ -79,6 +82,10 @@ class SessionState:
         if config.input_format != old.input_format and buffered:
             keep("input_format", EventError("invalid_value", "the input format cannot change while the buffer holds "
                                             "audio; commit or clear it first", "session.audio.input.format", eid))
+        if config.turn_detection is not None and config.turn_detection.semantic and not self.semantic_vad:
+            keep("turn_detection", EventError("semantic_vad_unavailable", "semantic_vad needs the Smart Turn "
+                                              f"classifier, which this server lacks: {EXTRA_HINT}; the turn detection "
+                                              "is unchanged", "session.audio.input.turn_detection", eid))
         try:
             check_output(self.engine, self.voices, config.output_modalities, config.voice, "session", eid)
         except EventError as exc:

@@ -23,6 +23,8 @@ from omnistage.entrypoints.openai.common.admission import Overloaded
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat, decode_base64_audio
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
+from omnistage.entrypoints.openai.realtime.event_error import EventError
+from omnistage.entrypoints.openai.realtime.idle_timeout import IdleTimeout
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.protocol import new_id, response_options, server_event
@@ -52,8 +54,10 @@ class SessionAudio:
     speech_item: str
     speculation: Speculation | None  # the speculative reply of the turn in progress
     response: asyncio.Task[None] | None
+    idle: IdleTimeout  # server_vad's idle_timeout_ms (idle_timeout.py)
 
     async def send(self, event: dict[str, Any]) -> None: ...
+    async def fail(self, exc: EventError) -> None: ...
     async def _commit(self, item_id: str | None, start: int = 0, heard: Item | None = None) -> None: ...
     async def _cancel_response(self, reason: CancelReason = "client_cancelled") -> None: ...
     async def _start_response(self, options: Any, eid: str | None,  # noqa: ANN401
@@ -61,10 +65,11 @@ class SessionAudio:
 
     def _vad_config(self) -> VadConfig | None:
         """The session's server VAD, reporting pauses when a turn's end starts a response and streaming input is
-        on (the speculative reply's pause: the session's ``speculative_reply_ms``, else the server's)."""
+        on (the speculative reply's pause: the session's ``speculative_reply_ms``, else the server's). semantic_vad's
+        pauses are its classifier's to judge: its "complete" ends the turn, and the reply starts then."""
         detection = self.state.config.turn_detection
-        if detection is None:
-            return None
+        if detection is None or detection.semantic:
+            return None if detection is None else detection.vad
         ms = self._speculative_reply_ms
         return replace(detection.vad, pause_ms=ms if self._streams_input and detection.create_response else 0)
 
@@ -78,9 +83,13 @@ class SessionAudio:
         on = self.state.config.streaming_input
         return self.state.config.kind == "realtime" and (self.service.streaming_input if on is None else on)
 
+    def _make_vad(self) -> Vad | None:
+        detection = self.state.config.turn_detection
+        return self.service.vad.make(self._vad_config(), self.buffer.rate, detection is not None and detection.semantic)
+
     def _reset_vad(self, rebuild: bool = False) -> None:
         if rebuild:
-            self.vad = self.service.vad.make(self._vad_config(), self.buffer.rate)
+            self.vad = self._make_vad()
         elif self.vad is not None:
             self.vad.reset()
         self.speech_item = ""
@@ -129,14 +138,14 @@ class SessionAudio:
                 self.listener.begin(max(0, self.speech_start - pad))
             await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
                                          item_id=self.speech_item))
+            self.idle.cancel()
             if detection is not None and detection.interrupt_response:
                 await self._cancel_response("turn_detected")  # barge-in
-        elif vad_event.kind == "speech_paused":
+        elif vad_event.kind == "speech_paused" and detection is not None and not detection.semantic:
             # The rest of the silence ends the turn: from a live microphone, that much later.
-            silence_ms = detection.vad.silence_duration_ms if detection is not None else 0
-            rest_s = max(silence_ms - self._speculative_reply_ms, 0) / 1000
+            rest_s = max(detection.vad.silence_duration_ms - self._speculative_reply_ms, 0) / 1000
             self._speculate(start, vad_event.sample, time.monotonic() + rest_s)
-        elif vad_event.kind == "speech_resumed":
+        elif vad_event.kind in ("speech_paused", "speech_resumed"):
             self._drop_speculation()
         elif self.speech_item:
             await self.send(server_event("input_audio_buffer.speech_stopped", audio_end_ms=ms,
@@ -187,6 +196,37 @@ class SessionAudio:
 
         self.speculation = Speculation(build, self.service.engine, ticket, self.service.limits.request_timeout,
                                        self.service.count_speculation)
+
+    def _arm_idle(self, audio_s: float, started: float) -> None:
+        """A response ended: with ``idle_timeout_ms``, the session prompts one itself after that much silence
+        following the reply's playback (``audio_s`` of audio, played from ``started``, ``time.monotonic()``)."""
+        detection = self.state.config.turn_detection
+        if detection is None or detection.idle_timeout_ms is None or self.state.config.kind != "realtime":
+            return
+        playing_s = max(0.0, audio_s - (time.monotonic() - started))
+        idle_s = detection.idle_timeout_ms / 1000
+        self.idle.arm(playing_s + idle_s, lambda: self._idle_timed_out(idle_s))
+
+    async def _idle_timed_out(self, idle_s: float) -> None:
+        """The user said nothing for ``idle_s`` after the reply: the idle stretch of the buffer is their item."""
+        detection = self.state.config.turn_detection
+        busy = self.response is not None and not self.response.done()
+        if detection is None or busy or (self.vad is not None and self.vad.in_speech):
+            return
+        idle = min(int(idle_s * self.buffer.rate), self.buffer.max_samples)
+        if self.buffer.samples < idle:  # the client sent less than the silence it kept: the rest was silence too
+            self.buffer.append_samples(np.zeros(idle - self.buffer.samples, np.float32))
+        end = self.buffer.samples
+        if self.vad is not None:
+            self.vad.reset()  # the silence added was never fed to it: its positions start again with the commit
+        self.speech_item = new_id("item")
+        await self.send(server_event("input_audio_buffer.timeout_triggered", item_id=self.speech_item,
+                                     audio_start_ms=(end - idle) * 1000 // self.buffer.rate,
+                                     audio_end_ms=end * 1000 // self.buffer.rate))
+        try:
+            await self._end_turn(end - idle, detection.create_response)
+        except EventError as exc:  # e.g. the server is at its bound: said as the response's own refusal would be
+            await self.fail(exc)
 
     def _drop_speculation(self) -> None:
         speculation, self.speculation = self.speculation, None

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
@@ -60,6 +61,7 @@ from omnistage.entrypoints.openai.realtime.response import CancelReason, Respons
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.session_audio import SessionAudio
 from omnistage.entrypoints.openai.realtime.service import RealtimeService
+from omnistage.entrypoints.openai.realtime.idle_timeout import IdleTimeout
 from omnistage.entrypoints.openai.realtime.speculation import Speculation
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
 from omnistage.entrypoints.openai.realtime.transport import GOING_AWAY, ClientAudio, Incoming, Transport
@@ -79,9 +81,10 @@ class RealtimeSession(SessionAudio):
         self.engine, self.limits = service.engine, service.limits
         self.id = new_id("sess")
         self.meter = service.budget.meter()  # this session's share of the server's realtime bounds (budget.py)
-        self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind, self.meter)
+        self.state = SessionState(self.engine, service.served.voices, self.limits, beta, kind, self.meter,
+                                  semantic_vad=service.vad.turn is not None)
         self.buffer = InputBuffer(self.state.config.input_format, self.limits.max_audio_seconds, self.meter)
-        self.vad = service.vad.make(self._vad_config(), self.buffer.rate)
+        self.vad = self._make_vad()
         self.speech_start, self.speech_item = 0, ""
         self.response: asyncio.Task[None] | None = None
         self.writer: ResponseWriter | None = None  # the events of the latest response
@@ -93,6 +96,7 @@ class RealtimeSession(SessionAudio):
         self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state, service.first_chunk_frames)
         self.listener = Listener(self.engine, service.pool, self.requests.prefill)
         self.speculation: Speculation | None = None
+        self.idle = IdleTimeout()  # server_vad's idle_timeout_ms
         self.rate = EventRate(self.limits.realtime_events_per_second)  # client events acted on (event_rate.py)
 
     @property
@@ -180,6 +184,7 @@ class RealtimeSession(SessionAudio):
                 await asyncio.sleep(0)
         finally:
             self.closed = True
+            await self.idle.close()
             await self.listener.close()
             if self.speculation is not None:
                 await self.speculation.close()
@@ -254,7 +259,7 @@ class RealtimeSession(SessionAudio):
             await self.send(server_event("input_audio_buffer.cleared"))
         elif kind == "conversation.item.create":
             parsed = self.state.parse_item(event)
-            (item,) = await decoded([parsed], self.config.input_format, self.service.pool)
+            (item,) = await decoded([parsed], self.config.input_format, self.service.pool, self.limits)
             for out in self.state.item_events(item, self.state.add_item(item, event)):
                 await self.send(out)
         elif kind == "conversation.item.retrieve":
@@ -282,7 +287,10 @@ class RealtimeSession(SessionAudio):
         await self.send(server_event("session.updated", session=self._describe()))
 
     def _apply(self, event: dict[str, Any]) -> list[EventError]:
+        detection = self.config.turn_detection
         errors = self.state.update(event, buffered=self.buffer.samples > 0)
+        if self.config.turn_detection != detection:
+            self.idle.cancel()  # idle_timeout_ms changed or gone: the next reply's end arms it anew
         if self.buffer.format != self.config.input_format:
             self.buffer = InputBuffer(self.config.input_format, self.limits.max_audio_seconds, self.meter)
         self._reset_vad(rebuild=True)
@@ -331,6 +339,7 @@ class RealtimeSession(SessionAudio):
             raise EventError("conversation_empty", "nothing to respond to: commit audio or create an item first",
                              event_id=eid)
         tools = TurnRequests.tools(options)
+        self.idle.cancel()
         turn = None if speculation is None else speculation.turn
         if turn is not None and turn.answers(options, items):
             self.requests.drop(options, turn.dropped)
@@ -368,6 +377,7 @@ class RealtimeSession(SessionAudio):
 
     async def _respond(self, writer: ResponseWriter, outputs: AsyncGenerator[OmniOutput, None]) -> None:
         final: OmniOutput | None = None
+        started = time.monotonic()
         try:
             await writer.start()
             # Unless read to its final output, the request is aborted in every stage before this returns or
@@ -382,6 +392,7 @@ class RealtimeSession(SessionAudio):
             logger.exception("realtime response %s failed", writer.request.request_id)
             writer.fail("engine_error", str(exc))
         await writer.done(final)
+        self._arm_idle(writer.audio_samples / writer.source_rate, started)
 
     async def _cancel_response(self, reason: CancelReason = "client_cancelled") -> None:
         task, writer = self.response, self.writer

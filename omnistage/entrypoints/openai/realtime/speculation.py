@@ -24,6 +24,11 @@ that wait. Voice coming back
 (``speech_resumed``), any client event but an append, a cleared buffer or the
 session's end cancels it: the request is aborted in every stage (its KV blocks
 freed) and the client never hears of it.
+
+Under ``semantic_vad`` no reply starts at a fixed pause: the pause is the Smart Turn
+classifier's to judge (``audio/turn_judge.py``), and its "complete" ends the turn at
+once, so the reply starts there, as the commit's own response; its "incomplete"
+starts nothing (a reply begun then would be a false start).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class TurnRequests:
         session's, or ``conversation``) within the server's budget."""
         if options.input is not None:
             fmt, seconds = self.state.config.input_format, self.limits.max_audio_seconds
-            return await decoded([parse_item(i, fmt, seconds) for i in options.input], fmt, self.pool)
+            return await decoded([parse_item(i, fmt, seconds) for i in options.input], fmt, self.pool, self.limits)
         items = (self.state.conversation if conversation is None else conversation).items
         sizes = [(len(i.text) + len(i.output) + len(i.arguments),
                   0.0 if i.audio is None else len(i.audio) / AUDIO_SAMPLE_RATE) for i in items]
