@@ -1,0 +1,241 @@
+"""A Ray node lost mid-stream, on two nodes in two network namespaces (``netns_ray.py``): the thinker on the head
+node, both talker replicas and code2wav on the second node. Its raylet is SIGKILLed while four audio streams
+play through the OpenAI server:
+
+* exactly those four streams end, within seconds, with an OpenAI-shaped error event naming the stage, the replica
+  and the lost node; text-only requests, which need only the head node's thinker, are served throughout;
+* no node offers the lost replicas' placement, so they wait for one: ``/ready`` and ``/health`` say
+  ``degraded``, and a request for audio gets 503 ``stage_unavailable`` with ``Retry-After`` at once;
+* the node starts again in its namespace, gets its replicas back, and the server speaks again;
+* nothing is left on the head: no request state, shared-memory segment, KV block, admission ticket or actor.
+
+It also prints the bytes that crossed between the nodes (the veth) per second of audio (issue 52's figure)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib.util
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.pipeline.async_omni import AsyncOmni
+from omnistage.pipeline.runtime import PipelineOptions
+from tests.entrypoints.server_thread import ServerThread
+from tests.pipeline.netns_ray import NetnsRayCluster, netns_ray_cluster
+from tests.pipeline.specs import RAY_LABEL, RAY_SLOT, two_node_dict, write_spec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.netns,
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                 reason="ray is not installed (pip install 'omnistage[ray]')")]
+FRAMES = 400  # talker frames per stream: long enough that all four are mid-way when the node goes
+STREAMS = 4
+SLOT, LABEL = RAY_SLOT, RAY_LABEL
+TEXT_TOKENS = 400  # the text-only stream's tokens (all of them: it ignores EOS)
+FAIL_WITHIN_S = 15.0  # from the kill to each stream's error event
+SECOND_NODE = ("--num-cpus", "1", "--resources", json.dumps({SLOT: 1}), "--labels", f"{LABEL}=vocoder")
+
+
+@dataclass
+class _Served:
+    url: str
+    engine: AsyncOmni
+    cluster: NetnsRayCluster
+
+
+@pytest.fixture(scope="module")
+def served(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Served]:
+    with netns_ray_cluster() as cluster, pytest.MonkeyPatch.context() as env:
+        for name, value in cluster.env.items():
+            env.setenv(name, value)  # this driver joins as the nodes were started (no token)
+        import ray
+
+        cluster.start_head("--num-cpus", "1", "--labels", f"{LABEL}=head")
+        cluster.start_node(*SECOND_NODE)
+        # The node address as given: Ray reads its loopback-only mode once per process, and another test module
+        # may have turned it on before this one.
+        ray.init(address=cluster.address, _node_ip_address=cluster.head_ip, log_to_driver=False)
+        config = write_spec(tmp_path_factory.mktemp("stages"), two_node_dict(FRAMES))
+        options = PipelineOptions(talker_min_new_tokens=FRAMES, threads_per_replica=1, backend="ray")
+        engine = AsyncOmni(tiny_dir, config, options, "tiny")
+        thread = ServerThread(build_app(engine))
+        try:
+            yield _Served(thread.start(), engine, cluster)
+        finally:
+            thread.stop()
+            asyncio.run(engine.shutdown())
+            ray.shutdown()
+
+
+def _body(audio: bool, max_tokens: int = 24) -> dict:
+    body: dict = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me about the sea."}],
+                  "max_tokens": max_tokens, "stream": True}
+    if audio:
+        body.update(modalities=["text", "audio"], audio={"voice": "Ethan", "format": "pcm16"})
+    return body
+
+
+@dataclass
+class _Stream:
+    request_id: str
+    events: list[dict]
+    pcm: bytes
+    ended_at: float
+
+
+async def _stream(client: httpx.AsyncClient, url: str, body: dict, first: asyncio.Event | None = None) -> _Stream:
+    """One streamed chat completion: its events and audio; ``first`` is set at its first audio (or, for text
+    only, its first text)."""
+    events, pcm = [], b""
+    wanted = "audio" if "audio" in body else "content"
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            events.append(json.loads(line[6:]))
+            delta = (events[-1].get("choices") or [{}])[0].get("delta") or {}
+            if delta.get("audio"):
+                pcm += base64.b64decode(delta["audio"].get("data") or "")
+            if delta.get(wanted) and first is not None:
+                first.set()
+    return _Stream(events[0]["id"], events, pcm, time.monotonic())
+
+
+def _speak(url: str) -> _Stream:
+    async def one() -> _Stream:
+        async with httpx.AsyncClient(timeout=120) as client:
+            return await _stream(client, url, _body(audio=True))
+
+    return asyncio.run(one())
+
+
+def _lose_the_node_mid_stream(served: _Served) -> tuple[float, list[_Stream], _Stream]:
+    """Four audio streams and a long text-only one; once all play, the second node's raylet is SIGKILLed.
+    Returns the kill's time, the audio streams and the text stream as they ended."""
+    async def scenario() -> tuple[float, list[_Stream], _Stream]:
+        firsts = [asyncio.Event() for _ in range(STREAMS + 1)]
+        text_body = {**_body(audio=False, max_tokens=TEXT_TOKENS), "ignore_eos": True}
+        async with httpx.AsyncClient(timeout=120) as client:
+            audio = [asyncio.ensure_future(_stream(client, served.url, _body(audio=True), first))
+                     for first in firsts[:STREAMS]]
+            await asyncio.wait_for(asyncio.gather(*(first.wait() for first in firsts[:STREAMS])), 90)
+            text = asyncio.ensure_future(_stream(client, served.url, text_body, firsts[-1]))
+            await asyncio.wait_for(firsts[-1].wait(), 30)
+            killed_at = time.monotonic()
+            served.cluster.kill_node_raylet()
+            return killed_at, await asyncio.wait_for(asyncio.gather(*audio), 60), await asyncio.wait_for(text, 60)
+
+    return asyncio.run(scenario())
+
+
+def _wait(condition, what: str, timeout_s: float = 60.0) -> None:  # noqa: ANN001 - a predicate
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not {what} after {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def _replica_actors(pids: set[int]) -> int:
+    """Ray worker processes running a replica (Ray names them after the actor's class)."""
+    return sum("ReplicaActor" in _title(pid) for pid in pids)
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _check_degraded(url: str) -> None:
+    """The lost stages have no replica: degraded, audio refused at once with Retry-After, text still served."""
+    # Started again at once, but no node fits them: they wait, and say so (a first try may have gone to the lost
+    # node before Ray's health checks counted it dead, and failed: the next one waits).
+    _wait(lambda: _waiting(url) == {"talker", "code2wav"}, "waiting for a node", 45)
+    ready, health = httpx.get(f"{url}/ready"), httpx.get(f"{url}/health")
+    assert ready.status_code == 503 and ready.json()["status"] == "degraded"
+    assert health.status_code == 200 and health.json()["status"] == "degraded", health.text
+    start = time.monotonic()
+    refused = httpx.post(f"{url}/v1/chat/completions", json={**_body(audio=True), "stream": False}, timeout=30)
+    assert refused.status_code == 503 and time.monotonic() - start < 5
+    assert int(refused.headers["Retry-After"]) >= 1
+    error = refused.json()["error"]
+    assert error["code"] == "stage_unavailable" and "talker" in error["message"] and "code2wav" in error["message"]
+    text = httpx.post(f"{url}/v1/chat/completions", json={**_body(audio=False), "stream": False}, timeout=60)
+    assert text.status_code == 200 and text.json()["choices"][0]["message"]["content"]
+
+
+def _waiting(url: str) -> set[str]:
+    """The stages none of whose replicas serve, all waiting for a node to be placed on."""
+    stages = httpx.get(f"{url}/health").json()["stages"]
+    return {s["stage"] for s in stages if not s["healthy"] and all(
+        "waiting for a Ray node that fits its placement" in r["detail"] for r in s["replicas"])}
+
+
+def _check_nothing_left(served: _Served) -> None:
+    orchestrator = served.engine.pipeline.runtime.orchestrator
+
+    def idle() -> bool:
+        stats = served.engine.stats()
+        return stats.shm_segments == 0 and all(r.kv_blocks_used == 0 and r.running == 0 and r.queue_depth == 0
+                                               for r in stats.replicas)
+
+    _wait(idle, "idle (KV blocks, queues, shared memory)", 15)
+    assert orchestrator.flows.states == {} and not orchestrator.flows.waiting
+    in_flight = [line for line in httpx.get(f"{served.url}/metrics").text.splitlines()
+                 if line.startswith("omnistage_requests_in_flight{")]
+    assert in_flight and all(float(line.rsplit(" ", 1)[1]) == 0 for line in in_flight), in_flight
+    # Ray knows the live replicas' actors only (the lost node's were ended, not left pending or orphaned).
+    import ray
+
+    assert set(ray.util.list_named_actors()) == {link.handle.name for link in orchestrator.links.values()}
+    # One replica actor per replica, on the node Ray placed it on: none left over from the lost node.
+    assert _replica_actors(served.cluster.head_pids()) == 1  # the thinker
+    assert _replica_actors(served.cluster.node_pids()) == 3  # two talkers and code2wav
+
+
+def _print_link_bytes(served: _Served) -> None:
+    """Bytes between the nodes per second of audio: all of them (both ways on the veth: Ray's traffic, TCP's
+    and ours), and the orchestrator's share by stage and direction (the client, on the head, gets the audio)."""
+    before, sockets = served.cluster.link_bytes(), served.engine.stats().crossings()
+    stream = _speak(served.url)
+    seconds = len(stream.pcm) / 2 / 24000
+    by_stage = {key: (n - sockets[key]) / seconds for key, n in served.engine.stats().crossings().items()}
+    print(f"bytes between the nodes per audio second: {(served.cluster.link_bytes() - before) / seconds:,.0f} on "
+          "the link; at the head's sockets: " + ", ".join(f"{stage} {way} {rate:,.0f}"
+                                                          for (stage, way), rate in sorted(by_stage.items())))
+
+
+def test_a_lost_node_fails_only_its_streams_degrades_and_comes_back(served: _Served) -> None:
+    orchestrator = served.engine.pipeline.runtime.orchestrator
+    _print_link_bytes(served)
+    killed_at, streams, text = _lose_the_node_mid_stream(served)
+    # The head's thinker never noticed: the text-only stream, playing when the node went, ends as asked.
+    assert text.events[-1]["choices"][0]["finish_reason"] == "length", text.events[-1]
+    print(f"the text-only stream ended {text.ended_at - killed_at:.1f} s after the kill, complete")
+    for stream in streams:
+        last = stream.events[-1]
+        assert "error" in last, last
+        message = last["error"]["message"]
+        assert "replica" in message and "node" in message, message
+        assert stream.ended_at - killed_at < FAIL_WITHIN_S, (stream.ended_at - killed_at, message)
+        print(f"{stream.request_id} ended {stream.ended_at - killed_at:.1f} s after the kill: {message}")
+    _check_degraded(served.url)
+    rejoined_at = time.monotonic()
+    served.cluster.start_node(*SECOND_NODE)
+    _wait(lambda: all(r.healthy for s in orchestrator.health().stages for r in s.replicas), "all back")
+    print(f"every replica back {time.monotonic() - rejoined_at:.1f} s after the node started again: "
+          + ", ".join(f"{s.stage}[{r.replica}] {r.detail or 'never down'}"
+                      for s in orchestrator.health().stages for r in s.replicas))
+    assert httpx.get(f"{served.url}/ready").json()["status"] == "ready"
+    back = _speak(served.url)
+    assert "error" not in back.events[-1] and len(back.pcm) > FRAMES * 1920
+    _check_nothing_left(served)
