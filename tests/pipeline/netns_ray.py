@@ -200,6 +200,10 @@ class NetnsRayCluster:
         os.kill(raylet, signal.SIGKILL)
         return raylet
 
+    def set_link(self, up: bool) -> None:
+        """Cuts (or restores) the link between the nodes: both go on running, unreachable to each other."""
+        _ip("link", "set", self.veth, "up" if up else "down")
+
     def link_bytes(self) -> int:
         """Bytes both ways on the veth so far: everything between the two nodes."""
         stats = Path(f"/sys/class/net/{self.veth}/statistics")

@@ -18,7 +18,7 @@ import base64
 import importlib.util
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,8 @@ STREAMS = 4
 SLOT, LABEL = RAY_SLOT, RAY_LABEL
 TEXT_TOKENS = 400  # the text-only stream's tokens (all of them: it ignores EOS)
 FAIL_WITHIN_S = 15.0  # from the kill to each stream's error event
+STALL_S = 4.0  # --stage-stall-timeout: a replica cut off is found by its silence
+PROBE_AFTER_S = 6.0
 SECOND_NODE = ("--num-cpus", "1", "--resources", json.dumps({SLOT: 1}), "--labels", f"{LABEL}=vocoder")
 
 
@@ -63,7 +65,8 @@ def served(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         # may have turned it on before this one.
         ray.init(address=cluster.address, _node_ip_address=cluster.head_ip, log_to_driver=False)
         config = write_spec(tmp_path_factory.mktemp("stages"), two_node_dict(FRAMES))
-        options = PipelineOptions(talker_min_new_tokens=FRAMES, threads_per_replica=1, backend="ray")
+        options = PipelineOptions(talker_min_new_tokens=FRAMES, threads_per_replica=1, backend="ray",
+                                  stage_stall_timeout_s=STALL_S)
         engine = AsyncOmni(tiny_dir, config, options, "tiny")
         thread = ServerThread(build_app(engine))
         try:
@@ -117,10 +120,18 @@ def _speak(url: str) -> _Stream:
     return asyncio.run(one())
 
 
-def _lose_the_node_mid_stream(served: _Served) -> tuple[float, list[_Stream], _Stream]:
-    """Four audio streams and a long text-only one; once all play, the second node's raylet is SIGKILLed.
-    Returns the kill's time, the audio streams and the text stream as they ended."""
-    async def scenario() -> tuple[float, list[_Stream], _Stream]:
+@dataclass
+class _Broken:
+    at: float  # when the node was cut off
+    audio: list[_Stream]
+    text: _Stream  # a long text-only stream, playing when the node went
+    slowest_text_s: float  # the slowest of the short text requests sent one after another meanwhile
+
+
+def _break_mid_stream(served: _Served, cut: Callable[[], object]) -> _Broken:
+    """Four audio streams and a long text-only one; once all play, ``cut`` cuts the second node off. Short text
+    requests follow one another until the audio streams end (the head's orchestrator must never stall them)."""
+    async def scenario() -> _Broken:
         firsts = [asyncio.Event() for _ in range(STREAMS + 1)]
         text_body = {**_body(audio=False, max_tokens=TEXT_TOKENS), "ignore_eos": True}
         async with httpx.AsyncClient(timeout=120) as client:
@@ -129,11 +140,44 @@ def _lose_the_node_mid_stream(served: _Served) -> tuple[float, list[_Stream], _S
             await asyncio.wait_for(asyncio.gather(*(first.wait() for first in firsts[:STREAMS])), 90)
             text = asyncio.ensure_future(_stream(client, served.url, text_body, firsts[-1]))
             await asyncio.wait_for(firsts[-1].wait(), 30)
-            killed_at = time.monotonic()
-            served.cluster.kill_node_raylet()
-            return killed_at, await asyncio.wait_for(asyncio.gather(*audio), 60), await asyncio.wait_for(text, 60)
+            at = time.monotonic()
+            cut()
+            ended = asyncio.ensure_future(asyncio.wait_for(asyncio.gather(*audio), 60))
+            slowest = await _probe_text(client, served.url, ended)
+            return _Broken(at, await ended, await asyncio.wait_for(text, 60), slowest)
 
     return asyncio.run(scenario())
+
+
+async def _probe_text(client: httpx.AsyncClient, url: str, until: asyncio.Future) -> float:
+    """Short text requests one after another until ``until`` is done and PROBE_AFTER_S longer (the failed
+    replicas are then being killed and started again), returning the slowest's time."""
+    slowest, stop_at = 0.0, float("inf")
+    while time.monotonic() < stop_at:
+        if until.done() and stop_at == float("inf"):
+            stop_at = time.monotonic() + PROBE_AFTER_S
+        start = time.monotonic()
+        reply = await client.post(f"{url}/v1/chat/completions", json={**_body(audio=False, max_tokens=4),
+                                                                      "stream": False})
+        assert reply.status_code == 200, reply.text
+        slowest = max(slowest, time.monotonic() - start)
+        await asyncio.sleep(0.1)
+    return slowest
+
+
+def _check_only_audio_failed(broken: _Broken, fail_within_s: float, causes: tuple[str, ...]) -> None:
+    # The head's thinker never noticed: the text-only stream ends as asked, and short ones kept being answered.
+    assert broken.text.events[-1]["choices"][0]["finish_reason"] == "length", broken.text.events[-1]
+    assert broken.slowest_text_s < 3, broken.slowest_text_s
+    print(f"the text-only stream ended {broken.text.ended_at - broken.at:.1f} s after the cut, complete; the "
+          f"slowest short text reply meanwhile took {broken.slowest_text_s:.1f} s")
+    for stream in broken.audio:
+        last = stream.events[-1]
+        assert "error" in last, last
+        message = last["error"]["message"]
+        assert "replica" in message and any(cause in message for cause in causes), message
+        assert stream.ended_at - broken.at < fail_within_s, (stream.ended_at - broken.at, message)
+        print(f"{stream.request_id} ended {stream.ended_at - broken.at:.1f} s after the cut: {message}")
 
 
 def _wait(condition, what: str, timeout_s: float = 60.0) -> None:  # noqa: ANN001 - a predicate
@@ -215,27 +259,43 @@ def _print_link_bytes(served: _Served) -> None:
 
 
 def test_a_lost_node_fails_only_its_streams_degrades_and_comes_back(served: _Served) -> None:
-    orchestrator = served.engine.pipeline.runtime.orchestrator
     _print_link_bytes(served)
-    killed_at, streams, text = _lose_the_node_mid_stream(served)
-    # The head's thinker never noticed: the text-only stream, playing when the node went, ends as asked.
-    assert text.events[-1]["choices"][0]["finish_reason"] == "length", text.events[-1]
-    print(f"the text-only stream ended {text.ended_at - killed_at:.1f} s after the kill, complete")
-    for stream in streams:
-        last = stream.events[-1]
-        assert "error" in last, last
-        message = last["error"]["message"]
-        assert "replica" in message and "node" in message, message
-        assert stream.ended_at - killed_at < FAIL_WITHIN_S, (stream.ended_at - killed_at, message)
-        print(f"{stream.request_id} ended {stream.ended_at - killed_at:.1f} s after the kill: {message}")
+    _check_only_audio_failed(_break_mid_stream(served, served.cluster.kill_node_raylet), FAIL_WITHIN_S, ("node",))
     _check_degraded(served.url)
     rejoined_at = time.monotonic()
     served.cluster.start_node(*SECOND_NODE)
-    _wait(lambda: all(r.healthy for s in orchestrator.health().stages for r in s.replicas), "all back")
-    print(f"every replica back {time.monotonic() - rejoined_at:.1f} s after the node started again: "
+    _check_back(served, rejoined_at)
+
+
+def _all_back(served: _Served) -> bool:
+    return all(r.healthy for s in served.engine.health().stages for r in s.replicas)
+
+
+def _check_back(served: _Served, since: float) -> None:
+    """Every replica serves again, the server speaks, and nothing was left behind."""
+    _wait(lambda: _all_back(served), "all back")
+    print(f"every replica back {time.monotonic() - since:.1f} s after the node came back: "
           + ", ".join(f"{s.stage}[{r.replica}] {r.detail or 'never down'}"
-                      for s in orchestrator.health().stages for r in s.replicas))
+                      for s in served.engine.health().stages for r in s.replicas))
     assert httpx.get(f"{served.url}/ready").json()["status"] == "ready"
     back = _speak(served.url)
     assert "error" not in back.events[-1] and len(back.pcm) > FRAMES * 1920
     _check_nothing_left(served)
+
+
+def test_a_cut_link_fails_the_far_streams_without_stalling_the_head(served: _Served) -> None:
+    """The link goes down instead: no socket closes, so the far replicas are found by their silence (the stall
+    timeout), while the head's orchestrator keeps serving text; the link comes back and so do they (the node
+    started again if Ray counted it dead meanwhile)."""
+    broken = _break_mid_stream(served, lambda: served.cluster.set_link(False))
+    try:
+        # Found silent, or (where a far actor's death reached Ray first) unreachable on its node.
+        _check_only_audio_failed(broken, STALL_S + FAIL_WITHIN_S, ("no heartbeat", "node"))
+    finally:
+        served.cluster.set_link(True)
+    restored_at = time.monotonic()
+    node = served.cluster.node
+    _wait(lambda: _all_back(served) or (node is not None and node.process.poll() is not None), "back or gone")
+    if not _all_back(served):
+        served.cluster.start_node(*SECOND_NODE)
+    _check_back(served, restored_at)
