@@ -4,11 +4,17 @@ The live version, with a node killed in a network namespace, is ``tests/pipeline
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import httpx
 import pytest
 
 from omnistage.core import Modality
+from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.common.admission import Admission, Overloaded
 from omnistage.pipeline.reports import HealthReport, ReplicaHealth, StageHealth
+from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
+from tests.entrypoints.server_thread import ServerThread
 
 TEXT, AUDIO = frozenset({Modality.TEXT}), frozenset({Modality.TEXT, Modality.AUDIO})
 NEEDS = ((Modality.TEXT, frozenset({"thinker"})), (Modality.AUDIO, frozenset({"thinker", "talker", "code2wav"})))
@@ -58,3 +64,30 @@ def test_admission_refuses_only_requests_that_need_a_missing_stage() -> None:
         assert "talker, code2wav" in refused.value.detail.message
         assert refused.value.response().headers["Retry-After"] == "5"
     assert admission.admitted == 0
+
+
+class _LostAudioStages(FakeEngine):
+    def health(self) -> HealthReport:
+        return _report("talker", "code2wav")
+
+
+@pytest.fixture()
+def url(processor: RecordingProcessor) -> Iterator[str]:
+    thread = ServerThread(build_app(_LostAudioStages(fake_front_end(processor))))
+    yield thread.start()
+    thread.stop()
+
+
+def test_a_degraded_server_says_so_and_serves_what_it_can(url: str) -> None:
+    health, ready = httpx.get(f"{url}/health"), httpx.get(f"{url}/ready")
+    assert (health.status_code, health.json()["status"]) == (200, "degraded")  # alive: a restart would not help
+    assert (ready.status_code, ready.json()["status"]) == (503, "degraded")
+    chat = {"model": "fake-omni", "messages": [{"role": "user", "content": "hi"}]}
+    for path, body in (("/v1/chat/completions", {**chat, "modalities": ["text", "audio"]}),
+                       ("/v1/responses", {"model": "fake-omni", "input": "hi", "audio": {"voice": "Ethan"},
+                                          "stream": True, "modalities": ["text", "audio"]})):
+        refused = httpx.post(f"{url}{path}", json=body, timeout=10)
+        assert refused.status_code == 503 and refused.headers["Retry-After"] == "5", (path, refused.text)
+        assert refused.json()["error"]["code"] == "stage_unavailable"
+    assert httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=10).status_code == 200
+    assert httpx.post(f"{url}/v1/responses", json={"model": "fake-omni", "input": "hi"}, timeout=10).status_code == 200
