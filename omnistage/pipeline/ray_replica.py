@@ -159,7 +159,8 @@ class RayReplica(ReplicaHandle):
     def waiting_for(self) -> str:
         if self._node is None or not ray.is_initialized() or ray.wait([self._node], timeout=0, fetch_local=False)[0]:
             return ""
-        return "a Ray node that fits its placement (none has the resources and labels free)"
+        # Not placed (no node has its resources and labels free), or placed and its worker still starting.
+        return "a Ray node that fits its placement, or its Ray worker to start"
 
     def node_detail(self) -> str:
         """`` on node IP`` (`` (lost)`` once Ray counts the node dead); empty if it was never placed."""
