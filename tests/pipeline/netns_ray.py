@@ -132,6 +132,7 @@ class NetnsRayCluster:
     env: dict[str, str] = field(default_factory=dict)
     head: RayNode | None = None
     node: RayNode | None = None
+    spare: RayNode | None = None  # a third node, beside the head in this namespace (``start_spare``)
     netns_made: bool = False
 
     @property
@@ -188,6 +189,11 @@ class NetnsRayCluster:
         self.node = self._ray_start(["ip", "netns", "exec", self.netns],
                                     ["--address", self.address, "--node-ip-address", self.node_ip, *args], "node")
 
+    def start_spare(self, *args: str) -> None:
+        """A third node joins, in this namespace beside the head (one machine may run several raylets)."""
+        self.spare = self._ray_start([], ["--address", self.address, "--node-ip-address", self.head_ip, *args],
+                                     "spare")
+
     def node_pids(self) -> set[int]:
         if not self.netns_made:
             return set()
@@ -209,20 +215,22 @@ class NetnsRayCluster:
         stats = Path(f"/sys/class/net/{self.veth}/statistics")
         return int((stats / "rx_bytes").read_text()) + int((stats / "tx_bytes").read_text())
 
-    def head_pids(self) -> set[int]:
-        """The head's processes: whatever names its temp dir, and their children (Ray's renamed workers)."""
-        marker = str(self.temp_dir / "head")
+    def head_pids(self, where: str = "head") -> set[int]:
+        """The processes of the head (or ``where="spare"``, the spare): whatever names its temp dir, and their
+        children (Ray's renamed workers)."""
+        marker = str(self.temp_dir / where)
         roots = {int(p.name) for p in Path("/proc").glob("[0-9]*") if marker in _cmdline(int(p.name))}
-        if self.head is not None and self.head.process.poll() is None:
-            roots.add(self.head.process.pid)
+        node = self.head if where == "head" else self.spare
+        if node is not None and node.process.poll() is None:
+            roots.add(node.process.pid)
         return _children_of(roots)
 
     def close(self) -> None:
-        for node in (self.node, self.head):
+        for node in (self.node, self.spare, self.head):
             if node is not None:
                 node.stop()
         _kill(self.node_pids() | _children_of(self.node_pids()))
-        _kill(self.head_pids())
+        _kill(self.head_pids("spare") | self.head_pids())
         if self.netns_made:
             deadline = time.monotonic() + STOP_TIMEOUT_S
             while self.node_pids() and time.monotonic() < deadline:

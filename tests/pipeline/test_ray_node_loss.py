@@ -6,10 +6,13 @@ play through the OpenAI server:
   and the lost node; text-only requests, which need only the head node's thinker, are served throughout;
 * no node offers the lost replicas' placement, so they wait for one: ``/ready`` and ``/health`` say
   ``degraded``, and a request for audio gets 503 ``stage_unavailable`` with ``Retry-After`` at once;
-* the node starts again in its namespace, gets its replicas back, and the server speaks again;
+* a spare node with room for one talker replica joins: one talker starts there, code2wav still waits;
+* the node starts again in its namespace, gets the rest back, and the server speaks again;
 * nothing is left on the head: no request state, shared-memory segment, KV block, admission ticket or actor.
 
-It also prints the bytes that crossed between the nodes (the veth) per second of audio (issue 52's figure)."""
+A second test cuts the link instead (veth down): the far replicas are found by their silence, the head keeps
+serving text, and all comes back with the link. Both print what they measure, and the first the bytes that crossed
+between the nodes (the veth) per second of audio (issue 52's figure)."""
 
 from __future__ import annotations
 
@@ -42,7 +45,10 @@ TEXT_TOKENS = 400  # the text-only stream's tokens (all of them: it ignores EOS)
 FAIL_WITHIN_S = 15.0  # from the kill to each stream's error event
 STALL_S = 4.0  # --stage-stall-timeout: a replica cut off is found by its silence
 PROBE_AFTER_S = 6.0
-SECOND_NODE = ("--num-cpus", "1", "--resources", json.dumps({SLOT: 1}), "--labels", f"{LABEL}=vocoder")
+# A talker replica takes one slot (Ray counts a node's custom resources in whole units): two on the second node,
+# one on the spare.
+SECOND_NODE = ("--num-cpus", "1", "--resources", json.dumps({SLOT: 2}), "--labels", f"{LABEL}=vocoder")
+SPARE_NODE = ("--num-cpus", "1", "--resources", json.dumps({SLOT: 1}), "--labels", f"{LABEL}=spare")
 
 
 @dataclass
@@ -64,7 +70,9 @@ def served(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         # The node address as given: Ray reads its loopback-only mode once per process, and another test module
         # may have turned it on before this one.
         ray.init(address=cluster.address, _node_ip_address=cluster.head_ip, log_to_driver=False)
-        config = write_spec(tmp_path_factory.mktemp("stages"), two_node_dict(FRAMES))
+        spec = two_node_dict(FRAMES)
+        spec["stages"][1]["placement"]["resources"] = {SLOT: 1}
+        config = write_spec(tmp_path_factory.mktemp("stages"), spec)
         options = PipelineOptions(talker_min_new_tokens=FRAMES, threads_per_replica=1, backend="ray",
                                   stage_stall_timeout_s=STALL_S)
         engine = AsyncOmni(tiny_dir, config, options, "tiny")
@@ -242,8 +250,10 @@ def _check_nothing_left(served: _Served) -> None:
 
     assert set(ray.util.list_named_actors()) == {link.handle.name for link in orchestrator.links.values()}
     # One replica actor per replica, on the node Ray placed it on: none left over from the lost node.
-    assert _replica_actors(served.cluster.head_pids()) == 1  # the thinker
-    assert _replica_actors(served.cluster.node_pids()) == 3  # two talkers and code2wav
+    placed = [_replica_actors(pids) for pids in (served.cluster.head_pids(), served.cluster.head_pids("spare"),
+                                                 served.cluster.node_pids())]
+    # The thinker on the head; the talker that went to the spare (the first test) stays there.
+    assert placed == ([1, 1, 2] if served.cluster.spare is not None else [1, 0, 3]), placed
 
 
 def _print_link_bytes(served: _Served) -> None:
@@ -262,9 +272,26 @@ def test_a_lost_node_fails_only_its_streams_degrades_and_comes_back(served: _Ser
     _print_link_bytes(served)
     _check_only_audio_failed(_break_mid_stream(served, served.cluster.kill_node_raylet), FAIL_WITHIN_S, ("node",))
     _check_degraded(served.url)
+    _check_a_spare_takes_what_fits(served)
     rejoined_at = time.monotonic()
     served.cluster.start_node(*SECOND_NODE)
     _check_back(served, rejoined_at)
+
+
+def _check_a_spare_takes_what_fits(served: _Served) -> None:
+    """A spare node with room for one talker replica (and no vocoder label) joins: one waiting talker starts
+    there; code2wav still has no node, so the server stays degraded."""
+    joined_at = time.monotonic()
+    served.cluster.start_spare(*SPARE_NODE)
+    _wait(lambda: _talkers_serving(served) == 1, "a talker on the spare")
+    print(f"a talker replica served from the spare {time.monotonic() - joined_at:.1f} s after it joined")
+    assert _waiting(served.url) == {"code2wav"}
+    assert httpx.get(f"{served.url}/ready").json()["status"] == "degraded"
+    assert _replica_actors(served.cluster.head_pids("spare")) == 1
+
+
+def _talkers_serving(served: _Served) -> int:
+    return sum(r.healthy for s in served.engine.health().stages if s.stage == "talker" for r in s.replicas)
 
 
 def _all_back(served: _Served) -> bool:
