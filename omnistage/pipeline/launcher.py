@@ -67,6 +67,11 @@ class ReplicaHandle(ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot be restarted")
 
     @property
+    def waiting_for(self) -> str:
+        """What a started replica waits for before it can run (a Ray node that fits it); empty when nothing."""
+        return ""
+
+    @property
     def pid(self) -> int | None:
         return None
 

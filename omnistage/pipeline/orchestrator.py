@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import zmq
 
-from omnistage.core import FinishReason, OmniRequest
+from omnistage.core import FinishReason, Modality, OmniRequest
 from omnistage.pipeline.reports import (
     EngineStats,
     HealthReport,
@@ -178,12 +178,16 @@ class Orchestrator:
         stages: dict[str, list[ReplicaHealth]] = {}
         for link in self.links.values():
             detail = link.failed or ("" if link.ready else "starting")
+            if link.restarting and (waiting := link.handle.waiting_for):
+                detail = f"{detail}; waiting for {waiting}"
             if link.restarts and not detail:
                 detail = f"restarted {link.restarts} time(s)"
             stages.setdefault(link.stage, []).append(ReplicaHealth(link.index, link.healthy, detail,
                                                                    link.load.kv_blocks_total,
                                                                    kv_cache_bytes(link.load)))
-        return HealthReport(tuple(StageHealth(stage, tuple(reps)) for stage, reps in stages.items()))
+        graph = self.flows.graph
+        needs = tuple((m, graph.stages_for(frozenset({m}))) for m in Modality if graph.supports(m))
+        return HealthReport(tuple(StageHealth(stage, tuple(reps)) for stage, reps in stages.items()), needs)
 
     def trace(self, request_id: str) -> RequestTrace | None:
         """Milestone times of a finished request (the most recent few hundred are kept)."""

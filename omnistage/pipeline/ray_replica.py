@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import ray
 import zmq
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from omnistage.config.pipeline import ConfigError, PlacementSpec, StageSpec
 from omnistage.pipeline.connectors import make_connector
@@ -32,6 +32,10 @@ KILL_WAIT_S = 5.0
 
 class ReplicaActor:
     """The body of a replica on a Ray worker (what ``replica_main`` is to a local process)."""
+
+    def node(self) -> tuple[str, str]:
+        """Where Ray placed it: the node's id and address (named in the error its requests fail with)."""
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     def run(self, launch: ReplicaLaunch, orchestrator_node: str) -> None:
         if not ray.get_runtime_context().get_accelerator_ids().get("GPU"):
@@ -96,11 +100,16 @@ class RayReplica(ReplicaHandle):
         self.generation = generation
         self.actor: ray.actor.ActorHandle | None = None
         self._done: ray.ObjectRef | None = None  # the result of ``run``: ready once the replica ended
+        self._node: ray.ObjectRef | None = None  # ``node``'s answer, asked before ``run`` (an actor runs in order)
+
+    @property
+    def name(self) -> str:
+        """The actor's name, so ``ray list actors`` tells replicas apart; the generation keeps a restart's free."""
+        return f"omnistage-{self.launch.pipeline_id}-{self.launch.stage}-{self.launch.index}-{self.generation}"
 
     def start(self) -> None:
-        # Named so ``ray list actors`` tells replicas apart; the generation keeps a restart's name free.
-        name = f"omnistage-{self.launch.pipeline_id}-{self.launch.stage}-{self.launch.index}-{self.generation}"
-        self.actor = _REMOTE_ACTOR.options(name=name, **self.options).remote()
+        self.actor = _REMOTE_ACTOR.options(name=self.name, **self.options).remote()
+        self._node = self.actor.node.remote()
         self._done = self.actor.run.remote(self.launch, self.orchestrator_node)
 
     def respawn(self, launch: ReplicaLaunch) -> ReplicaHandle:
@@ -136,11 +145,31 @@ class RayReplica(ReplicaHandle):
             return "never started"
         try:
             ray.get(self._done, timeout=0)
+        except ActorUnavailableError as exc:
+            # Its process, or its whole node, stopped answering (a lost node reads so for the seconds before Ray's
+            # health checks declare it dead).
+            return f"Ray actor unreachable{self.node_detail()}, its process or its node lost ({_rpc_error(exc)})"
         except RayActorError as exc:
-            return f"Ray actor died: {_death_reason(exc)}"
+            return f"Ray actor died{self.node_detail()}: {_death_reason(exc)}"
         except Exception as exc:  # noqa: BLE001 - whatever ended it is only reported
             return f"Ray actor failed: {type(exc).__name__}: {_death_reason(exc)}"
         return "its loop returned"
+
+    @property
+    def waiting_for(self) -> str:
+        if self._node is None or not ray.is_initialized() or ray.wait([self._node], timeout=0, fetch_local=False)[0]:
+            return ""
+        # Not placed (no node has its resources and labels free), or placed and its worker still starting.
+        return "a Ray node that fits its placement, or its Ray worker to start"
+
+    def node_detail(self) -> str:
+        """`` on node IP`` (`` (lost)`` once Ray counts the node dead); empty if it was never placed."""
+        try:
+            node_id, ip = ray.get(self._node, timeout=0) if self._node is not None else ("", "")
+        except Exception:  # noqa: BLE001 - it died before answering: its node is unknown
+            return ""
+        lost = any(n["NodeID"] == node_id and not n["Alive"] for n in ray.nodes())
+        return f" on node {ip}{' (lost)' if lost else ''}" if ip else ""
 
 
 def _death_reason(exc: BaseException) -> str:
@@ -151,3 +180,10 @@ def _death_reason(exc: BaseException) -> str:
     where = dict(line.strip().split(": ", 1) for line in lines if line.startswith("\t") and ": " in line)
     reason = plain[-1] if plain else type(exc).__name__
     return f"{reason} (pid {where['pid']} on {where['ip']})" if "pid" in where and "ip" in where else reason
+
+
+def _rpc_error(exc: ActorUnavailableError) -> str:
+    """What the RPC to it said (Ray wraps it in two sentences about the actor and the task)."""
+    said = str(exc)
+    start, end = said.find("RPC error: "), said.find(" rpc_code")
+    return said[start:end] if 0 <= start < end else _death_reason(exc)

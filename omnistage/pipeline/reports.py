@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+from omnistage.core import Modality
+
+HealthStatus = Literal["ok", "degraded", "unhealthy"]
 
 
 @dataclass(frozen=True)
@@ -30,10 +35,32 @@ class StageHealth:
 @dataclass(frozen=True)
 class HealthReport:
     stages: tuple[StageHealth, ...]
+    # The stages each output needs (text: the thinker; audio: thinker, talker, code2wav), from the pipeline's
+    # graph. Empty when unknown: every request then needs every stage.
+    needs: tuple[tuple[Modality, frozenset[str]], ...] = ()
 
     @property
     def healthy(self) -> bool:
         return bool(self.stages) and all(s.healthy for s in self.stages)
+
+    def down(self, modalities: frozenset[Modality] | None = None) -> tuple[str, ...]:
+        """The stages with no healthy replica that a request for ``modalities`` runs through (``None``, or
+        needs unknown: every stage)."""
+        wanted = dict(self.needs)
+        if modalities is None or not wanted or any(m not in wanted for m in modalities):
+            needed = {s.stage for s in self.stages}
+        else:
+            needed = set().union(*(wanted[m] for m in modalities))
+        return tuple(s.stage for s in self.stages if s.stage in needed and not s.healthy)
+
+    @property
+    def status(self) -> HealthStatus:
+        """``ok``: every stage serves. ``degraded``: some stage has no healthy replica (e.g. its node was lost and
+        none other fits its placement), yet some output still has all it needs (text without the talker).
+        ``unhealthy``: nothing can be served."""
+        if self.healthy:
+            return "ok"
+        return "degraded" if any(not self.down(frozenset({m})) for m, _ in self.needs) else "unhealthy"
 
 
 @dataclass(frozen=True)
@@ -59,3 +86,12 @@ class ReplicaStats:
 class EngineStats:
     replicas: tuple[ReplicaStats, ...]
     shm_segments: int = 0  # shared-memory tensors written by one stage and not yet taken by the next
+
+    def crossings(self) -> dict[tuple[str, str], int]:
+        """Bytes through the orchestrator's sockets so far by (stage, "to" or "from"): under Ray, what crosses the
+        head node for each stage on another."""
+        out: dict[tuple[str, str], int] = {}
+        for r in self.replicas:
+            out[(r.stage, "to")] = out.get((r.stage, "to"), 0) + r.bytes_sent
+            out[(r.stage, "from")] = out.get((r.stage, "from"), 0) + r.bytes_received
+        return out

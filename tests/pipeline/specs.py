@@ -34,6 +34,21 @@ def small_dict(talker_replicas: int = 1, talker_frames: int = 24, initial_chunk:
     return data
 
 
+RAY_SLOT, RAY_LABEL = "omnistage_talker_slot", "omnistage-role"  # the second Ray node's resource; both nodes' label
+
+
+def two_node_dict(talker_frames: int) -> dict:
+    """``small_dict`` on two Ray nodes: the thinker on the head (label ``head``), two talker replicas on the node
+    with the talker slots and code2wav on the node labelled ``vocoder`` (the second)."""
+    data = small_dict(talker_replicas=2, talker_frames=talker_frames)
+    thinker, talker, code2wav = data["stages"]
+    talker["engine"]["num_kv_blocks"] = 256  # two streams of talker_frames frames per talker replica
+    thinker["placement"] = {"num_cpus": 0.5, "node_labels": {RAY_LABEL: "head"}}
+    talker["placement"] = {"num_cpus": 0.25, "resources": {RAY_SLOT: 0.5}}
+    code2wav["placement"] = {"node_labels": {RAY_LABEL: "vocoder"}}
+    return data
+
+
 def small_spec(**kwargs: int) -> PipelineSpec:
     return parse_pipeline(small_dict(**kwargs))
 

@@ -26,24 +26,18 @@ from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
 from tests.entrypoints.server_thread import ServerThread
-from tests.pipeline.specs import small_dict, write_spec
+from tests.pipeline.specs import RAY_LABEL, RAY_SLOT, two_node_dict, write_spec
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                  reason="ray is not installed (pip install 'omnistage[ray]')")]
 FRAMES = 400  # talker frames per request: long enough that streams are mid-way when an actor is killed
-RESOURCE, LABEL = "omnistage_talker_slot", "omnistage-role"  # the second node's resource; both nodes' label
+RESOURCE, LABEL = RAY_SLOT, RAY_LABEL  # the second node's resource; both nodes' label
 STREAMS = 4
 
 
 def _spec_dict() -> dict:
-    data = small_dict(talker_replicas=2, talker_frames=FRAMES)
-    thinker, talker, code2wav = data["stages"]
-    talker["engine"]["num_kv_blocks"] = 256  # two streams of FRAMES frames per talker replica
-    thinker["placement"] = {"num_cpus": 0.5, "node_labels": {LABEL: "head"}}
-    talker["placement"] = {"num_cpus": 0.25, "resources": {RESOURCE: 0.5}}
-    code2wav["placement"] = {"node_labels": {LABEL: "vocoder"}}
-    return data
+    return two_node_dict(FRAMES)
 
 
 def _ray_children() -> list[int]:
@@ -175,22 +169,13 @@ def test_ray_serves_the_same_text_and_audio_as_local_processes(tiny_dir: Path, c
     print(f"local backend (start + request) {local_s:.1f} s; ray backend request {ray_s:.1f} s")
 
 
-def _crossings(engine: AsyncOmni) -> dict[tuple[str, str], int]:
-    """Bytes through the head's sockets so far, by (stage, direction), tensors in the frames included."""
-    out: dict[tuple[str, str], int] = {}
-    for r in engine.stats().replicas:
-        out[(r.stage, "to")] = out.get((r.stage, "to"), 0) + r.bytes_sent
-        out[(r.stage, "from")] = out.get((r.stage, "from"), 0) + r.bytes_received
-    return out
-
-
 def test_frames_and_chunks_never_cross_the_head(on_ray: _Served) -> None:
     """The talker and code2wav share the second node: the talker's chunks go to code2wav there, so the head sends
     code2wav nothing and hears from the talker only what it planned (its notices); the audio comes to the head,
     where the client is."""
-    before = _crossings(on_ray.engine)
+    before = on_ray.engine.stats().crossings()
     _, pcm = _speak(on_ray.url)
-    after = _crossings(on_ray.engine)
+    after = on_ray.engine.stats().crossings()
     seconds = len(pcm) / 2 / 24000
     per_s = {key: (after[key] - before.get(key, 0)) / seconds for key in after}
     print("bytes through the head per audio second: " + ", ".join(

@@ -161,23 +161,27 @@ def _health_body(report: HealthReport) -> HealthResponse:
                                                           kv_cache_bytes=r.kv_cache_bytes)
                                         for r in s.replicas])
               for s in report.stages]
-    return HealthResponse(status="ok" if report.healthy else "unhealthy", stages=stages)
+    return HealthResponse(status=report.status, stages=stages)
 
 
 @api.get("/health", response_model=HealthResponse,
-         responses={503: {"model": HealthResponse, "description": "a stage has no healthy replica"}})
+         responses={503: {"model": HealthResponse, "description": "no output can be served: a stage it needs "
+                                                                 "has no healthy replica"}})
 async def health(services: Services = Depends(_services)) -> JSONResponse:
+    """Liveness: 200 while the server can serve something, ``degraded`` when only some outputs (text without the
+    lost talker's node); restarting this process would not bring a lost node back."""
     report = services.engine.health()
-    return JSONResponse(_health_body(report).model_dump(), status_code=200 if report.healthy else 503)
+    return JSONResponse(_health_body(report).model_dump(), status_code=503 if report.status == "unhealthy" else 200)
 
 
 @api.get("/ready", response_model=ReadinessResponse,
-         responses={503: {"model": ReadinessResponse, "description": "draining (stopping), or a stage is down"}})
+         responses={503: {"model": ReadinessResponse,
+                          "description": "draining (stopping), or a stage is down (degraded or unhealthy)"}})
 async def ready(services: Services = Depends(_services)) -> JSONResponse:
     """Readiness, apart from liveness (``/health``): false at once when the server starts to stop, while it still
     finishes the streams it holds."""
-    status = "draining" if services.draining.draining else "ready" if services.engine.health().healthy \
-        else "unhealthy"
+    health = services.engine.health().status
+    status = "draining" if services.draining.draining else "ready" if health == "ok" else health
     return JSONResponse(ReadinessResponse(status=status).model_dump(), status_code=200 if status == "ready" else 503)
 
 

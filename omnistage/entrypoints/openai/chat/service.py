@@ -88,7 +88,7 @@ class ChatService:
         # Admitted before any media is fetched or decoded (a data: URL's base64 included): an overloaded server
         # refuses at once instead of first spending a pool job on a body it will not serve. The work then runs in
         # the bounded pool and stops if the client leaves; a media error gives the tickets back.
-        tickets = self._admit(plan.choices)
+        tickets = self._admit(plan.choices, _modalities(plan))
         group = Ticket(lambda: [t.release() for t in tickets])
         try:
             prompt, sampling = await prepare_admitted(raw, group, self._prompt(body, plan))
@@ -113,11 +113,11 @@ class ChatService:
         reply = await self._reply(requests[0].request_id, body.model, done, plan, logprobs)
         return JSONResponse(reply.model_dump())
 
-    def _admit(self, n: int) -> list[Ticket]:
+    def _admit(self, n: int, modalities: frozenset[Modality]) -> list[Ticket]:
         tickets: list[Ticket] = []
         try:
             for _ in range(n):
-                tickets.append(self.admission.admit())
+                tickets.append(self.admission.admit(modalities))
         except APIError:
             for ticket in tickets:
                 ticket.release()
@@ -132,7 +132,7 @@ class ChatService:
     def _requests(self, body: ChatCompletionRequest, plan: ChatPlan, prompt: ProcessedPrompt,
                   sampling: SamplingParams) -> list[OmniRequest]:
         base = f"chatcmpl-{uuid.uuid4().hex}"
-        modalities = frozenset({Modality.TEXT} | ({Modality.AUDIO} if plan.audio else set()))
+        modalities = _modalities(plan)
         tokenizer = getattr(self.engine.front_end.processor, "tokenizer", None)
         unspoken = plan.tools.unspoken(tokenizer) if plan.audio else None
         voice = {"voice": plan.audio.voice} if plan.audio else {}
@@ -296,3 +296,8 @@ def _per_modality(choice: ChatCompletionChoice) -> list[ChatCompletionChoice]:
 
 def _tool_calls(calls: list[ParsedCall]) -> list[ToolCall]:
     return [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls]
+
+
+def _modalities(plan: ChatPlan) -> frozenset[Modality]:
+    """What the request wants out: text, and audio when it asked for it (admission checks their stages)."""
+    return frozenset({Modality.TEXT} | ({Modality.AUDIO} if plan.audio else set()))

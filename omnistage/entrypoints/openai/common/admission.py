@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from fastapi.responses import JSONResponse
 
+from omnistage.core import Modality
 from omnistage.entrypoints.openai.common.drain_rate import DrainRate
 from omnistage.entrypoints.openai.common.errors import SERVER_ERROR, APIError
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
@@ -55,12 +56,12 @@ class Admission:
         self.admitted = 0
         self.drain = drain or DrainRate()
 
-    def admit(self) -> Ticket:
-        """A ticket for one request, or ``Overloaded`` (503 while a stage is down, 429 when full)."""
+    def admit(self, modalities: frozenset[Modality] | None = None) -> Ticket:
+        """A ticket for one request, or ``Overloaded``: 503 while a stage it needs is down (every stage, unless
+        it names the ``modalities`` it wants: text needs no talker), 429 when full."""
         report = self.engine.health()
-        if not report.healthy:
-            down = ", ".join(s.stage for s in report.stages if not s.healthy) or "the pipeline"
-            raise Overloaded(503, f"no healthy replica of: {down}; retry shortly", "stage_unavailable",
+        if down := report.down(modalities) or (() if report.stages else ("the pipeline",)):
+            raise Overloaded(503, f"no healthy replica of: {', '.join(down)}; retry shortly", "stage_unavailable",
                              RETRY_UNHEALTHY_S)
         if self.admitted >= self.max_requests:
             raise Overloaded(429, f"the server is at its limit of {self.max_requests} requests in flight; "

@@ -83,11 +83,11 @@ class StageHealthInfo(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok", "unhealthy"]
+    status: Literal["ok", "degraded", "unhealthy"]
     stages: list[StageHealthInfo]
 
 
 class ReadinessResponse(BaseModel):
     """``/ready``: whether to send this server work (a load balancer's readiness probe)."""
 
-    status: Literal["ready", "draining", "unhealthy"]
+    status: Literal["ready", "draining", "degraded", "unhealthy"]

@@ -68,6 +68,9 @@ def render_transcription(processor: PromptProcessor, ask: TranscriptionAsk, toke
     return processor.process(ids, audios=[ask.audio])
 
 
+TRANSCRIPTION_MODALITIES = frozenset({Modality.TEXT})  # a transcript is the thinker's text alone
+
+
 def transcription_request(engine: OmniEngine, prompt: ProcessedPrompt, ask: TranscriptionAsk,
                           request_id: str | None = None, param: str = "file") -> OmniRequest:
     """A text-only thinker request for ``prompt``, its completion bounded by the audio's length (``param``: the
@@ -76,7 +79,7 @@ def transcription_request(engine: OmniEngine, prompt: ProcessedPrompt, ask: Tran
                                engine.max_model_len, param)
     sampling = make_sampling(max_tokens=budget, temperature=ask.temperature, logprobs=0 if ask.logprobs else None)
     # Under the HTTP request's span when traced (a realtime session's transcription has none: a trace of its own).
-    return traced(OmniRequest(request_id or f"transcribe-{uuid.uuid4().hex}", prompt, frozenset({Modality.TEXT}),
+    return traced(OmniRequest(request_id or f"transcribe-{uuid.uuid4().hex}", prompt, TRANSCRIPTION_MODALITIES,
                               sampling))
 
 

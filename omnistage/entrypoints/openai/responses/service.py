@@ -83,7 +83,8 @@ class ResponsesService:
         items = input_items(body)
         tools = tools_of(body)
         # Admitted before any media is fetched or decoded (as chat): see ChatService.create.
-        ticket = self.admission.admit()
+        modalities = frozenset({Modality.TEXT, Modality.AUDIO} if voice else {Modality.TEXT})
+        ticket = self.admission.admit(modalities)  # text alone is served while the audio stages are down
         try:
             prompt, sampling = await prepare_admitted(raw, ticket, self._prompt(body, history, items, tools))
         except ClientDisconnected:
@@ -91,7 +92,7 @@ class ResponsesService:
         request_id = f"resp_{uuid.uuid4().hex}"
         request = traced(OmniRequest(
             request_id=request_id, prompt=prompt, sampling=sampling, stream=bool(body.stream),
-            modalities=frozenset({Modality.TEXT, Modality.AUDIO} if voice else {Modality.TEXT}),
+            modalities=modalities,
             unspoken=tools.unspoken(getattr(self.engine.front_end.processor, "tokenizer", None)) if voice else None,
             **({"voice": voice} if voice else {})))
         writer = ResponseWriter(_initial(body, request_id, sampling), tools.parser(), audio=voice is not None)

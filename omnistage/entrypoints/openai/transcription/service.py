@@ -37,6 +37,7 @@ from omnistage.entrypoints.openai.common.streaming import (
     sse_event,
 )
 from omnistage.entrypoints.openai.common.transcriber import (
+    TRANSCRIPTION_MODALITIES,
     TranscriptDone,
     TranscriptionAsk,
     instructions,
@@ -90,7 +91,7 @@ class TranscriptionService:
         self.check(form)
         data = await self._read(upload)
         await self.pool.run(self._check_header, data)
-        ticket = self.admission.admit()
+        ticket = self.admission.admit(TRANSCRIPTION_MODALITIES)  # served while the audio stages are down
         try:
             audio = await prepare_admitted(raw, ticket, self.pool.run(self._decode, data))
         except ClientDisconnected:
