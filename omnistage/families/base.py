@@ -28,6 +28,7 @@ from omnistage.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from omnistage.families.speech import SpeechFrontEnd
+    from omnistage.processing.transcription import TranscriptionPrompter
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ class FrontEnd:
     spoken_system_prompt: the system turn the family's talker was trained under ("": none needed); a prompt the
         server writes itself for a spoken reply (speech's, when the thinker repeats the input) opens with it, and a
         realtime session's instructions are it until the client sets its own.
+    transcriber: a speech recogniser's transcription prompts (Qwen3-ASR's), which the transcription routes use
+        instead of asking ``processor``'s chat model for a transcript (None: the family has none).
     """
 
     tokenizer: object | None
@@ -189,3 +192,4 @@ class FrontEnd:
     openai_voices: Mapping[str, str] = field(default_factory=dict)
     default_voice: str = ""
     spoken_system_prompt: str = ""
+    transcriber: TranscriptionPrompter | None = None
