@@ -54,6 +54,12 @@ class TranscriptResult:
         return join_texts(s.done.text for s in self.segments)
 
     @property
+    def language(self) -> str | None:
+        """The language the first segment's reply named (a recogniser detects it), lower-case as OpenAI's."""
+        named = next((s.done.language for s in self.segments if s.done.language), None)
+        return named.lower() if named else None
+
+    @property
     def usage(self) -> Usage:
         return Usage(sum(s.done.usage.prompt_tokens for s in self.segments),
                      sum(s.done.usage.completion_tokens for s in self.segments))
@@ -170,7 +176,8 @@ def _verbose(result: TranscriptResult, form: TranscriptionForm) -> Transcription
     duration = round(result.duration, 3)
     if form.translate:
         return TranslationVerbose(duration=duration, text=result.text, segments=segments)
-    return TranscriptionVerbose(duration=duration, language=form.language or "unknown", text=result.text,
+    return TranscriptionVerbose(duration=duration, language=form.language or result.language or "unknown",
+                                text=result.text,
                                 segments=segments, usage=TranscriptionDurationUsage(seconds=duration))
 
 

@@ -41,6 +41,7 @@ from omnistage.entrypoints.openai.common.transcriber import (
     TranscriptionAsk,
     instructions,
     render_transcription,
+    reply_reader,
     transcript_events,
     transcription_request,
 )
@@ -62,9 +63,13 @@ from omnistage.entrypoints.openai.transcription.protocol import (
 )
 from omnistage.entrypoints.openai.transcription.segments import split
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+from omnistage.processing.transcription import TranscriptionPrompter, UnsupportedLanguage
 
 NO_TRANSCRIPTION = ("this model cannot transcribe: it is a text-to-speech checkpoint, with no thinker to hear "
-                    "audio; serve a Qwen3-Omni checkpoint for /v1/audio/transcriptions and /v1/audio/translations")
+                    "audio; serve a Qwen3-Omni or Qwen3-ASR checkpoint for /v1/audio/transcriptions and "
+                    "/v1/audio/translations")
+NO_TRANSLATION = ("this model cannot translate: it is a speech recogniser that writes what it hears in the language "
+                  "it hears; use /v1/audio/transcriptions, or serve an omni checkpoint for /v1/audio/translations")
 ROUTES = {False: "/v1/audio/transcriptions", True: "/v1/audio/translations"}
 
 
@@ -110,9 +115,12 @@ class TranscriptionService:
 
     def check(self, form: TranscriptionForm) -> None:
         self.served.check(form.model)
-        if self.engine.front_end.processor is None:
+        front = self.engine.front_end
+        if front.processor is None and front.transcriber is None:
             raise bad_request(NO_TRANSCRIPTION, param="model", code="transcription_not_supported")
         form.check()
+        if front.transcriber is not None:
+            _check_recogniser(front.transcriber, form)
         if form.prompt is not None and len(form.prompt) > self.limits.max_text_chars:
             raise over_budget("max_text_chars", f"prompt is {len(form.prompt)} characters; the limit is "
                               f"{self.limits.max_text_chars}", "prompt", "input_too_long")
@@ -156,15 +164,17 @@ class TranscriptionService:
         try:
             for index, segment in enumerate(split(audio, AUDIO_SAMPLE_RATE)):
                 ask = TranscriptionAsk(audio[segment.start:segment.end], system, form.sampling_temperature,
-                                       logprobs=form.response_format == "verbose_json")
+                                       logprobs=form.response_format == "verbose_json", language=form.language,
+                                       context=form.prompt)
                 try:
-                    prompt = await self.pool.run(render_transcription, self.engine.front_end.processor, ask)
+                    prompt = await self.pool.run(render_transcription, self.engine.front_end, ask)
                     request = transcription_request(self.engine, prompt, ask)
                 except APIError as exc:
                     outcome = "client_error"
                     yield SegmentText(segment, TranscriptDone("", (), (), Usage(0, 0), exc))
                     return
-                events = transcript_events(self.engine, request, timeout_s=max(deadline - time.monotonic(), 0.0))
+                events = transcript_events(self.engine, request, timeout_s=max(deadline - time.monotonic(), 0.0),
+                                           reader=reply_reader(self.engine.front_end, ask))
                 async with aclosing(events):
                     async for event in events:
                         if isinstance(event, TranscriptDone):
@@ -190,6 +200,17 @@ class TranscriptionService:
             await events.aclose()
             raise first.done.failure
         return AbortingStreamingResponse(_sse(rest), media_type="text/event-stream", upstream=events, ticket=ticket)
+
+
+def _check_recogniser(transcriber: TranscriptionPrompter, form: TranscriptionForm) -> None:
+    """What a speech recogniser cannot do, refused before the file is read."""
+    if form.translate and not transcriber.translates:
+        raise bad_request(NO_TRANSLATION, param="model", code="translation_not_supported")
+    if form.language is not None:
+        try:
+            transcriber.check_language(form.language)
+        except UnsupportedLanguage as exc:
+            raise bad_request(str(exc), param="language", code="unsupported_language") from exc
 
 
 async def _collect(events: AsyncGenerator[Event, None], duration: float) -> TranscriptResult:
