@@ -38,6 +38,7 @@ class TranscriptionPrompter(Protocol):
     """A recogniser family's transcription prompts (called from worker threads, never on the event loop)."""
 
     translates: bool  # whether it can write an English translation (/v1/audio/translations)
+    segment_seconds: float  # the longest piece of a file it writes down at once (longer files are cut)
 
     def check_language(self, language: str) -> None:
         """Raises :class:`UnsupportedLanguage` for a language the model cannot be forced into."""

@@ -34,6 +34,8 @@ class ASRReply:
 
 class ASRTranscriber:
     translates = False  # Qwen3-ASR writes what it hears in the language it hears
+    # As Qwen's qwen-asr (MAX_ASR_INPUT_SECONDS): the encoder's windowed attention reads 20 minutes in one prompt.
+    segment_seconds = 1200.0
 
     def __init__(self, processor: Qwen3ASRPromptProcessor) -> None:
         self.processor = processor

@@ -127,11 +127,26 @@ class _RunningPeak(threading.Thread):
         return self.peak
 
 
-def test_audio_longer_than_a_segment_is_cut(client: openai.OpenAI, spoken: np.ndarray) -> None:
+def test_audio_longer_than_the_encoder_window_is_one_prompt(client: openai.OpenAI, spoken: np.ndarray,
+                                                             asr_dir: Path) -> None:
+    """35 s spans nine of the tiny encoder's 4 s attention windows, and more than the thinker's 30 s segments: Qwen3-ASR
+    reads it in one prompt as qwen-asr does (it cuts only past 20 minutes)."""
     long = np.concatenate([spoken] * (int(35 * RATE / len(spoken)) + 1))
     reply = client.audio.transcriptions.create(model="asr", file=("a.wav", _wav(long)), language="en",
                                                response_format="verbose_json")
-    assert len(reply.segments) == 2 and reply.segments[-1].end == pytest.approx(len(long) / RATE, abs=1e-3)
+    assert len(reply.segments) == 1 and reply.segments[0].end == pytest.approx(len(long) / RATE, abs=1e-3)
+    assert reply.text == _expected(asr_dir, long, "en")
+
+
+def test_a_file_past_the_recognisers_piece_is_cut_at_a_quiet_moment() -> None:
+    from omnistage.entrypoints.openai.transcription.segments import split
+    from omnistage.families.qwen3_asr.transcriber import ASRTranscriber
+
+    rng = np.random.default_rng(0)
+    audio = (0.1 * rng.standard_normal(int(2500 * 100))).astype(np.float32)  # 2500 s at a 100 Hz stand-in rate
+    audio[1197 * 100:1198 * 100] = 0.0  # within the last 5 s of the first piece, where its cut is sought
+    pieces = split(audio, 100, ASRTranscriber.segment_seconds)
+    assert len(pieces) == 3 and 1197 <= pieces[0].end / 100 <= 1198
 
 
 @pytest.mark.parametrize(("route", "data", "file", "code"), [

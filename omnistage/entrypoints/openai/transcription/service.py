@@ -3,7 +3,7 @@
 A request is bounded before any decoding: the body by ``--max-request-bytes`` (the body-limit middleware), the
 file by ``--max-media-bytes``, and what its header declares (sample rate, seconds) by the request budget, probed
 in the decode pool. Only then is it admitted; the file is decoded to 16 kHz mono in the decode pool, cut into
-segments (``segments.py``), and each segment is one text-only thinker request (``common/transcriber.py``), one
+segments (``segments.py``; a recogniser family's own length, else 30 s), and each segment is one text-only thinker request (``common/transcriber.py``), one
 after another under the request's one admission ticket, so a long file holds one place, not one per segment.
 The talker never runs. Whole answers are rendered by ``formats.py``; ``stream=true`` sends each thinker delta as
 a ``transcript.text.delta`` event and ends with ``transcript.text.done``.
@@ -61,7 +61,7 @@ from omnistage.entrypoints.openai.transcription.protocol import (
     TranscriptTextDelta,
     TranscriptTextDone,
 )
-from omnistage.entrypoints.openai.transcription.segments import split
+from omnistage.entrypoints.openai.transcription.segments import SEGMENT_SECONDS, split
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
 from omnistage.processing.transcription import TranscriptionPrompter, UnsupportedLanguage
 
@@ -162,7 +162,7 @@ class TranscriptionService:
         deadline = time.monotonic() + self.limits.request_timeout
         system = instructions(form.translate, form.language, form.prompt)
         try:
-            for index, segment in enumerate(split(audio, AUDIO_SAMPLE_RATE)):
+            for index, segment in enumerate(split(audio, AUDIO_SAMPLE_RATE, self._segment_seconds())):
                 ask = TranscriptionAsk(audio[segment.start:segment.end], system, form.sampling_temperature,
                                        logprobs=form.response_format == "verbose_json", language=form.language,
                                        context=form.prompt)
@@ -189,6 +189,11 @@ class TranscriptionService:
         finally:
             ticket.release()
             timer.finish(outcome)
+
+    def _segment_seconds(self) -> float:
+        """A recogniser's own longest piece (Qwen3-ASR reads 20 minutes at once), else the thinker's 30 s."""
+        transcriber = self.engine.front_end.transcriber
+        return SEGMENT_SECONDS if transcriber is None else transcriber.segment_seconds
 
     async def _stream(self, raw: Request, events: AsyncGenerator[Event, None], ticket: Ticket) -> Response:
         try:
