@@ -69,6 +69,10 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-num-seqs", type=_per_stage_int, default=(),
                        help="requests a stage replica runs at once, e.g. 16, or per stage: thinker=32,code2wav=8 "
                             "(default: the stage config's)")
+    group.add_argument("--aligner", default=None, metavar="ALIGNER_DIR",
+                       help="a forced-aligner checkpoint (Qwen3-ForcedAligner) served beside the model: "
+                            "/v1/audio/transcriptions then gives timestamp_granularities=['word'] and verbose_json "
+                            "words")
     group.add_argument("--ray-address", default=None,
                        help="the Ray cluster to join with --backend ray (default: the one started on this machine "
                             "by `ray start --head`, else a new local one)")
@@ -116,6 +120,7 @@ class PipelineConfig:
     overrides: StageOverrides = StageOverrides()
     generation_config: str = "auto"
     model_name: str | None = None  # the id the API answers to (default: ``model``)
+    aligner: str | None = None  # --aligner: a forced aligner's folder (or embedded name), loaded beside the model
 
 
 def overrides_from_args(args: argparse.Namespace) -> StageOverrides:
@@ -139,4 +144,4 @@ def pipeline_config_from_args(args: argparse.Namespace, model: str, model_name: 
     spec = load_pipeline(args.stage_config) if args.stage_config else None  # a bad YAML is said before loading
     return PipelineConfig(model=model, stage_config=spec, options=options_from_args(args),
                           overrides=overrides_from_args(args), generation_config=args.generation_config,
-                          model_name=model_name)
+                          model_name=model_name, aligner=getattr(args, "aligner", None))

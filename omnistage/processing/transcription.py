@@ -4,11 +4,14 @@ asked for a transcript in its chat template.
 A :class:`TranscriptionPrompter` (``FrontEnd.transcriber``) makes one audio's prompt with the language forced and
 the caller's context the way the model was trained, and gives a :class:`ReplyReader` per request that turns the
 streamed reply into the transcript (a recogniser may open its reply with markup such as ``language X<asr_text>``).
-Nothing here imports a family or torch.
+A :class:`WordTimer` (``FrontEnd.word_timer``, a forced aligner served beside the model) times each word of a
+transcript against its audio. Nothing here imports a family or torch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -60,3 +63,23 @@ class PlainReply:
 
     def feed(self, delta: str) -> str:
         return delta
+
+
+@dataclass(frozen=True)
+class WordTime:
+    """One word of a transcript and where it is in its audio (seconds)."""
+
+    word: str
+    start: float
+    end: float
+
+
+@runtime_checkable
+class WordTimer(Protocol):
+    """A forced aligner: each word of a transcript timed in its audio (called from worker threads)."""
+
+    max_seconds: float  # the longest audio it times at once (a file asking for words is cut to this)
+
+    def align(self, audio: np.ndarray, transcript: str, language: str | None = None) -> Sequence[WordTime]:
+        """The transcript's words (as the aligner splits them) with their times in ``audio`` (16 kHz mono)."""
+        ...

@@ -10,7 +10,7 @@ dropped).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +20,10 @@ from omnistage.families.qwen3_asr.config import Qwen3ASRCheckpoint
 from omnistage.families.qwen3_asr.model import Qwen3ASR
 from omnistage.families.qwen3_asr.prompt import ASRPromptIds, Qwen3ASRPromptProcessor
 from omnistage.families.qwen3_asr.stage import whole_prompt_hidden
+from omnistage.processing.transcription import WordTime
 
 SEGMENT_MS = 80.0  # transformers' Qwen3ASRProcessor.timestamp_segment_time
-
-
-@dataclass(frozen=True)
-class WordTime:
-    word: str
-    start: float  # seconds
-    end: float
+MAX_SECONDS = 180.0  # qwen-asr's MAX_FORCE_ALIGN_INPUT_SECONDS: the longest audio it times at once
 
 
 def split_words(text: str, language: str | None = None) -> list[str]:
@@ -39,7 +34,10 @@ def split_words(text: str, language: str | None = None) -> list[str]:
 
 
 class ForcedAligner:
-    """A loaded aligner; :meth:`align` is thread-safe for one caller at a time (a decode-pool job)."""
+    """A loaded aligner (meets :class:`omnistage.processing.transcription.WordTimer`); :meth:`align` runs in a
+    decode-pool job, its forward under a lock (one at a time: a forward is the whole job)."""
+
+    max_seconds = MAX_SECONDS
 
     def __init__(self, folder: str | Path, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
@@ -49,6 +47,7 @@ class ForcedAligner:
         self.model = Qwen3ASR.from_checkpoint(folder, device, dtype, ckpt=self.ckpt)
         self.processor = Qwen3ASRPromptProcessor(folder, int(self.ckpt.audio.n_window))
         self.timestamp = int(self.ckpt.hf.timestamp_token_id)
+        self._lock = threading.Lock()
 
     def prompt(self, audio: np.ndarray, words: list[str]) -> ASRPromptIds:
         """The audio's placeholders, then each word's ids and its two markers."""
@@ -71,10 +70,19 @@ class ForcedAligner:
         if not words:
             return []
         prompt = self.prompt(audio, words)
-        classes = self.logits(prompt).argmax(-1).cpu()
+        with self._lock:
+            classes = self.logits(prompt).argmax(-1).cpu()
         marks = classes[torch.tensor(prompt.token_ids) == self.timestamp].float() * SEGMENT_MS
         ms = _fix_timestamps(marks.numpy())
         # A class is a time bin: no word is placed past the audio's end (a bin may start before it and run over).
         last = len(audio) / 16000
         return [WordTime(w, min(round(ms[2 * i] / 1000, 3), last), min(round(ms[2 * i + 1] / 1000, 3), last))
                 for i, w in enumerate(words)]
+
+
+def load_word_timer(folder: str | Path) -> ForcedAligner:
+    """The family's ``word_timer`` hook (``serve --aligner``): on the GPU when there is one, in the weights' dtype
+    there (fp32 on a CPU)."""
+    if torch.cuda.is_available():
+        return ForcedAligner(folder, "cuda", torch.bfloat16)
+    return ForcedAligner(folder)

@@ -62,7 +62,8 @@ class Qwen3ForcedAlignerFamily(Qwen3ASRFamily):
     name = "qwen3_forced_aligner"
     model_types = (MODEL_TYPE, ALIGNER_MODEL_TYPE)
     hooks = Hooks(make_tiny=f"{_HERE}.make_command:make_tiny_command", verify=f"{_HERE}.verify:run_verify",
-                  cached=f"{_HERE}.make_tiny:cached_checkpoint", tiny_names=("aligner-tiny",))
+                  cached=f"{_HERE}.make_tiny:cached_checkpoint", tiny_names=("aligner-tiny",),
+                  word_timer=f"{_HERE}.aligner:load_word_timer")
 
     def recognises(self, raw: Mapping[str, Any]) -> bool:
         return raw.get("model_type") in self.model_types and is_aligner(raw)

@@ -28,6 +28,7 @@ from omnistage.tools.verify.divergence import first_divergence
 
 TOLERANCE = 1e-4  # fp32 on a CPU: ours and transformers' prompt logits differ by summation order only
 NEW_TOKENS = 12
+ALIGNED_TRANSCRIPT = "the quick brown fox jumps over the lazy dog"
 CASES = {"short": (1.2, None), "short-en": (1.2, "en"), "long": (9.0, None)}  # seconds, forced language
 
 
@@ -102,6 +103,23 @@ def verify_recogniser(folder: Path, case: str, new_tokens: int = NEW_TOKENS) -> 
                       divergence.describe() if divergence else "")
 
 
+def verify_aligner(folder: Path) -> CaseReport:
+    """The aligner's class logits over an audio + words + markers prompt against transformers' token
+    classification; its argmax classes identical."""
+    from transformers import Qwen3ASRForTokenClassification
+
+    from omnistage.families.qwen3_asr.aligner import ForcedAligner, split_words
+
+    aligner = ForcedAligner(folder)
+    prompt = aligner.prompt(synthetic_clip(3.0), split_words(ALIGNED_TRANSCRIPT))
+    reference = Qwen3ASRForTokenClassification.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = reference(**reference_inputs(aligner.processor, prompt)).logits[0]
+    ours = aligner.logits(prompt)
+    same = ours.shape == theirs.shape and bool(torch.equal(ours.argmax(-1), theirs.argmax(-1)))
+    return CaseReport("aligner", prompt.num_tokens, same, _max_abs_diff(ours, theirs))
+
+
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max()) if a.shape == b.shape else float("inf")
 
@@ -114,8 +132,6 @@ def run_verify(args: argparse.Namespace, folder: Path) -> int:
         return 2
     tolerance = getattr(args, "tolerance", TOLERANCE) or TOLERANCE
     if ckpt.aligner:
-        from omnistage.families.qwen3_asr.aligner_verify import verify_aligner
-
         reports = [verify_aligner(Path(folder))]
     else:
         reports = [verify_recogniser(Path(folder), case) for case in CASES]

@@ -12,9 +12,9 @@ a ``transcript.text.delta`` event and ends with ``transcript.text.done``.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from fastapi import Request, UploadFile
@@ -63,7 +63,7 @@ from omnistage.entrypoints.openai.transcription.protocol import (
 )
 from omnistage.entrypoints.openai.transcription.segments import SEGMENT_SECONDS, split
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
-from omnistage.processing.transcription import TranscriptionPrompter, UnsupportedLanguage
+from omnistage.processing.transcription import TranscriptionPrompter, UnsupportedLanguage, WordTime, WordTimer
 
 NO_TRANSCRIPTION = ("this model cannot transcribe: it is a text-to-speech checkpoint, with no thinker to hear "
                     "audio; serve a Qwen3-Omni or Qwen3-ASR checkpoint for /v1/audio/transcriptions and "
@@ -118,7 +118,7 @@ class TranscriptionService:
         front = self.engine.front_end
         if front.processor is None and front.transcriber is None:
             raise bad_request(NO_TRANSCRIPTION, param="model", code="transcription_not_supported")
-        form.check()
+        form.check(words=front.word_timer is not None)
         if front.transcriber is not None:
             _check_recogniser(front.transcriber, form)
         if form.prompt is not None and len(form.prompt) > self.limits.max_text_chars:
@@ -162,7 +162,7 @@ class TranscriptionService:
         deadline = time.monotonic() + self.limits.request_timeout
         system = instructions(form.translate, form.language, form.prompt)
         try:
-            for index, segment in enumerate(split(audio, AUDIO_SAMPLE_RATE, self._segment_seconds())):
+            for index, segment in enumerate(split(audio, AUDIO_SAMPLE_RATE, self._segment_seconds(form))):
                 ask = TranscriptionAsk(audio[segment.start:segment.end], system, form.sampling_temperature,
                                        logprobs=form.response_format == "verbose_json", language=form.language,
                                        context=form.prompt)
@@ -180,7 +180,7 @@ class TranscriptionService:
                         if isinstance(event, TranscriptDone):
                             if event.failure is not None:
                                 outcome = "engine_error"  # before the yield: the reader may close us there
-                            yield SegmentText(segment, event)
+                            yield await self._timed(SegmentText(segment, event), audio, form)
                             if event.failure is not None:
                                 return
                         else:
@@ -190,10 +190,25 @@ class TranscriptionService:
             ticket.release()
             timer.finish(outcome)
 
-    def _segment_seconds(self) -> float:
-        """A recogniser's own longest piece (Qwen3-ASR reads 20 minutes at once), else the thinker's 30 s."""
-        transcriber = self.engine.front_end.transcriber
-        return SEGMENT_SECONDS if transcriber is None else transcriber.segment_seconds
+    def _segment_seconds(self, form: TranscriptionForm) -> float:
+        """A recogniser's own longest piece (Qwen3-ASR reads 20 minutes at once), else the thinker's 30 s; no longer
+        than the aligner times at once when words are asked for."""
+        front = self.engine.front_end
+        seconds = SEGMENT_SECONDS if front.transcriber is None else front.transcriber.segment_seconds
+        if form.wants_words and front.word_timer is not None:
+            seconds = min(seconds, front.word_timer.max_seconds)
+        return seconds
+
+    async def _timed(self, piece: SegmentText, audio: np.ndarray, form: TranscriptionForm) -> SegmentText:
+        """The piece with its words timed by the aligner (in the file's time), when words were asked for."""
+        timer = self.engine.front_end.word_timer
+        if not form.wants_words or timer is None or piece.done.failure is not None or not piece.done.text:
+            return piece
+        clip = audio[piece.segment.start:piece.segment.end]
+        language = form.language or piece.done.language
+        words = await self.pool.run(_align, timer, clip, piece.done.text, language)
+        offset = piece.start
+        return replace(piece, words=tuple(WordTime(w.word, w.start + offset, w.end + offset) for w in words))
 
     async def _stream(self, raw: Request, events: AsyncGenerator[Event, None], ticket: Ticket) -> Response:
         try:
@@ -205,6 +220,12 @@ class TranscriptionService:
             await events.aclose()
             raise first.done.failure
         return AbortingStreamingResponse(_sse(rest), media_type="text/event-stream", upstream=events, ticket=ticket)
+
+
+def _align(timer: WordTimer, clip: np.ndarray, text: str, language: str | None,
+           token: CancelToken) -> Sequence[WordTime]:
+    token.check()
+    return timer.align(clip, text, language)
 
 
 def _check_recogniser(transcriber: TranscriptionPrompter, form: TranscriptionForm) -> None:
