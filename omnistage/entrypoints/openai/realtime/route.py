@@ -39,15 +39,18 @@ async def realtime(ws: WebSocket) -> None:
         await ws.send_json(error_event(EventError("model_not_found", no_such_model(model), "model")))
         await ws.close(code=1008)
         return
-    if service.engine.front_end.processor is None:
+    front = service.engine.front_end
+    if front.processor is None and front.transcriber is None:
         await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
         await ws.close(code=1008)
         return
     claim = ephemeral_claim(ws.scope)
     if claim is not None:
         claim.spend()  # the session is set up: its key is used (a handshake refused above left it usable)
-    # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update).
-    kind = "transcription" if ws.query_params.get("intent") == "transcription" else "realtime"
+    # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update);
+    # a speech recogniser's sessions are nothing else.
+    recogniser = front.processor is None
+    kind = "transcription" if recogniser or ws.query_params.get("intent") == "transcription" else "realtime"
     await RealtimeSession(WebSocketTransport(ws), service, beta=wants_beta(dict(ws.headers)), kind=kind,
                           settings=claimed_session(ws.scope)).run()
 
