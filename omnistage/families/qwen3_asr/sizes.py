@@ -35,7 +35,8 @@ class ASRSize:
 
 
 # The tiny's attention window (400 frames, 4 s) is short so that a few seconds of test speech span several.
-TINY = ASRSize("tiny", Encoder(32, 2, 4, 64, downsample=16, n_window_infer=400), text(64, 2, 128, heads=4, kv_heads=2, head_dim=16),
+TINY = ASRSize("tiny", Encoder(32, 2, 4, 64, downsample=16, n_window_infer=400),
+               text(64, 2, 128, heads=4, kv_heads=2, head_dim=16),
                tied=False, weight_dtype="float32")
 FULL = ASRSize("full", Encoder(896, 18, 14, 3584), text(1024, 28, 3072), vocab_size=151936)
 FULL_1_7B = ASRSize("full-1.7b", Encoder(1024, 24, 16, 4096), text(2048, 28, 6144), vocab_size=151936)
@@ -54,7 +55,8 @@ def config_dict(size: ASRSize, vocab: int, ids: dict[str, int], aligner_labels: 
                          "output_dim": size.text["hidden_size"], "downsample_hidden_size": enc.downsample,
                          "n_window": 50, "n_window_infer": enc.n_window_infer},
         "text_config": {"model_type": "qwen3", **size.text, "vocab_size": size.vocab_size or vocab,
-                        "max_position_embeddings": 65536, "rms_norm_eps": 1e-6, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+                        "max_position_embeddings": 65536, "rms_norm_eps": 1e-6,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
                         "tie_word_embeddings": size.tied},
         "audio_token_id": ids["<|audio_pad|>"], "timestamp_token_id": ids["<timestamp>"],
         "pad_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|endoftext|>"], ids["<|im_end|>"]],
