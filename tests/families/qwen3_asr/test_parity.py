@@ -64,3 +64,15 @@ def test_aligner_times_each_word_within_the_audio(aligner_dir: Path) -> None:
     assert [t.word for t in times] == ["Hello", "big", "world", "你", "好"]
     assert all(0.0 <= t.start <= t.end <= 2.0 for t in times)
     assert [t.start for t in times] == sorted(t.start for t in times)
+
+
+def test_published_aligner_layout_reads_the_same_tensors(aligner_dir: Path, tmp_path: Path) -> None:
+    """Qwen's release of the aligner (``qwen3_forced_aligner``, ``thinker.lm_head`` of ``classify_num`` classes)."""
+    from omnistage.families.qwen3_asr.aligner import ForcedAligner, split_words
+    from omnistage.families.registry import DEFAULT_REGISTRY
+
+    published = make_tiny(tmp_path / "published", seed=0, aligner=True, layout="published")
+    assert DEFAULT_REGISTRY.for_folder(published).name == "qwen3_forced_aligner"
+    ours, theirs = ForcedAligner(aligner_dir), ForcedAligner(published)
+    prompt = ours.prompt(synthetic_clip(2.0), split_words("hello big world"))
+    torch.testing.assert_close(ours.logits(prompt), theirs.logits(prompt), rtol=0, atol=0)
