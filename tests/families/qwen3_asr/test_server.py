@@ -165,3 +165,13 @@ def test_refusals_are_openai_shaped_400s(asr_url: str, spoken: np.ndarray, route
     assert error["type"] == "invalid_request_error" and error["message"]
     if code is not None:
         assert error["code"] == code
+
+
+@pytest.mark.parametrize(("path", "body", "needle"), [
+    ("/v1/chat/completions", {"model": "asr", "messages": [{"role": "user", "content": "hi"}]}, "speech recogniser"),
+    ("/v1/responses", {"model": "asr", "input": "hi"}, "speech recogniser"),
+    ("/v1/audio/speech", {"model": "asr", "input": "hi", "voice": "alloy"}, "cannot speak"),
+])
+def test_what_a_recogniser_cannot_do_is_said_in_its_terms(asr_url: str, path: str, body: dict, needle: str) -> None:
+    reply = httpx.post(f"{asr_url}{path}", json=body, timeout=60)
+    assert reply.status_code == 400 and needle in reply.json()["error"]["message"], reply.text

@@ -10,7 +10,7 @@ from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys, claimed_session, ephemeral_claim
 from omnistage.entrypoints.openai.common.errors import no_such_model
-from omnistage.entrypoints.openai.common.request_checks import NO_CHAT
+from omnistage.entrypoints.openai.common.request_checks import no_chat
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import wants_beta
@@ -41,7 +41,7 @@ async def realtime(ws: WebSocket) -> None:
         return
     front = service.engine.front_end
     if front.processor is None and front.transcriber is None:
-        await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
+        await ws.send_json(error_event(EventError("chat_not_supported", no_chat(service.engine), "model")))
         await ws.close(code=1008)
         return
     claim = ephemeral_claim(ws.scope)
