@@ -28,6 +28,7 @@ from omnistage.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from omnistage.families.speech import SpeechFrontEnd
+    from omnistage.processing.transcription import TranscriptionPrompter, WordTimer
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,14 @@ class Hooks:
     verify(args, folder) -> int: ``omnistage verify`` on one of the family's folders (parity vs the reference).
     cached(name) -> Path: the embedded random checkpoint ``--model <name>`` means (made on first use), for the
         names in ``tiny_names``.
+    word_timer(folder) -> WordTimer: a forced aligner of the family's, loaded for ``serve --aligner FOLDER``.
     """
 
     make_tiny: str = ""
     verify: str = ""
     cached: str = ""
     tiny_names: tuple[str, ...] = ()
+    word_timer: str = ""
 
 
 def call_hook(hook: str, *args: object) -> object:
@@ -178,6 +181,9 @@ class FrontEnd:
     spoken_system_prompt: the system turn the family's talker was trained under ("": none needed); a prompt the
         server writes itself for a spoken reply (speech's, when the thinker repeats the input) opens with it, and a
         realtime session's instructions are it until the client sets its own.
+    transcriber: a speech recogniser's transcription prompts (Qwen3-ASR's), which the transcription routes use
+        instead of asking ``processor``'s chat model for a transcript (None: the family has none).
+    word_timer: a forced aligner served beside the model (``serve --aligner``), which times a transcript's words.
     """
 
     tokenizer: object | None
@@ -189,3 +195,5 @@ class FrontEnd:
     openai_voices: Mapping[str, str] = field(default_factory=dict)
     default_voice: str = ""
     spoken_system_prompt: str = ""
+    transcriber: TranscriptionPrompter | None = None
+    word_timer: WordTimer | None = None

@@ -42,6 +42,10 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
                               "tts-medium-base"), sizes=("tiny", "medium", "full", "full-1.7b")),
     "qwen2_5_omni": FamilyEntry("omnistage.families.qwen2_5_omni.family:FAMILY", ("qwen2_5_omni",),
                                 ("omni25-tiny",), sizes=("tiny",)),
+    "qwen3_asr": FamilyEntry("omnistage.families.qwen3_asr.family:FAMILY", ("qwen3_asr",), ("asr-tiny",),
+                             sizes=("tiny", "full", "full-1.7b")),
+    "qwen3_forced_aligner": FamilyEntry("omnistage.families.qwen3_asr.family:ALIGNER_FAMILY",
+                                        ("qwen3_asr", "qwen3_forced_aligner"), ("aligner-tiny",)),
 })
 
 

@@ -8,13 +8,14 @@ from pathlib import Path
 from omnistage.config.pipeline import PipelineSpec, StageOverrides, apply_overrides, load_pipeline, load_preset
 from omnistage.config.generation_defaults import sampling_defaults
 from omnistage.core import Modality, OmniRequest
-from omnistage.families.base import FrontEnd
+from omnistage.families.base import FrontEnd, call_hook
 from omnistage.families.registry import DEFAULT_REGISTRY, FamilyRegistry
 from omnistage.pipeline.graph import resolve_graph
 from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.pipeline.request_state import OutputSink, TraceSink
 from omnistage.pipeline.runtime import PipelineOptions, PipelineRuntime, model_factories
 from omnistage.pipeline.serve_flags import PipelineConfig
+from omnistage.processing.transcription import WordTimer
 
 
 def preset_for(folder: Path, registry: FamilyRegistry = DEFAULT_REGISTRY) -> Path:
@@ -22,6 +23,16 @@ def preset_for(folder: Path, registry: FamilyRegistry = DEFAULT_REGISTRY) -> Pat
     from its typed config: e.g. a Qwen3-Omni Thinking checkpoint gets the thinker alone)."""
     family = registry.for_folder(folder)
     return family.preset(family.load_config(folder))
+
+
+def load_word_timer(model: str | Path, registry: FamilyRegistry = DEFAULT_REGISTRY) -> WordTimer:
+    """``serve --aligner``: the forced aligner a folder (or embedded name) holds, through its family's hook."""
+    folder = registry.resolve_model(model)
+    family = registry.for_folder(folder)
+    if not family.hooks.word_timer:
+        raise ValueError(f"--aligner {model}: a {family.name} checkpoint is no forced aligner (it times no words); "
+                         "give a Qwen3-ForcedAligner checkpoint")
+    return call_hook(family.hooks.word_timer, folder)  # type: ignore[return-value]
 
 
 class OmniPipeline:
@@ -34,7 +45,8 @@ class OmniPipeline:
     def __init__(self, model: str | Path = "tiny", stage_config: str | Path | PipelineSpec | None = None,
                  options: PipelineOptions | None = None, model_name: str | None = None,
                  overrides: StageOverrides | None = None, generation_config: str = "auto",
-                 registry: FamilyRegistry = DEFAULT_REGISTRY, trace_sink: TraceSink | None = None) -> None:
+                 registry: FamilyRegistry = DEFAULT_REGISTRY, trace_sink: TraceSink | None = None,
+                 aligner: str | Path | None = None) -> None:
         folder = registry.resolve_model(model)
         self.family = registry.for_folder(folder)
         config = self.family.load_config(folder)
@@ -43,6 +55,8 @@ class OmniPipeline:
         self.graph = resolve_graph(self.spec, self.family)  # a bad config fails here, before any process starts
         self.family.check_spec(self.spec, config)
         self.front_end: FrontEnd = self.family.front_end(folder, config)
+        if aligner is not None:
+            self.front_end = replace(self.front_end, word_timer=load_word_timer(aligner, registry))
         self.model_name = model_name or str(model)
         self.supports_audio = self.graph.supports_audio
         self.supports_text = self.graph.supports(Modality.TEXT)
@@ -58,7 +72,7 @@ class OmniPipeline:
     def from_config(cls, config: PipelineConfig, trace_sink: TraceSink | None = None) -> OmniPipeline:
         """``trace_sink``: where each finished request's trace goes when the server traces (None: it does not)."""
         return cls(config.model, config.stage_config, config.options, config.model_name, config.overrides,
-                   config.generation_config, trace_sink=trace_sink)
+                   config.generation_config, trace_sink=trace_sink, aligner=config.aligner)
 
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
         self.runtime.orchestrator.submit(request, sink)

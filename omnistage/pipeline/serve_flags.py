@@ -42,12 +42,7 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="seconds one engine step of a stage replica may run (its heartbeats going on) before it "
                             "is taken for hung and handled as a stall; raise it for very long prefills on slow "
                             f"hosts (default {DEFAULT_STEP_TIMEOUT_S:g})")
-    group.add_argument("--dtype", choices=DTYPES, default=None,
-                       help="weights and activations of every stage (default: the stage config's; auto = "
-                            "bfloat16 on CUDA, float32 on CPU; norms and RoPE compute in float32 either way)")
-    group.add_argument("--kv-cache-memory", type=_kv_memory, default=(),
-                       help="KV cache bytes per autoregressive stage, e.g. 2GiB, or per stage: thinker=2GiB,talker=1GiB "
-                            "(instead of num_kv_blocks)")
+    add_model_args(group)
     group.add_argument("--gpu-memory-utilization", type=_utilization, default=(),
                        help="CUDA: fraction of the device each autoregressive stage may use (weights, activations "
                             "and KV), e.g. 0.45, or per stage: thinker=0.5,talker=0.3")
@@ -58,10 +53,6 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tensor-parallel-size", type=int, default=0,
                        help="shard the thinker over this many processes (CUDA: one GPU each, from the stage's "
                             "device on; CPU: gloo); default: the stage config's tensor_parallel_size")
-    group.add_argument("--quantization", type=_quantization, default=(),
-                       help=f"quantization of autoregressive stages ({'/'.join(QUANTIZATIONS)}; int8 weight-only, "
-                            "w8a8 the Qwen3-TTS talker's int8 weights with int8 activations on CPU), e.g. int8, or "
-                            "per stage: thinker=int8 (FP8 checkpoints are recognised from their config)")
     group.add_argument("--max-model-len", type=_per_stage_int, default=(),
                        help="tokens of one request's context (prompt and output) in each autoregressive stage, "
                             "e.g. 4096, or per stage: thinker=8192,talker=4096 (default: the stage config's, else "
@@ -69,9 +60,34 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-num-seqs", type=_per_stage_int, default=(),
                        help="requests a stage replica runs at once, e.g. 16, or per stage: thinker=32,code2wav=8 "
                             "(default: the stage config's)")
+    group.add_argument("--aligner", default=None, metavar="ALIGNER_DIR",
+                       help="a forced-aligner checkpoint (Qwen3-ForcedAligner) served beside the model: "
+                            "/v1/audio/transcriptions then gives timestamp_granularities=['word'] and verbose_json "
+                            "words")
     group.add_argument("--ray-address", default=None,
                        help="the Ray cluster to join with --backend ray (default: the one started on this machine "
                             "by `ray start --head`, else a new local one)")
+
+
+def add_model_args(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
+    """How the model is loaded (``--dtype``, ``--kv-cache-memory``, ``--quantization``): ``serve``'s, and every ``bench
+    serve`` backend's for its in-process pipeline."""
+    group.add_argument("--dtype", choices=DTYPES, default=None,
+                       help="weights and activations of every stage (default: the stage config's; auto = "
+                            "bfloat16 on CUDA, float32 on CPU; norms and RoPE compute in float32 either way)")
+    group.add_argument("--kv-cache-memory", type=_kv_memory, default=(),
+                       help="KV cache bytes per autoregressive stage, e.g. 2GiB, or per stage: thinker=2GiB,talker=1GiB "
+                            "(instead of num_kv_blocks)")
+    group.add_argument("--quantization", type=_quantization, default=(),
+                       help=f"quantization of autoregressive stages ({'/'.join(QUANTIZATIONS)}; int8 weight-only, "
+                            "w8a8 the Qwen3-TTS talker's int8 weights with int8 activations on CPU), e.g. int8, or "
+                            "per stage: thinker=int8 (FP8 checkpoints are recognised from their config)")
+
+
+def model_overrides(args: argparse.Namespace) -> StageOverrides:
+    """:func:`add_model_args`' flags alone as stage overrides (what ``bench serve`` takes of serve's flags)."""
+    return StageOverrides(dtype=args.dtype or "", kv_cache_memory=tuple(args.kv_cache_memory),
+                          quantization=tuple(args.quantization))
 
 
 def _kv_memory(text: str) -> tuple[tuple[str, object], ...]:
@@ -116,6 +132,7 @@ class PipelineConfig:
     overrides: StageOverrides = StageOverrides()
     generation_config: str = "auto"
     model_name: str | None = None  # the id the API answers to (default: ``model``)
+    aligner: str | None = None  # --aligner: a forced aligner's folder (or embedded name), loaded beside the model
 
 
 def overrides_from_args(args: argparse.Namespace) -> StageOverrides:
@@ -139,4 +156,4 @@ def pipeline_config_from_args(args: argparse.Namespace, model: str, model_name: 
     spec = load_pipeline(args.stage_config) if args.stage_config else None  # a bad YAML is said before loading
     return PipelineConfig(model=model, stage_config=spec, options=options_from_args(args),
                           overrides=overrides_from_args(args), generation_config=args.generation_config,
-                          model_name=model_name)
+                          model_name=model_name, aligner=getattr(args, "aligner", None))

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI
+
+if TYPE_CHECKING:
+    from omnistage.pipeline.async_omni import AsyncOmni
 
 
 class ServerThread:
@@ -31,3 +38,17 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+@contextmanager
+def serving(engine: AsyncOmni) -> Iterator[str]:
+    """The OpenAI server on a loaded pipeline, in a thread: its URL while the block runs, then the server stopped and
+    the pipeline shut down."""
+    from omnistage.entrypoints.openai.api_server import build_app
+
+    thread = ServerThread(build_app(engine))
+    try:
+        yield thread.start()
+    finally:
+        thread.stop()
+        asyncio.run(engine.shutdown())

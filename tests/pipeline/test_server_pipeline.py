@@ -3,7 +3,6 @@ metrics."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from pathlib import Path
 
@@ -11,11 +10,10 @@ import httpx
 import openai
 import pytest
 
-from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
 from tests.entrypoints.media_samples import data_url, mp4_bytes
-from tests.entrypoints.server_thread import ServerThread
+from tests.entrypoints.server_thread import serving
 from tests.pipeline.specs import small_dict, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -25,12 +23,8 @@ pytestmark = pytest.mark.e2e
 def base_url(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     config = write_spec(tmp_path_factory.mktemp("stages"), small_dict(talker_frames=16))
     engine = AsyncOmni(tiny_dir, config, PipelineOptions(in_process=True, talker_min_new_tokens=8), "tiny")
-    thread = ServerThread(build_app(engine))
-    try:
-        yield thread.start()
-    finally:
-        thread.stop()
-        asyncio.run(engine.shutdown())
+    with serving(engine) as url:
+        yield url
 
 
 def test_streamed_chat_with_speech(base_url: str) -> None:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from omnistage.models.qwen3_audio_encoder import audio_output_length
+
 from omnistage.models.mrope_tokens import MediaTokens
 
 if TYPE_CHECKING:
@@ -49,14 +51,6 @@ class MRopeTokens(MediaTokens):
             position_id_per_seconds=cfg.position_id_per_seconds, audio_n_window=cfg.audio_config.n_window,
             audio_n_window_infer=int(getattr(cfg.audio_config, "n_window_infer", 0) or 0),
         )
-
-
-def audio_output_length(num_frames: int, n_window: int) -> int:
-    """Audio-encoder output length for ``num_frames`` mel frames (the number of ``<|audio_pad|>`` tokens)."""
-    chunk = n_window * 2
-    rest = num_frames % chunk
-    after_conv1 = (rest - 1) // 2 + 1
-    return ((after_conv1 - 1) // 2 + 1 - 1) // 2 + 1 + (num_frames // chunk) * 13
 
 
 def mrope_positions(

@@ -35,7 +35,8 @@ from omnistage.models.decoder import (
 )
 from omnistage.models.decoder_checkpoint import load_checkpoint
 from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
-from omnistage.models.qwen3_omni.mrope import MRopeTokens, audio_output_length, mrope_positions
+from omnistage.models.qwen3_audio_encoder import build_audio_encoder, encode_audios
+from omnistage.models.qwen3_omni.mrope import MRopeTokens, mrope_positions
 from omnistage.models.qwen3_omni.inputs import MultimodalInputs
 
 if TYPE_CHECKING:
@@ -74,13 +75,10 @@ class ThinkerModel(nn.Module):
 
     def __init__(self, config: PretrainedConfig, tp: TensorParallel = UNSHARDED) -> None:
         super().__init__()
-        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
-            Qwen3OmniMoeAudioEncoder,
-            Qwen3OmniMoeVisionEncoder,
-        )
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeVisionEncoder
 
         dtype = torch.get_default_dtype()
-        self.audio_tower = Qwen3OmniMoeAudioEncoder._from_config(config.audio_config, dtype=dtype)
+        self.audio_tower = build_audio_encoder(config.audio_config)
         self.visual = Qwen3OmniMoeVisionEncoder._from_config(config.vision_config, dtype=dtype)
         text = config.text_config
         self.language_model = ThinkerTextModel(thinker_decoder_config(text), text.vocab_size, tp)
@@ -195,12 +193,7 @@ class Thinker(nn.Module):
     def encode_audios(self, mels: list[torch.Tensor]) -> list[torch.Tensor]:
         """Features ``[tokens_i, H]`` of each audio given as its valid mel frames ``[mel, frames_i]``: one encoder
         call over all of them, in :meth:`embed`'s packed layout (an audio's rows depend on it alone)."""
-        tower = self.model.audio_tower
-        lens = torch.tensor([m.shape[1] for m in mels], dtype=torch.long, device=tower.device)
-        features = torch.cat([m.to(tower.device, tower.dtype) for m in mels], dim=1)
-        out = tower(features, feature_lens=lens).last_hidden_state
-        window = self.mrope_tokens.audio_n_window
-        return list(out.split([audio_output_length(m.shape[1], window) for m in mels]))
+        return encode_audios(self.model.audio_tower, mels, self.mrope_tokens.audio_n_window)
 
     @torch.no_grad()
     def encode_visuals(

@@ -147,18 +147,28 @@ def _policies(text: str) -> list[str]:
     return names
 
 
+BACKENDS = {"openai-chat": "serve", "openai-audio-speech": "speech", "openai-audio-transcriptions": "transcription"}
+
+
 def _serve_backend(args: argparse.Namespace) -> int:
-    """``bench serve`` by its backend: chat completions with audio (``serve.py``) or speech (``speech.py``)."""
-    speech = args.backend == "openai-audio-speech"
-    return _lazy_main(f"omnistage.tools.bench.{'speech' if speech else 'serve'}")(args)
+    """``bench serve`` by its backend: chat completions with audio (``serve.py``), speech (``speech.py``) or
+    transcription (``transcription.py``)."""
+    return _lazy_main(f"omnistage.tools.bench.{BACKENDS[args.backend]}")(args)
 
 
 def add_serve_parser(targets: argparse._SubParsersAction) -> None:
+    from omnistage.pipeline.serve_flags import add_model_args  # light: no torch
+
     serve = targets.add_parser("serve", help="streaming text+audio latency/throughput under bounded concurrency")
     serve.add_argument("--model", default="tiny", help=MODEL_HELP)
-    serve.add_argument("--backend", default="openai-chat", choices=["openai-chat", "openai-audio-speech"],
+    serve.add_argument("--backend", default="openai-chat", choices=list(BACKENDS),
                        help="openai-chat: chat completions with text+audio (Qwen3-Omni); openai-audio-speech: "
-                            "text-to-speech utterances (a TTS checkpoint; --random-input-len counts words)")
+                            "text-to-speech utterances (a TTS checkpoint; --random-input-len counts words); "
+                            "openai-audio-transcriptions: clips of --audio-seconds written down (a Qwen3-ASR "
+                            "checkpoint)")
+    serve.add_argument("--audio-seconds", type=float, default=10.0,
+                       help="openai-audio-transcriptions: seconds of each clip (default 10)")
+    add_model_args(serve.add_argument_group("model (the in-process pipeline's, as serve's flags)"))
     serve.add_argument("--url", default=None,
                        help="drive a running server (http://HOST:PORT); default: start the pipeline in-process")
     serve.add_argument("--server-pid", type=int, default=None,

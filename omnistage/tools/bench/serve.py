@@ -24,12 +24,16 @@ import random
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from omnistage.tools.bench.levels import BenchPrompt, drive, progress_bar, sse_record
 from omnistage.tools.bench.metrics import StreamRecord
 from omnistage.tools.bench.report import add_ratios, compare_policies, plot, print_table
+
+if TYPE_CHECKING:
+    from omnistage.config.pipeline import StageOverrides
 
 
 def random_prompts(processor, count: int, input_len: int, seed: int) -> list[BenchPrompt]:  # noqa: ANN001
@@ -70,16 +74,18 @@ class InProcessDriver:
 
     def __init__(self, model: str, output_tokens: int, audio_frames: int, ignore_eos: bool,
                  stage_config: str | None = None, initial_chunk_frames: int | None = None,
-                 scheduling: str | None = None, code2wav_max_batch: int | None = None) -> None:
+                 scheduling: str | None = None, code2wav_max_batch: int | None = None,
+                 overrides: StageOverrides | None = None) -> None:
         from omnistage.config.pipeline import load_pipeline, load_preset
         from omnistage.pipeline.async_omni import AsyncOmni
-        from omnistage.pipeline.engine import preset_for
+        from omnistage.pipeline.engine import OmniPipeline, preset_for
         from omnistage.pipeline.runtime import PipelineOptions
         from omnistage.families.registry import resolve_model
 
         base = load_pipeline(stage_config) if stage_config else load_preset(preset_for(resolve_model(model)))
         spec = pinned_spec(base, audio_frames, scheduling, code2wav_max_batch)
-        self.omni = AsyncOmni(model, spec, PipelineOptions(talker_min_new_tokens=audio_frames))
+        self.omni = AsyncOmni(pipeline=OmniPipeline(model, spec, PipelineOptions(talker_min_new_tokens=audio_frames),
+                                                    overrides=overrides))
         self.processor = self.omni.front_end.processor
         self.rate = self.omni.front_end.audio.sample_rate if self.omni.front_end.audio else 0
         self.output_tokens, self.ignore_eos = output_tokens, ignore_eos
@@ -162,6 +168,7 @@ def run_hf(folder: Path, prompts: list[BenchPrompt], output_tokens: int, audio_f
 
 def main(args: argparse.Namespace) -> int:
     from omnistage.families.registry import DEFAULT_REGISTRY
+    from omnistage.pipeline.serve_flags import model_overrides
     from omnistage.families.registry import resolve_model
 
     folder = resolve_model(args.model)
@@ -179,7 +186,8 @@ def main(args: argparse.Namespace) -> int:
             driver = HttpDriver(args.url, args.served_model or args.model, output_tokens)
         else:
             driver = InProcessDriver(args.model, output_tokens, frames, args.ignore_eos, args.stage_config,
-                                     args.initial_chunk_frames, policy, args.code2wav_max_batch)
+                                     args.initial_chunk_frames, policy, args.code2wav_max_batch,
+                                     model_overrides(args))
         name = policy or "default"
         name = name if name not in runs else f"{name}#{sum(k.split('#')[0] == name for k in runs) + 1}"
         runs[name] = asyncio.run(drive(args, prompts, driver))

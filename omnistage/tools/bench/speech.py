@@ -23,10 +23,14 @@ import random
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omnistage.tools.bench.levels import BenchPrompt, drive, sse_record
 from omnistage.tools.bench.metrics import StreamRecord
 from omnistage.tools.bench.report import add_ratios, plot, print_table
+
+if TYPE_CHECKING:
+    from omnistage.config.pipeline import StageOverrides
 
 WORDS = ("hello", "there", "how", "are", "you", "today", "the", "weather", "is", "fine", "speech", "stream",
          "audio", "voice", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "morning", "evening", "music")
@@ -40,11 +44,14 @@ def speech_prompts(count: int, words: int, seed: int) -> list[BenchPrompt]:
 
 class SpeechInProcessDriver:
     def __init__(self, model: str, audio_frames: int, stage_config: str | None = None,
-                 in_process: bool = False, initial_chunk_frames: int | None = None) -> None:
+                 in_process: bool = False, initial_chunk_frames: int | None = None,
+                 overrides: StageOverrides | None = None) -> None:
         from omnistage.pipeline.async_omni import AsyncOmni
+        from omnistage.pipeline.engine import OmniPipeline
         from omnistage.pipeline.runtime import PipelineOptions
 
-        self.omni = AsyncOmni(model, stage_config, PipelineOptions(in_process=in_process))
+        self.omni = AsyncOmni(pipeline=OmniPipeline(model, stage_config, PipelineOptions(in_process=in_process),
+                                                    overrides=overrides))
         if self.omni.front_end.speech is None:
             raise ValueError(f"{model} is not a text-to-speech checkpoint (--backend openai-audio-speech)")
         self.audio_frames = audio_frames
@@ -158,8 +165,11 @@ def main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
     if args.url:
         driver = SpeechHttpDriver(args.url, args.served_model or args.model)
     else:
+        from omnistage.pipeline.serve_flags import model_overrides
+
         driver = SpeechInProcessDriver(args.model, frames, args.stage_config,
-                                       initial_chunk_frames=args.initial_chunk_frames)
+                                       initial_chunk_frames=args.initial_chunk_frames,
+                                       overrides=model_overrides(args))
     levels = asyncio.run(drive(args, prompts, driver))
     baseline = None
     if args.baseline in ("sequential", "hf", "reference"):  # hf: the reference's sequential generation

@@ -3,7 +3,6 @@ the server test files), and its prompts, for the family's tests."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,20 +27,15 @@ def omni25_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def base_url(omni25_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The OpenAI server on the tiny checkpoint's pipeline (in process, the preset shrunk: ``specs.small_spec``),
     served as ``omni25``."""
-    from omnistage.entrypoints.openai.api_server import build_app
     from omnistage.pipeline.async_omni import AsyncOmni
     from omnistage.pipeline.runtime import PipelineOptions
-    from tests.entrypoints.server_thread import ServerThread
+    from tests.entrypoints.server_thread import serving
     from tests.families.qwen2_5_omni.specs import small_spec
 
     engine = AsyncOmni(omni25_dir, small_spec(tmp_path_factory.mktemp("stages")), PipelineOptions(in_process=True),
                        "omni25")
-    thread = ServerThread(build_app(engine))
-    try:
-        yield thread.start()
-    finally:
-        thread.stop()
-        asyncio.run(engine.shutdown())
+    with serving(engine) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -26,12 +26,25 @@ def resolve_voice(voices: VoiceBook, name: str | None, param: str) -> str:
 NO_CHAT = ("this model takes no chat: it is a text-to-speech checkpoint; use POST /v1/audio/speech")
 
 
+NO_CHAT_RECOGNISER = ("this model takes no chat: it is a speech recogniser; use POST /v1/audio/transcriptions or a "
+                      "realtime transcription session")
+NO_SPEECH_RECOGNISER = ("this model cannot speak: it is a speech recogniser; use POST /v1/audio/transcriptions, or "
+                        "serve a text-to-speech or omni checkpoint for /v1/audio/speech")
+
+
+def no_chat(engine: OmniEngine) -> str:
+    """Why this checkpoint takes no chat, in its own terms (a TTS checkpoint's, or a recogniser's)."""
+    return NO_CHAT_RECOGNISER if engine.front_end.transcriber is not None else NO_CHAT
+
+
 def require_chat(engine: OmniEngine) -> None:
     if engine.front_end.processor is None:
-        raise bad_request(NO_CHAT, param="model", code="chat_not_supported")
+        raise bad_request(no_chat(engine), param="model", code="chat_not_supported")
 
 
 def require_audio_support(engine: OmniEngine, param: str) -> None:
+    if engine.front_end.transcriber is not None and engine.front_end.processor is None:
+        raise bad_request(NO_SPEECH_RECOGNISER, param=param, code="audio_not_supported")
     if not engine.supports_audio:
         raise bad_request("this model is served text-only (its checkpoint has no talker/code2wav); "
                           "request modalities ['text']", param=param, code="audio_not_supported")

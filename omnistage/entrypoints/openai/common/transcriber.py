@@ -1,6 +1,8 @@
-"""Speech to text by the thinker itself: one text-only request per piece of audio.
+"""Speech to text: one text-only request per piece of audio, to a speech recogniser or to the thinker itself.
 
-There is no separate speech recogniser: the thinker hears audio, so a piece of
+A family whose model is a recogniser (Qwen3-ASR) gives a ``FrontEnd.transcriber`` that makes the prompt as its
+model was trained (the language forced, the caller's context) and reads its reply (markup held back). Otherwise
+the thinker hears audio, so a piece of
 audio is written down by a request whose system turn asks for the transcript (or
 an English translation) and whose user turn is the audio alone. The request asks
 for text only, so the talker and code2wav never see it; it is greedy unless the
@@ -25,7 +27,9 @@ from omnistage.entrypoints.openai.common.http_spans import traced
 from omnistage.entrypoints.openai.common.request_checks import completion_budget, engine_failure, make_sampling
 from omnistage.entrypoints.openai.common.streaming import engine_outputs
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
-from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt, PromptProcessor
+from omnistage.families.base import FrontEnd
+from omnistage.processing.prompt import AUDIO_SAMPLE_RATE, ProcessedPrompt
+from omnistage.processing.transcription import PlainReply, ReplyReader
 
 TRANSCRIBE_INSTRUCTIONS = "Transcribe the user's audio verbatim. Reply with the transcript only."
 TRANSLATE_INSTRUCTIONS = ("Translate the speech in the user's audio into English. "
@@ -53,15 +57,22 @@ class TranscriptionAsk:
     instructions: str = TRANSCRIBE_INSTRUCTIONS
     temperature: float = 0.0
     logprobs: bool = False  # the sampled tokens' log-probabilities (a segment's ``avg_logprob``)
+    language: str | None = None  # the caller's (a recogniser forces it; the thinker reads it in ``instructions``)
+    context: str | None = None  # OpenAI's ``prompt`` (a recogniser's context; the thinker's is in ``instructions``)
 
     @property
     def seconds(self) -> float:
         return len(self.audio) / AUDIO_SAMPLE_RATE
 
 
-def render_transcription(processor: PromptProcessor, ask: TranscriptionAsk, token: CancelToken) -> ProcessedPrompt:
-    """The prompt (chat template, audio features) as a ``DecodePool`` job."""
+def render_transcription(front_end: FrontEnd, ask: TranscriptionAsk, token: CancelToken) -> ProcessedPrompt:
+    """The prompt (the recogniser's, or the thinker's chat template; audio features) as a ``DecodePool`` job."""
     token.check()
+    if front_end.transcriber is not None:
+        return front_end.transcriber.transcription_prompt(ask.audio, ask.language, ask.context)
+    processor = front_end.processor
+    if processor is None:
+        raise TypeError("this model has neither a transcriber nor a chat processor")
     messages: list[dict[str, object]] = [{"role": "system", "content": ask.instructions},
                                          {"role": "user", "content": [{"type": "audio"}]}]
     ids = processor.apply_chat_template(messages)
@@ -98,11 +109,21 @@ class TranscriptDone:
     logprobs: tuple[float, ...]
     usage: Usage
     failure: APIError | None = None
+    language: str | None = None  # the language the reply named (a recogniser's detection), if it named one
+
+
+def reply_reader(front_end: FrontEnd, ask: TranscriptionAsk) -> ReplyReader:
+    """How one reply is read: the recogniser's reader (its markup held back), or as it stands."""
+    if front_end.transcriber is not None:
+        return front_end.transcriber.reader(forced=ask.language is not None)
+    return PlainReply()
 
 
 async def transcript_events(engine: OmniEngine, request: OmniRequest, *, timeout_s: float | None,
-                            ticket: Ticket | None = None) -> AsyncGenerator[TranscriptDelta | TranscriptDone, None]:
-    """The request's text deltas as they come, then one ``TranscriptDone``."""
+                            ticket: Ticket | None = None, reader: ReplyReader | None = None,
+                            ) -> AsyncGenerator[TranscriptDelta | TranscriptDone, None]:
+    """The request's text deltas as they come (through ``reader``), then one ``TranscriptDone``."""
+    reader = reader or PlainReply()
     texts: list[str] = []
     token_ids: list[int] = []
     logprobs: list[float] = []
@@ -112,10 +133,10 @@ async def transcript_events(engine: OmniEngine, request: OmniRequest, *, timeout
             final = out
             token_ids.extend(out.token_ids)
             logprobs.extend(lp.logprob for lp in out.logprobs)
-            if out.text:
-                texts.append(out.text)
-                yield TranscriptDelta(out.text)
+            if out.text and (text := reader.feed(out.text)):
+                texts.append(text)
+                yield TranscriptDelta(text)
     failure = engine_failure(final)
     usage = final.usage if final is not None and final.usage is not None else \
         Usage(len(request.prompt.token_ids), len(token_ids))
-    yield TranscriptDone("".join(texts).strip(), tuple(token_ids), tuple(logprobs), usage, failure)
+    yield TranscriptDone("".join(texts).strip(), tuple(token_ids), tuple(logprobs), usage, failure, reader.language)

@@ -58,10 +58,12 @@ def check_settings(service: RealtimeService, session: dict[str, Any]) -> dict[st
     model = session.get("model")
     if model is not None and model not in service.served.names:
         raise model_not_found(str(model))
-    if service.engine.front_end.processor is None:
+    front = service.engine.front_end
+    if front.processor is None and front.transcriber is None:
         raise APIError(400, "this checkpoint has no chat template: realtime sessions need one",
                        param="session.model", code="chat_not_supported")
-    state = SessionState(service.engine, service.served.voices, service.limits, beta=False)
+    kind = "transcription" if front.processor is None else "realtime"  # a recogniser's sessions only transcribe
+    state = SessionState(service.engine, service.served.voices, service.limits, beta=False, kind=kind)
     try:
         errors = state.update({"type": "session.update", "session": session}, buffered=False)
     except EventError as exc:

@@ -10,7 +10,7 @@ from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.ephemeral_keys import EphemeralKeys, claimed_session, ephemeral_claim
 from omnistage.entrypoints.openai.common.errors import no_such_model
-from omnistage.entrypoints.openai.common.request_checks import NO_CHAT
+from omnistage.entrypoints.openai.common.request_checks import no_chat
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.beta import wants_beta
@@ -39,15 +39,18 @@ async def realtime(ws: WebSocket) -> None:
         await ws.send_json(error_event(EventError("model_not_found", no_such_model(model), "model")))
         await ws.close(code=1008)
         return
-    if service.engine.front_end.processor is None:
-        await ws.send_json(error_event(EventError("chat_not_supported", NO_CHAT, "model")))
+    front = service.engine.front_end
+    if front.processor is None and front.transcriber is None:
+        await ws.send_json(error_event(EventError("chat_not_supported", no_chat(service.engine), "model")))
         await ws.close(code=1008)
         return
     claim = ephemeral_claim(ws.scope)
     if claim is not None:
         claim.spend()  # the session is set up: its key is used (a handshake refused above left it usable)
-    # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update).
-    kind = "transcription" if ws.query_params.get("intent") == "transcription" else "realtime"
+    # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update);
+    # a speech recogniser's sessions are nothing else.
+    recogniser = front.processor is None
+    kind = "transcription" if recogniser or ws.query_params.get("intent") == "transcription" else "realtime"
     await RealtimeSession(WebSocketTransport(ws), service, beta=wants_beta(dict(ws.headers)), kind=kind,
                           settings=claimed_session(ws.scope)).run()
 

@@ -44,6 +44,11 @@ def check_output(engine: OmniEngine, voices: VoiceBook, modalities: tuple[str, .
         raise EventError("invalid_voice", str(exc), f"{where}.audio.output.voice", event) from exc
 
 
+# A speech recogniser (Qwen3-ASR) writes down what it hears and answers nothing.
+RECOGNISER_ONLY = ("this model is a speech recogniser: its sessions only transcribe (session.type 'transcription', "
+                   "or ?intent=transcription)")
+
+
 class SessionState:
     def __init__(self, engine: OmniEngine, voices: VoiceBook, limits: ServerLimits, beta: bool,
                  kind: str = "realtime", meter: SessionMeter | None = None, semantic_vad: bool = True) -> None:
@@ -79,6 +84,8 @@ class SessionState:
             keep("instructions", EventError("input_too_long", f"instructions are {len(config.instructions)} characters;"
                                             f" the limit is {self.limits.max_instructions_chars} "
                                             "(--max-instructions-chars)", "session.instructions", eid))
+        if config.kind != "transcription" and self.engine.front_end.processor is None:
+            keep("kind", EventError("invalid_value", RECOGNISER_ONLY, "session.type", eid))
         if config.input_format != old.input_format and buffered:
             keep("input_format", EventError("invalid_value", "the input format cannot change while the buffer holds "
                                             "audio; commit or clear it first", "session.audio.input.format", eid))

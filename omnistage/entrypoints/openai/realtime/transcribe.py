@@ -19,6 +19,7 @@ from omnistage.entrypoints.openai.common.transcriber import (
     TranscriptDone,
     TranscriptionAsk,
     render_transcription,
+    reply_reader,
     transcript_events,
     transcription_request,
 )
@@ -36,6 +37,14 @@ def _failed(ids: dict[str, object], error_type: str, code: str, message: str) ->
                         error={"type": error_type, "code": code, "message": message})
 
 
+def _ask(session: RealtimeSession, audio: np.ndarray) -> TranscriptionAsk:
+    """The session's transcription settings: a recogniser takes its ``language`` and ``prompt`` in its own prompt."""
+    settings = session.state.config.transcription or {}
+    language, context = settings.get("language"), settings.get("prompt")
+    return TranscriptionAsk(audio, TRANSCRIBE_INSTRUCTIONS, language=language if isinstance(language, str) else None,
+                            context=context if isinstance(context, str) else None)
+
+
 async def transcribe(session: RealtimeSession, item: Item) -> None:
     ids: dict[str, object] = {"item_id": item.id, "content_index": 0}
     try:
@@ -45,14 +54,15 @@ async def transcribe(session: RealtimeSession, item: Item) -> None:
         return
     try:
         audio = item.audio if item.audio is not None else np.zeros(0, np.float32)
-        ask = TranscriptionAsk(audio, TRANSCRIBE_INSTRUCTIONS)
-        prompt = await session.service.pool.run(render_transcription, session.engine.front_end.processor, ask)
+        ask = _ask(session, audio)
+        prompt = await session.service.pool.run(render_transcription, session.engine.front_end, ask)
         request = transcription_request(session.engine, prompt, ask, new_id("transcribe"), param="audio")
     except Exception as exc:  # noqa: BLE001 - reported to the client; the session goes on
         ticket.release()
         await session.send(_failed(ids, "server_error", "transcription_failed", str(exc)))
         return
-    events = transcript_events(session.engine, request, timeout_s=session.limits.request_timeout, ticket=ticket)
+    events = transcript_events(session.engine, request, timeout_s=session.limits.request_timeout, ticket=ticket,
+                               reader=reply_reader(session.engine.front_end, ask))
     async with aclosing(events):
         async for event in events:
             if not isinstance(event, TranscriptDone):

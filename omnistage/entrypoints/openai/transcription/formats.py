@@ -21,11 +21,13 @@ from omnistage.entrypoints.openai.transcription.protocol import (
     TranscriptionSegment,
     TranscriptionTokenUsage,
     TranscriptionVerbose,
+    TranscriptionWord,
     Translation,
     TranslationVerbose,
 )
 from omnistage.entrypoints.openai.transcription.segments import Segment
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+from omnistage.processing.transcription import WordTime
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class SegmentText:
 
     segment: Segment
     done: TranscriptDone
+    words: tuple[WordTime, ...] = ()  # the aligner's, in the file's time (when words were asked for)
 
     @property
     def start(self) -> float:
@@ -52,6 +55,12 @@ class TranscriptResult:
     @property
     def text(self) -> str:
         return join_texts(s.done.text for s in self.segments)
+
+    @property
+    def language(self) -> str | None:
+        """The language the first segment's reply named (a recogniser detects it), lower-case as OpenAI's."""
+        named = next((s.done.language for s in self.segments if s.done.language), None)
+        return named.lower() if named else None
 
     @property
     def usage(self) -> Usage:
@@ -170,8 +179,12 @@ def _verbose(result: TranscriptResult, form: TranscriptionForm) -> Transcription
     duration = round(result.duration, 3)
     if form.translate:
         return TranslationVerbose(duration=duration, text=result.text, segments=segments)
-    return TranscriptionVerbose(duration=duration, language=form.language or "unknown", text=result.text,
-                                segments=segments, usage=TranscriptionDurationUsage(seconds=duration))
+    words = [TranscriptionWord(word=w.word, start=round(w.start, 3), end=round(w.end, 3))
+             for s in result.segments for w in s.words] if form.wants_words else None
+    segments_asked = "segment" in form.granularities or not form.wants_words  # whisper-1: segments by default
+    return TranscriptionVerbose(duration=duration, language=form.language or result.language or "unknown",
+                                text=result.text, segments=segments if segments_asked else None, words=words,
+                                usage=TranscriptionDurationUsage(seconds=duration))
 
 
 def render(result: TranscriptResult, form: TranscriptionForm) -> Response:

@@ -15,9 +15,10 @@ from omnistage.entrypoints.openai.common.errors import bad_request, quoted
 ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
 Granularity = Literal["word", "segment"]
 STREAMED_FORMATS = ("json", "text")
-NO_WORDS = ("timestamp_granularities=['word'] is not supported: the thinker writes each segment's text without "
+NO_WORDS = ("timestamp_granularities=['word'] is not supported: the model writes each segment's text without "
             "word timings, and this server does not make up timings it cannot measure; ask for 'segment' "
-            "(response_format=verbose_json gives each segment's start and end)")
+            "(response_format=verbose_json gives each segment's start and end), or serve a forced aligner beside "
+            "the model (omnistage serve MODEL --aligner ALIGNER_DIR)")
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,16 @@ class TranscriptionForm:
     include: tuple[str, ...] = ()
     chunking_strategy: str | None = None
 
-    def check(self) -> None:
+    @property
+    def wants_words(self) -> bool:
+        return "word" in self.granularities
+
+    def check(self, words: bool = False) -> None:
+        """``words``: a forced aligner is served, so ``timestamp_granularities=['word']`` can be honoured."""
         if self.language is not None and not (2 <= len(self.language) <= 3 and self.language.isalpha()):
             raise bad_request(f"language takes an ISO-639-1 code (e.g. 'en'), got {quoted(self.language)}",
                               param="language", code="invalid_value")
-        if "word" in self.granularities:
+        if self.wants_words and not words:
             raise bad_request(NO_WORDS, param="timestamp_granularities", code="unsupported_value")
         if self.granularities and self.response_format != "verbose_json":
             raise bad_request("timestamp_granularities needs response_format=verbose_json",
@@ -99,11 +105,20 @@ class TranscriptionSegment(BaseModel):
     no_speech_prob: float = 0.0
 
 
+class TranscriptionWord(BaseModel):
+    """One word and where it is in the audio (seconds), as the forced aligner served beside the model timed it."""
+
+    word: str
+    start: float
+    end: float
+
+
 class TranscriptionVerbose(BaseModel):
     duration: float
-    language: str  # the request's ``language`` as given ("unknown" without one: no language is detected)
+    language: str  # the request's ``language``, else the one the recogniser named ("unknown": neither)
     text: str
     segments: list[TranscriptionSegment] | None = None
+    words: list[TranscriptionWord] | None = None
     usage: TranscriptionDurationUsage | None = None
 
 

@@ -3,7 +3,7 @@
 A request is bounded before any decoding: the body by ``--max-request-bytes`` (the body-limit middleware), the
 file by ``--max-media-bytes``, and what its header declares (sample rate, seconds) by the request budget, probed
 in the decode pool. Only then is it admitted; the file is decoded to 16 kHz mono in the decode pool, cut into
-segments (``segments.py``), and each segment is one text-only thinker request (``common/transcriber.py``), one
+segments (``segments.py``; a recogniser family's own length, else 30 s), and each segment is one text-only thinker request (``common/transcriber.py``), one
 after another under the request's one admission ticket, so a long file holds one place, not one per segment.
 The talker never runs. Whole answers are rendered by ``formats.py``; ``stream=true`` sends each thinker delta as
 a ``transcript.text.delta`` event and ends with ``transcript.text.done``.
@@ -12,9 +12,9 @@ a ``transcript.text.delta`` event and ends with ``transcript.text.done``.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from fastapi import Request, UploadFile
@@ -42,6 +42,7 @@ from omnistage.entrypoints.openai.common.transcriber import (
     TranscriptionAsk,
     instructions,
     render_transcription,
+    reply_reader,
     transcript_events,
     transcription_request,
 )
@@ -61,11 +62,15 @@ from omnistage.entrypoints.openai.transcription.protocol import (
     TranscriptTextDelta,
     TranscriptTextDone,
 )
-from omnistage.entrypoints.openai.transcription.segments import split
+from omnistage.entrypoints.openai.transcription.segments import SEGMENT_SECONDS, split
 from omnistage.processing.prompt import AUDIO_SAMPLE_RATE
+from omnistage.processing.transcription import TranscriptionPrompter, UnsupportedLanguage, WordTime, WordTimer
 
 NO_TRANSCRIPTION = ("this model cannot transcribe: it is a text-to-speech checkpoint, with no thinker to hear "
-                    "audio; serve a Qwen3-Omni checkpoint for /v1/audio/transcriptions and /v1/audio/translations")
+                    "audio; serve a Qwen3-Omni or Qwen3-ASR checkpoint for /v1/audio/transcriptions and "
+                    "/v1/audio/translations")
+NO_TRANSLATION = ("this model cannot translate: it is a speech recogniser that writes what it hears in the language "
+                  "it hears; use /v1/audio/transcriptions, or serve an omni checkpoint for /v1/audio/translations")
 ROUTES = {False: "/v1/audio/transcriptions", True: "/v1/audio/translations"}
 
 
@@ -111,9 +116,12 @@ class TranscriptionService:
 
     def check(self, form: TranscriptionForm) -> None:
         self.served.check(form.model)
-        if self.engine.front_end.processor is None:
+        front = self.engine.front_end
+        if front.processor is None and front.transcriber is None:
             raise bad_request(NO_TRANSCRIPTION, param="model", code="transcription_not_supported")
-        form.check()
+        form.check(words=front.word_timer is not None)
+        if front.transcriber is not None:
+            _check_recogniser(front.transcriber, form)
         if form.prompt is not None and len(form.prompt) > self.limits.max_text_chars:
             raise over_budget("max_text_chars", f"prompt is {len(form.prompt)} characters; the limit is "
                               f"{self.limits.max_text_chars}", "prompt", "input_too_long")
@@ -155,23 +163,25 @@ class TranscriptionService:
         deadline = time.monotonic() + self.limits.request_timeout
         system = instructions(form.translate, form.language, form.prompt)
         try:
-            for index, segment in enumerate(split(audio, AUDIO_SAMPLE_RATE)):
+            for index, segment in enumerate(split(audio, AUDIO_SAMPLE_RATE, self._segment_seconds(form))):
                 ask = TranscriptionAsk(audio[segment.start:segment.end], system, form.sampling_temperature,
-                                       logprobs=form.response_format == "verbose_json")
+                                       logprobs=form.response_format == "verbose_json", language=form.language,
+                                       context=form.prompt)
                 try:
-                    prompt = await self.pool.run(render_transcription, self.engine.front_end.processor, ask)
+                    prompt = await self.pool.run(render_transcription, self.engine.front_end, ask)
                     request = transcription_request(self.engine, prompt, ask)
                 except APIError as exc:
                     outcome = "client_error"
                     yield SegmentText(segment, TranscriptDone("", (), (), Usage(0, 0), exc))
                     return
-                events = transcript_events(self.engine, request, timeout_s=max(deadline - time.monotonic(), 0.0))
+                events = transcript_events(self.engine, request, timeout_s=max(deadline - time.monotonic(), 0.0),
+                                           reader=reply_reader(self.engine.front_end, ask))
                 async with aclosing(events):
                     async for event in events:
                         if isinstance(event, TranscriptDone):
                             if event.failure is not None:
                                 outcome = "engine_error"  # before the yield: the reader may close us there
-                            yield SegmentText(segment, event)
+                            yield await self._timed(SegmentText(segment, event), audio, form)
                             if event.failure is not None:
                                 return
                         else:
@@ -180,6 +190,26 @@ class TranscriptionService:
         finally:
             ticket.release()
             timer.finish(outcome)
+
+    def _segment_seconds(self, form: TranscriptionForm) -> float:
+        """A recogniser's own longest piece (Qwen3-ASR reads 20 minutes at once), else the thinker's 30 s; no longer
+        than the aligner times at once when words are asked for."""
+        front = self.engine.front_end
+        seconds = SEGMENT_SECONDS if front.transcriber is None else front.transcriber.segment_seconds
+        if form.wants_words and front.word_timer is not None:
+            seconds = min(seconds, front.word_timer.max_seconds)
+        return seconds
+
+    async def _timed(self, piece: SegmentText, audio: np.ndarray, form: TranscriptionForm) -> SegmentText:
+        """The piece with its words timed by the aligner (in the file's time), when words were asked for."""
+        timer = self.engine.front_end.word_timer
+        if not form.wants_words or timer is None or piece.done.failure is not None or not piece.done.text:
+            return piece
+        clip = audio[piece.segment.start:piece.segment.end]
+        language = form.language or piece.done.language
+        words = await self.pool.run(_align, timer, clip, piece.done.text, language)
+        offset = piece.start
+        return replace(piece, words=tuple(WordTime(w.word, w.start + offset, w.end + offset) for w in words))
 
     async def _stream(self, raw: Request, events: AsyncGenerator[Event, None], ticket: Ticket) -> Response:
         try:
@@ -191,6 +221,23 @@ class TranscriptionService:
             await events.aclose()
             raise first.done.failure
         return AbortingStreamingResponse(_sse(rest), media_type="text/event-stream", upstream=events, ticket=ticket)
+
+
+def _align(timer: WordTimer, clip: np.ndarray, text: str, language: str | None,
+           token: CancelToken) -> Sequence[WordTime]:
+    token.check()
+    return timer.align(clip, text, language)
+
+
+def _check_recogniser(transcriber: TranscriptionPrompter, form: TranscriptionForm) -> None:
+    """What a speech recogniser cannot do, refused before the file is read."""
+    if form.translate and not transcriber.translates:
+        raise bad_request(NO_TRANSLATION, param="model", code="translation_not_supported")
+    if form.language is not None:
+        try:
+            transcriber.check_language(form.language)
+        except UnsupportedLanguage as exc:
+            raise bad_request(str(exc), param="language", code="unsupported_language") from exc
 
 
 async def _collect(events: AsyncGenerator[Event, None], duration: float) -> TranscriptResult:

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from omnistage.entrypoints.openai.common.auth import Unauthorized
 from omnistage.entrypoints.openai.common.ephemeral_keys import ephemeral_claim, key_owner
 from omnistage.entrypoints.openai.common.errors import APIError
-from omnistage.entrypoints.openai.common.request_checks import NO_CHAT
+from omnistage.entrypoints.openai.common.request_checks import no_chat
 from omnistage.entrypoints.openai.realtime.call_settings import call_settings
 from omnistage.entrypoints.openai.server_config import IceServer, WebRtcPolicy
 from omnistage.entrypoints.openai.webrtc.calls import Calls, TooManyCalls
@@ -44,7 +44,7 @@ def _calls(request: Request) -> Calls:
 async def create_call(request: Request) -> Response:
     calls = _calls(request)
     if calls.service.engine.front_end.processor is None:
-        raise APIError(400, NO_CHAT, param="model", code="chat_not_supported")
+        raise APIError(400, no_chat(calls.service.engine), param="model", code="chat_not_supported")
     _check_room(calls)  # a flood past the bound is refused before its bodies are read (and again at start)
     offer = await read_offer(request, calls.policy.max_offer_bytes)
     claim = ephemeral_claim(request.scope)
