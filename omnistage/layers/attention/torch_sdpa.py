@@ -25,8 +25,9 @@ def store_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapp
     valid = slot_mapping >= 0
     if not bool(valid.all()):
         slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]
-    flat[0].index_copy_(0, slot_mapping, k)
-    flat[1].index_copy_(0, slot_mapping, v)
+    # A cache of another dtype (bf16 KV under an fp32 model on a CPU) stores the keys and values rounded.
+    flat[0].index_copy_(0, slot_mapping, k.to(flat.dtype))
+    flat[1].index_copy_(0, slot_mapping, v.to(flat.dtype))
 
 
 def gather_context(kv_cache: torch.Tensor, block_table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,6 +87,7 @@ class TorchSDPABackend(AttentionBackend):
                     ks, vs = k[start:end], v[start:end]
                 else:
                     ks, vs = gather_context(kv_cache, meta.block_tables[i], ctx_len)
+                    ks, vs = ks.to(q.dtype), vs.to(q.dtype)
                 mask = _causal_mask(q_len, ks.shape[0], sliding_window, q.device)
                 out[start:end] = _sdpa(q[start:end], ks, vs, mask, scale)
             start = end
