@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from omnistage.layers.attention.base import AttentionBackend, AttentionMetadata
+from omnistage.layers.attention.native import paged_decode
 from omnistage.layers.attention.paged_cpu import CacheViews, decode_in_place
 
 
@@ -53,6 +54,23 @@ def _causal_mask(q_len: int, kv_len: int, window: int | None, device: torch.devi
 
 
 class TorchSDPABackend(AttentionBackend):
+    def __init__(self, native: bool = True) -> None:
+        """``native``: decode rows on a CPU go to the C kernel (:mod:`omnistage.layers.attention.native`) when it
+        builds; False keeps them on torch ops."""
+        self.native = native
+
+    def _kernel(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata):  # noqa: ANN202
+        """The C decode kernel where it serves this call (CPU, float32 queries, a float32 or bf16 cache), else None."""
+        tables, lens = meta.block_tables, meta.context_lens
+        if not self.native or q.device.type != "cpu" or q.dtype != torch.float32 or tables is None \
+                or kv_cache.dtype not in (torch.float32, torch.bfloat16) or not kv_cache.is_contiguous() \
+                or tables.dtype != torch.int32 or tables.stride(-1) != 1 or lens.dtype != torch.int32 \
+                or not lens.is_contiguous():
+            return None
+        from omnistage.layers.attention import native
+
+        return native.load()
+
     def forward(
         self,
         q: torch.Tensor,
@@ -69,6 +87,7 @@ class TorchSDPABackend(AttentionBackend):
             store_kv(kv_cache, k, v, meta.slot_mapping)
             return self._decode(q, kv_cache, meta, scale)
         out = torch.empty_like(q)
+        lib = None
         if kv_cache is not None:
             store_kv(kv_cache, k, v, meta.slot_mapping)
             tables = meta.block_table_rows()
@@ -76,12 +95,18 @@ class TorchSDPABackend(AttentionBackend):
             grouped = (kv_cache.shape[3], -1, q.shape[-1])  # [Hkv, G, D] per row
             scaled = (q * scale).view(q.shape[0], *grouped)  # once for all decode rows
             out_grouped = out.view(q.shape[0], *grouped)
+            lib = self._kernel(q, kv_cache, meta)
+            if lib is not None and 1 in meta.query_lens:  # every decode row in one call
+                seqs, rows = meta.decode_index()
+                paged_decode(lib, scaled, kv_cache, meta.block_tables, meta.context_lens, seqs, rows,
+                             sliding_window, max(meta.context_lens_cpu), out_grouped)
         start = 0
         for i, q_len in enumerate(meta.query_lens):
             end = start + q_len
             ctx_len = meta.context_lens_cpu[i]
             if kv_cache is not None and q_len == 1:
-                decode_in_place(scaled[start], cache, tables[i], ctx_len, sliding_window, out_grouped[start])
+                if lib is None:
+                    decode_in_place(scaled[start], cache, tables[i], ctx_len, sliding_window, out_grouped[start])
             else:
                 if kv_cache is None or q_len == ctx_len:  # nothing cached before these tokens
                     ks, vs = k[start:end], v[start:end]

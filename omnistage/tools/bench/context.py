@@ -8,8 +8,11 @@ median kept; the best of ``repeats`` runs is reported. A flat engine's step bare
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -62,3 +65,23 @@ def bench_context(stage: StageUnderTest, batch: int, context_lens: list[int], pr
     _one_run(stage, config, 2, [prompt_len + 2], prompt_len, 2, seed=0)  # warm-up: lazy inits, first calls
     runs = [_one_run(stage, config, batch, lengths, prompt_len, steps, seed) for seed in range(repeats)]
     return {length: min(run[length] for run in runs) for length in lengths}
+
+
+def main_context(args: argparse.Namespace, stage: StageUnderTest, dtype: torch.dtype) -> int:
+    kv_dtype = None if args.kv_cache_dtype == "auto" else getattr(torch, args.kv_cache_dtype)
+    payload: dict[str, object] = {"stage": args.stage, "model": str(args.model), "threads": args.threads,
+                                  "kv_cache_dtype": args.kv_cache_dtype}
+    for batch in args.batch:
+        step_ms = bench_context(stage, batch, args.context_lens, args.prompt_len, args.steps, args.repeats,
+                                args.device, dtype, kv_dtype)
+        first = min(step_ms)
+        for length, ms in step_ms.items():
+            print(f"{args.stage} batch {batch:4d} context {length:6d}: {ms:8.3f} ms/step "
+                  f"(x{ms / step_ms[first]:.2f} vs context {first})")
+        # JSON keys are strings: the context length in tokens.
+        payload.setdefault("batches", []).append({"batch": batch, "step_ms": {str(k): v for k, v in step_ms.items()}})
+    runs = payload["batches"]
+    payload["batch"], payload["step_ms"] = runs[-1]["batch"], runs[-1]["step_ms"]  # the (last) batch asked
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(payload, indent=2))
+    return 0
