@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from omnistage.config.memory import format_bytes
+from omnistage.config.memory import CPU_DEFAULT_KV_BYTES, format_bytes
 
 
 class KVBudgetError(ValueError):
@@ -94,9 +94,6 @@ def gpu_kv_budget(utilization: float, total: int, free: int, weights: int, activ
     return max(min(share, free - activation_peak - graph_pool), 0)
 
 
-GIB = 1 << 30
-# vLLM's CPU backend sizes its KV cache at 4 GiB unless VLLM_CPU_KVCACHE_SPACE says otherwise.
-CPU_DEFAULT_KV_BYTES = 4 * GIB
 # The default leaves the rest of what is available to the weights, the activations and the other stages.
 CPU_DEFAULT_SHARE = 0.5
 

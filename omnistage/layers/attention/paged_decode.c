@@ -66,23 +66,56 @@ static inline __m512 load16_bf16(const void *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
 
+/* Sums of 16 vectors, lane i holding the sum of v[i]: unpack, then shuffle, pairs of lanes added at each level. */
+static inline __m512 hsum16(const __m512 *v) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) {
+        __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+        b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xdd));
+}
+
 /* Head sizes a multiple of 16: whole vectors, the cache's dtype chosen outside the loops, and no value carried
  * from one position to the next through memory (the running max is a pass of its own; the weighted values add up
  * in registers over a block's positions, two chains deep). */
 #define VECTOR_PASSES(T, LOAD)                                                                                      \
+    static inline float vdot_##T(const float *restrict qg, const char *restrict k, int d) {                          \
+        __m512 acc = _mm512_mul_ps(LOAD(k), _mm512_loadu_ps(qg));                                                   \
+        for (int c = 16; c < d; c += 16)                                                                            \
+            acc = _mm512_fmadd_ps(LOAD(k + c * (long)sizeof(T##_t)), _mm512_loadu_ps(qg + c), acc);                 \
+        return _mm512_reduce_add_ps(acc);                                                                           \
+    }                                                                                                               \
+    /* 16 positions' partial-sum vectors reduced together (one transpose-add) instead of one by one. */             \
+    static inline __m512 vdot16_##T(const float *restrict qg, const char *restrict k, long row_bytes, int d) {        \
+        __m512 v[16];                                                                                               \
+        for (int i = 0; i < 16; i++) {                                                                              \
+            const char *row = k + i * row_bytes;                                                                    \
+            v[i] = _mm512_mul_ps(LOAD(row), _mm512_loadu_ps(qg));                                                   \
+            for (int c = 16; c < d; c += 16)                                                                        \
+                v[i] = _mm512_fmadd_ps(LOAD(row + c * (long)sizeof(T##_t)), _mm512_loadu_ps(qg + c), v[i]);         \
+        }                                                                                                           \
+        return hsum16(v);                                                                                           \
+    }                                                                                                               \
     static void scores_##T(const float *restrict q, const char *restrict keys, const int32_t *table, int first,      \
                            int len, int page, long row_bytes, int group, int d, float *restrict scores) {          \
         const int span = len - first;                                                                               \
-        FOR_EACH_SLOT(table, page, first, len, {                                                                    \
-            const char *k = keys + slot * row_bytes;                                                                \
+        for (int b = first / page; b * page < len; b++) {                                                           \
+            int lo = b * page > first ? b * page : first, hi = (b + 1) * page < len ? (b + 1) * page : len;         \
+            const char *k = keys + ((long)table[b] * page - (long)b * page) * row_bytes;                            \
             for (int g = 0; g < group; g++) {                                                                       \
                 const float *qg = q + (long)g * d;                                                                  \
-                __m512 acc = _mm512_mul_ps(LOAD(k), _mm512_loadu_ps(qg));                                           \
-                for (int c = 16; c < d; c += 16)                                                                    \
-                    acc = _mm512_fmadd_ps(LOAD(k + c * (long)sizeof(T##_t)), _mm512_loadu_ps(qg + c), acc);          \
-                scores[(long)g * span + p - first] = _mm512_reduce_add_ps(acc);                                     \
+                float *out = scores + (long)g * span - first;                                                       \
+                int p = lo;                                                                                         \
+                for (; p + 16 <= hi; p += 16) _mm512_storeu_ps(out + p, vdot16_##T(qg, k + p * row_bytes, row_bytes, d)); \
+                for (; p < hi; p++) out[p] = vdot_##T(qg, k + p * row_bytes, d);                                     \
             }                                                                                                       \
-        })                                                                                                          \
+        }                                                                                                           \
     }                                                                                                               \
     static void values_##T(const float *restrict scores, const char *restrict values, const int32_t *table,         \
                            int first, int len, int page, long row_bytes, int group, int d, float *restrict out) {   \
@@ -185,7 +218,6 @@ static void one_head_any(const float *q, const char *k, const char *v, const int
 int paged_decode(const float *q, const void *cache, int bf16, long num_blocks, int page, int kv_heads, int group,
                  int d, const int32_t *tables, int table_stride, const int32_t *ctx, const int32_t *seqs,
                  const int32_t *rows, int n, int window, float *scratch, float *out) {
-    if (group > 64) return -1;
     const int elem = bf16 ? 2 : 4;
     const long slot_stride = (long)kv_heads * d;  /* elements between consecutive slots */
     const char *keys = (const char *)cache;

@@ -1,8 +1,10 @@
 """Paged attention with torch ops (CPU and any device).
 
 Keys/values of new tokens are scattered into the paged cache by slot. Then,
-per sequence: a decode row (one new token) reads its context in place through
-its block table (:mod:`omnistage.layers.attention.paged_cpu`, no copy); a
+on a CPU, every decode row (one new token) of the step goes to the C kernel in
+one call (:mod:`omnistage.layers.attention.native`, reading the cache in
+place); where it cannot be built, per sequence, a decode row reads its context
+in place through its block table (:mod:`omnistage.layers.attention.paged_cpu`, no copy); a
 fresh prompt attends among its own new keys/values (nothing to read back);
 only a prefill continuing a cached prefix (chunked prefill, prefix-cache hit)
 gathers its context and runs one masked SDPA call. On a GPU (the code
@@ -90,13 +92,13 @@ class TorchSDPABackend(AttentionBackend):
         lib = None
         if kv_cache is not None:
             store_kv(kv_cache, k, v, meta.slot_mapping)
-            tables = meta.block_table_rows()
-            cache = CacheViews.of(kv_cache)
             grouped = (kv_cache.shape[3], -1, q.shape[-1])  # [Hkv, G, D] per row
             scaled = (q * scale).view(q.shape[0], *grouped)  # once for all decode rows
             out_grouped = out.view(q.shape[0], *grouped)
             lib = self._kernel(q, kv_cache, meta)
-            if lib is not None and 1 in meta.query_lens:  # every decode row in one call
+            if lib is None:  # decode rows one by one, below
+                tables, cache = meta.block_table_rows(), CacheViews.of(kv_cache)
+            elif 1 in meta.query_lens:  # every decode row in one call
                 seqs, rows = meta.decode_index()
                 paged_decode(lib, scaled, kv_cache, meta.block_tables, meta.context_lens, seqs, rows,
                              sliding_window, max(meta.context_lens_cpu), out_grouped)
