@@ -19,6 +19,7 @@ from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
 from omnistage.runner.ar_runner import check_kv_dtype
 from omnistage.runner.memory_profile import kv_pool_plan
 from omnistage.runner.step_hook import StepHook
+from omnistage.sampling_params import SamplingParams
 from omnistage.workers.base import engine_config
 from tests.runner.helpers import config, generate, make_engine, prompts, requests
 from tests.runner.toy_model import ToyLM
@@ -133,3 +134,16 @@ def test_another_kv_dtype_is_cpu_only() -> None:
         check_kv_dtype(config(kv_cache_dtype=torch.bfloat16, device="cuda"), tensor_parallel=False)
     with pytest.raises(ValueError, match="CPU stage without tensor parallelism"):
         check_kv_dtype(config(kv_cache_dtype=torch.bfloat16), tensor_parallel=True)
+
+
+def test_a_pool_smaller_than_max_model_len_ends_contexts_where_it_is_full() -> None:
+    """A default budget under a large model may hold less than max_model_len: a lone request stops with the pool
+    full (length), not preempted and recomputed for ever."""
+    from omnistage.engine import FinishReason
+
+    engine = make_engine(ToyLM(), config(num_blocks=5, enable_prefix_caching=False))  # 4 blocks of 4: 16 tokens
+    engine.add_request(requests(prompts(97, [6]), SamplingParams(temperature=0.0, max_tokens=100,
+                                                                  ignore_eos=True))[0])
+    outputs = engine.run_until_done()
+    assert sum(len(o.new_token_ids) for o in outputs) == 16 - 6
+    assert outputs[-1].finish_reason == FinishReason.LENGTH
