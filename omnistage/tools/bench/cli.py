@@ -51,9 +51,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                              "requests grow from --prompt-len by decoding; JSON step_ms maps length -> ms")
     engine.add_argument("--steps", type=int, default=8, help="--context-lens: steps timed at each length (median)")
     engine.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                        help="what the KV cache stores (auto: the model's dtype)")
+                        help="--context-lens: what the KV cache stores (auto: the model's dtype)")
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
-    engine.set_defaults(func=_lazy_main("omnistage.tools.bench.engine"))
+    engine.set_defaults(func=_engine_bench)
     add_roofline_parser(targets)
     add_quant_parser(targets)
     add_serve_parser(targets)
@@ -145,6 +145,12 @@ def _policies(text: str) -> list[str]:
     if not names or any(n not in ("fifo", "deadline") for n in names):
         raise argparse.ArgumentTypeError(f"--scheduling wants fifo and/or deadline, got {text!r}")
     return names
+
+
+def _engine_bench(args: argparse.Namespace) -> int:
+    """``bench engine``: tokens/s by batch size (``engine.py``), or the decode step by context length
+    (``context.py``, with ``--context-lens``)."""
+    return _lazy_main(f"omnistage.tools.bench.{'context' if args.context_lens else 'engine'}")(args)
 
 
 def _serve_backend(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ import torch
 from omnistage.engine import EngineConfig, EngineCore
 from omnistage.runner import ARModelRunner
 from omnistage.sampling_params import SamplingParams
-from omnistage.tools.bench.engine import StageUnderTest
+from omnistage.tools.bench.engine import StageUnderTest, load_stage
 
 
 def context_config(batch: int, top: int, device: str, dtype: torch.dtype,
@@ -67,7 +67,10 @@ def bench_context(stage: StageUnderTest, batch: int, context_lens: list[int], pr
     return {length: min(run[length] for run in runs) for length in lengths}
 
 
-def main_context(args: argparse.Namespace, stage: StageUnderTest, dtype: torch.dtype) -> int:
+def main(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    stage = load_stage(args.model, args.stage, args.device, dtype)
     kv_dtype = None if args.kv_cache_dtype == "auto" else getattr(torch, args.kv_cache_dtype)
     payload: dict[str, object] = {"stage": args.stage, "model": str(args.model), "threads": args.threads,
                                   "kv_cache_dtype": args.kv_cache_dtype}

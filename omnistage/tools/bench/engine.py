@@ -144,10 +144,6 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     stage = load_stage(args.model, args.stage, args.device, dtype)
-    if args.context_lens:
-        from omnistage.tools.bench.context import main_context
-
-        return main_context(args, stage, dtype)
     results = bench_engine(stage, args.batch, args.prompt_len, args.output_len, args.repeats, args.device, dtype,
                            args.temperature, args.top_k)
     base = results[0].tokens_per_s
