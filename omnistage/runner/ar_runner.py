@@ -12,6 +12,8 @@ token → stage hook → batched sampling → stage hook's extras.
 from __future__ import annotations
 
 import logging
+import math
+import mmap
 
 import torch
 
@@ -52,10 +54,22 @@ def default_backend(device: torch.device, block_size: int = 16) -> AttentionBack
 
 
 def allocate_kv_caches(spec: tuple[int, int, int], config: EngineConfig, num_blocks: int) -> list[torch.Tensor]:
-    """One ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` cache per attention layer."""
+    """One ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` cache per attention layer; on a CPU in memory
+    the OS maps on first write (:func:`lazily_zeroed`)."""
     num_layers, num_kv_heads, head_dim = spec
     shape = (2, num_blocks, config.block_size, num_kv_heads, head_dim)
+    if torch.device(config.device).type == "cpu":
+        return [lazily_zeroed(shape, config.cache_dtype) for _ in range(num_layers)]
     return [torch.zeros(shape, dtype=config.cache_dtype, device=config.device) for _ in range(num_layers)]
+
+
+def lazily_zeroed(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero tensor in an anonymous mapping: its pages read as zeros and take memory only once written, so a KV
+    pool sized from a budget costs the process the blocks its requests have used, not the whole budget
+    (``torch.zeros`` writes every page). The tensor keeps the mapping alive."""
+    count = math.prod(shape)
+    buffer = mmap.mmap(-1, max(count * dtype.itemsize, 1))
+    return torch.frombuffer(buffer, dtype=dtype, count=count).view(shape)
 
 
 def check_kv_dtype(config: EngineConfig, tensor_parallel: bool) -> None:

@@ -4,6 +4,7 @@ allows, optionally stored in bfloat16; the budget, blocks and tokens are logged 
 from __future__ import annotations
 
 import logging
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -147,3 +148,21 @@ def test_a_pool_smaller_than_max_model_len_ends_contexts_where_it_is_full() -> N
     outputs = engine.run_until_done()
     assert sum(len(o.new_token_ids) for o in outputs) == 16 - 6
     assert outputs[-1].finish_reason == FinishReason.LENGTH
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
+def test_a_cpu_pool_takes_memory_only_for_the_blocks_written() -> None:
+    """A 512 MiB pool costs the process nothing until written, then about what was written."""
+    from omnistage.runner.ar_runner import lazily_zeroed
+
+    before = _rss_mib()
+    cache = lazily_zeroed((2, 4096, 16, 8, 128), torch.float32)  # 512 MiB
+    assert cache.untyped_storage().nbytes() == 512 << 20 and _rss_mib() - before < 32
+    assert not cache[:, 100:200].any()  # reads as zeros
+    cache[:, :256] = 1.0  # 256 of 4096 blocks: 32 MiB
+    assert 24 < _rss_mib() - before < 96
