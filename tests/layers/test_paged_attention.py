@@ -141,3 +141,12 @@ def test_triton_kernel_on_cuda_bf16(batch: str) -> None:
                            meta.block_tables.cuda(), meta.query_lens, meta.context_lens_cpu)
     got = TritonPagedBackend().forward(cuda["q"], cuda["k"], cuda["v"], cuda["kv_cache"], meta_cuda, scale)
     torch.testing.assert_close(got.float().cpu(), want, atol=3e-2, rtol=3e-2)  # bf16 inputs
+
+
+def test_loading_the_c_kernel_leaves_denormals_alone() -> None:
+    """A library linked with -ffast-math would set flush-to-zero for the whole process when loaded: a subnormal
+    temperature then reads as 0 and the sampler's overflow check (tests/runner/test_poison_rows.py) misses it."""
+    from omnistage.layers.attention import native
+
+    native.load()
+    assert float(torch.tensor([1e-45]) * 1.0) > 0.0

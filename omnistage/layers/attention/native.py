@@ -24,7 +24,9 @@ import torch
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
-FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp-simd", "-fPIC", "-shared")
+# -ffast-math at compile time only (vectorised expf from libmvec, reassociated sums): linking with it would add
+# crtfastmath.o, which sets flush-to-zero for the whole process at load (denormals would read as 0 everywhere).
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp-simd", "-fPIC")
 _P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
 # paged_decode(q, cache, bf16, num_blocks, page, kv_heads, group, d, tables, table_stride, ctx, seqs, rows, n,
 #              window, scratch, out)
@@ -47,16 +49,21 @@ def _build(compiler: str, target: Path) -> None:
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
         partial = Path(tmp.name)
     try:
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(partial), "-lm"], check=True, capture_output=True,
+        obj = partial.with_suffix(".o")
+        subprocess.run([compiler, *FLAGS, "-c", str(SOURCE), "-o", str(obj)], check=True, capture_output=True,
+                       timeout=120)
+        subprocess.run([compiler, "-shared", str(obj), "-o", str(partial), "-lm"], check=True, capture_output=True,
                        timeout=120)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
+        partial.with_suffix(".o").unlink(missing_ok=True)
 
 
 def library_path(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_signature()]).encode())
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), "separate link", version,
+                                    _cpu_signature()]).encode())
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omnistage" / "kernels"
     return cache / f"paged_decode-{key.hexdigest()[:16]}.so"
 
