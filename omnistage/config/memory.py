@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+# vLLM's CPU backend sizes its KV cache at 4 GiB unless VLLM_CPU_KVCACHE_SPACE says otherwise; a CPU stage given
+# no budget gets as much (engine/kv_sizing.py).
+CPU_DEFAULT_KV_BYTES = 4 * 2**30
+
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")

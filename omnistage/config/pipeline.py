@@ -24,6 +24,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: bfloat16 on CUDA, f
 # On the fly: int8 weight-only; w8a8 the same int8 weights times per-token int8 activations from a few rows up
 # on CPU (the Qwen3-TTS talker only; other loaders refuse it). FP8 checkpoints are recognised from their config.
 QUANTIZATIONS = ("none", "int8", "w8a8")
+# What an autoregressive stage's KV cache stores: auto = the model's dtype; bfloat16 under a float32 CPU model
+# halves the cache (the attention reads it back in float32).
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class ConfigError(ValueError):
@@ -44,6 +47,7 @@ class EngineSettings:
     # or on CUDA the fraction of the device the stage may use in all. 0 = not set; kv_cache_memory wins.
     kv_cache_memory: int = 0
     gpu_memory_utilization: float = 0.0
+    kv_cache_dtype: str = "auto"  # one of KV_CACHE_DTYPES
     # Longest prompt + output; 0 = the model's max positions (capped by num_kv_blocks when no budget is set).
     max_model_len: int = 0
     # A talker stage times its decode step at batch sizes 1, 2, 4, ... up to this (capped by max_num_seqs) before
@@ -185,6 +189,7 @@ def _engine(data: object, path: str) -> EngineSettings:
         _check(getattr(e, name) >= 1, f"{path}.{name}", "must be >= 1")
     _check(e.scheduling in ("fifo", "deadline"), f"{path}.scheduling", "must be 'fifo' or 'deadline'")
     _check(0.0 <= e.gpu_memory_utilization <= 1.0, f"{path}.gpu_memory_utilization", "must be in [0, 1]")
+    _check(e.kv_cache_dtype in KV_CACHE_DTYPES, f"{path}.kv_cache_dtype", f"must be one of {KV_CACHE_DTYPES}")
     _check(e.max_model_len >= 0, f"{path}.max_model_len", "must be >= 0")
     _check(e.step_profile_max_batch >= 0, f"{path}.step_profile_max_batch", "must be >= 0")
     _check(e.cpu_max_batch >= 1, f"{path}.cpu_max_batch", "must be >= 1")
@@ -322,6 +327,7 @@ class StageOverrides:
     """
 
     dtype: str = ""
+    kv_cache_dtype: str = ""
     kv_cache_memory: tuple[tuple[str, int], ...] = ()
     gpu_memory_utilization: tuple[tuple[str, float], ...] = ()
     quantization: tuple[tuple[str, str], ...] = ()
@@ -360,6 +366,7 @@ def apply_overrides(spec: PipelineSpec, overrides: StageOverrides,
         _check(not name or name in names, "--kv-cache-memory/--gpu-memory-utilization/--quantization/"
                "--max-model-len/--max-num-seqs", f"unknown stage {name!r} (stages: {', '.join(spec.stage_names)})")
     _check(overrides.dtype in ("", *DTYPES), "--dtype", f"must be one of {DTYPES}")
+    _check(overrides.kv_cache_dtype in ("", *KV_CACHE_DTYPES), "--kv-cache-dtype", f"must be one of {KV_CACHE_DTYPES}")
     stages = []
     for stage in spec.stages:
         engine, quantization, size = stage.engine, stage.quantization, stage.tensor_parallel_size
@@ -368,7 +375,8 @@ def apply_overrides(spec: PipelineSpec, overrides: StageOverrides,
                              kv_cache_memory=_override(overrides.kv_cache_memory, stage.name, engine.kv_cache_memory),
                              gpu_memory_utilization=_override(overrides.gpu_memory_utilization, stage.name,
                                                               engine.gpu_memory_utilization),
-                             max_model_len=_override(overrides.max_model_len, stage.name, engine.max_model_len))
+                             max_model_len=_override(overrides.max_model_len, stage.name, engine.max_model_len),
+                             kv_cache_dtype=overrides.kv_cache_dtype or engine.kv_cache_dtype)
             quantization = _override(overrides.quantization, stage.name, quantization)
             _check(quantization in QUANTIZATIONS, "--quantization", f"must be one of {QUANTIZATIONS}")
         if stage.model in tensor_parallel_models and overrides.tensor_parallel_size:

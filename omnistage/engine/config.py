@@ -26,6 +26,7 @@ class EngineConfig:
     gpu_memory_utilization: on CUDA, the fraction of the device the stage may use (0: not set); the runner
         profiles weights and a worst-case forward and gives the rest to the KV cache.
     cuda_graph_max_batch: largest decode batch captured as a CUDA graph (0 disables).
+    kv_cache_dtype: what the KV cache stores (None: the model's dtype); bfloat16 halves a CPU stage's cache.
     """
 
     block_size: int = 16
@@ -41,6 +42,7 @@ class EngineConfig:
     cuda_graph_max_batch: int = 64
     kv_cache_memory: int = 0
     gpu_memory_utilization: float = 0.0
+    kv_cache_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.num_blocks < 2:
@@ -51,6 +53,10 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens must cover one decode token per sequence")
         if self.kv_cache_memory < 0 or not 0.0 <= self.gpu_memory_utilization <= 1.0:
             raise ValueError("kv_cache_memory must be >= 0 and gpu_memory_utilization in [0, 1]")
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        return self.kv_cache_dtype or self.dtype
 
     @property
     def max_blocks_per_seq(self) -> int:

@@ -29,8 +29,12 @@ class EngineCore:
     def __init__(self, runner: StepRunner, config: EngineConfig) -> None:
         self.config = config
         self.runner = runner
-        # The runner sized the KV cache; the scheduler's block pool must mirror it exactly.
-        sched_config = replace(config, num_blocks=runner.num_blocks)
+        # The runner sized the KV cache; the scheduler's block pool must mirror it exactly. A pool smaller than one
+        # request of max_model_len (a CPU's default budget under a full-size model) ends a context where it is full
+        # (finish reason "length") instead of preempting a lone request for ever.
+        pool_tokens = (runner.num_blocks - 1) * config.block_size
+        sched_config = replace(config, num_blocks=runner.num_blocks,
+                               max_model_len=min(config.max_model_len, pool_tokens))
         self.scheduler = Scheduler(sched_config, is_ready=runner.is_ready)
         self.last_num_scheduled = 0
         self.last_schedule: SchedulerOutput | None = None  # the last step's (tracing reads whom it computed for)

@@ -5,16 +5,23 @@
   peak activations of a worst-case forward (profiled at start-up), what torch's allocator does not count (the
   CUDA context, cuBLAS and Triton's modules, NCCL's buffers on a tensor-parallel rank) and the decode CUDA
   graphs' pool (captured after the KV cache) come out of it, the rest is KV. docs/memory_plan.md explains the figures.
-* neither: the configured ``num_blocks``.
+* neither, on a CPU: vLLM's CPU default, 4 GiB (never more than half the memory available at start-up), and never
+  more blocks than the configured ``num_blocks``; if that holds less than one request of ``max_model_len``, the
+  longest context is what it holds (logged), not a refusal.
+* neither, on CUDA: the configured ``num_blocks``.
 
-A budget that cannot hold one request of ``max_model_len`` is refused at start-up with the figures.
+A budget the user gave that cannot hold one request of ``max_model_len``, or (CPU) that is more than the memory
+available, is refused at start-up with the figures.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 import torch
 
-from omnistage.config.memory import format_bytes
+from omnistage.config.memory import CPU_DEFAULT_KV_BYTES, format_bytes
 
 
 class KVBudgetError(ValueError):
@@ -85,3 +92,57 @@ def gpu_kv_budget(utilization: float, total: int, free: int, weights: int, activ
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
     share = int(total * utilization) - weights - activation_peak - outside_torch - graph_pool
     return max(min(share, free - activation_peak - graph_pool), 0)
+
+
+# The default leaves the rest of what is available to the weights, the activations and the other stages.
+CPU_DEFAULT_SHARE = 0.5
+
+
+def available_memory() -> int:
+    """Bytes the kernel says can be allocated without swapping (Linux ``MemAvailable``; else the free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class KVPlan:
+    """What a stage's KV pool got: its budget and where that came from, its blocks (the null block included) and
+    the tokens they hold; :meth:`describe` is the start-up log line."""
+
+    budget: int  # bytes the pool may take (0: a fixed block count was configured)
+    source: str  # "--kv-cache-memory", "gpu_memory_utilization", "CPU default" or "num_kv_blocks"
+    num_blocks: int
+    block_size: int
+    block_bytes: int
+    dtype: torch.dtype
+
+    @property
+    def tokens(self) -> int:
+        return (self.num_blocks - 1) * self.block_size
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.num_blocks * self.block_bytes
+
+    def describe(self) -> str:
+        budget = f"budget {format_bytes(self.budget)} ({self.source})" if self.budget else self.source
+        return (f"KV cache: {budget}; {self.num_blocks - 1} blocks of {self.block_size} tokens = {self.tokens} "
+                f"tokens, {format_bytes(self.pool_bytes)} in {str(self.dtype).removeprefix('torch.')}")
+
+
+def cpu_default_budget(available: int) -> int:
+    """The KV budget of a CPU stage given none: 4 GiB, or half the available memory when that is less."""
+    return min(CPU_DEFAULT_KV_BYTES, int(available * CPU_DEFAULT_SHARE))
+
+
+def check_cpu_budget(budget: int, available: int) -> None:
+    """A CPU budget the user gave must fit in the memory available now."""
+    if budget > available:
+        raise KVBudgetError(f"KV cache budget {format_bytes(budget)} is more than this machine's available "
+                            f"memory ({format_bytes(available)}): lower --kv-cache-memory")

@@ -10,7 +10,9 @@ import argparse
 from dataclasses import dataclass
 
 from omnistage.config.memory import parse_bytes
-from omnistage.config.pipeline import DTYPES, QUANTIZATIONS, PipelineSpec, StageOverrides, load_pipeline, per_stage
+from omnistage.config.pipeline import (
+    DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS, PipelineSpec, StageOverrides, load_pipeline, per_stage,
+)
 from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, DEFAULT_STEP_TIMEOUT_S
 from omnistage.pipeline.options import BACKENDS, CONNECTORS, EMBEDDED_MIN_FRAMES, PipelineOptions
 
@@ -70,14 +72,18 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_args(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
-    """How the model is loaded (``--dtype``, ``--kv-cache-memory``, ``--quantization``): ``serve``'s, and every ``bench
-    serve`` backend's for its in-process pipeline."""
+    """How the model is loaded (``--dtype``, ``--kv-cache-memory``, ``--kv-cache-dtype``, ``--quantization``):
+    ``serve``'s, and every ``bench serve`` backend's for its in-process pipeline."""
     group.add_argument("--dtype", choices=DTYPES, default=None,
                        help="weights and activations of every stage (default: the stage config's; auto = "
                             "bfloat16 on CUDA, float32 on CPU; norms and RoPE compute in float32 either way)")
     group.add_argument("--kv-cache-memory", type=_kv_memory, default=(),
                        help="KV cache bytes per autoregressive stage, e.g. 2GiB, or per stage: thinker=2GiB,talker=1GiB "
-                            "(instead of num_kv_blocks)")
+                            "(default on a CPU: 4 GiB, at most half the available memory and num_kv_blocks blocks, as vLLM's "
+                            "CPU backend; on CUDA num_kv_blocks)")
+    group.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
+                       help="what every autoregressive stage's KV cache stores (default: the stage config's; auto = "
+                            "the model's dtype); bfloat16 halves a float32 CPU stage's cache, as vLLM's flag")
     group.add_argument("--quantization", type=_quantization, default=(),
                        help=f"quantization of autoregressive stages ({'/'.join(QUANTIZATIONS)}; int8 weight-only, "
                             "w8a8 the Qwen3-TTS talker's int8 weights with int8 activations on CPU), e.g. int8, or "
@@ -86,8 +92,8 @@ def add_model_args(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> 
 
 def model_overrides(args: argparse.Namespace) -> StageOverrides:
     """:func:`add_model_args`' flags alone as stage overrides (what ``bench serve`` takes of serve's flags)."""
-    return StageOverrides(dtype=args.dtype or "", kv_cache_memory=tuple(args.kv_cache_memory),
-                          quantization=tuple(args.quantization))
+    return StageOverrides(dtype=args.dtype or "", kv_cache_dtype=args.kv_cache_dtype or "",
+                          kv_cache_memory=tuple(args.kv_cache_memory), quantization=tuple(args.quantization))
 
 
 def _kv_memory(text: str) -> tuple[tuple[str, object], ...]:
@@ -136,7 +142,8 @@ class PipelineConfig:
 
 
 def overrides_from_args(args: argparse.Namespace) -> StageOverrides:
-    return StageOverrides(dtype=args.dtype or "", kv_cache_memory=tuple(args.kv_cache_memory),
+    return StageOverrides(dtype=args.dtype or "", kv_cache_dtype=args.kv_cache_dtype or "",
+                          kv_cache_memory=tuple(args.kv_cache_memory),
                           gpu_memory_utilization=tuple(args.gpu_memory_utilization),
                           quantization=tuple(args.quantization), tensor_parallel_size=args.tensor_parallel_size,
                           max_model_len=tuple(args.max_model_len), max_num_seqs=tuple(args.max_num_seqs))

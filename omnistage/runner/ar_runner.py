@@ -11,11 +11,15 @@ token → stage hook → batched sampling → stage hook's extras.
 
 from __future__ import annotations
 
+import logging
+import math
+import mmap
+
 import torch
 
 from omnistage.engine.config import EngineConfig
 from omnistage.engine.engine_core import EngineCore
-from omnistage.engine.kv_sizing import kv_block_bytes
+from omnistage.engine.kv_sizing import KVPlan
 from omnistage.engine.outputs import ModelRunnerOutput, SchedulerOutput
 from omnistage.engine.request import Request
 from omnistage.layers.attention.base import AttentionBackend
@@ -24,11 +28,13 @@ from omnistage.runner.base import ARModel, model_uses_mrope
 from omnistage.runner.cuda_graph import CaptureOutcome, CudaGraphRunner
 from omnistage.runner.device import bind_device
 from omnistage.runner.input_batch import InputBatch, StepInputs
-from omnistage.runner.memory_profile import kv_pool_blocks
+from omnistage.runner.memory_profile import kv_pool_plan
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.runner.sampler import SampledTokens, Sampler
 from omnistage.runner.step_hook import StepHook
 from omnistage.runner.tp_executor import TPExecutor
+
+logger = logging.getLogger(__name__)
 
 
 def default_backend(device: torch.device, block_size: int = 16) -> AttentionBackend:
@@ -48,10 +54,38 @@ def default_backend(device: torch.device, block_size: int = 16) -> AttentionBack
 
 
 def allocate_kv_caches(spec: tuple[int, int, int], config: EngineConfig, num_blocks: int) -> list[torch.Tensor]:
-    """One ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` cache per attention layer."""
+    """One ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` cache per attention layer; on a CPU in memory
+    the OS maps on first write (:func:`lazily_zeroed`)."""
     num_layers, num_kv_heads, head_dim = spec
     shape = (2, num_blocks, config.block_size, num_kv_heads, head_dim)
-    return [torch.zeros(shape, dtype=config.dtype, device=config.device) for _ in range(num_layers)]
+    if torch.device(config.device).type == "cpu":
+        return [lazily_zeroed(shape, config.cache_dtype) for _ in range(num_layers)]
+    return [torch.zeros(shape, dtype=config.cache_dtype, device=config.device) for _ in range(num_layers)]
+
+
+def lazily_zeroed(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero tensor in an anonymous mapping: its pages read as zeros and take memory only once written, so a KV
+    pool sized from a budget costs the process the blocks its requests have used, not the whole budget
+    (``torch.zeros`` writes every page). The tensor keeps the mapping alive."""
+    count = math.prod(shape)
+    buffer = mmap.mmap(-1, max(count * dtype.itemsize, 1))
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # where THP is "madvise": decode reads every block, fewer TLB misses
+        buffer.madvise(mmap.MADV_HUGEPAGE)
+    return torch.frombuffer(buffer, dtype=dtype, count=count).view(shape)
+
+
+def check_kv_dtype(config: EngineConfig, tensor_parallel: bool) -> None:
+    """A KV cache in another dtype than the model's is read by the CPU's torch attention only."""
+    if config.cache_dtype != config.dtype and (torch.device(config.device).type != "cpu" or tensor_parallel):
+        raise ValueError(f"kv_cache_dtype {str(config.cache_dtype).removeprefix('torch.')} differs from the model's "
+                         f"dtype: a CPU stage without tensor parallelism only")
+
+
+def log_kv_plan(plan: KVPlan, max_model_len: int) -> None:
+    logger.info("%s", plan.describe())
+    if plan.tokens < max_model_len:
+        logger.warning("the KV cache holds %d tokens, less than max_model_len (%d): contexts stop there; raise "
+                       "--kv-cache-memory or use --kv-cache-dtype bfloat16", plan.tokens, max_model_len)
 
 
 class ARModelRunner:
@@ -70,10 +104,13 @@ class ARModelRunner:
         self.backend = backend or default_backend(self.device, config.block_size)
         self.mrope = model_uses_mrope(model)
         spec = tuple(model.kv_cache_spec())
-        self.num_blocks = kv_pool_blocks(self, spec, tensor_parallel=tp is not None)
+        check_kv_dtype(config, tp is not None)
+        self.kv_plan = kv_pool_plan(self, spec, tensor_parallel=tp is not None)
+        self.num_blocks = self.kv_plan.num_blocks
+        log_kv_plan(self.kv_plan, config.max_model_len)
         self.hook.bind_pool(self.num_blocks)
         self.kv_caches = allocate_kv_caches(spec, config, self.num_blocks)
-        self.kv_block_bytes = kv_block_bytes(spec, config.block_size, config.dtype)
+        self.kv_block_bytes = self.kv_plan.block_bytes
         if tp is not None:
             tp.allocate_kv(self.num_blocks, config.block_size)
         self.batch = InputBatch(config, self.mrope, self.device, self.hook.feeds_output_embeds)

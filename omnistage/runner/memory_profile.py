@@ -7,7 +7,7 @@ peak of allocated memory above the weights: what must stay free beside the KV
 cache. Two reserves come out of the share too: what the process holds outside
 torch's allocator (context, cuBLAS, Triton, NCCL) and an estimate of the decode
 graphs' pool, which is captured only after the cache is allocated
-(docs/memory_plan.md).
+(docs/memory_plan.md). A CPU stage given no budget gets vLLM's CPU default (engine/kv_sizing.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from omnistage.engine.kv_sizing import blocks_for_budget, gpu_kv_budget, graph_pool_bytes, outside_torch_bytes
+from omnistage.engine.kv_sizing import (
+    KVPlan, available_memory, blocks_for_budget, check_cpu_budget, cpu_default_budget, gpu_kv_budget, graph_pool_bytes,
+    kv_block_bytes, outside_torch_bytes,
+)
 from omnistage.layers.attention.base import AttentionMetadata
 from omnistage.layers.attention.context import ForwardContext, forward_context
 from omnistage.runner.cuda_graph import graph_batch_sizes
@@ -26,17 +29,30 @@ if TYPE_CHECKING:
     from omnistage.runner.ar_runner import ARModelRunner
 
 
-def kv_pool_blocks(runner: ARModelRunner, spec: tuple[int, int, int], tensor_parallel: bool = False) -> int:
-    """Blocks (the null block included) for the runner's KV pool."""
+def kv_pool_plan(runner: ARModelRunner, spec: tuple[int, int, int], tensor_parallel: bool = False) -> KVPlan:
+    """The runner's KV pool: its budget, blocks (the null block included) and the tokens they hold."""
     config = runner.config
+    block_bytes = kv_block_bytes(spec, config.block_size, config.cache_dtype)
+    per_block = block_bytes + runner.hook.slot_bytes(config) * config.block_size
+    cpu = runner.device.type == "cpu"
+
+    def plan(budget: int, source: str, blocks: int) -> KVPlan:
+        return KVPlan(budget, source, blocks, config.block_size, block_bytes, config.cache_dtype)
+
     if config.kv_cache_memory:
-        budget = config.kv_cache_memory
+        budget, source = config.kv_cache_memory, "--kv-cache-memory"
+        if cpu:
+            check_cpu_budget(budget, available_memory())
     elif config.gpu_memory_utilization and runner.device.type == "cuda":
-        budget = cuda_kv_budget(runner, tensor_parallel)
+        budget, source = cuda_kv_budget(runner, tensor_parallel), "gpu_memory_utilization"
+    elif cpu:  # the configured count is the most blocks; the default budget may allow fewer
+        budget = cpu_default_budget(available_memory())
+        return plan(budget, "CPU default", max(min(config.num_blocks, budget // per_block), 2))
     else:
-        return config.num_blocks
-    return blocks_for_budget(spec, config.block_size, config.dtype, budget, config.max_model_len,
-                             runner.hook.slot_bytes(config))
+        return plan(0, "num_kv_blocks", config.num_blocks)
+    blocks = blocks_for_budget(spec, config.block_size, config.cache_dtype, budget, config.max_model_len,
+                               runner.hook.slot_bytes(config))
+    return plan(budget, source, blocks)
 
 
 def captured_sizes(runner: ARModelRunner, tensor_parallel: bool) -> list[int]:

@@ -108,6 +108,7 @@ def engine_config(stage: StageSpec, device: str, dtype: torch.dtype, max_positio
         max_model_len=e.model_len(max_positions),
         enable_prefix_caching=e.enable_prefix_caching, device=device, dtype=dtype,
         kv_cache_memory=e.kv_cache_memory, gpu_memory_utilization=e.gpu_memory_utilization,
+        kv_cache_dtype=None if e.kv_cache_dtype == "auto" else getattr(torch, e.kv_cache_dtype),
     )
 
 

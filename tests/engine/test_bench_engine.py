@@ -65,3 +65,18 @@ def test_sampled_runs_generate_the_same_token_count(tiny_dir: Path, tmp_path: Pa
         assert main(["bench", "engine", "--model", str(tiny_dir), "--stage", "thinker", "--batch", "1,3",
                      "--output-len", "5", "--repeats", "1", "--temperature", temperature, "--json", str(out)]) == 0
         assert [r["num_tokens"] for r in json.loads(out.read_text())["results"]] == [5, 15]
+
+
+def test_context_lens_write_step_ms(tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--context-lens``: the batch decodes from its prompts up to each length, and the JSON maps each length
+    to the decode step's milliseconds there (timed, so only their presence and sign are checked)."""
+    out = tmp_path / "context.json"
+    assert main(["bench", "engine", "--model", str(tiny_dir), "--batch", "3", "--context-lens", "40,20",
+                 "--steps", "2", "--repeats", "1", "--kv-cache-dtype", "bfloat16", "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["batch"] == 3 and payload["kv_cache_dtype"] == "bfloat16"
+    assert list(payload["step_ms"]) == ["20", "40"] and all(ms > 0 for ms in payload["step_ms"].values())
+    assert "context     40" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="exceed the prompt"):
+        main(["bench", "engine", "--model", str(tiny_dir), "--context-lens", "16", "--repeats", "1"])
+

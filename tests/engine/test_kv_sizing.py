@@ -150,13 +150,13 @@ def test_gpu_budget_keeps_room_outside_torch_and_for_the_graph_pool(monkeypatch:
     pool = graph_pool_bytes(256 << 20, 128, [1, 2, 4, 8, 16])  # profiled tokens: min(256, max_model_len=128)
     assert pool == (256 << 20) * 16 // 128 + 5 * (2 << 20)
     budget = 40 * gib - weights - (256 << 20) - CUDA_CONTEXT_BYTES - pool
-    assert memory_profile.kv_pool_blocks(runner, spec) == budget // per_block
+    assert memory_profile.kv_pool_plan(runner, spec).num_blocks == budget // per_block
     plain = gpu_kv_budget(0.5, 80 * gib, 76 * gib, weights, 256 << 20)  # the rule without reserves
     assert plain - budget == CUDA_CONTEXT_BYTES + pool
     # A tensor-parallel rank captures no graphs but holds NCCL's buffers.
     sharded = 40 * gib - weights - (256 << 20) - CUDA_CONTEXT_BYTES - NCCL_BYTES
-    assert memory_profile.kv_pool_blocks(runner, spec, tensor_parallel=True) == sharded // per_block
+    assert memory_profile.kv_pool_plan(runner, spec, tensor_parallel=True).num_blocks == sharded // per_block
     # Eager: no pool to keep.
     eager = SimpleNamespace(config=config(gpu_memory_utilization=0.5, enforce_eager=True), device=runner.device,
                             model=model, hook=StepHook())
-    assert memory_profile.kv_pool_blocks(eager, spec) == (budget + pool) // per_block
+    assert memory_profile.kv_pool_plan(eager, spec).num_blocks == (budget + pool) // per_block

@@ -21,12 +21,34 @@ MIXED = [(7, 7), (9, 1), (12, 5), (1, 1), (20, 8)]  # fresh prompt, decode, pref
 BATCHES = {"decode": DECODE, "mixed": MIXED}
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["c-kernel", "torch-ops"])
 @pytest.mark.parametrize("batch", sorted(BATCHES))
 @pytest.mark.parametrize("window", [None, 5])
-def test_torch_backend_matches_dense(batch: str, window: int | None) -> None:
+def test_torch_backend_matches_dense(batch: str, window: int | None, native: bool) -> None:
+    """Decode rows through the C kernel (where it builds) and through torch ops."""
     case = make_case(BATCHES[batch], page=4)
-    out = TorchSDPABackend().forward(case.q, case.k, case.v, case.kv_cache, case.meta, SCALE, window)
+    out = TorchSDPABackend(native).forward(case.q, case.k, case.v, case.kv_cache, case.meta, SCALE, window)
     torch.testing.assert_close(out, dense_attention(case, SCALE, window), **TOL)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim", "page"), [(16, 2, 128, 16), (6, 6, 64, 16), (8, 1, 20, 4)])
+def test_c_kernel_matches_torch_ops_at_real_shapes(heads: int, kv_heads: int, head_dim: int, page: int) -> None:
+    """Real head sizes and groups (Qwen3's 128-wide heads, 8 queries per KV head), multi-block contexts, a block
+    table sliced out of a wider one (its rows' stride is not its width), and a bf16 cache (read back widened)."""
+    from omnistage.layers.attention import native
+
+    if native.load() is None:
+        pytest.skip("no C compiler: the torch path serves (tested above)")
+    case = make_case([(70, 1), (3, 1), (33, 1), (20, 4)], page=page, heads=heads, kv_heads=kv_heads,
+                     head_dim=head_dim, num_blocks=80)
+    wide = torch.zeros(4, case.meta.block_tables.shape[1] + 3, dtype=torch.int32)
+    wide[:, :case.meta.block_tables.shape[1]] = case.meta.block_tables
+    case.meta.block_tables = wide[:, :case.meta.block_tables.shape[1]]
+    for dtype in (torch.float32, torch.bfloat16):
+        cache = case.kv_cache.to(dtype)
+        want = TorchSDPABackend(native=False).forward(case.q, case.k, case.v, cache.clone(), case.meta, SCALE)
+        got = TorchSDPABackend(native=True).forward(case.q, case.k, case.v, cache, case.meta, SCALE)
+        torch.testing.assert_close(got, want, **TOL)
 
 
 def test_gathered_decode_agrees_with_in_place() -> None:
@@ -119,3 +141,12 @@ def test_triton_kernel_on_cuda_bf16(batch: str) -> None:
                            meta.block_tables.cuda(), meta.query_lens, meta.context_lens_cpu)
     got = TritonPagedBackend().forward(cuda["q"], cuda["k"], cuda["v"], cuda["kv_cache"], meta_cuda, scale)
     torch.testing.assert_close(got.float().cpu(), want, atol=3e-2, rtol=3e-2)  # bf16 inputs
+
+
+def test_loading_the_c_kernel_leaves_denormals_alone() -> None:
+    """A library linked with -ffast-math would set flush-to-zero for the whole process when loaded: a subnormal
+    temperature then reads as 0 and the sampler's overflow check (tests/runner/test_poison_rows.py) misses it."""
+    from omnistage.layers.attention import native
+
+    native.load()
+    assert float(torch.tensor([1e-45]) * 1.0) > 0.0

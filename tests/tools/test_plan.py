@@ -113,3 +113,28 @@ def test_refuses_clearly_when_nothing_fits(real_dir: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "no placement fits" in err and "--quantization int8" in err and "GiB" in err
     assert cli_main(["plan", "--model", str(real_dir), "--devices", "1x48GiB", "--quantization", "thinker=int8"]) == 0
+
+
+def test_reports_each_stage_kv_budget_blocks_and_tokens(real_dir: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The KV budget a CPU plan gives, in blocks of 16 tokens and the tokens they hold; a bf16 cache halves the
+    bytes of a token, and the written stage config asks serve for it."""
+    from omnistage.tools.plan.cli import kv_blocks
+
+    devices = Devices.parse("cpu:128GiB")
+    fp32, _ = make_plan(real_dir, devices, (("thinker", "int8"),))
+    bf16, _ = make_plan(real_dir, devices, (("thinker", "int8"),), kv_cache_dtype="bfloat16")
+    thinker32, thinker16 = fp32.stages[0], bf16.stages[0]
+    assert thinker32.kv_bytes_per_token == 2 * KV_T and thinker16.kv_bytes_per_token == KV_T  # fp32 weights on CPU
+    blocks, tokens = kv_blocks(thinker32)
+    assert blocks == thinker32.kv_bytes // (2 * KV_T * 16) - 1 and tokens == 16 * blocks >= 8192
+    assert kv_blocks(fp32.stages[2]) == (0, 0)  # code2wav keeps no KV
+    out = tmp_path / "bf16.yaml"
+    assert cli_main(["plan", "--model", str(real_dir), "--devices", "cpu:128GiB", "--quantization", "thinker=int8",
+                     "--kv-cache-dtype", "bfloat16", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "KV budget" in printed and "KV blocks" in printed and "KV tokens" in printed and "4.00 GiB" in printed
+    thinker_line = next(line for line in printed.splitlines() if line.startswith("thinker"))
+    assert f" {kv_blocks(thinker16)[1]} " in thinker_line
+    stages = parse_pipeline(yaml.safe_load(out.read_text())).stages
+    assert [s.engine.kv_cache_dtype for s in stages] == ["bfloat16", "bfloat16", "auto"]

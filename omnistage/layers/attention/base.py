@@ -39,11 +39,23 @@ class AttentionMetadata:
     context_lens_cpu: list[int]
     # block_tables as lists, made once per step on first use (every layer reads the same tables).
     _table_rows: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+    # The decode sequences' indices and rows (int32), made once per step on first use.
+    _decode_index: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False, repr=False,
+                                                                    compare=False)
 
     def block_table_rows(self) -> list[list[int]]:
         if self._table_rows is None:
             self._table_rows = [] if self.block_tables is None else self.block_tables.tolist()
         return self._table_rows
+
+    def decode_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sequences, rows)``: which sequences have one new token, and the row of q each one's token is on."""
+        if self._decode_index is None:
+            seqs = [i for i, n in enumerate(self.query_lens) if n == 1]
+            starts = self.query_start_loc.tolist()
+            self._decode_index = (torch.tensor(seqs, dtype=torch.int32),
+                                  torch.tensor([starts[i] for i in seqs], dtype=torch.int32))
+        return self._decode_index
 
     @property
     def num_seqs(self) -> int:

@@ -8,7 +8,8 @@ scores (``H x context`` numbers, not ``context x Hkv x D``) are joined before
 the softmax, and the output sums each run's probabilities times its values.
 A freshly prefilled sequence is one run; decode steps that interleave
 allocations split it into a few. A sliding window reads only the blocks that
-overlap it.
+overlap it. A cache stored in another dtype than the queries (bf16 KV under an fp32 model) is read run by run
+into the queries' dtype: the matmuls and softmax stay in the model's precision.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ class CacheViews(NamedTuple):
     values: torch.Tensor
     page: int
 
+    def keys(self, start: int, end: int, dtype: torch.dtype) -> torch.Tensor:
+        return self.keys_t[:, :, start:end].to(dtype)
+
+    def vals(self, start: int, end: int, dtype: torch.dtype) -> torch.Tensor:
+        return self.values[:, start:end].to(dtype)
+
     @classmethod
     def of(cls, kv_cache: torch.Tensor) -> CacheViews:
         blocks, page, num_kv_heads, head_dim = kv_cache.shape[1:]
@@ -57,16 +64,16 @@ def decode_in_place(
         start = block * page + max(first_pos - index * page, 0)
         end = block * page + min(context_len - index * page, count * page)
         spans.append((start, end))
-        scores.append(torch.bmm(q, cache.keys_t[:, :, start:end]))  # [Hkv, G, L]
+        scores.append(torch.bmm(q, cache.keys(start, end, q.dtype)))  # [Hkv, G, L]
     probs = torch.softmax(scores[0] if len(scores) == 1 else torch.cat(scores, dim=-1), dim=-1)
     if len(spans) == 1:
-        torch.bmm(probs, cache.values[:, spans[0][0]:spans[0][1]], out=out)
+        torch.bmm(probs, cache.vals(*spans[0], q.dtype), out=out)
         return
     offset = 0
     for i, (start, end) in enumerate(spans):
         part = probs[..., offset:offset + end - start]
         if i == 0:
-            torch.bmm(part, cache.values[:, start:end], out=out)
+            torch.bmm(part, cache.vals(start, end, q.dtype), out=out)
         else:
-            out.baddbmm_(part, cache.values[:, start:end])
+            out.baddbmm_(part, cache.vals(start, end, q.dtype))
         offset += end - start

@@ -1,8 +1,10 @@
 """Paged attention with torch ops (CPU and any device).
 
 Keys/values of new tokens are scattered into the paged cache by slot. Then,
-per sequence: a decode row (one new token) reads its context in place through
-its block table (:mod:`omnistage.layers.attention.paged_cpu`, no copy); a
+on a CPU, every decode row (one new token) of the step goes to the C kernel in
+one call (:mod:`omnistage.layers.attention.native`, reading the cache in
+place); where it cannot be built, per sequence, a decode row reads its context
+in place through its block table (:mod:`omnistage.layers.attention.paged_cpu`, no copy); a
 fresh prompt attends among its own new keys/values (nothing to read back);
 only a prefill continuing a cached prefix (chunked prefill, prefix-cache hit)
 gathers its context and runs one masked SDPA call. On a GPU (the code
@@ -15,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from omnistage.layers.attention.base import AttentionBackend, AttentionMetadata
+from omnistage.layers.attention.native import paged_decode
 from omnistage.layers.attention.paged_cpu import CacheViews, decode_in_place
 
 
@@ -25,8 +28,9 @@ def store_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapp
     valid = slot_mapping >= 0
     if not bool(valid.all()):
         slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]
-    flat[0].index_copy_(0, slot_mapping, k)
-    flat[1].index_copy_(0, slot_mapping, v)
+    # A cache of another dtype (bf16 KV under an fp32 model on a CPU) stores the keys and values rounded.
+    flat[0].index_copy_(0, slot_mapping, k.to(flat.dtype))
+    flat[1].index_copy_(0, slot_mapping, v.to(flat.dtype))
 
 
 def gather_context(kv_cache: torch.Tensor, block_table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,6 +56,23 @@ def _causal_mask(q_len: int, kv_len: int, window: int | None, device: torch.devi
 
 
 class TorchSDPABackend(AttentionBackend):
+    def __init__(self, native: bool = True) -> None:
+        """``native``: decode rows on a CPU go to the C kernel (:mod:`omnistage.layers.attention.native`) when it
+        builds; False keeps them on torch ops."""
+        self.native = native
+
+    def _kernel(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata):  # noqa: ANN202
+        """The C decode kernel where it serves this call (CPU, float32 queries, a float32 or bf16 cache), else None."""
+        tables, lens = meta.block_tables, meta.context_lens
+        if not self.native or q.device.type != "cpu" or q.dtype != torch.float32 or tables is None \
+                or kv_cache.dtype not in (torch.float32, torch.bfloat16) or not kv_cache.is_contiguous() \
+                or tables.dtype != torch.int32 or tables.stride(-1) != 1 or lens.dtype != torch.int32 \
+                or not lens.is_contiguous():
+            return None
+        from omnistage.layers.attention import native
+
+        return native.load()
+
     def forward(
         self,
         q: torch.Tensor,
@@ -68,24 +89,32 @@ class TorchSDPABackend(AttentionBackend):
             store_kv(kv_cache, k, v, meta.slot_mapping)
             return self._decode(q, kv_cache, meta, scale)
         out = torch.empty_like(q)
+        lib = None
         if kv_cache is not None:
             store_kv(kv_cache, k, v, meta.slot_mapping)
-            tables = meta.block_table_rows()
-            cache = CacheViews.of(kv_cache)
             grouped = (kv_cache.shape[3], -1, q.shape[-1])  # [Hkv, G, D] per row
             scaled = (q * scale).view(q.shape[0], *grouped)  # once for all decode rows
             out_grouped = out.view(q.shape[0], *grouped)
+            lib = self._kernel(q, kv_cache, meta)
+            if lib is None:  # decode rows one by one, below
+                tables, cache = meta.block_table_rows(), CacheViews.of(kv_cache)
+            elif 1 in meta.query_lens:  # every decode row in one call
+                seqs, rows = meta.decode_index()
+                paged_decode(lib, scaled, kv_cache, meta.block_tables, meta.context_lens, seqs, rows,
+                             sliding_window, max(meta.context_lens_cpu), out_grouped)
         start = 0
         for i, q_len in enumerate(meta.query_lens):
             end = start + q_len
             ctx_len = meta.context_lens_cpu[i]
             if kv_cache is not None and q_len == 1:
-                decode_in_place(scaled[start], cache, tables[i], ctx_len, sliding_window, out_grouped[start])
+                if lib is None:
+                    decode_in_place(scaled[start], cache, tables[i], ctx_len, sliding_window, out_grouped[start])
             else:
                 if kv_cache is None or q_len == ctx_len:  # nothing cached before these tokens
                     ks, vs = k[start:end], v[start:end]
                 else:
                     ks, vs = gather_context(kv_cache, meta.block_tables[i], ctx_len)
+                    ks, vs = ks.to(q.dtype), vs.to(q.dtype)
                 mask = _causal_mask(q_len, ks.shape[0], sliding_window, q.device)
                 out[start:end] = _sdpa(q[start:end], ks, vs, mask, scale)
             start = end

@@ -46,8 +46,14 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--temperature", type=float, default=0.0,
                         help="0: greedy (default); > 0 samples with --top-k, as the hotpath bench does (0.9, 50)")
     engine.add_argument("--top-k", type=int, default=50, help="top-k when --temperature > 0 (default 50)")
+    engine.add_argument("--context-lens", type=_batches, default=None,
+                        help="time the decode step instead at these context lengths (e.g. 32,2048): the batch's "
+                             "requests grow from --prompt-len by decoding; JSON step_ms maps length -> ms")
+    engine.add_argument("--steps", type=int, default=8, help="--context-lens: steps timed at each length (median)")
+    engine.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="--context-lens: what the KV cache stores (auto: the model's dtype)")
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
-    engine.set_defaults(func=_lazy_main("omnistage.tools.bench.engine"))
+    engine.set_defaults(func=_engine_bench)
     add_roofline_parser(targets)
     add_quant_parser(targets)
     add_serve_parser(targets)
@@ -148,6 +154,12 @@ def _policies(text: str) -> list[str]:
 
 
 BACKENDS = {"openai-chat": "serve", "openai-audio-speech": "speech", "openai-audio-transcriptions": "transcription"}
+
+
+def _engine_bench(args: argparse.Namespace) -> int:
+    """``bench engine``: tokens/s by batch size (``engine.py``), or the decode step by context length
+    (``context.py``, with ``--context-lens``)."""
+    return _lazy_main(f"omnistage.tools.bench.{'context' if args.context_lens else 'engine'}")(args)
 
 
 def _serve_backend(args: argparse.Namespace) -> int:

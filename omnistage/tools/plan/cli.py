@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from omnistage.config.memory import format_bytes
+from omnistage.config.memory import CPU_DEFAULT_KV_BYTES, format_bytes
 from omnistage.config.pipeline import QUANTIZATIONS, parse_pipeline, per_stage
 from omnistage.tools.plan.footprint import Workload, footprints
-from omnistage.tools.plan.placement import Devices, NoFit, Placement, place
+from omnistage.tools.plan.placement import Devices, NoFit, Placement, StagePlan, place
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -31,6 +31,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
                       help="int8, or per stage: thinker=int8 (an FP8 checkpoint's thinker counts 1 byte on GPUs)")
     plan.add_argument("--dtype", choices=sorted(DTYPE_BYTES), default=None,
                       help="weights' dtype (default bfloat16 on GPUs, float32 on a CPU)")
+    plan.add_argument("--kv-cache-dtype", choices=["auto", *sorted(DTYPE_BYTES)], default="auto",
+                      help="what the KV caches store (auto: the weights' dtype; bfloat16 halves a CPU's)")
     plan.add_argument("--max-model-len", type=int, default=8192, help="tokens of one request's KV that must fit")
     plan.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="usable fraction of each GPU")
     plan.add_argument("--out", default=None, help="write the placement as a stage config YAML here")
@@ -69,9 +71,10 @@ def precisions(folder: Path, pairs: tuple[tuple[str, object], ...], devices: Dev
 
 
 def make_plan(folder: Path, devices: Devices, pairs: tuple[tuple[str, object], ...] = (), dtype: str | None = None,
-              max_model_len: int = 8192, utilization: float = 0.9) -> tuple[Placement, dict[str, str]]:
+              max_model_len: int = 8192, utilization: float = 0.9,
+              kv_cache_dtype: str = "auto") -> tuple[Placement, dict[str, str]]:
     dtype_bytes = DTYPE_BYTES[dtype or ("bfloat16" if devices.kind == "cuda" else "float32")]
-    fp = footprints(folder, dtype_bytes, Workload())
+    fp = footprints(folder, dtype_bytes, Workload(), DTYPE_BYTES.get(kv_cache_dtype))
     chosen = precisions(folder, pairs, devices)
     quantized = {stage: value != "none" for stage, value in chosen.items()}
     text = json.loads((folder / "config.json").read_text())["thinker_config"]["text_config"]
@@ -79,7 +82,8 @@ def make_plan(folder: Path, devices: Devices, pairs: tuple[tuple[str, object], .
     return place(fp, devices, quantized, dtype_bytes, max_model_len, heads, utilization), chosen
 
 
-def stage_config(placement: Placement, chosen: dict[str, str], max_model_len: int) -> dict:
+def stage_config(placement: Placement, chosen: dict[str, str], max_model_len: int,
+                 kv_cache_dtype: str = "auto") -> dict:
     """The preset with the placement written in: what ``serve --stage-config`` takes."""
     from omnistage.families.qwen3_omni.family import PRESET
 
@@ -96,6 +100,8 @@ def stage_config(placement: Placement, chosen: dict[str, str], max_model_len: in
         engine = stage["engine"]
         engine["max_model_len"] = max_model_len
         engine.pop("num_kv_blocks", None)
+        if kv_cache_dtype != "auto":
+            engine["kv_cache_dtype"] = kv_cache_dtype
         if cuda:
             engine["gpu_memory_utilization"] = int(plan.utilization * 10_000) / 10_000  # rounded down
         else:
@@ -104,14 +110,32 @@ def stage_config(placement: Placement, chosen: dict[str, str], max_model_len: in
     return data
 
 
+# The presets' KV block size: what the budget's blocks are counted in.
+BLOCK_SIZE = 16
+
+
+def kv_blocks(plan: StagePlan) -> tuple[int, int]:
+    """Blocks of :data:`BLOCK_SIZE` tokens a stage's KV budget holds (the null block taken off), and their tokens."""
+    if not plan.kv_bytes_per_token:
+        return 0, 0
+    blocks = max(plan.kv_bytes // (plan.kv_bytes_per_token * BLOCK_SIZE) - 1, 0)
+    return blocks, blocks * BLOCK_SIZE
+
+
 def format_plan(placement: Placement) -> str:
     lines = [f"{'stage':<9} {'devices':<10} {'tp':>2}  {'weights':>12}  {'KV/token':>10}  {'activations':>12}  "
-             f"{'KV (min)':>12}  {'KV given':>12}  utilization"]
+             f"{'KV (min)':>12}  {'KV budget':>12}  {'KV blocks':>9}  {'KV tokens':>10}  utilization"]
     for p in placement.stages:
         devices = ",".join(str(d) for d in p.devices)
+        blocks, tokens = kv_blocks(p)
         lines.append(f"{p.name:<9} {devices:<10} {p.tensor_parallel_size:>2}  {format_bytes(p.weight_bytes):>12}  "
                      f"{p.kv_bytes_per_token:>10}  {format_bytes(p.activation_peak):>12}  "
-                     f"{format_bytes(p.min_kv_bytes):>12}  {format_bytes(p.kv_bytes):>12}  {p.utilization:.4f}")
+                     f"{format_bytes(p.min_kv_bytes):>12}  {format_bytes(p.kv_bytes):>12}  {blocks:>9}  "
+                     f"{tokens:>10}  {p.utilization:.4f}")
+    if placement.devices.kind == "cpu":
+        lines.append(f"(without this plan's stage config, serve gives each CPU stage's KV cache "
+                     f"{format_bytes(CPU_DEFAULT_KV_BYTES)} at most, or half the available memory, as vLLM's CPU "
+                     f"backend: --kv-cache-memory changes it)")
     return "\n".join(lines)
 
 
@@ -124,14 +148,14 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(missing_checkpoint(folder))  # plan reads config.json alone: no embedded names
     try:
         placement, chosen = make_plan(folder, args.devices, args.quantization, args.dtype, args.max_model_len,
-                                         args.gpu_memory_utilization)
+                                      args.gpu_memory_utilization, args.kv_cache_dtype)
     except NoFit as exc:
         print(f"omnistage plan: {exc}", file=sys.stderr)
         return 1
     print(format_plan(placement))
     if args.out:
-        Path(args.out).write_text(yaml.safe_dump(stage_config(placement, chosen, args.max_model_len),
-                                                 sort_keys=False))
+        config = stage_config(placement, chosen, args.max_model_len, args.kv_cache_dtype)
+        Path(args.out).write_text(yaml.safe_dump(config, sort_keys=False))
         print(f"stage config written to {args.out} (serve --stage-config {args.out})")
     return 0
 

@@ -124,17 +124,20 @@ class Workload:
     code2wav_chunk_frames: int = 50  # 25 new frames + 25 of left context
 
 
-def footprints(folder: str | Path, dtype_bytes: int, load: Workload = Workload()) -> dict[str, StageFootprint]:
-    """Every stage's footprint for a checkpoint folder (its config.json) in a dtype of ``dtype_bytes``."""
+def footprints(folder: str | Path, dtype_bytes: int, load: Workload = Workload(),
+               kv_dtype_bytes: int | None = None) -> dict[str, StageFootprint]:
+    """Every stage's footprint for a checkpoint folder (its config.json) in a dtype of ``dtype_bytes``, its KV
+    cache in ``kv_dtype_bytes`` (default: the same)."""
+    kv_bytes = kv_dtype_bytes or dtype_bytes
     path = Path(folder) / "config.json"
     raw = json.loads(path.read_text())
     counts = count_params(path)
     thinker_text, talker_text = raw["thinker_config"]["text_config"], raw["talker_config"]["text_config"]
     tokens, seqs = load.max_num_batched_tokens, load.max_num_seqs
     return {
-        "thinker": StageFootprint("thinker", counts["thinker"], _kv_per_token(thinker_text, dtype_bytes),
+        "thinker": StageFootprint("thinker", counts["thinker"], _kv_per_token(thinker_text, kv_bytes),
                                   _decoder_activation(thinker_text, tokens, seqs, dtype_bytes)),
-        "talker": StageFootprint("talker", counts["talker"], _kv_per_token(talker_text, dtype_bytes),
+        "talker": StageFootprint("talker", counts["talker"], _kv_per_token(talker_text, kv_bytes),
                                  _decoder_activation(talker_text, tokens, seqs, dtype_bytes)),
         "code2wav": StageFootprint("code2wav", counts["code2wav"], 0,
                                    _code2wav_activation(raw["code2wav_config"], load.code2wav_chunks,
