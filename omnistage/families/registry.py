@@ -42,6 +42,8 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
                               "tts-medium-base"), sizes=("tiny", "medium", "full", "full-1.7b")),
     "qwen2_5_omni": FamilyEntry("omnistage.families.qwen2_5_omni.family:FAMILY", ("qwen2_5_omni",),
                                 ("omni25-tiny",), sizes=("tiny",)),
+    "pocket_tts": FamilyEntry("omnistage.families.pocket_tts.family:FAMILY", ("pocket_tts",),
+                              ("pocket-tiny", "pocket-tiny-drifting"), sizes=("tiny", "full")),
 })
 
 
