@@ -1,0 +1,105 @@
+"""Pocket TTS served: /v1/audio/speech through the OpenAI SDK (whole files in every format, streamed bytes, SSE)
+and the speech WebSocket, on a random tiny checkpoint; the served audio is the offline generation's."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+import torch
+
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.families.pocket_tts.checkpoint import load_decoder, load_model
+from omnistage.families.pocket_tts.config import PocketCheckpoint
+from omnistage.families.pocket_tts.decoder_stream import StreamingLatentDecoder
+from omnistage.families.pocket_tts.generate import FlowSampling, generate_latents
+from omnistage.families.pocket_tts.make_tiny import make_tiny_pocket
+from omnistage.families.pocket_tts.prompt import PocketTokenizer
+from omnistage.pipeline.async_omni import AsyncOmni
+from omnistage.pipeline.runtime import PipelineOptions
+from tests.audio.signals import av_decode
+from tests.entrypoints.server_thread import ServerThread
+
+pytestmark = pytest.mark.e2e
+FRAMES = 9
+TEXT = "hello there, how are you today"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    folder = make_tiny_pocket(tmp_path_factory.mktemp("pocket"))
+    (folder / "generation_config.json").write_text(json.dumps({"do_sample": False, "max_new_tokens": FRAMES}))
+    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "pocket")
+    thread = ServerThread(build_app(engine))
+    try:
+        yield thread.start(), folder
+    finally:
+        thread.stop()
+        asyncio.run(engine.shutdown())
+
+
+@pytest.fixture(scope="module")
+def offline(served) -> np.ndarray:
+    _, folder = served
+    ckpt = PocketCheckpoint.from_folder(folder)
+    prompt = PocketTokenizer(folder, ckpt.model).prompt(TEXT)
+    latents = generate_latents(load_model(folder, ckpt), prompt.input_ids(ckpt.model),
+                               FlowSampling(greedy=True, max_frames=FRAMES))
+    return StreamingLatentDecoder(load_decoder(folder, ckpt)).decode_streams(
+        ["s"], [0], [latents.T], [0], [True])[0].numpy()
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+
+
+def test_wav_is_the_offline_generation(served, offline):
+    url, _ = served
+    data = _client(url).audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format="wav").content
+    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
+    assert rate == 24000 and len(samples) == FRAMES * 1920
+    np.testing.assert_allclose(samples, np.clip(offline, -1, 1), atol=2 / 32767)  # pcm16 rounding
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "flac", "opus", "aac", "pcm"])
+def test_every_format_carries_the_audio(served, offline, fmt):
+    url, _ = served
+    data = _client(url).audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format=fmt).content
+    if fmt == "pcm":
+        samples = np.frombuffer(data, "<i2").astype(np.float32) / 32767
+        np.testing.assert_allclose(samples, np.clip(offline, -1, 1), atol=2 / 32767)
+    else:
+        samples, rate = av_decode(data)
+        assert abs(len(samples) / rate - len(offline) / 24000) < 0.1  # encoder frame padding; opus is 48 kHz
+
+
+def test_streamed_sse_deltas_join_to_the_whole(served):
+    url, _ = served
+    client = _client(url)
+    whole = client.audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format="pcm").content
+    with client.audio.speech.with_streaming_response.create(model="pocket", voice="alloy", input=TEXT,
+                                                            response_format="pcm", stream_format="sse") as r:
+        events = [json.loads(line[len("data: "):]) for line in r.iter_lines() if line.startswith("data: ")]
+    deltas = [base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 2 and b"".join(deltas) == whole
+
+
+def test_streamed_bytes(served):
+    url, _ = served
+    client = _client(url)
+    whole = client.audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format="pcm").content
+    with client.audio.speech.with_streaming_response.create(model="pocket", voice="alloy", input=TEXT,
+                                                            response_format="pcm") as r:
+        assert b"".join(r.iter_bytes()) == whole
+
+
+def test_empty_input_is_a_400(served):
+    url, _ = served
+    with pytest.raises(openai.BadRequestError):
+        _client(url).audio.speech.create(model="pocket", voice="alloy", input="   ")
