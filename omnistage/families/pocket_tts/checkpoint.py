@@ -8,6 +8,7 @@ import torch
 
 from omnistage.families.pocket_tts.backbone import PocketTTS
 from omnistage.families.pocket_tts.codec import LatentDecoder
+from omnistage.families.pocket_tts.codec_encoder import VoiceEncoder
 from omnistage.families.pocket_tts.config import CODEC_FOLDER, PocketCheckpoint
 from omnistage.models.weights import Checkpoint, WeightLoadError, load_module
 
@@ -33,3 +34,10 @@ def load_decoder(folder: str | Path, ckpt: PocketCheckpoint, device: str = "cpu"
     decoder = LatentDecoder(ckpt.codec)
     load_module(decoder, Checkpoint(Path(folder) / CODEC_FOLDER), "", dtype=dtype, device=device)
     return decoder.to(device).eval()
+
+
+def load_voice_encoder(folder: str | Path, ckpt: PocketCheckpoint, device: str = "cpu") -> VoiceEncoder:
+    """The codec's encoding half, for cloning (fp32: a voice is encoded once)."""
+    encoder = VoiceEncoder(ckpt.codec)
+    load_module(encoder, Checkpoint(Path(folder) / CODEC_FOLDER), "", dtype=torch.float32, device=device)
+    return encoder.to(device).eval()

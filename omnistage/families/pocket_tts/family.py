@@ -13,6 +13,11 @@ from omnistage.families.pocket_tts.payloads import PAYLOADS, PocketSpeech
 from omnistage.families.pocket_tts.prompt import PocketPrompt
 
 PRESET = Path(__file__).with_name("pocket_tts.yaml")
+DEFAULT_VOICE = "alba"  # the reference runtime's default voice
+# OpenAI's names, for clients that allow only those: all on the default voice (a checkpoint lacking it: its
+# first voice).
+OPENAI_VOICES = MappingProxyType({name: DEFAULT_VOICE for name in (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar")})
 _WORKERS = "omnistage.families.pocket_tts.workers"
 _HOOKS = "omnistage.families.pocket_tts"
 
@@ -43,8 +48,10 @@ class PocketTTSFamily(Family):
         from omnistage.families.pocket_tts.speech import PocketSpeechFrontEnd
 
         ckpt = _checkpoint(config)
-        return FrontEnd(None, None, (), ckpt.model.max_position_embeddings, audio_spec(ckpt),
-                        PocketSpeechFrontEnd(folder, ckpt))
+        speech = PocketSpeechFrontEnd(folder, ckpt)
+        return FrontEnd(None, None, speech.speakers, ckpt.model.max_position_embeddings, audio_spec(ckpt), speech,
+                        openai_voices=OPENAI_VOICES, default_voice=DEFAULT_VOICE if DEFAULT_VOICE in
+                        speech.speakers else "")
 
     def entry_input(self, context: EdgeContext) -> PocketSpeech:
         prompt = context.request.prompt

@@ -1,6 +1,6 @@
 """``omnistage make-tiny --model-type pocket_tts``: a random Pocket TTS checkpoint in transformers' layout.
 
-Writes config.json, model.safetensors, tokenizer.json (a byte-level BPE standing in for the SentencePiece
+Writes config.json, model.safetensors, voices/ (two built-in voices' latents), tokenizer.json (a byte-level BPE standing in for the SentencePiece
 model; the text ids stay below the four audio placeholders), and audio_tokenizer/ (config.json,
 model.safetensors). ``--size full`` has the published shapes (~100 M parameters with the codec decoder); ``tiny``
 keeps the real timing (24 kHz, 1920 samples a frame) at small widths, with a short attention window so streamed
@@ -22,7 +22,9 @@ from torch import nn
 
 from omnistage.families.pocket_tts.backbone import PocketTTS
 from omnistage.families.pocket_tts.codec import LatentDecoder
+from omnistage.families.pocket_tts.codec_encoder import VoiceEncoder
 from omnistage.families.pocket_tts.config import CODEC_FOLDER, CODEC_MODEL_TYPE, MODEL_TYPE, PocketCheckpoint
+from omnistage.families.pocket_tts.voices import VOICES_FOLDER, write_latents
 from omnistage.tiny.cache import cached_build
 from omnistage.tiny.tokenizer import train_tokenizer
 
@@ -41,6 +43,8 @@ BPE_SIZE = 512
 EOS_BIAS = -30.0
 LINEAR_GAIN = 0.6
 CACHE_VERSION = 1
+BUILTIN_VOICES = ("alba", "marius")
+VOICE_FRAMES = 6
 
 
 def configs(size: str, flow_type: str = "lsd") -> tuple[dict[str, object], dict[str, object]]:
@@ -62,15 +66,19 @@ def make_tiny_pocket(out_dir: str | Path, seed: int = 0, size: str = "tiny", flo
     train_tokenizer(BPE_SIZE).save(str(out / "tokenizer.json"))
     ckpt = PocketCheckpoint.from_folder(out)
     gen = torch.Generator().manual_seed(seed)
-    model, decoder = PocketTTS(ckpt.model), LatentDecoder(ckpt.codec)
-    for module in (model, decoder):
+    model, decoder, encoder = PocketTTS(ckpt.model), LatentDecoder(ckpt.codec), VoiceEncoder(ckpt.codec)
+    for module in (model, decoder, encoder):
         draw_weights(module, gen)
     with torch.no_grad():
         model.eos_head.bias.fill_(EOS_BIAS)
         model.latent_std.uniform_(0.5, 1.5, generator=gen)
         model.latent_mean.normal_(0.0, 0.1, generator=gen)
     _save(model.state_dict(), out / "model.safetensors")
-    _save(decoder.state_dict(), out / CODEC_FOLDER / "model.safetensors")
+    _save({**decoder.state_dict(), **encoder.state_dict()}, out / CODEC_FOLDER / "model.safetensors")
+    (out / VOICES_FOLDER).mkdir(exist_ok=True)
+    for name in BUILTIN_VOICES:  # the reference's catalogue names, random latents
+        write_latents(torch.randn(VOICE_FRAMES, ckpt.model.latent_dim, generator=gen), out / VOICES_FOLDER /
+                      f"{name}.safetensors")
     return out
 
 
