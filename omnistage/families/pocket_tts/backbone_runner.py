@@ -72,7 +72,8 @@ class BackboneRunner:
         frames = []
         for u, latent, logit in zip(utterances, latents, eos):
             done = u.rule.done_after(logit)
-            frames.append(Frame(u.request_id, self.model.denormalize(latent.float()), done, done and u.rule.remaining < 0))
+            by_length = done and u.rule.remaining < 0
+            frames.append(Frame(u.request_id, self.model.denormalize(latent.float()), done, by_length))
             if done:
                 del self.running[u.request_id]
             else:

@@ -1,6 +1,7 @@
 """``omnistage make-tiny --model-type pocket_tts``: a random Pocket TTS checkpoint in transformers' layout.
 
-Writes config.json, model.safetensors, voices/ (two built-in voices' latents), tokenizer.json (a byte-level BPE standing in for the SentencePiece
+Writes config.json, model.safetensors, voices/ (two built-in voices' latents),
+tokenizer.json (a byte-level BPE standing in for the SentencePiece
 model; the text ids stay below the four audio placeholders), and audio_tokenizer/ (config.json,
 model.safetensors). ``--size full`` has the published shapes (~100 M parameters with the codec decoder); ``tiny``
 keeps the real timing (24 kHz, 1920 samples a frame) at small widths, with a short attention window so streamed
@@ -32,8 +33,7 @@ SIZES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     "tiny": ({"vocab_size": 1004, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
               "intermediate_size": 128, "audio_prompt_token_id": 1000, "audio_latent_token_id": 1001,
               "audio_prompt_bos_token_id": 1002, "audio_bos_token_id": 1003,
-              "flow_head_config": {"hidden_size": 48, "num_hidden_layers": 2, "condition_dim": 64,
-                                   "frequency_embedding_size": 16}},
+              "flow_head_config": {"hidden_size": 48, "num_hidden_layers": 2, "condition_dim": 64}},
              {"hidden_size": 32, "num_filters": 8, "upsample_groups": 32, "num_hidden_layers": 1,
               "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
               "sliding_window": 12}),
@@ -42,7 +42,7 @@ SIZES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
 BPE_SIZE = 512
 EOS_BIAS = -30.0
 LINEAR_GAIN = 0.6
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 BUILTIN_VOICES = ("alba", "marius")
 VOICE_FRAMES = 6
 
