@@ -76,6 +76,20 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
 
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[SequenceCache],
+             layer: int) -> torch.Tensor:
+        """One new position for each of ``B`` sequences ``[B, 1, hidden]`` (``cos``/``sin`` ``[B, 1, 1, d]``):
+        the projections batched, the attention over each sequence's own cache."""
+        batch = x.shape[0]
+        q, k, v = (p(x).view(batch, 1, self.heads, self.head_dim).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = (t * cos + rotate_half(t) * sin for t in (q, k))
+        rows = []
+        for i, cache in enumerate(caches):
+            keys, values = cache.extend(layer, k[i:i + 1], v[i:i + 1])
+            rows.append(F.scaled_dot_product_attention(q[i:i + 1], keys, values, scale=self.head_dim**-0.5))
+        return self.o_proj(torch.cat(rows).transpose(1, 2).reshape(batch, 1, -1))
+
 
 class Mlp(nn.Module):
     def __init__(self, cfg: PocketConfig) -> None:
@@ -98,6 +112,11 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
                 cache: SequenceCache, layer: int) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[SequenceCache],
+             layer: int) -> torch.Tensor:
+        x = x + self.self_attn.step(self.input_layernorm(x), cos, sin, caches, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -125,6 +144,17 @@ class Backbone(nn.Module):
         x = embeds
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, mask, cache, i)
+        return self.norm(x)
+
+    def step(self, embeds: torch.Tensor, caches: list[SequenceCache]) -> torch.Tensor:
+        """One new position per sequence, ``[B, 1, hidden]``, each continuing its own cache: every weight is
+        read once for the batch (the decode step is bound by reading them)."""
+        positions = torch.tensor([c.length for c in caches], device=embeds.device)
+        cos, sin = (t[:, None, None] for t in rotary(positions, self.cfg.head_dim, self.cfg.rope_theta,
+                                                        embeds.dtype))
+        x = embeds
+        for i, layer in enumerate(self.layers):
+            x = layer.step(x, cos, sin, caches, i)
         return self.norm(x)
 
 

@@ -1,7 +1,8 @@
 """The backbone stage's step loop: every running utterance advances one latent frame per step.
 
-Each utterance keeps its own contiguous KV cache (:class:`SequenceCache`): the backbone steps each sequence on
-its last latent, then the flow head samples every sequence's next latent in one batched call. Greedy requests
+Each utterance keeps its own contiguous KV cache (:class:`SequenceCache`): one batched backbone step runs every
+utterance on its last latent (each weight read once per step, not once per utterance), then the flow head samples
+every next latent in one batched call. Greedy requests
 (temperature 0) get zero noise; a seeded request draws its noise from its own generator.
 """
 
@@ -69,7 +70,7 @@ class BackboneRunner:
         eos = self.model.eos_head(condition)[:, 0].tolist()
         noise = torch.stack([self._noise(u) for u in utterances]).to(condition)
         latents = self.model.flow_head.sample(condition, noise, 1)
-        frames = []
+        frames, going = [], []
         for u, latent, logit in zip(utterances, latents, eos):
             done = u.rule.done_after(logit)
             by_length = done and u.rule.remaining < 0
@@ -77,7 +78,12 @@ class BackboneRunner:
             if done:
                 del self.running[u.request_id]
             else:
-                u.hidden = self.model.model(self.model.latent_embeds(latent[None]), u.cache)[:, -1]
+                going.append((u, latent))
+        if going:  # the next frames' conditions, every going utterance in one batched step
+            embeds = self.model.latent_embeds(torch.stack([latent for _, latent in going]))
+            hidden = self.model.model.step(embeds, [u.cache for u, _ in going])[:, -1]
+            for (u, _), row in zip(going, hidden):
+                u.hidden = row[None]
         return frames
 
     def _noise(self, u: Utterance) -> torch.Tensor:

@@ -76,3 +76,26 @@ def test_streamed_decode_equals_whole_at_every_split(pocket_lsd):
         state = decoder.new_state()
         parts = [decoder.decode(latents[i:i + size], state) for i in range(0, 30, size)]
         torch.testing.assert_close(torch.cat(parts), whole, atol=1e-5, rtol=0)
+
+
+def test_batched_step_equals_each_sequence_alone(pocket_lsd):
+    """Three sequences of different lengths stepped together: each as its own single-sequence step."""
+    from omnistage.families.pocket_tts.backbone import SequenceCache
+
+    ckpt = PocketCheckpoint.from_folder(pocket_lsd)
+    model = load_model(pocket_lsd, ckpt)
+    gen = torch.Generator().manual_seed(4)
+    prompts = [verification_prompt(ckpt, list(range(5, 5 + n))) for n in (2, 7, 4)]
+    voice = torch.randn(3, ckpt.model.latent_dim, generator=gen)
+    alone, together = [], []
+    latents = torch.randn(3, ckpt.model.latent_dim, generator=gen)
+    with torch.inference_mode():
+        caches = [SequenceCache() for _ in prompts]
+        for ids, cache in zip(prompts, caches):
+            model.model(model.prompt_embeds(ids, voice), cache)
+        copies = [c.copy() for c in caches]
+        for i, cache in enumerate(copies):
+            alone.append(model.model(model.latent_embeds(latents[i:i + 1]), cache)[:, -1])
+        together = model.model.step(model.latent_embeds(latents), caches)[:, -1]
+    torch.testing.assert_close(together, torch.cat(alone), atol=1e-5, rtol=0)
+    assert [c.length for c in caches] == [c.length for c in copies]
