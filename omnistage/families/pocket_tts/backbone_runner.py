@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from omnistage.families.pocket_tts.backbone import PocketTTS, SequenceCache
-from omnistage.families.pocket_tts.generate import EosRule, FlowSampling
+from omnistage.families.pocket_tts.generate import EosRule, FlowDefaults, FlowSampling
 from omnistage.families.pocket_tts.prompt import PocketPrompt
 from omnistage.sampling_params import SamplingParams
 
@@ -40,16 +40,19 @@ class Frame:
 
 
 class BackboneRunner:
-    def __init__(self, model: PocketTTS) -> None:
-        self.model = model
+    def __init__(self, model: PocketTTS, defaults: FlowDefaults = FlowDefaults()) -> None:
+        self.model, self.defaults = model, defaults
         self.running: dict[str, Utterance] = {}
 
     def add(self, request_id: str, prompt: PocketPrompt, sampling: SamplingParams) -> None:
         cfg = self.model.cfg
         budget = prompt.max_frames(cfg)
         max_frames = max(1, min(budget, sampling.max_tokens or budget))
+        d = self.defaults
         flow = FlowSampling(temperature=sampling.temperature, greedy=sampling.temperature <= 0,
-                            frames_after_eos=prompt.frames_after_eos, max_frames=max_frames)
+                            num_flow_steps=d.num_flow_steps, eos_threshold=d.eos_threshold,
+                            min_frames_before_eos=d.min_frames_before_eos, frames_after_eos=prompt.frames_after_eos,
+                            max_frames=max_frames)
         generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
         self.running[request_id] = Utterance(request_id, prompt.input_ids(cfg), prompt.voice, EosRule(flow),
                                              math.sqrt(max(sampling.temperature, 0.0)), generator)
@@ -69,7 +72,7 @@ class BackboneRunner:
         condition = torch.cat([u.hidden for u in utterances])
         eos = self.model.eos_head(condition)[:, 0].tolist()
         noise = torch.stack([self._noise(u) for u in utterances]).to(condition)
-        latents = self.model.flow_head.sample(condition, noise, 1)
+        latents = self.model.flow_head.sample(condition, noise, self.defaults.num_flow_steps)
         frames, going = [], []
         for u, latent, logit in zip(utterances, latents, eos):
             done = u.rule.done_after(logit)

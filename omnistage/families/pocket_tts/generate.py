@@ -8,8 +8,10 @@ and the tail are kept. The noise is ``sqrt(temperature)`` times a standard norma
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -35,6 +37,27 @@ class FlowSampling:
     @property
     def noise_scale(self) -> float:
         return 0.0 if self.greedy else math.sqrt(self.temperature)
+
+
+@dataclass(frozen=True)
+class FlowDefaults:
+    """The checkpoint's own generation knobs (its ``generation_config.json``, as transformers reads them; the
+    released checkpoints' values when absent)."""
+
+    num_flow_steps: int = 1
+    eos_threshold: float = -4.0
+    min_frames_before_eos: int = 6
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> FlowDefaults:
+        path = Path(folder) / "generation_config.json"
+        raw = json.loads(path.read_text()) if path.is_file() else {}
+        known = {k: raw[k] for k in ("num_flow_steps", "eos_threshold", "min_frames_before_eos")
+                 if raw.get(k) is not None}
+        defaults = cls(**known)
+        if defaults.num_flow_steps < 1 or defaults.min_frames_before_eos < 0:
+            raise ValueError(f"{path}: num_flow_steps >= 1 and min_frames_before_eos >= 0, got {defaults}")
+        return defaults
 
 
 def frames_after_eos(text: str) -> int:

@@ -15,6 +15,7 @@ from omnistage.families.pocket_tts.backbone_runner import BackboneRunner
 from omnistage.families.pocket_tts.checkpoint import load_decoder, load_model
 from omnistage.families.pocket_tts.config import PocketCheckpoint
 from omnistage.families.pocket_tts.decoder_stream import StreamingLatentDecoder
+from omnistage.families.pocket_tts.generate import FlowDefaults
 from omnistage.families.pocket_tts.payloads import PocketSpeech
 from omnistage.ipc.messages import ReplicaLoad, RequestFailed, StageInput, StageOutput
 from omnistage.ipc.payloads import CodecFrames
@@ -27,7 +28,8 @@ class BackboneWorker(StageWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         ckpt = PocketCheckpoint.from_folder(spec.model_dir)
-        self.runner = BackboneRunner(load_model(spec.model_dir, ckpt, device, dtype))
+        self.runner = BackboneRunner(load_model(spec.model_dir, ckpt, device, dtype),
+                                     FlowDefaults.from_folder(spec.model_dir))
         self.last_ids: list[str] = []
 
     def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:

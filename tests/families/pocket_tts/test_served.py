@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 
@@ -32,17 +33,24 @@ FRAMES = 9
 TEXT = "hello there, how are you today"
 
 
+@contextlib.contextmanager
+def serving(folder, **app_options):
+    """A live server of ``folder`` (in-process stages) for the module's tests: its URL."""
+    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "pocket")
+    thread = ServerThread(build_app(engine, **app_options))
+    try:
+        yield thread.start()
+    finally:
+        thread.stop()
+        asyncio.run(engine.shutdown())
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     folder = make_tiny_pocket(tmp_path_factory.mktemp("pocket"))
     (folder / "generation_config.json").write_text(json.dumps({"do_sample": False, "max_new_tokens": FRAMES}))
-    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "pocket")
-    thread = ServerThread(build_app(engine))
-    try:
-        yield thread.start(), folder
-    finally:
-        thread.stop()
-        asyncio.run(engine.shutdown())
+    with serving(folder) as url:
+        yield url, folder
 
 
 def speak_offline(folder, voice: torch.Tensor | None) -> np.ndarray:

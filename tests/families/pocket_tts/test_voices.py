@@ -3,7 +3,6 @@ API (the codec's encoder, as transformers encodes it), each speaking as the offl
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
@@ -14,17 +13,13 @@ import pytest
 import soundfile as sf
 import torch
 
-from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServingOptions
 from omnistage.families.pocket_tts.checkpoint import load_voice_encoder
 from omnistage.families.pocket_tts.config import CODEC_FOLDER, PocketCheckpoint
 from omnistage.families.pocket_tts.make_tiny import make_tiny_pocket
 from omnistage.families.pocket_tts.voices import read_latents
-from omnistage.pipeline.async_omni import AsyncOmni
-from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.tools.verify.tts_compare import synthetic_voice
-from tests.entrypoints.server_thread import ServerThread
-from tests.families.pocket_tts.test_served import FRAMES, TEXT, speak_offline
+from tests.families.pocket_tts.test_served import FRAMES, TEXT, serving, speak_offline
 
 pytestmark = pytest.mark.e2e
 
@@ -34,13 +29,8 @@ def served(tmp_path_factory):
     folder = make_tiny_pocket(tmp_path_factory.mktemp("pocket"))
     (folder / "generation_config.json").write_text(json.dumps({"do_sample": False, "max_new_tokens": FRAMES}))
     voices = tmp_path_factory.mktemp("voices")
-    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "pocket")
-    thread = ServerThread(build_app(engine, serving=ServingOptions(voices_dir=voices)))
-    try:
-        yield thread.start(), folder
-    finally:
-        thread.stop()
-        asyncio.run(engine.shutdown())
+    with serving(folder, serving=ServingOptions(voices_dir=voices)) as url:
+        yield url, folder
 
 
 def _speak(url: str, voice: str) -> httpx.Response:
