@@ -46,6 +46,8 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
                              sizes=("tiny", "full", "full-1.7b")),
     "qwen3_forced_aligner": FamilyEntry("omnistage.families.qwen3_asr.family:ALIGNER_FAMILY",
                                         ("qwen3_asr", "qwen3_forced_aligner"), ("aligner-tiny",)),
+    "pocket_tts": FamilyEntry("omnistage.families.pocket_tts.family:FAMILY", ("pocket_tts",),
+                              ("pocket-tiny", "pocket-tiny-drifting"), sizes=("tiny", "full")),
 })
 
 

@@ -207,10 +207,12 @@ def add_serve_parser(targets: argparse._SubParsersAction) -> None:
                        help="fifo,deadline: run each policy on a fresh pipeline at the same load and compare")
     serve.add_argument("--code2wav-max-batch", type=int, default=None,
                        help="cap code2wav's batch (to make streams contend at small concurrency)")
-    serve.add_argument("--baseline", choices=["none", "hf", "sequential", "reference"], default="none",
+    serve.add_argument("--baseline", choices=["none", "hf", "sequential", "reference", "pocket-tts"],
+                       default="none",
                        help="hf: also run transformers' generate one request at a time and print ratios; "
                             "sequential (openai-audio-speech): the reference's one-at-a-time TTS generation; "
-                            "reference (openai-audio-speech): the qwen-tts package's own generate, in its env")
+                            "reference (openai-audio-speech): the qwen-tts package's own generate, in its env; "
+                            "pocket-tts (openai-audio-speech, a Pocket TTS checkpoint): Kyutai's pocket-tts package")
     serve.add_argument("--hf-num-prompts", type=int, default=None, help="baseline requests (default min(N, 4))")
     serve.add_argument("--warmup", type=int, default=1, help="requests run before measuring")
     serve.add_argument("--seed", type=int, default=0, help="seed of the random prompts and sampling (default 0)")

@@ -10,6 +10,8 @@ vLLM-Omni's name for the backend. Each request is one utterance of random words;
 
 ``--baseline reference`` times the ``qwen-tts`` package itself (``generate_custom_voice`` / ``generate_voice_design``,
 greedy, one utterance at a time) on the same checkpoint, in the environment ``omnistage verify`` runs it in.
+``--baseline pocket-tts`` times Kyutai's ``pocket-tts`` package (its streaming ``generate_audio_stream``, one
+utterance at a time) on the same Pocket TTS checkpoint rewritten in its layout (``pocket_native``, ``pocket_env``).
 ``--baseline sequential`` also generates the same utterances one at a time the reference's way (all codes, then
 one whole decode: ``families/qwen3_tts/offline.py``, which ``omnistage verify`` holds equal to ``qwen-tts``), for
 the throughput and first-audio ratios.
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 from omnistage.tools.bench.levels import BenchPrompt, drive, sse_record
 from omnistage.tools.bench.metrics import StreamRecord
 from omnistage.tools.bench.report import add_ratios, plot, print_table
+from omnistage.usage_error import UsageError
 
 if TYPE_CHECKING:
     from omnistage.config.pipeline import StageOverrides
@@ -155,6 +158,45 @@ def run_reference(folder: Path, prompts: list[BenchPrompt], audio_frames: int,
             "audio_throughput": sum(audio) / sum(e2e), "mean_audio_s": sum(audio) / len(audio)}
 
 
+def run_pocket_baseline(folder: Path, prompts: list[BenchPrompt], threads: int | None = None) -> dict[str, float]:
+    """Kyutai's ``pocket-tts`` package generating the same utterances, one at a time, on the same random weights
+    (rewritten in its layout: ``pocket_native``), cloning a synthetic voice with its own encoder."""
+    import tempfile
+
+    import soundfile as sf
+
+    from omnistage.tools.bench.pocket_env import run_pocket_tts
+    from omnistage.tools.bench.pocket_native import write_native
+    from omnistage.tools.verify.tts_compare import synthetic_voice
+
+    config = write_native(folder)
+    with tempfile.TemporaryDirectory(prefix="omnistage-pocket-tts-") as tmp:
+        sf.write(f"{tmp}/voice.wav", synthetic_voice(3.0), 24000)
+        job = {"config": str(config), "texts": [p.text for p in prompts], "voice_wav": f"{tmp}/voice.wav",
+               "threads": threads}
+        runs = run_pocket_tts(job, Path(tmp))["runs"]
+    e2e, audio, ttfp = [r["e2e_s"] for r in runs], [r["audio_s"] for r in runs], [r["ttfp_s"] for r in runs]
+    return {"completed": len(runs), "mean_e2el_ms": 1000 * sum(e2e) / len(e2e), "min_e2el_ms": 1000 * min(e2e),
+            "mean_ttfp_ms": 1000 * sum(ttfp) / len(ttfp),
+            "best_audio_throughput": max(a / t for a, t in zip(audio, e2e)), "output_throughput": 0.0,
+            "audio_throughput": sum(audio) / sum(e2e), "mean_audio_s": sum(audio) / len(audio)}
+
+
+def _baseline(args, folder: Path, prompts: list[BenchPrompt], frames: int) -> dict[str, float]:  # noqa: ANN001
+    subset = prompts[:args.hf_num_prompts or min(args.num_prompts, 4)]
+    if args.baseline == "pocket-tts":
+        if not (folder / "config.json").is_file() or '"pocket_tts"' not in (folder / "config.json").read_text():
+            raise UsageError("--baseline pocket-tts times Kyutai's pocket-tts package: give a Pocket TTS checkpoint "
+                             "(omnistage make-tiny --model-type pocket_tts)")
+        return run_pocket_baseline(folder, subset)
+    run = run_reference if args.baseline == "reference" else run_sequential
+    return run(folder, subset, frames)
+
+
+_SOURCES = {"reference": "the qwen-tts package's own generate", "pocket-tts": "the pocket-tts package's own streaming "
+            "generation"}
+
+
 def main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
     import asyncio
 
@@ -172,12 +214,10 @@ def main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
                                        overrides=model_overrides(args))
     levels = asyncio.run(drive(args, prompts, driver))
     baseline = None
-    if args.baseline in ("sequential", "hf", "reference"):  # hf: the reference's sequential generation
-        folder = DEFAULT_REGISTRY.resolve_model(args.model)
-        run = run_reference if args.baseline == "reference" else run_sequential
-        baseline = run(folder, prompts[:args.hf_num_prompts or min(args.num_prompts, 4)], frames)
+    if args.baseline in ("sequential", "hf", "reference", "pocket-tts"):  # hf: the reference's sequential generation
+        baseline = _baseline(args, DEFAULT_REGISTRY.resolve_model(args.model), prompts, frames)
         add_ratios(levels, baseline)
-    source = "the qwen-tts package's own generate" if args.baseline == "reference" else "its sequential generation"
+    source = _SOURCES.get(args.baseline, "its sequential generation")
     print("backend: openai-audio-speech" + (f"; the hf columns are {source}, one utterance at a time"
                                             if baseline else ""))
     print_table(levels, baseline)

@@ -26,6 +26,7 @@ from omnistage.entrypoints.openai.common.errors import MediaError, bad_request
 from omnistage.entrypoints.openai.common.request_budget import over_budget
 from omnistage.entrypoints.openai.common.request_checks import completion_budget, make_sampling, resolve_voice
 from omnistage.entrypoints.openai.common.served_model import ServedModel
+from omnistage.entrypoints.openai.common.voice_names import UnknownVoice
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.media.loaders import MediaFetcher
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
@@ -99,13 +100,24 @@ class TextToSpeech(SpeechInputs):
                 raise bad_request("ref_audio clones a voice: that needs a Qwen3-TTS Base checkpoint",
                                   param="ref_audio", code="voice_cloning_not_supported")
             return None
-        if self.speech.clones_voices:  # a registered voice
+        if self.speech.clones_voices and not self._is_speaker(body.voice_name):  # a registered voice
             if body.voice_name is None:
                 raise bad_request("this Base checkpoint speaks in a cloned voice: give ref_audio, or name a voice "
                                   "registered with POST /v1/audio/voices", param="voice", code="invalid_voice")
             return self._cloned(body.voice_name).name
         # A checkpoint without named speakers (voice design) takes its voice from the instructions.
         return resolve_voice(self.served.voices, body.voice_name, "voice") if self.speech.speakers else None
+
+    def _is_speaker(self, name: str | None) -> bool:
+        """Whether ``name`` is a built-in speaker (None: the default one): a checkpoint may both ship voices and
+        clone others (Pocket TTS), and its speakers win over a registered voice of the same name."""
+        if not self.speech.speakers:
+            return False
+        try:
+            self.served.voices.resolve(name)
+        except UnknownVoice:
+            return False
+        return True
 
     def _cloned(self, name: str) -> Path:
         if self.voices is None:
@@ -136,7 +148,8 @@ class TextToSpeech(SpeechInputs):
     async def _voice_source(self, body: SpeechRequest, voice: str | None) -> Path | RefAudio | None:
         """Where a cloned voice comes from: a registered voice's folder, or the request's own recording."""
         if body.ref_audio is None:
-            return self._cloned(voice) if self.speech.clones_voices and voice else None
+            cloned = self.speech.clones_voices and voice and not self._is_speaker(voice)
+            return self._cloned(voice) if cloned else None
         try:
             fetched = await self.fetcher.fetch(body.ref_audio)
         except MediaError as exc:

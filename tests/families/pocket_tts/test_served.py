@@ -1,0 +1,175 @@
+"""Pocket TTS served: /v1/audio/speech through the OpenAI SDK (whole files in every format, streamed bytes, SSE)
+and the speech WebSocket, on a random tiny checkpoint; the served audio is the offline generation's."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import json
+
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+import torch
+
+from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.families.pocket_tts.checkpoint import load_decoder, load_model
+from omnistage.families.pocket_tts.config import PocketCheckpoint
+from omnistage.families.pocket_tts.decoder_stream import StreamingLatentDecoder
+from omnistage.families.pocket_tts.generate import FlowSampling, generate_latents
+from omnistage.families.pocket_tts.make_tiny import make_tiny_pocket
+from omnistage.families.pocket_tts.prompt import PocketTokenizer
+from omnistage.families.pocket_tts.voices import read_latents
+from omnistage.pipeline.async_omni import AsyncOmni
+from omnistage.pipeline.runtime import PipelineOptions
+from tests.audio.signals import av_decode
+from tests.entrypoints.server_thread import ServerThread
+
+pytestmark = pytest.mark.e2e
+FRAMES = 9
+TEXT = "hello there, how are you today"
+
+
+@contextlib.contextmanager
+def serving(folder, **app_options):
+    """A live server of ``folder`` (in-process stages) for the module's tests: its URL."""
+    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "pocket")
+    thread = ServerThread(build_app(engine, **app_options))
+    try:
+        yield thread.start()
+    finally:
+        thread.stop()
+        asyncio.run(engine.shutdown())
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    folder = make_tiny_pocket(tmp_path_factory.mktemp("pocket"))
+    (folder / "generation_config.json").write_text(json.dumps({"do_sample": False, "max_new_tokens": FRAMES}))
+    with serving(folder) as url:
+        yield url, folder
+
+
+def speak_offline(folder, voice: torch.Tensor | None) -> np.ndarray:
+    """The utterance generated and decoded offline on the same weights, in ``voice``."""
+    ckpt = PocketCheckpoint.from_folder(folder)
+    prompt = PocketTokenizer(folder, ckpt.model).prompt(TEXT, voice)
+    latents = generate_latents(load_model(folder, ckpt), prompt.input_ids(ckpt.model),
+                               FlowSampling(greedy=True, max_frames=FRAMES), voice=voice)
+    return StreamingLatentDecoder(load_decoder(folder, ckpt)).decode_streams(
+        ["s"], [0], [latents.T], [0], [True])[0].numpy()
+
+
+@pytest.fixture(scope="module")
+def offline(served) -> np.ndarray:
+    _, folder = served
+    return speak_offline(folder, read_latents(folder / "voices" / "alba.safetensors", 32))  # alloy: the default
+
+
+def _same_pcm(a: bytes, b: bytes) -> None:
+    """Chunk boundaries differ between a streamed and a whole response: float rounding may flip a pcm16 LSB."""
+    x, y = np.frombuffer(a, "<i2").astype(int), np.frombuffer(b, "<i2").astype(int)
+    assert x.shape == y.shape and np.abs(x - y).max() <= 1
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+
+
+def test_wav_is_the_offline_generation(served, offline):
+    url, _ = served
+    data = _client(url).audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format="wav").content
+    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
+    assert rate == 24000 and len(samples) == FRAMES * 1920
+    np.testing.assert_allclose(samples, np.clip(offline, -1, 1), atol=2 / 32767)  # pcm16 rounding
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "flac", "opus", "aac", "pcm"])
+def test_every_format_carries_the_audio(served, offline, fmt):
+    url, _ = served
+    data = _client(url).audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format=fmt).content
+    if fmt == "pcm":
+        samples = np.frombuffer(data, "<i2").astype(np.float32) / 32767
+        np.testing.assert_allclose(samples, np.clip(offline, -1, 1), atol=2 / 32767)
+    else:
+        samples, rate = av_decode(data)
+        assert abs(len(samples) / rate - len(offline) / 24000) < 0.1  # encoder frame padding; opus is 48 kHz
+
+
+def test_streamed_sse_deltas_join_to_the_whole(served):
+    url, _ = served
+    client = _client(url)
+    whole = client.audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format="pcm").content
+    with client.audio.speech.with_streaming_response.create(model="pocket", voice="alloy", input=TEXT,
+                                                            response_format="pcm", stream_format="sse") as r:
+        events = [json.loads(line[len("data: "):]) for line in r.iter_lines() if line.startswith("data: ")]
+    deltas = [base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 2
+    _same_pcm(b"".join(deltas), whole)
+
+
+def test_streamed_bytes(served):
+    url, _ = served
+    client = _client(url)
+    whole = client.audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format="pcm").content
+    with client.audio.speech.with_streaming_response.create(model="pocket", voice="alloy", input=TEXT,
+                                                            response_format="pcm") as r:
+        _same_pcm(b"".join(r.iter_bytes()), whole)
+
+
+def test_empty_input_is_a_400(served):
+    url, _ = served
+    with pytest.raises(openai.BadRequestError):
+        _client(url).audio.speech.create(model="pocket", voice="alloy", input="   ")
+
+
+async def _ws_session(url: str, events: list[dict]) -> list[dict]:
+    from websockets.asyncio.client import connect
+
+    received: list[dict] = []
+    async with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream?model=pocket", open_timeout=10,
+                       max_size=None) as ws:
+        for event in events:
+            await ws.send(json.dumps(event))
+        while not received or received[-1]["type"] not in ("speech.audio.done", "error"):
+            received.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+    return received
+
+
+def test_speech_stream_websocket_speaks_each_sentence(served):
+    """Incremental text on the speech-stream WebSocket: each sentence is spoken as /v1/audio/speech speaks it."""
+    url, _ = served
+    pieces = ["hello the", "re, how are you today? I am ", "fine, thank", " you."]
+    events = [{"type": "session.update", "voice": "marius"}]
+    events += [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
+    got = asyncio.run(_ws_session(url, events))
+    assert got[-1]["type"] == "speech.audio.done", got[-1]
+    done = [e["text"] for e in got if e["type"] == "speech.segment.done"]
+    assert len(done) == 2
+    client = _client(url)
+    for segment, text in enumerate(done):
+        data = b"".join(base64.b64decode(e["audio"]) for e in got
+                        if e["type"] == "speech.audio.delta" and e["segment"] == segment)
+        whole = client.audio.speech.create(model="pocket", voice="marius", input=text, response_format="pcm").content
+        _same_pcm(data, whole)
+
+
+def test_concurrent_requests_each_speak_as_alone(served):
+    """Utterances of different lengths batched in the backbone's steps: each the audio it gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    url, _ = served
+    client = _client(url)
+    texts = [TEXT, "the quick brown fox jumps over the lazy dog", "good morning"]
+
+    def speak(text: str) -> bytes:
+        return client.audio.speech.create(model="pocket", voice="marius", input=text, response_format="pcm").content
+
+    alone = [speak(t) for t in texts]
+    with ThreadPoolExecutor(len(texts)) as pool:
+        together = list(pool.map(speak, texts))
+    for a, b in zip(alone, together):
+        _same_pcm(a, b)
