@@ -28,6 +28,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import AudioStreamTrack, MediaStreamError
 from av import AudioFrame
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 Record = Callable[[str, float, bool, str], None]
 RATE = 24_000  # realtime's pcm16 rate, and the WebRTC track's (resampled by aiortc to its 48 kHz)
@@ -120,7 +121,8 @@ class CallsGate:
 def server_bound(detail: str) -> bool:
     """A refusal because the server is at one of its configured bounds (a 429, or a realtime error naming the
     flag): what the probes that fill those bounds cause on purpose, and an honest answer, not an error."""
-    return detail.startswith("429") or "--max-realtime-" in detail or "--webrtc-max-calls" in detail
+    return (detail.startswith("429") or "--max-realtime-" in detail or "--webrtc-max-calls" in detail
+            or "too many sessions" in detail)
 
 
 @dataclass
@@ -158,15 +160,18 @@ class Sessions:
         started = time.monotonic()
         ws_url = self.url.replace("http://", "ws://") + f"/v1/realtime?model={self.model}"
         headers = {"Authorization": f"Bearer {self.api_key}"}
-        async with connect(ws_url, additional_headers=headers, max_size=None) as ws:
-            await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {
-                "input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": None}}}}))
-            await ws.send(json.dumps({"type": "input_audio_buffer.append",
-                                      "audio": base64.b64encode(pcm16(self.speech)).decode()}))
-            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
-            asked = time.monotonic()
-            await ws.send(json.dumps({"type": "response.create"}))
-            status = await self._answer(ws, kind, asked, barge_in)
+        try:
+            async with connect(ws_url, additional_headers=headers, max_size=None) as ws:
+                await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {
+                    "input": {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": None}}}}))
+                await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                          "audio": base64.b64encode(pcm16(self.speech)).decode()}))
+                await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+                asked = time.monotonic()
+                await ws.send(json.dumps({"type": "response.create"}))
+                status = await self._answer(ws, kind, asked, barge_in)
+        except ConnectionClosed as exc:  # refused at --max-realtime-sessions: closed with that reason
+            status = f"closed: {exc.rcvd.reason if exc.rcvd else exc}"
         if server_bound(status):
             return self.record(f"{kind}_shed", started, True, status)
         self.record(kind, started, status in ({"cancelled", "completed"} if barge_in else {"completed"}),

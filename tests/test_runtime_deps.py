@@ -40,6 +40,8 @@ OPTIONAL: dict[str, OptionalImport] = {
     "onnxruntime": OptionalImport("realtime semantic_vad: audio/smart_turn.py imports it when the classifier loads "
                                   "and says which extra to install", extra="turn"),
     "pyinstrument": OptionalImport("`bench hotpath --profile` only: imported inside measure() when asked"),
+    "pocket_tts": OptionalImport("`bench serve --baseline pocket-tts` only: Kyutai's own runtime, run in a "
+                                 "subprocess from the folder tools/bench/pocket_env.py installs it into"),
     "qwen_tts": OptionalImport("the Qwen3-TTS reference of `omnistage verify`, run in its own environment "
                                "(tools/verify/tts_reference_env.py installs it)"),
     "torchaudio": OptionalImport("tools/verify/tts_shims/torchaudio is itself an import-only stand-in, on the "
