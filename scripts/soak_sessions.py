@@ -209,7 +209,12 @@ class Sessions:
         mic = _Microphone()
         pc.addTrack(mic)
         heard: list[float] = []
-        pc.on("track", lambda track: asyncio.ensure_future(_listen(track, heard)))
+        listening: list[asyncio.Task] = []
+
+        def on_track(track: object) -> None:  # returns nothing: pyee would schedule a returned awaitable again
+            listening.append(asyncio.ensure_future(_listen(track, heard)))
+
+        pc.on("track", on_track)
         try:
             await pc.setLocalDescription(await pc.createOffer())
             r = await client.post("/v1/realtime/calls", content=pc.localDescription.sdp,
@@ -226,6 +231,8 @@ class Sessions:
             self.record("webrtc_call", started, ok, detail or f"hang-up: {hung_up.status_code}")
         finally:
             await pc.close()
+            for task in listening:  # ended by the closed track; cancelled should it still wait
+                task.cancel()
 
     async def _spoken_call(self, mic: _Microphone, events: list[dict], heard: list[float]) -> tuple[bool, str]:
         if not await _until(lambda: any(e["type"] == "session.created" for e in events), 20):
