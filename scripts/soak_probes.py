@@ -366,8 +366,8 @@ class Probes:
         return max(found) if found else None
 
     async def stop_talker(self, client: httpx.AsyncClient) -> dict[str, float | None]:
-        """SIGSTOPs the talker for ``sigstop_s``: /health must turn 503 within the stall timeout, and 200 again
-        once the replica is replaced. Normal traffic failing meanwhile is expected, and counted apart."""
+        """SIGSTOPs the talker for ``sigstop_s``: readiness (/ready) must turn 503 within the stall timeout, and 200
+        again once the replica is replaced (/health stays 200 "degraded" while text can still be served). Normal traffic failing meanwhile is expected, and counted apart."""
         pid = self.talker_pid() if self.server_pid else None
         if pid is None:
             return {"detected_s": None, "recovered_s": None}
@@ -377,7 +377,7 @@ class Probes:
         detected = recovered = None
         try:
             while time.monotonic() - started < self.sizes.sigstop_s + 120 and recovered is None:
-                status = (await client.get("/health", timeout=10)).status_code
+                status = (await client.get("/ready", timeout=10)).status_code
                 now = time.monotonic() - started
                 if detected is None and status != 200:
                     detected = now
