@@ -86,3 +86,31 @@ def test_bad_creations_are_openai_errors(server: Server, body: dict[str, Any], s
     error = r.json()["error"]
     assert error["message"] and (param is None or error["param"] == param)
     assert not server.app.state.webrtc_calls.live
+
+
+def test_speaking_over_the_reply_silences_the_track_and_aborts_it(server: Server, spoken: np.ndarray) -> None:  # noqa: F811
+    server.engine.reset()
+    server.engine.chunk_seconds = 0.5  # a 3 s reply: still playing when the user speaks again
+
+    async def scenario() -> None:
+        client = Client()
+        await _create(client, sdk_client(server.base_url), server.engine.model_name)
+        await client.event("session.started")
+        client.mic.push(spoken)
+        await client.event("session.output_transcript.delta", timeout=20)
+        await _until(lambda: client.loudest(0, time.monotonic() + 1) > AUDIBLE_RMS, timeout=20)
+        server.engine.delay_s = 0.3  # the next reply is slow: still generating when the call ends
+        pushed = time.monotonic()
+        client.mic.push(spoken)  # ~2 s of speech: the next reply cannot start before it ends
+        await asyncio.sleep(1.6)
+        assert client.loudest(pushed - 0.5, pushed) > AUDIBLE_RMS  # the first reply was playing
+        assert client.loudest(pushed + 0.8, pushed + 1.6) < AUDIBLE_RMS, "the first reply went on over the user"
+        await _until(lambda: len([r for r in server.engine.requests if r.request_id.startswith("resp")]) == 2,
+                     timeout=20)
+        client.channel.send('{"type": "session.close"}')
+        await client.event("session.closed")
+        running = [r.request_id for r in server.engine.requests if r.request_id.startswith("resp")][-1]
+        await _until(lambda: running in server.engine.closed)
+        assert running in server.engine.aborted  # the close aborted the reply in the engine
+        await client.pc.close()
+    asyncio.run(scenario())
