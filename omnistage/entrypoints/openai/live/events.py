@@ -180,7 +180,10 @@ def _command(kind: str, event: dict[str, Any], eid: str | None) -> Command:
     if kind in ("session.input_audio.mute", "session.input_audio.unmute"):
         return Mute(kind.endswith(".mute"), eid)
     if kind == "session.update":
-        session = event.get("session") if isinstance(event.get("session"), dict) else {}
+        session = event.get("session")
+        if not isinstance(session, dict):
+            raise EventError("missing_required_parameter", "session.update needs 'session' (an object)", "session",
+                             eid)
         return Update(session.get("delegation"), "triggers" in session, eid)
     if kind == "session.close":
         return Close(eid)
@@ -205,11 +208,16 @@ def start_config(session: dict[str, Any], param: str) -> StartConfig:
     if not isinstance(model, str) or not model:
         raise EventError("missing_required_parameter", "the session needs 'model'", f"{param}.model")
     audio = session.get("audio") or {}
-    voice = (audio.get("output") or {}).get("voice") or "marin"
+    voice = (audio.get("output") or {}).get("voice")
+    voice = "marin" if voice is None else voice  # OpenAI's default, mapped to a checkpoint speaker downstream
+    if isinstance(voice, dict):  # a custom voice: its id names it
+        voice = voice.get("id")
+        if not isinstance(voice, str) or not voice:
+            raise EventError("invalid_value", "a custom voice needs its 'id'", f"{param}.audio.output.voice.id")
     delegation = session.get("delegation")
     return StartConfig(
         model=model, instructions=session.get("instructions") or None,
-        voice=voice["id"] if isinstance(voice, dict) else voice,
+        voice=voice,
         audio=_format(audio.get("format"), f"{param}.audio.format"),
         input=_messages(session.get("input") or [], f"{param}.input"),
         delegation=_delegation_kind(delegation, f"{param}.delegation"),
@@ -237,11 +245,11 @@ def _messages(items: list[dict[str, Any]], param: str) -> tuple[InitialMessage, 
         raise EventError("invalid_value", f"at most {MAX_INPUT_ITEMS} startup messages; got {len(items)}", param)
     messages = []
     for i, item in enumerate(items):
-        role, content = item.get("role"), item.get("content") or []
+        role, content = (item or {}).get("role"), (item or {}).get("content") or []
         if role not in ("developer", "user", "assistant"):
             raise EventError("invalid_value", "a startup message's role is developer, user or assistant",
                              f"{param}[{i}].role")
-        if len(content) != 1 or not isinstance(content[0].get("text"), str):
+        if len(content) != 1 or not isinstance((content[0] or {}).get("text"), str):
             raise EventError("invalid_value", "a startup message has exactly one text part", f"{param}[{i}].content")
         messages.append(InitialMessage(role, content[0]["text"]))
     return tuple(messages)

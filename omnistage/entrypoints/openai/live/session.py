@@ -21,6 +21,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -57,6 +58,7 @@ from omnistage.entrypoints.openai.realtime.service import RealtimeService
 from omnistage.entrypoints.openai.realtime.transport import GOING_AWAY, NORMAL_CLOSURE, ClientAudio, Transport
 from omnistage.entrypoints.openai.webrtc.tracks import ReplyTrack
 
+logger = logging.getLogger(__name__)
 MAX_SESSION_S = 3600  # a Live session's life (OpenAI's sessions last an hour): then it closes as "expired"
 SILENCE = {"pcm16": 0x00, "pcmu": 0xFF, "pcma": 0xD5}  # a muted byte of each format
 
@@ -193,7 +195,15 @@ class LiveSession:
         return message.raw
 
     def _command(self, raw: str | bytes) -> Command:
-        command = parse_command(raw)
+        try:
+            command = parse_command(raw)
+        except EventError:
+            raise
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            # A shape the readers did not foresee: the client hears it was malformed, the session reads on.
+            logger.warning("live session %s: unreadable client event (%s)", self.id, type(exc).__name__)
+            raise EventError("invalid_event", "the event is malformed: see the Live API's shape for its type") \
+                from None
         if not isinstance(command, AppendAudio) and not self.rate.take():
             raise EventError("rate_limit_exceeded", f"more than {self.rate.per_second:g} events a second "
                              "(--realtime-events-per-second): this one was not acted on",
