@@ -38,7 +38,6 @@ START_BARRIER = "live_start_barrier"  # the event id of the clear that ends the 
 START_TIMEOUT_S = 30.0  # the startup events are settings and items: a session stuck longer is broken
 # Errors that precede the realtime session closing on its own, and why it closes.
 ENDINGS = {"idle_timeout": "expired", "server_shutting_down": "connection_lost"}
-SAY_ONCE = "Say this to the user now, once, in your own words: "
 _TRANSCRIPTS = {"response.output_audio_transcript.delta": "assistant",
                 "conversation.item.input_audio_transcription.delta": "user"}
 
@@ -100,8 +99,10 @@ class TurnBackend:
             self.bridge.put({"type": "input_audio_buffer.append", "audio": audio, "event_id": event_id})
 
     async def append(self, kind: ContextKind, text: str, event_id: str | None) -> None:
-        self.bridge.put(_item("system", SAY_ONCE + text if kind == "commentary" else text, event_id))
-        if kind == "commentary":  # said once: a reply of its own (refused, as an error, while one runs)
+        # Each kind is a developer turn in the conversation; commentary (what to say or do now, the client's words
+        # as they are: clients write it as an instruction) also gets a reply of its own, refused while one runs.
+        self.bridge.put(_item("system", text, event_id))
+        if kind == "commentary":
             self.bridge.put({"type": "response.create", "event_id": event_id})
 
     async def outputs(self) -> AsyncIterator[LiveOutput]:
