@@ -1,6 +1,6 @@
 """GPT-Live clients, unchanged, against the real tiny Qwen3-Omni pipeline on ``WS /v1/live/sessions``: the
-``openai`` SDK's ``client.live.connect()`` and LiveKit's ``GPTLiveModel`` (livekit-plugins-openai 1.8.9, its
-defaults: Responses delegation, voice marin) each speak an espeak-ng question; server VAD ends the turn, the
+``openai`` SDK's ``client.live.connect()``, LiveKit's ``GPTLiveModel`` (livekit-plugins-openai 1.8.9, its
+defaults: Responses delegation, voice marin) and pipecat's ``OpenAILiveLLMService`` each speak an espeak-ng question; server VAD ends the turn, the
 reply's audio and transcript come back with the user's transcript, and the session closes cleanly
 (``session.closed``), every stage idle after."""
 
@@ -18,6 +18,9 @@ import numpy as np
 import pytest
 from livekit import rtc
 from livekit.plugins.openai.realtime import GPTLiveModel
+from pipecat.frames.frames import LLMContextFrame, LLMFullResponseEndFrame, LLMTextFrame, SpeechOutputAudioRawFrame
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.services.openai.live.llm import OpenAILiveLLMService
 
 from omnistage.audio.decode import resample
 from omnistage.entrypoints.openai.api_server import build_app
@@ -27,6 +30,7 @@ from omnistage.pipeline.runtime import PipelineOptions
 from tests.audio.test_smart_turn import spoken
 from tests.entrypoints.live_client import live_problems, pcm_pieces, read_until, sdk_client
 from tests.entrypoints.server_thread import ServerThread
+from tests.entrypoints.test_pipecat import drive, errors, pcm_frames
 from tests.pipeline.specs import small_dict, write_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="real speech")]
@@ -128,4 +132,16 @@ def test_livekit_gpt_live_model_on_tiny_qwen3_omni(live: _Server) -> None:
     assert "".join(said) and samples > RATE // 20
     assert any(e["type"] == "info" and e["code"] == "delegation_unavailable" for e in events)  # its default
     assert events[-1]["type"] == "session.closed" and events[-1]["reason"] == "close_requested"
+    assert _idle(live.engine)
+
+
+def test_pipecat_live_service_on_tiny_qwen3_omni(live: _Server) -> None:
+    url = live.base_url.replace("http://", "ws://") + "/v1/live/sessions"
+    service = OpenAILiveLLMService(api_key="unused", base_url=url, settings=OpenAILiveLLMService.Settings(
+        model="tiny", system_instruction="Answer briefly."))
+    down, up = asyncio.run(drive([service], [LLMContextFrame(LLMContext()), *pcm_frames(question())],
+                                 LLMFullResponseEndFrame))
+    assert errors(up) == []
+    assert sum(len(f.audio) for f in down if isinstance(f, SpeechOutputAudioRawFrame)) > RATE // 10
+    assert "".join(f.text for f in down if isinstance(f, LLMTextFrame))
     assert _idle(live.engine)
