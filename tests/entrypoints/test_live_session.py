@@ -98,3 +98,28 @@ def test_the_client_leaving_aborts_the_running_reply(processor: RecordingProcess
     engine = asyncio.run(scenario())
     reply = engine.requests[-1].request_id
     assert reply in engine.aborted and reply in engine.closed
+
+
+def test_a_start_past_the_session_bound_is_refused_without_waiting(processor: RecordingProcessor) -> None:
+    """The realtime session behind a start past ``--max-realtime-sessions`` ends before it reads: a long startup
+    history (more events than the bridge queues) must not wait for it."""
+    history = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"{i}"}]}
+               for i in range(128)]
+
+    async def scenario() -> tuple[QueueTransport, QueueTransport, dict[str, Any]]:
+        first, one, _ = _session(processor, max_realtime_sessions=1)
+        second = LiveSession(QueueTransport(), first.service, lambda: backend_for(first.service))
+        one.put({"type": "session.start", "session": {"model": "fake-omni"}})
+        task = asyncio.create_task(first.run())
+        await one.wait_for("session.started")
+        second.transport.put({"type": "session.start", "session": {"model": "fake-omni", "input": history}})
+        other = asyncio.create_task(second.run())
+        refused = await second.transport.wait_for("error")
+        second.transport.put({"type": "session.close"})
+        one.put({"type": "session.close"})
+        await asyncio.wait_for(asyncio.gather(task, other), 10)
+        return one, second.transport, refused
+    one, two, refused = asyncio.run(scenario())
+    assert refused["error"]["type"] == "server_error" and "session" in refused["error"]["message"]
+    assert not any(e["type"] == "session.started" for e in two.sent)
+    assert one.sent[-1]["type"] == "session.closed"

@@ -35,6 +35,7 @@ from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
 from omnistage.entrypoints.openai.realtime.transport import NORMAL_CLOSURE, ClientAudio, ClientEvent, Incoming
 
 START_BARRIER = "live_start_barrier"  # the event id of the clear that ends the startup events
+QUEUED_EVENTS = 64  # client events waiting for the realtime session: past it the client's reads wait (backpressure)
 START_TIMEOUT_S = 30.0  # the startup events are settings and items: a session stuck longer is broken
 # Errors that precede the realtime session closing on its own, and why it closes.
 ENDINGS = {"idle_timeout": "expired", "server_shutting_down": "connection_lost"}
@@ -47,8 +48,9 @@ class Bridge:
 
     def __init__(self, on_event: Callable[[dict[str, Any]], Awaitable[None]],
                  on_close: Callable[[], None]) -> None:
-        self.incoming: asyncio.Queue[Incoming | None] = asyncio.Queue()
+        self.incoming: asyncio.Queue[Incoming | None] = asyncio.Queue(QUEUED_EVENTS)
         self._on_event, self._on_close = on_event, on_close
+        self.ended = False
 
     async def send(self, event: dict[str, Any]) -> None:
         await self._on_event(event)
@@ -59,8 +61,17 @@ class Bridge:
     async def close(self, reason: str, code: int = NORMAL_CLOSURE) -> None:
         self._on_close()
 
-    def put(self, event: dict[str, Any]) -> None:
-        self.incoming.put_nowait(ClientEvent(json.dumps(event)))
+    async def put(self, event: Incoming | dict[str, Any]) -> None:
+        if self.ended:
+            return  # nobody reads any more: a put must not wait for ever
+        await self.incoming.put(event if isinstance(event, ClientAudio) else ClientEvent(json.dumps(event)))
+
+    def end(self) -> None:
+        """The session's last message: what still waits is dropped, the read loop ends (and a waiting put goes)."""
+        self.ended = True
+        while not self.incoming.empty():
+            self.incoming.get_nowait()
+        self.incoming.put_nowait(None)
 
 
 class TurnBackend:
@@ -79,10 +90,10 @@ class TurnBackend:
     async def start(self, config: StartConfig) -> list[EventError]:
         self._starting = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run())
-        self.bridge.put(_session_update(config, self.service.engine.model_name))
+        await self.bridge.put(_session_update(config, self.service.engine.model_name))
         for message in config.input:
-            self.bridge.put(_item(_ga_role(message), message.text, None, assistant=message.role == "assistant"))
-        self.bridge.put({"type": "input_audio_buffer.clear", "event_id": START_BARRIER})
+            await self.bridge.put(_item(_ga_role(message), message.text, None, assistant=message.role == "assistant"))
+        await self.bridge.put({"type": "input_audio_buffer.clear", "event_id": START_BARRIER})
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
                 await asyncio.shield(self._starting)
@@ -93,17 +104,15 @@ class TurnBackend:
         return self._start_errors
 
     async def hear(self, audio: str | ClientAudio, event_id: str | None = None) -> None:
-        if isinstance(audio, ClientAudio):
-            self.bridge.incoming.put_nowait(audio)
-        else:
-            self.bridge.put({"type": "input_audio_buffer.append", "audio": audio, "event_id": event_id})
+        await self.bridge.put(audio if isinstance(audio, ClientAudio) else
+                              {"type": "input_audio_buffer.append", "audio": audio, "event_id": event_id})
 
     async def append(self, kind: ContextKind, text: str, event_id: str | None) -> None:
         # Each kind is a developer turn in the conversation; commentary (what to say or do now, the client's words
         # as they are: clients write it as an instruction) also gets a reply of its own, refused while one runs.
-        self.bridge.put(_item("system", text, event_id))
+        await self.bridge.put(_item("system", text, event_id))
         if kind == "commentary":
-            self.bridge.put({"type": "response.create", "event_id": event_id})
+            await self.bridge.put({"type": "response.create", "event_id": event_id})
 
     async def outputs(self) -> AsyncIterator[LiveOutput]:
         while True:
@@ -114,7 +123,7 @@ class TurnBackend:
 
     async def close(self) -> None:
         self._ended = True  # the session ends because it was asked to: nothing more goes out
-        self.bridge.incoming.put_nowait(None)
+        self.bridge.end()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
@@ -127,6 +136,7 @@ class TurnBackend:
             self._closed()
 
     def _closed(self) -> None:
+        self.bridge.end()  # the realtime session has stopped reading
         if self._starting is not None and not self._starting.done():
             self._starting.set_result(None)
         if not self._ended:
