@@ -13,18 +13,14 @@ import openai
 import pydantic
 from openai.types.live import ServerEvent
 
+from tests.entrypoints.realtime_validators import refused
+
 LIVE = pydantic.TypeAdapter(Annotated[ServerEvent, pydantic.Field(discriminator="type")])
 
 
 def live_problems(events: list[dict[str, Any]]) -> list[str]:
     """Each event the SDK's ``ServerEvent`` union refuses, with pydantic's reason."""
-    problems = []
-    for event in events:
-        try:
-            LIVE.validate_python(event)
-        except pydantic.ValidationError as exc:
-            problems.append(f"{event['type']}: {exc.errors()[:3]}")
-    return problems
+    return refused(events, LIVE)
 
 
 def pcm_pieces(samples: np.ndarray, rate: int, piece_ms: int = 40) -> list[str]:

@@ -10,15 +10,13 @@ import json
 
 import numpy as np
 import pytest
-from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from tests.entrypoints.conftest import LiveServer
 from tests.entrypoints.json_mutations import Json, mutations
-from tests.entrypoints.test_fuzz_events import RAW_FRAMES, error_problem
+from tests.entrypoints.test_fuzz_events import RAW_FRAMES, TIMEOUT_S, errors_to_probe
 
 pytestmark = pytest.mark.e2e
-TIMEOUT_S = 10
 PCM = base64.b64encode((np.sin(np.arange(2400) * 0.05) * 8000).astype("<i2").tobytes()).decode()
 PROBE = {"type": "response.create", "event_id": "probe"}  # refused before and after the start, its id echoed
 START: Json = {"type": "session.start", "event_id": "e", "session": {
@@ -39,8 +37,6 @@ STARTED: dict[str, Json] = {
 
 
 def _round(server: LiveServer, frame: str | bytes, what: str, started: bool, must_fail: bool) -> list[str]:
-    problems: list[str] = []
-    errors = 0
     with connect(server.base_url.replace("http://", "ws://") + "/v1/live/sessions", open_timeout=TIMEOUT_S,
                  close_timeout=1) as ws:
         if started:
@@ -48,22 +44,7 @@ def _round(server: LiveServer, frame: str | bytes, what: str, started: bool, mus
             assert json.loads(ws.recv(TIMEOUT_S))["type"] == "session.started"
         ws.send(frame)
         ws.send(json.dumps(PROBE))
-        try:
-            while True:
-                event = json.loads(ws.recv(TIMEOUT_S))
-                if event["type"] != "error":
-                    continue
-                problems.append(error_problem(event, what) or "")
-                if event["error"].get("client_event_id") == "probe":
-                    break
-                errors += 1
-        except ConnectionClosed as exc:
-            problems.append(f"{what}: the socket closed ({exc}) instead of answering the next event")
-        except TimeoutError:
-            problems.append(f"{what}: no answer to the next event within {TIMEOUT_S} s")
-    if must_fail and not errors:
-        problems.append(f"{what}: taken without an error event")
-    return [p for p in problems if p]
+        return errors_to_probe(ws, what, "client_event_id", must_fail)
 
 
 def test_every_field_of_session_start_with_every_wrong_type_is_an_error(server: LiveServer) -> None:
