@@ -9,8 +9,9 @@ The contract:
 
 - ``start(config)`` applies the immutable startup settings; it returns the errors that refuse them (an
   unknown voice, a bad history item), empty when the session may start.
-- ``hear(audio)`` takes the user's audio as it arrives: base64 in the session's WebSocket format, or
-  :class:`ClientAudio` samples from a WebRTC track. A muted session still calls it, with silence, so a
+- ``hear(audio, event_id)`` takes the user's audio as it arrives: base64 in the session's WebSocket format, or
+  :class:`ClientAudio` samples from a WebRTC track (an error about it names ``event_id``); it may wait while the
+  engine side is behind (backpressure on the client's reads). A muted session still calls it, with silence, so a
   clocked engine keeps its time.
 - ``append(kind, text, event_id)`` adds context (instructions, thinking, commentary to say once).
 - ``outputs()`` yields what the client hears and reads, in order, ending with :class:`Ended`.
@@ -66,7 +67,7 @@ LiveOutput = AudioOut | TranscriptOut | Interrupted | ContextUsed | Failed | End
 class LiveBackend(Protocol):
     async def start(self, config: StartConfig) -> list[EventError]: ...
 
-    async def hear(self, audio: str | ClientAudio) -> None: ...
+    async def hear(self, audio: str | ClientAudio, event_id: str | None = None) -> None: ...
 
     async def append(self, kind: ContextKind, text: str, event_id: str | None) -> None: ...
 

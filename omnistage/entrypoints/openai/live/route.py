@@ -64,7 +64,15 @@ async def live_socket(ws: WebSocket) -> None:
     await LiveSession(WebSocketTransport(ws), service, lambda: backend_for(service)).run()
 
 
-@router.post(LIVE_PATH, status_code=201)
+_CREATION = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["session", "transport"], "properties": {
+        "session": {"type": "object", "description": "as session.start's: model (required), instructions, "
+                    "audio.output.voice, input (text history), delegation"},
+        "transport": {"type": "object", "required": ["type", "sdp"], "properties": {
+            "type": {"type": "string", "enum": ["webrtc"]}, "sdp": {"type": "string"}}}}}}}}}
+
+
+@router.post(LIVE_PATH, status_code=201, openapi_extra=_CREATION)
 async def create_live_session(request: Request) -> JSONResponse:
     calls: Calls = request.app.state.webrtc_calls
     service = calls.service
