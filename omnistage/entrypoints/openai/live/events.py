@@ -20,6 +20,7 @@ from omnistage.entrypoints.openai.realtime.protocol import json_event
 DelegationKind = Literal["client", "responses", "decisions"]
 ContextKind = Literal["instructions", "thinking", "commentary"]
 MAX_INPUT_ITEMS = 128  # OpenAI's cap on session.input
+DEFAULT_VOICE = "marin"  # OpenAI's, mapped to a checkpoint speaker by the realtime voice table
 
 _FORMAT: Spec = {"type": "str", "rate": "int"}
 _VOICE: Spec = ("str", {"id": "str"})
@@ -75,8 +76,8 @@ class StartConfig:
     """``session.start``'s session (or the WebRTC creation's): what is immutable once the session runs."""
 
     model: str
-    instructions: str | None = None
-    voice: str = "marin"
+    instructions: str | None = None  # None: not set (the server's default)
+    voice: str | None = None  # None: not set (OpenAI's default, marin)
     audio: LiveAudioFormat = field(default_factory=LiveAudioFormat)
     input: tuple[InitialMessage, ...] = ()
     delegation: DelegationKind | None = None
@@ -84,12 +85,16 @@ class StartConfig:
     store: bool = False
     safety_identifier: str | None = None
 
+    @property
+    def voice_name(self) -> str:
+        return self.voice or DEFAULT_VOICE
+
     def describe(self, session_id: str, expires_at: int) -> dict[str, Any]:
         """The ``SessionResource`` snapshot of ``session.started``/``session.closed``."""
         snapshot: dict[str, Any] = {
             "id": session_id, "expires_at": expires_at, "model": self.model, "status": "active",
             "instructions": self.instructions, "store": self.store,
-            "audio": {"format": self.audio.describe(), "output": {"voice": self.voice}},
+            "audio": {"format": self.audio.describe(), "output": {"voice": self.voice_name}},
             "delegation": self.delegation_raw,
             "input": [{"type": "message", "role": m.role, "content": [_part(m)]} for m in self.input] or None,
         }
@@ -209,7 +214,6 @@ def start_config(session: dict[str, Any], param: str) -> StartConfig:
         raise EventError("missing_required_parameter", "the session needs 'model'", f"{param}.model")
     audio = session.get("audio") or {}
     voice = (audio.get("output") or {}).get("voice")
-    voice = "marin" if voice is None else voice  # OpenAI's default, mapped to a checkpoint speaker downstream
     if isinstance(voice, dict):  # a custom voice: its id names it
         voice = voice.get("id")
         if not isinstance(voice, str) or not voice:

@@ -25,6 +25,7 @@ from omnistage.entrypoints.openai.common.errors import APIError, model_not_found
 from omnistage.entrypoints.openai.common.request_checks import no_chat
 from omnistage.entrypoints.openai.live.backend import LiveBackend
 from omnistage.entrypoints.openai.live.events import StartConfig, start_config
+from omnistage.entrypoints.openai.live.key_settings import keyed
 from omnistage.entrypoints.openai.live.session import LiveSession
 from omnistage.entrypoints.openai.live.turn_backend import TurnBackend
 from omnistage.entrypoints.openai.realtime.event_error import EventError
@@ -61,7 +62,8 @@ async def live_socket(ws: WebSocket) -> None:
     claim = ephemeral_claim(ws.scope)
     if claim is not None:
         claim.spend()  # the session is set up: its key is used
-    await LiveSession(WebSocketTransport(ws), service, lambda: backend_for(service)).run()
+    await LiveSession(WebSocketTransport(ws), service, lambda: backend_for(service),
+                      key_session=None if claim is None else claim.key.session).run()
 
 
 _CREATION = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
@@ -80,8 +82,10 @@ async def create_live_session(request: Request) -> JSONResponse:
         raise APIError(400, no_chat(service.engine), param="model", code="chat_not_supported")
     check_room(calls)
     config, sdp = _creation(await read_body(request, calls.policy.max_offer_bytes), service)
-    sdp = screen_offer(sdp, calls.policy).sdp
     claim = ephemeral_claim(request.scope)
+    if claim is not None:
+        config = _keyed(config, claim.key.session)
+    sdp = screen_offer(sdp, calls.policy).sdp
     try:
         call, answer = await calls.start(sdp, None, None if claim is None else claim.key.owner,
                                          session=_live_call(service, config))
@@ -132,6 +136,13 @@ def _creation(body: bytes, service: RealtimeService) -> tuple[StartConfig, str]:
     if config.model not in service.served.names:
         raise model_not_found(config.model)
     return config, transport["sdp"]
+
+
+def _keyed(config: StartConfig, key_session: dict[str, Any] | None) -> StartConfig:
+    try:
+        return keyed(config, key_session)
+    except EventError as exc:
+        raise APIError(400, str(exc), param=exc.param, code=exc.code) from None
 
 
 def _live_call(service: RealtimeService, config: StartConfig) -> SessionFactory:

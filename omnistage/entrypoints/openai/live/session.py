@@ -50,6 +50,7 @@ from omnistage.entrypoints.openai.live.events import (
     Update,
     parse_command,
 )
+from omnistage.entrypoints.openai.live.key_settings import keyed
 from omnistage.entrypoints.openai.live.speaker import SocketSpeaker, Speaker, TrackSpeaker
 from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.entrypoints.openai.realtime.event_rate import EventRate
@@ -66,11 +67,11 @@ SILENCE = {"pcm16": 0x00, "pcmu": 0xFF, "pcma": 0xD5}  # a muted byte of each fo
 class LiveSession:
     def __init__(self, transport: Transport, service: RealtimeService, backend: Callable[[], LiveBackend],
                  track: ReplyTrack | None = None, session_id: str | None = None,
-                 preset: StartConfig | None = None) -> None:
+                 preset: StartConfig | None = None, key_session: dict[str, Any] | None = None) -> None:
         """``backend``: makes the engine side for each start; ``track``: a WebRTC call's reply track (audio goes
         there instead of events); ``preset``: a WebRTC call's session, started at once (else the client's
-        ``session.start``)."""
-        self.preset = preset
+        ``session.start``); ``key_session``: the settings of the ephemeral key that opened it (``key_settings.py``)."""
+        self.preset, self.key_session = preset, key_session
         self.transport, self.service, self._make_backend, self._track = transport, service, backend, track
         self.id = session_id or new_id("sess")
         self.config: StartConfig | None = None
@@ -143,6 +144,11 @@ class LiveSession:
                 await self.fail(exc)
 
     async def _start(self, config: StartConfig, eid: str | None) -> bool:
+        try:
+            config = keyed(config, self.key_session)
+        except EventError as exc:
+            exc.event_id = eid
+            raise
         if config.model not in self.service.served.names:
             raise EventError("model_not_found", no_such_model(config.model), "session.model", eid)
         backend = self._make_backend()

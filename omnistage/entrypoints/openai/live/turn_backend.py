@@ -212,7 +212,7 @@ def _session_update(config: StartConfig, model: str) -> dict[str, Any]:
         "type": "realtime", "output_modalities": ["audio"],
         "audio": {"input": {"format": config.audio.ga(), "turn_detection": detection,
                             "transcription": {"model": model}},
-                  "output": {"format": output, "voice": config.voice}}}
+                  "output": {"format": output, "voice": config.voice_name}}}
     if config.instructions:
         session["instructions"] = config.instructions
     return {"type": "session.update", "session": session}
