@@ -9,6 +9,8 @@ translated into :class:`~omnistage.entrypoints.openai.live.backend.LiveOutput` (
 interruptions, errors); the rest (item and response lifecycles) has no GPT-Live counterpart and is dropped.
 
 Input transcription is on: the thinker writes each committed turn down (``session.input_transcript.delta``).
+Hops over the realtime path: one per event each way (a dict translated in ``_translate``, a queue to the
+Live session's pump); a reply's audio keeps its base64 (a 16 kHz session's is resampled in ``speaker.py``).
 """
 
 from __future__ import annotations
