@@ -19,7 +19,7 @@ from livekit.agents import llm
 from livekit.plugins import openai as lk_openai
 
 from omnistage.audio.decode import resample
-from tests.audio.signals import peak_hz
+from tests.audio.signals import peak_hz, speech_like
 from tests.audio.test_smart_turn import spoken
 from tests.entrypoints.conftest import LiveServer
 from tests.entrypoints.fake_engine import SINE_HZ
