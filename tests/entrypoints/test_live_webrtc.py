@@ -114,3 +114,23 @@ def test_speaking_over_the_reply_silences_the_track_and_aborts_it(server: Server
         assert running in server.engine.aborted  # the close aborted the reply in the engine
         await client.pc.close()
     asyncio.run(scenario())
+
+
+def test_a_muted_microphone_is_heard_as_silence(server: Server, spoken: np.ndarray) -> None:  # noqa: F811
+    server.engine.reset()
+
+    async def scenario() -> list[dict[str, Any]]:
+        client = Client()
+        await _create(client, sdk_client(server.base_url), server.engine.model_name)
+        await client.event("session.started")
+        client.channel.send('{"type": "session.input_audio.mute", "event_id": "m"}')
+        await client.event("session.input_audio.muted")
+        client.mic.push(spoken)
+        await asyncio.sleep(len(spoken) / 24000 + 1.0)  # the speech and a turn's end of silence, muted
+        client.channel.send('{"type": "session.close"}')
+        await client.event("session.closed")
+        await client.pc.close()
+        return client.events
+    events = asyncio.run(scenario())
+    assert server.engine.requests == []  # nothing was heard: no turn, no reply
+    assert live_problems(events) == []
