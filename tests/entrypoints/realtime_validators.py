@@ -24,7 +24,11 @@ BETA = pydantic.TypeAdapter(Annotated[BetaServerEvent, pydantic.Field(discrimina
 
 def sdk_problems(events: list[dict[str, Any]], beta: bool = False) -> list[str]:
     """Each event the SDK's union refuses, with pydantic's reason."""
-    adapter = BETA if beta else GA
+    return refused(events, BETA if beta else GA)
+
+
+def refused(events: list[dict[str, Any]], adapter: pydantic.TypeAdapter[Any]) -> list[str]:
+    """Each event ``adapter`` (a union of server events) refuses, with pydantic's reason."""
     problems = []
     for event in events:
         try:

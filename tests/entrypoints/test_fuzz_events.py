@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
+from websockets.sync.client import ClientConnection, connect
 
 from tests.entrypoints.conftest import LiveServer
 from tests.entrypoints.json_mutations import Json, mutations, variants
@@ -87,25 +87,31 @@ def _realtime_url(server: LiveServer) -> str:
 def _realtime_round(server: LiveServer, frame: str | bytes, what: str, must_fail: bool = False) -> list[str]:
     """Sends ``frame`` after the setup, then the probe; problems seen until the probe's error comes back (and,
     with ``must_fail``, the lack of an error event for ``frame``)."""
-    problems: list[str] = []
-    errors = 0
     with connect(_realtime_url(server), open_timeout=TIMEOUT_S, close_timeout=1) as ws:
         assert json.loads(ws.recv(TIMEOUT_S))["type"] == "session.created"
         for event in [*(json.dumps(e) for e in SETUP), frame, json.dumps(PROBE)]:
             ws.send(event)
-        try:
-            while True:
-                event = json.loads(ws.recv(TIMEOUT_S))
-                if event["type"] != "error":
-                    continue
-                problems.append(error_problem(event, what) or "")
-                if event["error"].get("event_id") == "probe":
-                    break
-                errors += 1
-        except ConnectionClosed as exc:
-            problems.append(f"{what}: the socket closed ({exc}) instead of answering the next event")
-        except TimeoutError:
-            problems.append(f"{what}: no answer to the next event within {TIMEOUT_S} s")
+        return errors_to_probe(ws, what, "event_id", must_fail)
+
+
+def errors_to_probe(ws: ClientConnection, what: str, id_field: str, must_fail: bool) -> list[str]:
+    """Reads ``ws`` up to the error answering the probe (its ``error[id_field]`` is "probe"): what is wrong with
+    each error, a socket that closed or went quiet first, and (``must_fail``) no error for the hostile frame."""
+    problems: list[str] = []
+    errors = 0
+    try:
+        while True:
+            event = json.loads(ws.recv(TIMEOUT_S))
+            if event["type"] != "error":
+                continue
+            problems.append(error_problem(event, what) or "")
+            if event["error"].get(id_field) == "probe":
+                break
+            errors += 1
+    except ConnectionClosed as exc:
+        problems.append(f"{what}: the socket closed ({exc}) instead of answering the next event")
+    except TimeoutError:
+        problems.append(f"{what}: no answer to the next event within {TIMEOUT_S} s")
     if must_fail and not errors:
         problems.append(f"{what}: taken without an error event")
     return [p for p in problems if p]

@@ -83,7 +83,8 @@ def test_openapi_matches_what_is_served(server: LiveServer) -> None:
                       ("/v1/realtime/client_secrets", "post"), ("/v1/responses", "post"),
                       ("/v1/responses/{response_id}", "get"), ("/v1/responses/{response_id}", "delete"),
                       ("/v1/realtime/calls", "post"), ("/v1/realtime/calls/{call_id}", "delete"),
-                      ("/v1/realtime/calls/{call_id}/hangup", "post")}
+                      ("/v1/realtime/calls/{call_id}/hangup", "post"), ("/v1/live/sessions", "post"),
+                      ("/v1/live/sessions/{session_id}/hangup", "post")}
     chat = schema["paths"]["/v1/chat/completions"]["post"]
     assert "422" not in chat["responses"]
     assert chat["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")

@@ -47,6 +47,7 @@ from omnistage.entrypoints.openai.common.prescan import BudgetedRoute
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.landing import PUBLIC_PATHS, PUBLIC_PREFIX, install_landing
+from omnistage.entrypoints.openai.live.route import EPHEMERAL_LIVE_ROUTES, LIVE_PREFIX, install_live
 from omnistage.entrypoints.openai.media.loaders import MediaFetcher
 from omnistage.entrypoints.openai.realtime.route import EPHEMERAL_ROUTES, install_realtime
 from omnistage.entrypoints.openai.responses.route import responses_router
@@ -259,12 +260,14 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
                      serving.streaming_input, serving.speculative_reply_ms, metrics.count_speculation,
                      serving.realtime_first_chunk_frames)
     install_webrtc(app, serving.ice_servers, webrtc)  # the same sessions over WebRTC: POST /v1/realtime/calls
+    install_live(app)  # OpenAI's GPT-Live API on the same sessions: WS and POST /v1/live/sessions
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)
     install_landing(app, served, keyed=bool(access.api_keys))  # /, /docs, /redoc and their assets
     # Outermost: refused before any read. The landing's pages (no secret in them) stay open.
     app.add_middleware(AccessMiddleware, policy=access, public_paths=PUBLIC_PATHS, public_prefix=PUBLIC_PREFIX,
-                       ephemeral_keys=app.state.ephemeral_keys, ephemeral_routes=EPHEMERAL_ROUTES,
-                       ephemeral_owned_prefix=CALL_PREFIX)
+                       ephemeral_keys=app.state.ephemeral_keys,
+                       ephemeral_routes=EPHEMERAL_ROUTES | EPHEMERAL_LIVE_ROUTES,
+                       ephemeral_owned_prefix=(CALL_PREFIX, LIVE_PREFIX))
     # Outside the key check: a request that comes while the server stops is told to go elsewhere, keyed or not.
     app.add_middleware(DrainingMiddleware, draining=app.state.services.draining)
     if tracing is not None:  # FastAPI made the request's span before any middleware runs

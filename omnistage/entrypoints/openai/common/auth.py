@@ -86,7 +86,7 @@ class AccessMiddleware:
                  public_prefix: str | tuple[str, ...],
                  ephemeral_keys: EphemeralKeys | None = None,
                  ephemeral_routes: frozenset[tuple[str, str]] = frozenset(),
-                 ephemeral_owned_prefix: str | None = None) -> None:
+                 ephemeral_owned_prefix: str | tuple[str, ...] | None = None) -> None:
         """``public_paths``, ``public_prefix``: the pages that hold no secret, named by whoever serves them
         (``landing.py``), so this guard knows no route. ``ephemeral_routes``: the ``(scope type, path)`` pairs an
         ephemeral key from ``ephemeral_keys`` opens (named by the realtime routes); ``ephemeral_owned_prefix``:

@@ -101,6 +101,7 @@ function sessionSettings() {
 // -- the call: an ephemeral key, an SDP offer, the oai-events channel and the two audio tracks ----------------
 async function connect() {
   $("connect").disabled = true;
+  $("protocol").disabled = true;
   setStatus("connecting…");
   try {
     const minted = await api("/v1/realtime/client_secrets", {
@@ -123,19 +124,25 @@ async function connect() {
     call.channel.onopen = () => { $("text").disabled = false; $("send").disabled = false; };
     await pc.setLocalDescription(await pc.createOffer());
     await iceGathered(pc, 3000);  // the server answers once: the offer carries every candidate
-    const answer = await fetch("/v1/realtime/calls", {
-      method: "POST", body: pc.localDescription.sdp,
-      headers: { "Content-Type": "application/sdp", Authorization: "Bearer " + ephemeral },
-    });
-    if (answer.status !== 201) throw new Error(await errorText(answer));
-    stats.callId = (answer.headers.get("Location") || "").split("/").pop();
-    await pc.setRemoteDescription({ type: "answer", sdp: await answer.text() });
+    const live = $("protocol").value === "live";  // duplex mode: GPT-Live (playground_live.js)
+    const sdp = live ? await window.omnistage.live.open(pc, ephemeral) : await openRealtimeCall(pc, ephemeral);
+    await pc.setRemoteDescription({ type: "answer", sdp });
     $("hangup").disabled = false;
     call.timers.push(setInterval(readRtpStats, 1000));
   } catch (err) {
     fail(err.message || err);
     hangUp("failed");
   }
+}
+
+async function openRealtimeCall(pc, ephemeral) {
+  const answer = await fetch("/v1/realtime/calls", {
+    method: "POST", body: pc.localDescription.sdp,
+    headers: { "Content-Type": "application/sdp", Authorization: "Bearer " + ephemeral },
+  });
+  if (answer.status !== 201) throw new Error(await errorText(answer));
+  stats.callId = (answer.headers.get("Location") || "").split("/").pop();
+  return answer.text();
 }
 
 function iceGathered(pc, timeoutMs) {
@@ -158,6 +165,7 @@ function hangUp(reason) {
   Object.assign(call, { pc: null, channel: null, mic: null, audioContext: null });
   stats.connected = false;
   $("connect").disabled = false;
+  $("protocol").disabled = false;
   $("hangup").disabled = true;
   $("text").disabled = true;
   $("send").disabled = true;
@@ -231,7 +239,8 @@ const handlers = {
 
 function onEvent(event) {
   stats.eventsReceived += 1;
-  const handle = handlers[event.type];
+  const live = $("protocol").value === "live" ? window.omnistage.live.handlers : {};
+  const handle = live[event.type] || handlers[event.type];
   if (handle) handle(event);
   renderFigures();
 }
@@ -269,9 +278,13 @@ $("text-form").addEventListener("submit", (e) => {
   if (!text) return;
   $("text").value = "";
   addLine("typed-" + Date.now(), "user", text);
+  call.turnEndedAt = performance.now();
+  if ($("protocol").value === "live") {
+    send(window.omnistage.live.typed(text));
+    return;
+  }
   send({ type: "conversation.item.create", item: { type: "message", role: "user",
     content: [{ type: "input_text", text }] } });
-  call.turnEndedAt = performance.now();
   send({ type: "response.create" });
 });
 

@@ -64,7 +64,8 @@ def transcript_usage(usage: Usage) -> dict[str, Any]:
             "total_tokens": usage.total_tokens}
 
 
-def parse_event(raw: str | bytes) -> dict[str, Any]:
+def json_event(raw: str | bytes) -> dict[str, Any]:
+    """One client event's JSON object with a string ``type`` (also GPT-Live's: ``live/events.py``)."""
     try:
         event = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -75,9 +76,14 @@ def parse_event(raw: str | bytes) -> dict[str, Any]:
         raise EventError("invalid_json", LONE_SURROGATE)
     if not isinstance(event, dict):
         raise EventError("invalid_event", "an event must be a JSON object")
-    kind = event.get("type")
-    if not isinstance(kind, str):
+    if not isinstance(event.get("type"), str):
         raise EventError("invalid_event", "the event has no string 'type'", param="type", event_id=event_id(event))
+    return event
+
+
+def parse_event(raw: str | bytes) -> dict[str, Any]:
+    event = json_event(raw)
+    kind = event["type"]
     if kind not in CLIENT_EVENTS:
         raise EventError("unknown_event_type", f"unknown event type {quoted(kind)} (known: {', '.join(CLIENT_EVENTS)})",
                          param="type", event_id=event_id(event))

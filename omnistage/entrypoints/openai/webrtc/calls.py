@@ -23,8 +23,9 @@ import asyncio
 import contextlib
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
@@ -41,12 +42,22 @@ class TooManyCalls(RuntimeError):
     pass
 
 
+class CallSession(Protocol):
+    async def run(self) -> None:
+        """The session until it ends (its own clean-up included)."""
+
+
+# What a call runs: given its peer connection and id, the transport and the session over it (a realtime session,
+# or a GPT-Live one: ``live/route.py``).
+SessionFactory = Callable[[RTCPeerConnection, str], tuple[WebRtcTransport, CallSession]]
+
+
 @dataclass
 class Call:
     id: str
     pc: RTCPeerConnection
     transport: WebRtcTransport
-    session: RealtimeSession
+    session: CallSession
     owner: bytes | None = None  # the digest of the ephemeral key that opened it (that key may hang it up)
     task: asyncio.Task[None] | None = None
 
@@ -74,28 +85,35 @@ class Calls:
             raise TooManyCalls(f"{self.policy.max_calls} calls are in progress (--webrtc-max-calls)")
 
     async def start(self, offer_sdp: str, settings: dict[str, Any] | None,
-                    owner: bytes | None = None) -> tuple[Call, str]:
+                    owner: bytes | None = None, session: SessionFactory | None = None) -> tuple[Call, str]:
         """A new call answering ``offer_sdp`` (screened: ``offer_screen.py``): the call and the SDP answer.
+        ``session``: what the call runs (None: a realtime session with ``settings``).
         ValueError (or another of aiortc's errors) for an offer aiortc cannot take; TooManyCalls past the bound."""
         self.check_room()
         self.setting_up += 1  # taken with the check, before any await
         try:
             async with self._setups:
-                call, answer = await self._answer(offer_sdp, settings, owner)
+                call, answer = await self._answer(offer_sdp, session or self._realtime(settings), owner)
         finally:
             self.setting_up -= 1
         self.live[call.id] = call
         call.task = asyncio.create_task(self._run(call))
         return call, answer
 
-    async def _answer(self, offer_sdp: str, settings: dict[str, Any] | None,
-                      owner: bytes | None) -> tuple[Call, str]:
+    def _realtime(self, settings: dict[str, Any] | None) -> SessionFactory:
+        def make(pc: RTCPeerConnection, _: str) -> tuple[WebRtcTransport, CallSession]:
+            transport = WebRtcTransport(pc, lambda: session.config)
+            session = RealtimeSession(transport, self.service, settings=settings)
+            return transport, session
+        return make
+
+    async def _answer(self, offer_sdp: str, make: SessionFactory, owner: bytes | None) -> tuple[Call, str]:
         # An explicit list, even empty: aiortc's default (None) would ask Google's STUN server.
         pc = RTCPeerConnection(RTCConfiguration(iceServers=list(self.ice_servers)))
         try:
-            transport = WebRtcTransport(pc, lambda: session.config)
-            session = RealtimeSession(transport, self.service, settings=settings)
-            call = Call(new_id("rtc"), pc, transport, session, owner)
+            call_id = new_id("rtc")
+            transport, session = make(pc, call_id)
+            call = Call(call_id, pc, transport, session, owner)
             await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
             if not any(t.kind == "audio" for t in pc.getTransceivers()):
                 raise ValueError("the offer has no audio media section")

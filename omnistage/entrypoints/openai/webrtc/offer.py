@@ -37,7 +37,7 @@ async def read_offer(request: Request, max_bytes: int) -> CallOffer:
     if kind not in (SDP, FORM):
         raise APIError(400, "send the SDP offer as application/sdp, or a multipart form with 'sdp' and 'session'",
                        code="unsupported_content_type")
-    body = await _body(request, max_bytes)
+    body = await read_body(request, max_bytes)
     if kind == SDP:
         return CallOffer(body.decode("utf-8", "replace"), None)
     form = await _form(request, body)
@@ -47,7 +47,7 @@ async def read_offer(request: Request, max_bytes: int) -> CallOffer:
     return CallOffer(sdp, None if session is None else _settings(session))
 
 
-async def _body(request: Request, max_bytes: int) -> bytes:
+async def read_body(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)

@@ -45,7 +45,7 @@ async def create_call(request: Request) -> Response:
     calls = _calls(request)
     if calls.service.engine.front_end.processor is None:
         raise APIError(400, no_chat(calls.service.engine), param="model", code="chat_not_supported")
-    _check_room(calls)  # a flood past the bound is refused before its bodies are read (and again at start)
+    check_room(calls)  # a flood past the bound is refused before its bodies are read (and again at start)
     offer = await read_offer(request, calls.policy.max_offer_bytes)
     claim = ephemeral_claim(request.scope)
     settings = call_settings(calls.service, None if claim is None else claim.key.session, offer.session)
@@ -53,7 +53,7 @@ async def create_call(request: Request) -> Response:
     try:
         call, answer = await calls.start(sdp, settings, None if claim is None else claim.key.owner)
     except TooManyCalls as exc:
-        raise _too_many(exc) from None
+        raise too_many(exc) from None
     except Exception as exc:  # noqa: BLE001 - aiortc raises several kinds for an offer it cannot take, none for a client
         logger.info("webrtc offer refused by aiortc: %s: %s", type(exc).__name__, str(exc)[:200])
         raise APIError(400, UNANSWERABLE, param="sdp", code="invalid_offer") from None
@@ -63,14 +63,14 @@ async def create_call(request: Request) -> Response:
                     headers={"Location": f"{CALLS_PATH}/{call.id}"})
 
 
-def _check_room(calls: Calls) -> None:
+def check_room(calls: Calls) -> None:
     try:
         calls.check_room()
     except TooManyCalls as exc:
-        raise _too_many(exc) from None
+        raise too_many(exc) from None
 
 
-def _too_many(exc: TooManyCalls) -> APIError:
+def too_many(exc: TooManyCalls) -> APIError:
     return APIError(429, f"{exc}; try again later", type="server_error", code="too_many_calls")
 
 
