@@ -5,13 +5,11 @@ layer holds the text path (``input_layernorm``, ``post_attention_layernorm``, ``
 (``audio_input_layernorm``, ``audio_post_attention_layernorm``, ``audio_mlp``); attention is shared. A prompt's
 audio positions (a cloned voice's codes, under ``<|AUDIO_OUT|>`` and the delay token) take the audio path, the
 rest the text path; every generated position is audio. Each sequence keeps its keys and values contiguous
-(:class:`KVCache`), and a decode step batches every sequence's projections and MLPs (the step is bound by reading
+(:class:`SequenceCache`), and a decode step batches every sequence's projections and MLPs (the step is bound by reading
 the weights) while each attends over its own cache.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +18,7 @@ from torch import nn
 from omnistage.families.higgs_audio_v2.config import HiggsConfig, Llama3Rope
 from omnistage.layers.norm import RMSNorm
 from omnistage.layers.rotary import rope_inv_freq, rotate_half
+from omnistage.models.sequence_cache import SequenceCache
 
 
 def llama3_inv_freq(head_dim: int, rope: Llama3Rope) -> torch.Tensor:
@@ -36,27 +35,6 @@ def llama3_inv_freq(head_dim: int, rope: Llama3Rope) -> torch.Tensor:
     smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
     return torch.where(medium, smoothed, scaled)
-
-
-@dataclass
-class KVCache:
-    """One sequence's keys/values per layer, ``[1, kv_heads, T, head_dim]``."""
-
-    keys: list[torch.Tensor] = field(default_factory=list)
-    values: list[torch.Tensor] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return self.keys[0].shape[2] if self.keys else 0
-
-    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer == len(self.keys):
-            self.keys.append(k)
-            self.values.append(v)
-        else:
-            self.keys[layer] = torch.cat([self.keys[layer], k], dim=2)
-            self.values[layer] = torch.cat([self.values[layer], v], dim=2)
-        return self.keys[layer], self.values[layer]
 
 
 class Attention(nn.Module):
@@ -76,7 +54,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[KVCache],
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[SequenceCache],
                 layer: int) -> torch.Tensor:
         """``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence)."""
         batch, length, _ = x.shape
@@ -124,7 +102,7 @@ class DecoderLayer(nn.Module):
         self.audio_post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, audio: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-                caches: list[KVCache], layer: int) -> torch.Tensor:
+                caches: list[SequenceCache], layer: int) -> torch.Tensor:
         normed = _routed(x, audio, self.input_layernorm, self.audio_input_layernorm)
         x = x + self.self_attn(normed, cos, sin, caches, layer)
         post = _routed(x, audio, self.post_attention_layernorm, self.audio_post_attention_layernorm)
@@ -162,7 +140,7 @@ class Backbone(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)[:, None]
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: list[KVCache]) -> torch.Tensor:
+    def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: list[SequenceCache]) -> torch.Tensor:
         """``[B, T, hidden]`` continuing ``caches`` (one per row) -> normalised hidden states. ``audio`` ``[B, T]``
         marks the audio positions (None: all are)."""
         length = embeds.shape[1]
@@ -202,11 +180,11 @@ class HiggsAudioV2(nn.Module):
         """Last hidden states ``[B, hidden]`` -> ``[B, G, codebook_size]`` (float32)."""
         return self.audio_lm_head(hidden).float().view(hidden.shape[0], self.cfg.num_codebooks, -1)
 
-    def prefill(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
+    def prefill(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None, cache: SequenceCache) -> torch.Tensor:
         embeds, audio = self.prompt_embeds(input_ids, audio_codes)
         return self.logits(self.model(embeds, audio if not bool(audio.all()) else None, [cache])[:, -1])
 
-    def step(self, frames: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+    def step(self, frames: torch.Tensor, caches: list[SequenceCache]) -> torch.Tensor:
         """Each sequence's last frame ``[B, G]`` -> the next frames' logits ``[B, G, codebook_size]``."""
         embeds = self.model.embed_audio_tokens(frames.to(self.audio_lm_head.weight.device))[:, None]
         return self.logits(self.model(embeds.to(self.audio_lm_head.weight.dtype), None, caches)[:, -1])

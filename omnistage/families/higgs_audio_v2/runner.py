@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from omnistage.families.higgs_audio_v2.backbone import HiggsAudioV2, KVCache
+from omnistage.families.higgs_audio_v2.backbone import HiggsAudioV2
 from omnistage.families.higgs_audio_v2.delay import DelayRule
 from omnistage.families.higgs_audio_v2.prompt import HiggsPrompt
+from omnistage.models.sequence_cache import SequenceCache
 from omnistage.sampling_params import SamplingParams
 
 
@@ -27,7 +28,7 @@ class Utterance:
     sampling: SamplingParams
     max_frames: int
     generator: torch.Generator | None
-    cache: KVCache = field(default_factory=KVCache)
+    cache: SequenceCache = field(default_factory=SequenceCache)
     last: torch.Tensor | None = None  # the frame fed next [G]
     made: int = 0
 

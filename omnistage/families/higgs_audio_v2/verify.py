@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -34,24 +32,13 @@ from omnistage.families.higgs_audio_v2.config import CODEC_FOLDER, HiggsCheckpoi
 from omnistage.families.higgs_audio_v2.family import LOOKAHEAD_FRAMES, PAST_FRAMES
 from omnistage.families.higgs_audio_v2.prompt import HiggsPrompt, HiggsTokenizer
 from omnistage.families.higgs_audio_v2.runner import generate_rows
+from omnistage.families.verify_cases import CaseResult, max_abs_diff, report_cases
 from omnistage.sampling_params import SamplingParams
 
 WAVE_TOLERANCE = 1e-5  # the same modules in the same order: float rounding only
 STREAM_TOLERANCE = 1e-3  # of the whole decode's peak: the 4 look-ahead frames leave the tail of the receptive field
 CHUNKS = (1, 5, 9)  # then the rest: a first frame alone, and boundaries off any stride
 VOICE_FRAMES = 12
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    name: str
-    max_abs_diff: float
-    tolerance: float
-    skipped: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.skipped) or self.max_abs_diff <= self.tolerance
 
 
 def streamed_decode(codec: HiggsCodec, frames: torch.Tensor, chunks: tuple[int, ...] = CHUNKS,
@@ -106,7 +93,7 @@ def run_higgs_verify(folder: Path, frames: int = 40, tolerance: float = WAVE_TOL
                CaseResult("frames", _mismatch(aligned.clip(0, ckpt.codec.codebook_size - 1), reverted), 0.0),
                *_codec_cases(folder, reverted, whole, tolerance)]
     peak = float(whole.abs().max())
-    results.append(CaseResult("streamed", _diff(streamed_decode(codec, aligned), whole),
+    results.append(CaseResult("streamed", max_abs_diff(streamed_decode(codec, aligned), whole),
                               STREAM_TOLERANCE * max(peak, 1e-12)))
     return results
 
@@ -121,7 +108,7 @@ def _codec_cases(folder: Path, frames: torch.Tensor, whole: torch.Tensor, tolera
     codec = HiggsAudioV2TokenizerModel.from_pretrained(folder / CODEC_FOLDER).eval()
     ours = load_codec(folder, encoder=True)
     wave = torch.randn(ours.config.sample_rate, generator=torch.Generator().manual_seed(1)) * 0.1
-    return [CaseResult("waveform", _diff(whole, codec.decode(frames.T[None]).audio_values[0, 0]), tolerance),
+    return [CaseResult("waveform", max_abs_diff(whole, codec.decode(frames.T[None]).audio_values[0, 0]), tolerance),
             CaseResult("voice_codes", _mismatch(ours.encode(wave), codec.encode(wave[None, None]).audio_codes[0]),
                        0.0)]
 
@@ -133,12 +120,6 @@ def _mismatch(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a != b).sum())
 
 
-def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    if a.shape != b.shape:
-        return float("inf")
-    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
-
-
 def run_higgs_verify_command(args: argparse.Namespace, folder: Path) -> int:
     """Higgs Audio v2's ``verify`` hook (``--talker-max-new-tokens``: frames generated; ``--tolerance``: waveform)."""
     tolerance = args.tolerance if getattr(args, "tolerance", None) is not None else WAVE_TOLERANCE
@@ -148,14 +129,4 @@ def run_higgs_verify_command(args: argparse.Namespace, folder: Path) -> int:
     except Exception as exc:  # noqa: BLE001 - a side that cannot run is a failed verification
         print(f"omnistage verify: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    report = {"model": str(folder), "ok": all(r.ok for r in results),
-              "cases": [{**asdict(r), "ok": r.ok} for r in results]}
-    table = "\n".join(f"{r.name:12s} " + (f"skipped: {r.skipped}" if r.skipped else
-                                          f"max|diff| {r.max_abs_diff:.3g} (<= {r.tolerance:.3g}) "
-                                          f"{'ok' if r.ok else 'DIFFERS'}") for r in results)
-    print(table, file=sys.stderr if args.json == "-" else sys.stdout)
-    if args.json == "-":
-        print(json.dumps(report))
-    elif args.json:
-        Path(args.json).write_text(json.dumps(report) + "\n")
-    return 0 if report["ok"] else 1
+    return report_cases(args, folder, results)

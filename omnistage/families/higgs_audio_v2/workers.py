@@ -15,14 +15,15 @@ from omnistage.families.higgs_audio_v2.checkpoint import load_codec, load_model
 from omnistage.families.higgs_audio_v2.config import HiggsCheckpoint
 from omnistage.families.higgs_audio_v2.payloads import HiggsSpeech
 from omnistage.families.higgs_audio_v2.runner import HiggsRunner
-from omnistage.ipc.messages import ReplicaLoad, RequestFailed, StageInput, StageOutput
+from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
 from omnistage.ipc.payloads import CodecFrames
 from omnistage.runner import GenerationRunner
-from omnistage.workers.base import StageWorker, StepResult, WorkerSpec, resolve_device
+from omnistage.workers.base import StepResult, WorkerSpec, resolve_device
 from omnistage.workers.codec import CodecWorker
+from omnistage.workers.frame_loop import FrameLoopWorker
 
 
-class GeneratorWorker(StageWorker):
+class GeneratorWorker(FrameLoopWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         ckpt = HiggsCheckpoint.from_folder(spec.model_dir)
@@ -36,13 +37,6 @@ class GeneratorWorker(StageWorker):
         self.runner.add(message.request_id, payload.prompt, payload.sampling, payload.prompt.max_frames())
         return []
 
-    def abort(self, request_ids: list[str]) -> None:
-        for rid in request_ids:
-            self.runner.abort(rid)
-
-    def has_work(self) -> bool:
-        return bool(self.runner.running)
-
     def step(self) -> StepResult:
         frames = self.runner.step()
         self.last_ids = [f.request_id for f in frames]
@@ -53,15 +47,6 @@ class GeneratorWorker(StageWorker):
             outputs.append(StageOutput(f.request_id, CodecFrames(f.codes[None]) if audio else None, f.finished,
                                        reason))
         return StepResult(outputs, progressed=bool(frames))
-
-    def load(self) -> ReplicaLoad:
-        return ReplicaLoad(waiting=0, running=len(self.runner.running))
-
-    def request_ids(self) -> list[str]:
-        return list(self.runner.running)
-
-    def scheduled_ids(self) -> list[str]:
-        return self.last_ids
 
 
 class CodecDecoderWorker(CodecWorker):

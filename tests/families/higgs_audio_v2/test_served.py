@@ -4,9 +4,7 @@ checkpoint; the served audio is the offline generation's, decoded whole."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import io
 import json
 
@@ -17,7 +15,6 @@ import pytest
 import soundfile as sf
 import torch
 
-from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.entrypoints.openai.server_config import ServingOptions
 from omnistage.families.higgs_audio_v2.checkpoint import load_codec, load_model
 from omnistage.families.higgs_audio_v2.config import HiggsCheckpoint
@@ -29,7 +26,7 @@ from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.sampling_params import SamplingParams
 from tests.audio.signals import av_decode
-from tests.entrypoints.server_thread import ServerThread
+from tests.entrypoints.server_thread import serving
 
 pytestmark = pytest.mark.e2e
 FRAMES = 30  # 22 audio frames once the staircase's 8 are de-delayed
@@ -37,23 +34,12 @@ TEXT = "hello there, how are you today"
 REF_TEXT = "the quick brown fox"
 
 
-@contextlib.contextmanager
-def serving(folder, **app_options):
-    """A live server of ``folder`` (in-process stages): its URL."""
-    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "higgs")
-    thread = ServerThread(build_app(engine, **app_options))
-    try:
-        yield thread.start()
-    finally:
-        thread.stop()
-        asyncio.run(engine.shutdown())
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     folder = make_tiny_higgs(tmp_path_factory.mktemp("higgs"))
     (folder / "generation_config.json").write_text(json.dumps({"do_sample": False, "max_new_tokens": FRAMES}))
-    with serving(folder, serving=ServingOptions(voices_dir=tmp_path_factory.mktemp("voices"))) as url:
+    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "higgs")
+    with serving(engine, serving=ServingOptions(voices_dir=tmp_path_factory.mktemp("voices"))) as url:
         yield url, folder
 
 
