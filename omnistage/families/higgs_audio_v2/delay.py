@@ -19,44 +19,47 @@ from omnistage.families.higgs_audio_v2.config import HiggsConfig
 
 
 class DelayRule:
-    """One utterance's markers state; :meth:`constrain` before each frame is sampled, :meth:`advance` after."""
+    """One utterance's markers state; :meth:`constrain` before each frame is sampled, :meth:`advance` after. Kept
+    in Python ints: most frames hold no codebook, and those cost no tensor op."""
 
     def __init__(self, cfg: HiggsConfig, prompt_ids: torch.Tensor) -> None:
         self.cfg = cfg
-        delays = torch.tensor(cfg.delays)
-        window = prompt_ids[-len(cfg.delays):].tolist()
-        self.bos_left = self._from(delays, window, cfg.audio_bos_token_id, missing=torch.zeros_like(delays))
-        self.eos_left = self._from(delays, window, cfg.audio_delay_token_id, missing=delays.clone())
+        delays = list(cfg.delays)
+        window = prompt_ids[-len(delays):].tolist()
+        self.bos_left = self._from(delays, window, cfg.audio_bos_token_id, missing=[0] * len(delays))
+        self.eos_left = self._from(delays, window, cfg.audio_delay_token_id, missing=delays)
         self.last_id = int(prompt_ids[-1])
 
     @staticmethod
-    def _from(delays: torch.Tensor, window: list[int], token: int, missing: torch.Tensor) -> torch.Tensor:
+    def _from(delays: list[int], window: list[int], token: int, missing: list[int]) -> list[int]:
         if token not in window:
-            return missing
-        return delays - (len(delays) - window.index(token))
+            return list(missing)
+        shift = len(delays) - window.index(token)
+        return [d - shift for d in delays]
 
     def constrain(self, scores: torch.Tensor) -> torch.Tensor:
-        """``[G, V]`` logits with the held codebooks forced to their marker (in place)."""
+        """``[G, V]`` logits with the held codebooks forced to their marker (in place); call once per frame."""
         cfg = self.cfg
-        bos_rows = self.bos_left >= 0
-        scores[bos_rows] = torch.where(torch.arange(scores.shape[1]) == cfg.audio_stream_bos_id, scores[bos_rows],
-                                       float("-inf"))
-        self.bos_left[bos_rows] -= 1
+        bos_rows = [k for k, left in enumerate(self.bos_left) if left >= 0]
+        self.bos_left = [left - 1 if left >= 0 else left for left in self.bos_left]
         if self.last_id == cfg.audio_delay_token_id:
-            self.eos_left -= 1
-        eos_rows = self.eos_left <= 0
-        scores[eos_rows] = torch.where(torch.arange(scores.shape[1]) == cfg.audio_stream_eos_id, scores[eos_rows],
-                                       float("-inf"))
+            self.eos_left = [left - 1 for left in self.eos_left]
+        eos_rows = [k for k, left in enumerate(self.eos_left) if left <= 0]
+        for rows, marker in ((bos_rows, cfg.audio_stream_bos_id), (eos_rows, cfg.audio_stream_eos_id)):
+            if rows:
+                kept = scores[rows, marker].clone()
+                scores[rows] = float("-inf")
+                scores[rows, marker] = kept
         return scores
 
-    def advance(self, frame: torch.Tensor) -> bool:
-        """The sampled frame ``[G]`` -> whether it ends the utterance (every codebook at EOS)."""
+    def advance(self, any_eos: bool, all_eos: bool) -> bool:
+        """After a frame was sampled (whether any / every codebook is at the stream EOS): whether it ends the
+        utterance."""
         cfg = self.cfg
-        eos = frame == cfg.audio_stream_eos_id
-        if bool(eos.all()):
+        if all_eos:
             self.last_id = cfg.eos_token_id
             return True
-        delayed = bool(eos.any()) or self.last_id == cfg.audio_delay_token_id
+        delayed = any_eos or self.last_id == cfg.audio_delay_token_id
         self.last_id = cfg.audio_delay_token_id if delayed else cfg.audio_token_id
         return False
 

@@ -39,7 +39,8 @@ class HiggsAudioV2Family(Family):
     hooks = Hooks(make_tiny=f"{_HOOKS}.make_tiny:make_tiny_command",
                   verify=f"{_HOOKS}.verify:run_higgs_verify_command",
                   cached=f"{_HOOKS}.make_tiny:cached_checkpoint",
-                  tiny_names=("higgs-tiny",))
+                  tiny_names=("higgs-tiny",),
+                  speech_baseline=f"{_HOOKS}.bench_baseline:run_transformers")
 
     def load_config(self, folder: Path) -> HiggsCheckpoint:
         return HiggsCheckpoint.from_folder(folder)

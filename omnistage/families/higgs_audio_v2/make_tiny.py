@@ -35,7 +35,7 @@ CACHE_VERSION = 1
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096}
 TINY_CODEC = {
-    "acoustic_model_config": {"encoder_hidden_size": 4, "decoder_hidden_size": 64, "hidden_size": 16,
+    "acoustic_model_config": {"encoder_hidden_size": 4, "decoder_hidden_size": 32, "hidden_size": 16,
                               "downsampling_ratios": [8, 5, 4, 2, 3], "upsampling_ratios": [8, 5, 4, 2, 3]},
     "semantic_model_config": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
                               "intermediate_size": 32, "conv_dim": [8] * 7, "num_conv_pos_embeddings": 16,

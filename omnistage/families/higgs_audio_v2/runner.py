@@ -82,22 +82,34 @@ class HiggsRunner:
         cfg = self.model.cfg
         fresh = [u for u in self.running.values() if u.last is None]
         going = [u for u in self.running.values() if u.last is not None]
-        logits = [self.model.prefill(u.prompt.input_ids(cfg), u.prompt.audio_frames(cfg), u.cache)[0]
-                  for u in fresh]
+        logits = [self.model.prefill(u.prompt.input_ids(cfg), u.prompt.audio_frames(cfg), u.cache) for u in fresh]
         if going:
-            logits.extend(self.model.step(torch.stack([u.last for u in going]), [u.cache for u in going]).unbind(0))
+            logits.append(self.model.step(torch.stack([u.last for u in going]), [u.cache for u in going]))
+        utterances, scores = fresh + going, torch.cat(logits).cpu()
+        codes = self._sample(utterances, scores)
+        eos = codes == cfg.audio_stream_eos_id
         frames = []
-        for u, scores in zip(fresh + going, logits):
-            codes = sample_codes(u.rule.constrain(scores.cpu()), u.sampling, u.generator)
+        for u, row, any_eos, all_eos in zip(utterances, codes, eos.any(-1).tolist(), eos.all(-1).tolist()):
             u.made += 1
-            ended = u.rule.advance(codes)
+            ended = u.rule.advance(any_eos, all_eos)
             by_length = not ended and u.made >= u.max_frames
-            frames.append(Frame(u.request_id, codes, ended or by_length, by_length))
+            frames.append(Frame(u.request_id, row, ended or by_length, by_length))
             if ended or by_length:
                 del self.running[u.request_id]
             else:
-                u.last = codes
+                u.last = row
         return frames
+
+    @staticmethod
+    def _sample(utterances: list[Utterance], scores: torch.Tensor) -> torch.Tensor:
+        """``[B, G, V]`` -> codes ``[B, G]``: markers forced where held; the greedy rows in one argmax."""
+        for u, row in zip(utterances, scores):
+            u.rule.constrain(row)
+        codes = scores.argmax(dim=-1)
+        for i, u in enumerate(utterances):
+            if u.sampling.temperature > 0:
+                codes[i] = sample_codes(scores[i], u.sampling, u.generator)
+        return codes
 
 
 def generate_rows(model: HiggsAudioV2, prompt: HiggsPrompt, sampling: SamplingParams, max_frames: int) -> torch.Tensor:
