@@ -29,7 +29,7 @@ from tests.audio.signals import av_decode
 from tests.entrypoints.server_thread import serving
 
 pytestmark = pytest.mark.e2e
-FRAMES = 30  # 22 audio frames once the staircase's 8 are de-delayed
+FRAMES = 60  # 52 audio frames once the staircase's 8 are de-delayed: more than one 50-frame chunk
 TEXT = "hello there, how are you today"
 REF_TEXT = "the quick brown fox"
 
