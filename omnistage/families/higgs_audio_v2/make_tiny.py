@@ -63,13 +63,25 @@ def make_tiny_higgs(out_dir: str | Path, seed: int = 0, size: str = "tiny", conf
     torch.manual_seed(seed)  # transformers' initialisation draws from the global generator
     with torch.device("meta" if size == "full" else "cpu"):
         model = HiggsAudioV2ForConditionalGeneration(config)
-    if size == "full":
-        model = model.to_empty(device="cpu")
+    if size == "full":  # ~5.8 B parameters: drawn in bf16 straight into their storage (no fp32 copy)
+        model = model.to(torch.bfloat16).to_empty(device="cpu")
+        fill_full_(model, seed, config.initializer_range)
     elif confident:
         confident_heads_(model, seed)
     model.save_pretrained(str(out))
     write_codec(out / CODEC_FOLDER, TINY_CODEC if size == "tiny" else FULL_CODEC, seed)
     return out
+
+
+@torch.no_grad()
+def fill_full_(model: torch.nn.Module, seed: int, std: float) -> None:
+    """transformers' initialisation, in place: norms at one, every matrix normal with the config's deviation."""
+    gen = torch.Generator().manual_seed(seed)
+    for _, tensor in sorted(model.named_parameters()):
+        if tensor.dim() == 1:
+            tensor.fill_(1.0)
+        else:
+            tensor.copy_(torch.empty(tensor.shape).normal_(0.0, std, generator=gen))
 
 
 @torch.no_grad()
