@@ -4,6 +4,7 @@ checkpoint; the served audio is the offline generation's, decoded whole."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -168,3 +169,33 @@ def test_concurrent_requests_each_speak_as_alone(served):
         together = list(pool.map(speak, texts))
     for a, b in zip(alone, together):
         np.testing.assert_allclose(_pcm(a), _pcm(b), atol=2 / 32767)
+
+
+async def _ws_session(url: str, events: list[dict]) -> list[dict]:
+    from websockets.asyncio.client import connect
+
+    received: list[dict] = []
+    async with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream?model=higgs", open_timeout=10,
+                       max_size=None) as ws:
+        for event in events:
+            await ws.send(json.dumps(event))
+        while not received or received[-1]["type"] not in ("speech.audio.done", "error"):
+            received.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+    return received
+
+
+def test_speech_stream_websocket_speaks_each_sentence(served):
+    """Text typed in pieces on the speech WebSocket: each sentence spoken as /v1/audio/speech speaks it."""
+    url, _ = served
+    pieces = ["hello the", "re, how are you today? I am ", "fine, thank", " you."]
+    events = [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
+    got = asyncio.run(_ws_session(url, events))
+    assert got[-1]["type"] == "speech.audio.done", got[-1]
+    done = [e["text"] for e in got if e["type"] == "speech.segment.done"]
+    assert len(done) == 2
+    for segment, text in enumerate(done):
+        data = b"".join(base64.b64decode(e["audio"]) for e in got
+                        if e["type"] == "speech.audio.delta" and e["segment"] == segment)
+        whole = _client(url).audio.speech.create(model="higgs", voice="alloy", input=text,
+                                                 response_format="pcm").content
+        np.testing.assert_allclose(_pcm(data), _pcm(whole), atol=2 / 32767 + 1e-3)
