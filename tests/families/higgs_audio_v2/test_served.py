@@ -28,6 +28,7 @@ from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.sampling_params import SamplingParams
 from tests.audio.signals import av_decode
 from tests.entrypoints.server_thread import serving
+from tests.entrypoints.speech_ws import speech_stream_session
 
 pytestmark = pytest.mark.e2e
 FRAMES = 60  # 52 audio frames once the staircase's 8 are de-delayed: more than one 50-frame chunk
@@ -171,25 +172,12 @@ def test_concurrent_requests_each_speak_as_alone(served):
         np.testing.assert_allclose(_pcm(a), _pcm(b), atol=2 / 32767)
 
 
-async def _ws_session(url: str, events: list[dict]) -> list[dict]:
-    from websockets.asyncio.client import connect
-
-    received: list[dict] = []
-    async with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream?model=higgs", open_timeout=10,
-                       max_size=None) as ws:
-        for event in events:
-            await ws.send(json.dumps(event))
-        while not received or received[-1]["type"] not in ("speech.audio.done", "error"):
-            received.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
-    return received
-
-
 def test_speech_stream_websocket_speaks_each_sentence(served):
     """Text typed in pieces on the speech WebSocket: each sentence spoken as /v1/audio/speech speaks it."""
     url, _ = served
     pieces = ["hello the", "re, how are you today? I am ", "fine, thank", " you."]
     events = [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
-    got = asyncio.run(_ws_session(url, events))
+    got = asyncio.run(speech_stream_session(url, "higgs", events))
     assert got[-1]["type"] == "speech.audio.done", got[-1]
     done = [e["text"] for e in got if e["type"] == "speech.segment.done"]
     assert len(done) == 2
