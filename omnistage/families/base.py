@@ -107,6 +107,9 @@ class Hooks:
     cached(name) -> Path: the embedded random checkpoint ``--model <name>`` means (made on first use), for the
         names in ``tiny_names``.
     word_timer(folder) -> WordTimer: a forced aligner of the family's, loaded for ``serve --aligner FOLDER``.
+    speech_baseline(folder, texts, max_frames) -> list[tuple[float, float]]: transformers' own generation of each
+        text, one at a time (``bench serve --backend openai-audio-speech --baseline hf``): each utterance's
+        seconds from start to its whole audio, and its audio's seconds.
     """
 
     make_tiny: str = ""
@@ -114,6 +117,7 @@ class Hooks:
     cached: str = ""
     tiny_names: tuple[str, ...] = ()
     word_timer: str = ""
+    speech_baseline: str = ""
 
 
 def call_hook(hook: str, *args: object) -> object:

@@ -48,6 +48,8 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
                                         ("qwen3_asr", "qwen3_forced_aligner"), ("aligner-tiny",)),
     "pocket_tts": FamilyEntry("omnistage.families.pocket_tts.family:FAMILY", ("pocket_tts",),
                               ("pocket-tiny", "pocket-tiny-drifting"), sizes=("tiny", "full")),
+    "higgs_audio_v2": FamilyEntry("omnistage.families.higgs_audio_v2.family:FAMILY", ("higgs_audio_v2",),
+                                  ("higgs-tiny",), sizes=("tiny", "full")),
 })
 
 

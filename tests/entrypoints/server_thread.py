@@ -41,12 +41,12 @@ class ServerThread:
 
 
 @contextmanager
-def serving(engine: AsyncOmni) -> Iterator[str]:
-    """The OpenAI server on a loaded pipeline, in a thread: its URL while the block runs, then the server stopped and
-    the pipeline shut down."""
+def serving(engine: AsyncOmni, **app_options: object) -> Iterator[str]:
+    """The OpenAI server on a loaded pipeline (``build_app``'s options), in a thread: its URL while the block runs,
+    then the server stopped and the pipeline shut down."""
     from omnistage.entrypoints.openai.api_server import build_app
 
-    thread = ServerThread(build_app(engine))
+    thread = ServerThread(build_app(engine, **app_options))
     try:
         yield thread.start()
     finally:

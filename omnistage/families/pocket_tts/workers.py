@@ -17,14 +17,15 @@ from omnistage.families.pocket_tts.config import PocketCheckpoint
 from omnistage.families.pocket_tts.decoder_stream import StreamingLatentDecoder
 from omnistage.families.pocket_tts.generate import FlowDefaults
 from omnistage.families.pocket_tts.payloads import PocketSpeech
-from omnistage.ipc.messages import ReplicaLoad, RequestFailed, StageInput, StageOutput
+from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
 from omnistage.ipc.payloads import CodecFrames
 from omnistage.runner import GenerationRunner
-from omnistage.workers.base import StageWorker, StepResult, WorkerSpec, resolve_device
+from omnistage.workers.base import StepResult, WorkerSpec, resolve_device
 from omnistage.workers.codec import CodecWorker
+from omnistage.workers.frame_loop import FrameLoopWorker
 
 
-class BackboneWorker(StageWorker):
+class BackboneWorker(FrameLoopWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         ckpt = PocketCheckpoint.from_folder(spec.model_dir)
@@ -39,13 +40,6 @@ class BackboneWorker(StageWorker):
         self.runner.add(message.request_id, payload.prompt, payload.sampling)
         return []
 
-    def abort(self, request_ids: list[str]) -> None:
-        for rid in request_ids:
-            self.runner.abort(rid)
-
-    def has_work(self) -> bool:
-        return bool(self.runner.running)
-
     def step(self) -> StepResult:
         frames = self.runner.step()
         self.last_ids = [f.request_id for f in frames]
@@ -55,14 +49,6 @@ class BackboneWorker(StageWorker):
             for f in frames]
         return StepResult(outputs, progressed=bool(frames))
 
-    def load(self) -> ReplicaLoad:
-        return ReplicaLoad(waiting=0, running=len(self.runner.running))
-
-    def request_ids(self) -> list[str]:
-        return list(self.runner.running)
-
-    def scheduled_ids(self) -> list[str]:
-        return self.last_ids
 
 
 class LatentDecoderWorker(CodecWorker):

@@ -182,8 +182,26 @@ def run_pocket_baseline(folder: Path, prompts: list[BenchPrompt], threads: int |
             "audio_throughput": sum(audio) / sum(e2e), "mean_audio_s": sum(audio) / len(audio)}
 
 
+def run_family_baseline(folder: Path, prompts: list[BenchPrompt], audio_frames: int) -> dict[str, float] | None:
+    """The served family's own ``speech_baseline`` hook (transformers' generate, one utterance at a time), or None
+    when it declares none."""
+    from omnistage.families.base import call_hook
+    from omnistage.families.registry import DEFAULT_REGISTRY
+
+    hook = DEFAULT_REGISTRY.for_folder(folder).hooks.speech_baseline
+    if not hook:
+        return None
+    runs = call_hook(hook, folder, [p.text for p in prompts], audio_frames + 1)
+    e2e, audio = [r[0] for r in runs], [r[1] for r in runs]  # type: ignore[union-attr]
+    return {"completed": len(runs), "mean_e2el_ms": 1000 * sum(e2e) / len(e2e), "min_e2el_ms": 1000 * min(e2e),
+            "best_audio_throughput": max(a / t for a, t in zip(audio, e2e)), "output_throughput": 0.0,
+            "audio_throughput": sum(audio) / sum(e2e), "mean_audio_s": sum(audio) / len(audio)}
+
+
 def _baseline(args, folder: Path, prompts: list[BenchPrompt], frames: int) -> dict[str, float]:  # noqa: ANN001
     subset = prompts[:args.hf_num_prompts or min(args.num_prompts, 4)]
+    if args.baseline == "hf" and (family := run_family_baseline(folder, subset, frames)) is not None:
+        return family
     if args.baseline == "pocket-tts":
         if not (folder / "config.json").is_file() or '"pocket_tts"' not in (folder / "config.json").read_text():
             raise UsageError("--baseline pocket-tts times Kyutai's pocket-tts package: give a Pocket TTS checkpoint "
@@ -193,7 +211,8 @@ def _baseline(args, folder: Path, prompts: list[BenchPrompt], frames: int) -> di
     return run(folder, subset, frames)
 
 
-_SOURCES = {"reference": "the qwen-tts package's own generate", "pocket-tts": "the pocket-tts package's own streaming "
+_SOURCES = {"reference": "the qwen-tts package's own generate", "hf": "transformers' generate (where the family "
+            "declares it; else its sequential generation)", "pocket-tts": "the pocket-tts package's own streaming "
             "generation"}
 
 

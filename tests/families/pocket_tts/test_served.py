@@ -27,6 +27,7 @@ from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
 from tests.audio.signals import av_decode
 from tests.entrypoints.server_thread import ServerThread
+from tests.entrypoints.speech_ws import speech_stream_session
 
 pytestmark = pytest.mark.e2e
 FRAMES = 9
@@ -126,26 +127,13 @@ def test_empty_input_is_a_400(served):
         _client(url).audio.speech.create(model="pocket", voice="alloy", input="   ")
 
 
-async def _ws_session(url: str, events: list[dict]) -> list[dict]:
-    from websockets.asyncio.client import connect
-
-    received: list[dict] = []
-    async with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream?model=pocket", open_timeout=10,
-                       max_size=None) as ws:
-        for event in events:
-            await ws.send(json.dumps(event))
-        while not received or received[-1]["type"] not in ("speech.audio.done", "error"):
-            received.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
-    return received
-
-
 def test_speech_stream_websocket_speaks_each_sentence(served):
     """Incremental text on the speech-stream WebSocket: each sentence is spoken as /v1/audio/speech speaks it."""
     url, _ = served
     pieces = ["hello the", "re, how are you today? I am ", "fine, thank", " you."]
     events = [{"type": "session.update", "voice": "marius"}]
     events += [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
-    got = asyncio.run(_ws_session(url, events))
+    got = asyncio.run(speech_stream_session(url, "pocket", events))
     assert got[-1]["type"] == "speech.audio.done", got[-1]
     done = [e["text"] for e in got if e["type"] == "speech.segment.done"]
     assert len(done) == 2

@@ -1,0 +1,190 @@
+"""Higgs Audio v2's generator: a Llama decoder whose layers route audio positions to their own norms and MLP.
+
+Parameter names are transformers' ``HiggsAudioV2ForConditionalGeneration`` (``model.*``, ``audio_lm_head``). Each
+layer holds the text path (``input_layernorm``, ``post_attention_layernorm``, ``mlp``) and the audio path
+(``audio_input_layernorm``, ``audio_post_attention_layernorm``, ``audio_mlp``); attention is shared. A prompt's
+audio positions (a cloned voice's codes, under ``<|AUDIO_OUT|>`` and the delay token) take the audio path, the
+rest the text path; every generated position is audio. Each sequence keeps its keys and values contiguous
+(:class:`SequenceCache`), and a decode step batches every sequence's projections and MLPs (the step is bound by reading
+the weights) while each attends over its own cache.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from omnistage.families.higgs_audio_v2.config import HiggsConfig, Llama3Rope
+from omnistage.layers.norm import RMSNorm
+from omnistage.layers.rotary import rope_inv_freq, rotate_half
+from omnistage.models.sequence_cache import SequenceCache
+
+
+def llama3_inv_freq(head_dim: int, rope: Llama3Rope) -> torch.Tensor:
+    """Llama 3's scaled frequencies, as transformers' ``_compute_llama3_parameters`` makes them (float32)."""
+    inv_freq = rope_inv_freq(head_dim, rope.theta)
+    if not rope.scaled:
+        return inv_freq
+    low_wavelen = rope.original_max_position_embeddings / rope.low_freq_factor
+    high_wavelen = rope.original_max_position_embeddings / rope.high_freq_factor
+    wavelen = 2 * torch.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / rope.factor, inv_freq)
+    smooth = (rope.original_max_position_embeddings / wavelen - rope.low_freq_factor) / (
+        rope.high_freq_factor - rope.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: HiggsConfig) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+
+    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        batch, length, _ = x.shape
+        q = self.q_proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[SequenceCache],
+                layer: int) -> torch.Tensor:
+        """``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence)."""
+        batch, length, _ = x.shape
+        q, k, v = self._qkv(x, cos, sin)
+        rows = []
+        for i, cache in enumerate(caches):
+            keys, values = cache.extend(layer, k[i:i + 1], v[i:i + 1])
+            past = keys.shape[2] - length
+            mask = None if length == 1 else torch.ones(length, past + length, dtype=torch.bool,
+                                                       device=x.device).tril(past)
+            rows.append(F.scaled_dot_product_attention(q[i:i + 1], keys, values, attn_mask=mask,
+                                                       scale=self.head_dim**-0.5, enable_gqa=True))
+        return self.o_proj(torch.cat(rows).transpose(1, 2).reshape(batch, length, -1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, cfg: HiggsConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _routed(x: torch.Tensor, audio: torch.Tensor | None, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
+    """``audio_fn`` on the audio rows, ``text_fn`` on the rest (``audio`` None: every row is audio)."""
+    if audio is None:
+        return audio_fn(x)
+    out = torch.empty_like(x)
+    out[audio] = audio_fn(x[audio])
+    out[~audio] = text_fn(x[~audio])
+    return out
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: HiggsConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp, self.audio_mlp = Mlp(cfg), Mlp(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.audio_input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.audio_post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, audio: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                caches: list[SequenceCache], layer: int) -> torch.Tensor:
+        normed = _routed(x, audio, self.input_layernorm, self.audio_input_layernorm)
+        x = x + self.self_attn(normed, cos, sin, caches, layer)
+        post = _routed(x, audio, self.post_attention_layernorm, self.audio_post_attention_layernorm)
+        return x + _routed(post, audio, self.mlp, self.audio_mlp)
+
+
+class AudioEmbeddings(nn.Module):
+    """``embed_audio_tokens``: one table for every codebook, a frame's embedding the sum of its codes'."""
+
+    def __init__(self, cfg: HiggsConfig) -> None:
+        super().__init__()
+        self.embed_audio_tokens = nn.Embedding(cfg.num_codebooks * cfg.codebook_size, cfg.hidden_size)
+        self.register_buffer("offsets", torch.arange(cfg.num_codebooks) * cfg.codebook_size, persistent=False)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """Frames ``[..., num_codebooks]`` -> ``[..., hidden]``."""
+        return self.embed_audio_tokens(codes + self.offsets).sum(dim=-2)
+
+
+class Backbone(nn.Module):
+    """``model.*``: text and audio embeddings, the layers, the final norm."""
+
+    def __init__(self, cfg: HiggsConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_audio_tokens = AudioEmbeddings(cfg)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.register_buffer("inv_freq", llama3_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
+
+    def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin ``[B or 1, 1, T, head_dim]`` of positions ``[B, T]``, computed in fp32."""
+        angles = positions.float()[..., None] * self.inv_freq.float()
+        angles = torch.cat((angles, angles), dim=-1)[:, None]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: list[SequenceCache]) -> torch.Tensor:
+        """``[B, T, hidden]`` continuing ``caches`` (one per row) -> normalised hidden states. ``audio`` ``[B, T]``
+        marks the audio positions (None: all are)."""
+        length = embeds.shape[1]
+        starts = torch.tensor([c.length for c in caches], device=embeds.device)
+        cos, sin = self.rotary(starts[:, None] + torch.arange(length, device=embeds.device), embeds.dtype)
+        x = embeds
+        for i, layer in enumerate(self.layers):
+            x = layer(x, audio, cos, sin, caches, i)
+        return self.norm(x)
+
+
+class HiggsAudioV2(nn.Module):
+    """The whole generator, named as transformers names it (no text head: it is training-only)."""
+
+    def __init__(self, cfg: HiggsConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        self.audio_lm_head = nn.Linear(cfg.hidden_size, cfg.num_codebooks * cfg.codebook_size, bias=False)
+
+    def prompt_embeds(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """Prompt ids ``[T]`` and its audio frames ``[n, G]`` (delayed, markers included) -> ``[1, T, hidden]`` and
+        the audio mask ``[1, T]``: the ``n`` audio and delay-token positions take the frames' embeddings."""
+        cfg = self.cfg
+        audio = (input_ids == cfg.audio_token_id) | (input_ids == cfg.audio_delay_token_id)
+        embeds = self.model.embed_tokens(input_ids)
+        count = int(audio.sum())
+        if count:
+            if audio_codes is None or audio_codes.shape[0] != count:
+                raise ValueError(f"the prompt has {count} audio positions, its audio "
+                                 f"{0 if audio_codes is None else audio_codes.shape[0]} frames")
+            embeds = embeds.clone()
+            embeds[audio] = self.model.embed_audio_tokens(audio_codes.to(embeds.device)).to(embeds.dtype)
+        return embeds[None], audio[None]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Last hidden states ``[B, hidden]`` -> ``[B, G, codebook_size]`` (float32)."""
+        return self.audio_lm_head(hidden).float().view(hidden.shape[0], self.cfg.num_codebooks, -1)
+
+    def prefill(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None, cache: SequenceCache) -> torch.Tensor:
+        embeds, audio = self.prompt_embeds(input_ids, audio_codes)
+        return self.logits(self.model(embeds, audio if not bool(audio.all()) else None, [cache])[:, -1])
+
+    def step(self, frames: torch.Tensor, caches: list[SequenceCache]) -> torch.Tensor:
+        """Each sequence's last frame ``[B, G]`` -> the next frames' logits ``[B, G, codebook_size]``."""
+        embeds = self.model.embed_audio_tokens(frames.to(self.audio_lm_head.weight.device))[:, None]
+        return self.logits(self.model(embeds.to(self.audio_lm_head.weight.dtype), None, caches)[:, -1])

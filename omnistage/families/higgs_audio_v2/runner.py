@@ -1,0 +1,124 @@
+"""The generator stage's step loop: every running utterance advances one frame (8 codes) per step.
+
+A new utterance is prefilled alone (its prompt routes text and voice positions through their own MLPs); then one
+batched step runs every utterance on its last frame (all audio positions: the audio MLPs only), each attending over
+its own contiguous cache. Each frame is sampled per codebook under its utterance's :class:`DelayRule`; a greedy
+request (temperature 0) takes the argmax, a seeded one draws from its own generator. Offline generation (verify)
+is this loop with one utterance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from omnistage.families.higgs_audio_v2.backbone import HiggsAudioV2
+from omnistage.families.higgs_audio_v2.delay import DelayRule
+from omnistage.families.higgs_audio_v2.prompt import HiggsPrompt
+from omnistage.models.sequence_cache import SequenceCache
+from omnistage.sampling_params import SamplingParams
+
+
+@dataclass
+class Utterance:
+    request_id: str
+    prompt: HiggsPrompt
+    rule: DelayRule
+    sampling: SamplingParams
+    max_frames: int
+    generator: torch.Generator | None
+    cache: SequenceCache = field(default_factory=SequenceCache)
+    last: torch.Tensor | None = None  # the frame fed next [G]
+    made: int = 0
+
+
+@dataclass(frozen=True)
+class Frame:
+    request_id: str
+    codes: torch.Tensor  # [G] as the generator emits it (delayed); an ending frame is not audio
+    finished: bool
+    by_length: bool = False  # stopped at the frame budget, not by an all-EOS frame
+
+
+def sample_codes(scores: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    """``[G, V]`` float32 scores -> codes ``[G]``, each codebook sampled on its own (transformers' warpers:
+    temperature, then top-k, then top-p)."""
+    if sampling.temperature <= 0:
+        return scores.argmax(dim=-1)
+    scores = scores / sampling.temperature
+    if sampling.top_k > 0:
+        kth = scores.topk(min(sampling.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        ordered, order = scores.sort(dim=-1)
+        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= 1 - sampling.top_p
+        drop[:, -1] = False
+        scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator)[:, 0]
+
+
+class HiggsRunner:
+    def __init__(self, model: HiggsAudioV2) -> None:
+        self.model = model
+        self.running: dict[str, Utterance] = {}
+
+    def add(self, request_id: str, prompt: HiggsPrompt, sampling: SamplingParams, max_frames: int) -> None:
+        cfg = self.model.cfg
+        ids = prompt.input_ids(cfg)
+        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+        budget = max(1, min(max_frames, sampling.max_tokens or max_frames))
+        self.running[request_id] = Utterance(request_id, prompt, DelayRule(cfg, ids), sampling, budget, generator)
+
+    def abort(self, request_id: str) -> None:
+        self.running.pop(request_id, None)
+
+    @torch.inference_mode()
+    def step(self) -> list[Frame]:
+        """One frame for every running utterance (a new one is prefilled first)."""
+        if not self.running:
+            return []
+        cfg = self.model.cfg
+        fresh = [u for u in self.running.values() if u.last is None]
+        going = [u for u in self.running.values() if u.last is not None]
+        logits = [self.model.prefill(u.prompt.input_ids(cfg), u.prompt.audio_frames(cfg), u.cache) for u in fresh]
+        if going:
+            logits.append(self.model.step(torch.stack([u.last for u in going]), [u.cache for u in going]))
+        utterances, scores = fresh + going, torch.cat(logits).cpu()
+        codes = self._sample(utterances, scores)
+        eos = codes == cfg.audio_stream_eos_id
+        frames = []
+        for u, row, any_eos, all_eos in zip(utterances, codes, eos.any(-1).tolist(), eos.all(-1).tolist()):
+            u.made += 1
+            ended = u.rule.advance(any_eos, all_eos)
+            by_length = not ended and u.made >= u.max_frames
+            frames.append(Frame(u.request_id, row, ended or by_length, by_length))
+            if ended or by_length:
+                del self.running[u.request_id]
+            else:
+                u.last = row
+        return frames
+
+    @staticmethod
+    def _sample(utterances: list[Utterance], scores: torch.Tensor) -> torch.Tensor:
+        """``[B, G, V]`` -> codes ``[B, G]``: markers forced where held; the greedy rows in one argmax."""
+        for u, row in zip(utterances, scores):
+            u.rule.constrain(row)
+        codes = scores.argmax(dim=-1)
+        for i, u in enumerate(utterances):
+            if u.sampling.temperature > 0:
+                codes[i] = sample_codes(scores[i], u.sampling, u.generator)
+        return codes
+
+
+def generate_rows(model: HiggsAudioV2, prompt: HiggsPrompt, sampling: SamplingParams, max_frames: int) -> torch.Tensor:
+    """One utterance offline: every generated row ``[n, G]`` that is audio (an ending all-EOS row left out)."""
+    runner = HiggsRunner(model)
+    runner.add("offline", prompt, sampling, max_frames)
+    rows = []
+    while runner.running:
+        for frame in runner.step():
+            if not (frame.finished and not frame.by_length):
+                rows.append(frame.codes)
+    return torch.stack(rows) if rows else torch.empty(0, model.cfg.num_codebooks, dtype=torch.long)
