@@ -48,6 +48,7 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
                                         ("qwen3_asr", "qwen3_forced_aligner"), ("aligner-tiny",)),
     "pocket_tts": FamilyEntry("omnistage.families.pocket_tts.family:FAMILY", ("pocket_tts",),
                               ("pocket-tiny", "pocket-tiny-drifting"), sizes=("tiny", "full")),
+    "csm": FamilyEntry("omnistage.families.csm.family:FAMILY", ("csm",), ("csm-tiny",), sizes=("tiny", "full")),
 })
 
 
