@@ -107,6 +107,9 @@ class Hooks:
     cached(name) -> Path: the embedded random checkpoint ``--model <name>`` means (made on first use), for the
         names in ``tiny_names``.
     word_timer(folder) -> WordTimer: a forced aligner of the family's, loaded for ``serve --aligner FOLDER``.
+    hf_speech(folder, texts, frames) -> dict: ``bench serve --backend openai-audio-speech --baseline hf`` for a TTS
+        family: transformers' ``generate`` speaking ``texts`` one at a time, ``frames`` frames each, as the
+        bench's baseline figures (completed, mean/min e2el ms, audio throughput...).
     """
 
     make_tiny: str = ""
@@ -114,6 +117,7 @@ class Hooks:
     cached: str = ""
     tiny_names: tuple[str, ...] = ()
     word_timer: str = ""
+    hf_speech: str = ""
 
 
 def call_hook(hook: str, *args: object) -> object:

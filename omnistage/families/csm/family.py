@@ -34,7 +34,7 @@ class CsmFamily(Family):
     hooks = Hooks(make_tiny=f"{_HOOKS}.make_tiny:make_tiny_command",
                   verify=f"{_HOOKS}.verify:run_csm_verify_command",
                   cached=f"{_HOOKS}.make_tiny:cached_checkpoint",
-                  tiny_names=("csm-tiny",))
+                  tiny_names=("csm-tiny",), hf_speech=f"{_HOOKS}.hf_speech:hf_speech")
 
     def load_config(self, folder: Path) -> CsmConfig:
         return CsmConfig.from_folder(folder)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from omnistage.families.csm.config import LlamaShape
-from omnistage.layers.linear import activation
+from omnistage.layers.linear import FusedRows, activation
 from omnistage.layers.norm import RMSNorm
 from omnistage.layers.rotary import rotate_half
 
@@ -56,12 +56,13 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(shape.hidden_size, kv_dim, bias=False)
         self.v_proj = nn.Linear(shape.hidden_size, kv_dim, bias=False)
         self.o_proj = nn.Linear(q_dim, shape.hidden_size, bias=False)
+        self.qkv = FusedRows(self.q_proj, self.k_proj, self.v_proj)  # one matmul: decode is call-bound
 
     def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
-        q = self.q_proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-        k, v = (p(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-                for p in (self.k_proj, self.v_proj))
+        q, k, v = self.qkv(x)
+        q = q.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+        k, v = (t.view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2) for t in (k, v))
         q, k = (t * cos + rotate_half(t) * sin for t in (q, k))
         return q, k, v
 
@@ -101,9 +102,11 @@ class Mlp(nn.Module):
         self.up_proj = nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
         self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False)
         self.act = activation(shape.hidden_act)
+        self.gate_up = FusedRows(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up(x)
+        return self.down_proj(self.act(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -134,11 +137,18 @@ class LlamaStack(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(shape) for _ in range(shape.num_hidden_layers))
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.register_buffer("inv_freq", shape.rope.inv_freq(shape.head_dim), persistent=False)
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos/sin of positions 0..n-1
 
     def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        angles = positions.float()[..., None] * self.inv_freq.float().to(positions.device)
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        """cos/sin ``[..., head_dim]`` of ``positions``, looked up in a table grown on demand (computed in fp32)."""
+        table = self._table
+        need = int(positions.max()) + 1 if positions.numel() else 0
+        if table is None or table[0].shape[0] < need or table[0].dtype != dtype:
+            size = max(need, 64 if table is None else 2 * table[0].shape[0])
+            angles = torch.arange(size, device=positions.device).float()[:, None] * self.inv_freq.float()
+            angles = torch.cat((angles, angles), dim=-1)
+            table = self._table = (angles.cos().to(dtype), angles.sin().to(dtype))
+        return table[0][positions], table[1][positions]
 
     def forward(self, embeds: torch.Tensor, cache: SequenceCache) -> torch.Tensor:
         """``[B, T, H]`` new positions after ``cache`` (one sequence, or ``B`` in lockstep) -> normed states."""

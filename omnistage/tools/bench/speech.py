@@ -183,7 +183,13 @@ def run_pocket_baseline(folder: Path, prompts: list[BenchPrompt], threads: int |
 
 
 def _baseline(args, folder: Path, prompts: list[BenchPrompt], frames: int) -> dict[str, float]:  # noqa: ANN001
+    from omnistage.families.base import call_hook
+    from omnistage.families.registry import DEFAULT_REGISTRY
+
     subset = prompts[:args.hf_num_prompts or min(args.num_prompts, 4)]
+    hooks = DEFAULT_REGISTRY.for_folder(folder).hooks
+    if args.baseline == "hf" and hooks.hf_speech:  # the family's own transformers generate
+        return call_hook(hooks.hf_speech, folder, [p.text for p in subset], frames)  # type: ignore[return-value]
     if args.baseline == "pocket-tts":
         if not (folder / "config.json").is_file() or '"pocket_tts"' not in (folder / "config.json").read_text():
             raise UsageError("--baseline pocket-tts times Kyutai's pocket-tts package: give a Pocket TTS checkpoint "
@@ -194,7 +200,7 @@ def _baseline(args, folder: Path, prompts: list[BenchPrompt], frames: int) -> di
 
 
 _SOURCES = {"reference": "the qwen-tts package's own generate", "pocket-tts": "the pocket-tts package's own streaming "
-            "generation"}
+            "generation", "hf": "transformers' generate (the family's, else its sequential generation)"}
 
 
 def main(args) -> int:  # noqa: ANN001 - argparse.Namespace of bench serve
