@@ -10,8 +10,6 @@ Three ways through it, each with its own keys/values:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,27 +18,7 @@ from omnistage.families.csm.config import LlamaShape
 from omnistage.layers.linear import FusedRows, activation
 from omnistage.layers.norm import RMSNorm
 from omnistage.layers.rotary import rotate_half
-
-
-@dataclass
-class SequenceCache:
-    """One sequence's keys/values per layer, ``[1, kv_heads, T, head_dim]``."""
-
-    keys: list[torch.Tensor] = field(default_factory=list)
-    values: list[torch.Tensor] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return self.keys[0].shape[2] if self.keys else 0
-
-    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer == len(self.keys):
-            self.keys.append(k)
-            self.values.append(v)
-        else:
-            self.keys[layer] = torch.cat([self.keys[layer], k], dim=2)
-            self.values[layer] = torch.cat([self.values[layer], v], dim=2)
-        return self.keys[layer], self.values[layer]
+from omnistage.models.sequence_cache import SequenceCache
 
 
 class LockstepCache(SequenceCache):

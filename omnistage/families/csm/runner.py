@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from omnistage.families.csm.llama import SequenceCache
 from omnistage.families.csm.model import CsmModel
 from omnistage.families.csm.prompt import CsmPrompt
 from omnistage.families.csm.sampling import CodeSampling, pick_codes
+from omnistage.models.sequence_cache import SequenceCache
 from omnistage.sampling_params import SamplingParams
 
 
@@ -36,6 +36,10 @@ class Frame:
     codes: torch.Tensor | None  # [32] on the host; None: the EOS frame (no audio)
     finished: bool
     by_length: bool = False
+
+    @property
+    def frames(self) -> torch.Tensor | None:
+        return None if self.codes is None else self.codes[None]
 
 
 class CsmRunner:

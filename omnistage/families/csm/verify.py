@@ -14,9 +14,6 @@ Exit status 0 when every case holds, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -25,23 +22,13 @@ from omnistage.families.csm.checkpoint import load_codec, load_model
 from omnistage.families.csm.config import CsmConfig
 from omnistage.families.csm.prompt import CsmTokenizer, Segment
 from omnistage.families.csm.runner import CsmRunner
+from omnistage.families.parity_report import CaseResult, max_abs_diff, verify_command
 from omnistage.sampling_params import SamplingParams
 
 WAVE_TOLERANCE = 1e-4  # samples within [-1, 1] through ~25 conv layers: fp32 rounding stays near 1e-6
 STREAM_TOLERANCE = 1e-5
 CHUNKS = (1, 3, 7)  # then the rest: a first frame alone, and boundaries off any stride
 CONTEXT_SAMPLES = 3 * 1920 + 500
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    name: str
-    max_abs_diff: float
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return self.max_abs_diff <= self.tolerance
 
 
 def greedy_frames(runner: CsmRunner, prompt: object, frames: int) -> torch.Tensor:
@@ -76,8 +63,8 @@ def run_csm_verify(folder: Path, frames: int = 12, tolerance: float = WAVE_TOLER
     reference_wave = reference.codec_model.decode(ours.T[None]).audio_values[0, 0]
     return [CaseResult("context", _mismatch(context, theirs_context[0].T), 0.0),
             CaseResult("codes", _mismatch(ours, theirs), 0.0),
-            CaseResult("waveform", _diff(whole, reference_wave), tolerance),
-            CaseResult("streamed", _diff(_streamed(codec, ours), whole), STREAM_TOLERANCE)]
+            CaseResult("waveform", max_abs_diff(whole, reference_wave), tolerance),
+            CaseResult("streamed", max_abs_diff(_streamed(codec, ours), whole), STREAM_TOLERANCE)]
 
 
 def _streamed(codec: torch.nn.Module, frames: torch.Tensor) -> torch.Tensor:
@@ -101,28 +88,6 @@ def _mismatch(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a != b).float().mean()) if a.numel() else 0.0
 
 
-def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    if a.shape != b.shape:
-        return float("inf")
-    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
-
-
 def run_csm_verify_command(args: argparse.Namespace, folder: Path) -> int:
     """CSM's ``verify`` hook (``--talker-max-new-tokens``: frames generated; ``--tolerance``: waveform)."""
-    tolerance = args.tolerance if getattr(args, "tolerance", None) is not None else WAVE_TOLERANCE
-    try:
-        results = run_csm_verify(folder, frames=getattr(args, "talker_max_new_tokens", 12) or 12,
-                                 tolerance=max(tolerance, 0.0))
-    except Exception as exc:  # noqa: BLE001 - a side that cannot run is a failed verification
-        print(f"omnistage verify: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    report = {"model": str(folder), "ok": all(r.ok for r in results),
-              "cases": [{**asdict(r), "ok": r.ok} for r in results]}
-    table = "\n".join(f"{r.name:10s} max|diff| {r.max_abs_diff:.3g} (<= {r.tolerance:g}) "
-                      f"{'ok' if r.ok else 'DIFFERS'}" for r in results)
-    print(table, file=sys.stderr if args.json == "-" else sys.stdout)
-    if args.json == "-":
-        print(json.dumps(report))
-    elif args.json:
-        Path(args.json).write_text(json.dumps(report) + "\n")
-    return 0 if report["ok"] else 1
+    return verify_command(args, folder, run_csm_verify, 12, WAVE_TOLERANCE)

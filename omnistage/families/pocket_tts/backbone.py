@@ -8,14 +8,13 @@ layer that grows by a frame a step costs less than any block table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from omnistage.families.pocket_tts.config import PocketConfig
 from omnistage.families.pocket_tts.flow_head import FlowHead
+from omnistage.models.sequence_cache import SequenceCache
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -29,31 +28,6 @@ def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dt
     angles = positions.float()[:, None] * inv_freq
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-@dataclass
-class SequenceCache:
-    """One sequence's keys/values per layer, ``[1, heads, T, head_dim]``."""
-
-    keys: list[torch.Tensor] = field(default_factory=list)
-    values: list[torch.Tensor] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return self.keys[0].shape[2] if self.keys else 0
-
-    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer == len(self.keys):
-            self.keys.append(k)
-            self.values.append(v)
-        else:
-            self.keys[layer] = torch.cat([self.keys[layer], k], dim=2)
-            self.values[layer] = torch.cat([self.values[layer], v], dim=2)
-        return self.keys[layer], self.values[layer]
-
-    def copy(self) -> SequenceCache:
-        """A voice prefix's cache shared by many requests: each extends its own copy."""
-        return SequenceCache(list(self.keys), list(self.values))
 
 
 class Attention(nn.Module):

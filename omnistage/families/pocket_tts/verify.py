@@ -12,13 +12,11 @@ Exit status 0 when every case holds, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from omnistage.families.parity_report import CaseResult, max_abs_diff, verify_command
 from omnistage.families.pocket_tts.checkpoint import load_decoder, load_model
 from omnistage.families.pocket_tts.config import CODEC_FOLDER, PocketCheckpoint
 from omnistage.families.pocket_tts.generate import FlowSampling, generate_latents
@@ -27,17 +25,6 @@ LATENT_TOLERANCE = 1e-5
 WAVE_TOLERANCE = 1e-4  # samples of order 1 through ~20 conv layers: fp32 rounding stays near 1e-6
 CHUNKS = (1, 3, 7)  # then the rest: a first frame alone, and boundaries off any stride
 VOICE_FRAMES = 3
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    name: str
-    max_abs_diff: float
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return self.max_abs_diff <= self.tolerance
 
 
 def verification_prompt(ckpt: PocketCheckpoint, text_ids: list[int]) -> torch.Tensor:
@@ -68,33 +55,11 @@ def run_pocket_verify(folder: Path, frames: int = 16, tolerance: float = WAVE_TO
         bounds.append(min(bounds[-1] + size, len(ours)))
     bounds.append(len(ours))
     parts = [decoder.decode(ours[a:b], state) for a, b in zip(bounds, bounds[1:]) if b > a]
-    return [CaseResult("latents", _diff(ours, theirs), LATENT_TOLERANCE),
-            CaseResult("waveform", _diff(whole, reference_wave), tolerance),
-            CaseResult("streamed", _diff(torch.cat(parts), whole), tolerance)]
-
-
-def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    if a.shape != b.shape:
-        return float("inf")
-    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+    return [CaseResult("latents", max_abs_diff(ours, theirs), LATENT_TOLERANCE),
+            CaseResult("waveform", max_abs_diff(whole, reference_wave), tolerance),
+            CaseResult("streamed", max_abs_diff(torch.cat(parts), whole), tolerance)]
 
 
 def run_pocket_verify_command(args: argparse.Namespace, folder: Path) -> int:
     """Pocket TTS's ``verify`` hook (``--talker-max-new-tokens``: frames generated; ``--tolerance``: waveform)."""
-    tolerance = args.tolerance if getattr(args, "tolerance", None) is not None else WAVE_TOLERANCE
-    try:
-        results = run_pocket_verify(folder, frames=getattr(args, "talker_max_new_tokens", 16) or 16,
-                                    tolerance=max(tolerance, 0.0))
-    except Exception as exc:  # noqa: BLE001 - a side that cannot run is a failed verification
-        print(f"omnistage verify: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    report = {"model": str(folder), "ok": all(r.ok for r in results),
-              "cases": [{**asdict(r), "ok": r.ok} for r in results]}
-    table = "\n".join(f"{r.name:10s} max|diff| {r.max_abs_diff:.3g} (<= {r.tolerance:g}) "
-                      f"{'ok' if r.ok else 'DIFFERS'}" for r in results)
-    print(table, file=sys.stderr if args.json == "-" else sys.stdout)
-    if args.json == "-":
-        print(json.dumps(report))
-    elif args.json:
-        Path(args.json).write_text(json.dumps(report) + "\n")
-    return 0 if report["ok"] else 1
+    return verify_command(args, folder, run_pocket_verify, 16, WAVE_TOLERANCE)
