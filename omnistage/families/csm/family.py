@@ -11,11 +11,11 @@ from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Ho
 from omnistage.families.csm.config import MODEL_TYPE, CsmConfig
 from omnistage.families.csm.payloads import PAYLOADS, CsmSpeech
 from omnistage.families.csm.prompt import CsmPrompt
+from omnistage.families.speech import OPENAI_VOICE_NAMES
 
 PRESET = Path(__file__).with_name("csm.yaml")
 # OpenAI's names, for clients that allow only those: all speaker 0.
-OPENAI_VOICES = MappingProxyType({name: "0" for name in (
-    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar")})
+OPENAI_VOICES = MappingProxyType({name: "0" for name in OPENAI_VOICE_NAMES})
 _WORKERS = "omnistage.families.csm.workers"
 _HOOKS = "omnistage.families.csm"
 
