@@ -58,7 +58,9 @@ def tiny_config(size: str, text_vocab: int) -> object:
                                   codec_config=transformers.MimiConfig(**codec))
 
 
-def make_tiny_csm(out_dir: str | Path, seed: int = 0, size: str = "tiny") -> Path:
+def make_tiny_csm(out_dir: str | Path, seed: int = 0, size: str = "tiny", plain: bool = False) -> Path:
+    """``plain``: transformers' own random init (no wide heads, codebooks at zero): verify's case of weights
+    this project did not shape."""
     import transformers
 
     out = Path(out_dir)
@@ -68,7 +70,8 @@ def make_tiny_csm(out_dir: str | Path, seed: int = 0, size: str = "tiny") -> Pat
     tokenizer.add_special_tokens(list(MARKERS))
     torch.manual_seed(seed)
     model = transformers.CsmForConditionalGeneration(tiny_config(size, text_vocab)).eval()
-    draw_weights(model, torch.Generator().manual_seed(seed))
+    if not plain:
+        draw_weights(model, torch.Generator().manual_seed(seed))
     if size == "full":
         model = model.to(torch.bfloat16)
     else:
@@ -124,5 +127,5 @@ def make_tiny_command(args: argparse.Namespace) -> int:
     if args.out_dir is None:
         print(f"make-tiny --model-type {MODEL_TYPE}: give OUT_DIR (or --cached)", file=sys.stderr)
         return 2
-    print(make_tiny_csm(args.out_dir, seed=args.seed, size=size))
+    print(make_tiny_csm(args.out_dir, seed=args.seed, size=size, plain=bool(getattr(args, "plain", False))))
     return 0

@@ -98,3 +98,11 @@ def test_codes_past_the_codec_decode_clamped(csm_tiny):
     codes = torch.full((32, 2), cfg.codec.codebook_size + 2)
     out = streams.decode_streams(["s"], [0], [codes], [0], [True])
     assert out[0].shape == (2 * 1920,) and torch.isfinite(out[0]).all()
+
+
+def test_verify_holds_on_transformers_own_init(tmp_path):
+    """Weights this project did not shape (transformers' init: narrow heads, zero codebooks) verify as well."""
+    from omnistage.families.csm.make_tiny import make_tiny_csm
+
+    for r in run_csm_verify(make_tiny_csm(tmp_path, plain=True), frames=6):
+        assert r.ok, r
