@@ -2,8 +2,8 @@
 
 Built with transformers' own ``CsmForConditionalGeneration`` and saved by its ``save_pretrained`` (config.json
 with the depth decoder's and the Mimi codec's configs, model.safetensors with ``codec_model.``), plus a
-``tokenizer.json`` (a byte-level BPE standing in for Llama 3's, CSM's four markers after it). ``--size full``
-has the published shapes (~1.6 B parameters, bf16); ``tiny`` keeps the real timing (32 codebooks, 12.5 Hz,
+``tokenizer.json`` (a byte-level BPE standing in for Llama 3's, CSM's four markers after it in the tiny; the full
+size keeps Llama 3's marker ids). ``--size full`` has the published shapes (~1.6 B parameters, bf16); ``tiny`` keeps the real timing (32 codebooks, 12.5 Hz,
 24 kHz) at small widths, the codec's attention window short so streamed decoding crosses it, and each codebook
 as large as the codec's (64), so every code a random model picks decodes. Weights are drawn so activations stay
 of order one, and the code heads are scaled so greedy picks have margins float rounding cannot flip; the codec's
@@ -67,15 +67,15 @@ def make_tiny_csm(out_dir: str | Path, seed: int = 0, size: str = "tiny", plain:
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(BPE_SIZE)
     text_vocab = tokenizer.get_vocab_size()
-    tokenizer.add_special_tokens(list(MARKERS))
+    if size == "tiny":  # the full size keeps Llama 3's marker ids (config.json's defaults) past the BPE's
+        tokenizer.add_special_tokens(list(MARKERS))
     torch.manual_seed(seed)
     model = transformers.CsmForConditionalGeneration(tiny_config(size, text_vocab)).eval()
     if not plain:
         draw_weights(model, torch.Generator().manual_seed(seed))
     if size == "full":
         model = model.to(torch.bfloat16)
-    else:
-        tokenizer.save(str(out / "tokenizer.json"))
+    tokenizer.save(str(out / "tokenizer.json"))
     model.save_pretrained(out)
     return out
 
