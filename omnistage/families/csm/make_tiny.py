@@ -2,13 +2,13 @@
 
 Built with transformers' own ``CsmForConditionalGeneration`` and saved by its ``save_pretrained`` (config.json
 with the depth decoder's and the Mimi codec's configs, model.safetensors with ``codec_model.``), plus a
-``tokenizer.json`` (a byte-level BPE standing in for Llama 3's, CSM's four markers after it in the tiny; the full
-size keeps Llama 3's marker ids). ``--size full`` has the published shapes (~1.6 B parameters, bf16); ``tiny`` keeps the real timing (32 codebooks, 12.5 Hz,
-24 kHz) at small widths, the codec's attention window short so streamed decoding crosses it, and each codebook
-as large as the codec's (64), so every code a random model picks decodes. Weights are drawn so activations stay
-of order one, and the code heads are scaled so greedy picks have margins float rounding cannot flip; the codec's
-codebooks and layer scales are drawn too (transformers starts them at zero and 0.01) and its last conv scaled so
-the audio stays within [-1, 1].
+``tokenizer.json`` (a byte-level BPE standing in for Llama 3's; the tiny's CSM markers follow it, the full size
+keeps Llama 3's marker ids). ``--size full`` has the published shapes (~1.6 B parameters, bf16); ``tiny`` keeps
+the real timing (32 codebooks, 12.5 Hz, 24 kHz) at small widths, the codec's attention window short so streamed
+decoding crosses it, and each codebook as large as the codec's (64), so every code a random model picks decodes.
+Weights are drawn so activations stay of order one, and the code heads are scaled so greedy picks have margins
+float rounding cannot flip; the codec's codebooks and layer scales are drawn too (transformers starts them at
+zero and 0.01) and its last conv scaled so the audio stays within [-1, 1]. ``--plain``: transformers' init alone.
 """
 
 from __future__ import annotations
