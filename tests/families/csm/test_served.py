@@ -4,9 +4,7 @@ tiny checkpoint; the served audio is the offline generation's."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import io
 import json
 
@@ -16,31 +14,27 @@ import pytest
 import soundfile as sf
 import torch
 
-from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.families.csm.checkpoint import load_codec, load_model
 from omnistage.families.csm.config import CsmConfig
 from omnistage.families.csm.prompt import CsmTokenizer
 from omnistage.families.csm.runner import CsmRunner
 from omnistage.families.csm.verify import greedy_frames
-from omnistage.pipeline.async_omni import AsyncOmni
-from omnistage.pipeline.runtime import PipelineOptions
 from tests.audio.signals import av_decode
-from tests.entrypoints.server_thread import ServerThread
+from tests.families.speech_server import (
+    openai_client,
+    same_pcm,
+    sse_joins_to_the_whole,
+    streamed_bytes_join_to_the_whole,
+)
+from tests.families.speech_server import serving as served_as
 
 pytestmark = pytest.mark.e2e
 FRAMES = 9
 TEXT = "hello there, how are you today"
 
 
-@contextlib.contextmanager
-def serving(folder, **app_options):
-    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "csm")
-    thread = ServerThread(build_app(engine, **app_options))
-    try:
-        yield thread.start()
-    finally:
-        thread.stop()
-        asyncio.run(engine.shutdown())
+def serving(folder, **app_options):  # noqa: ANN001
+    return served_as(folder, "csm", **app_options)
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +52,7 @@ def speak_offline(folder, speaker: int = 0, context=()) -> np.ndarray:
     return load_codec(folder, cfg, encoder=False).decode(frames.T[None])[0].numpy()
 
 
-def _same_pcm(a: bytes, b: bytes) -> None:
-    """Chunk boundaries differ between a streamed and a whole response: float rounding may flip a pcm16 LSB."""
-    x, y = np.frombuffer(a, "<i2").astype(int), np.frombuffer(b, "<i2").astype(int)
-    assert x.shape == y.shape and np.abs(x - y).max() <= 1
-
-
-def _client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+_client, _same_pcm = openai_client, same_pcm
 
 
 def _wav(samples: np.ndarray) -> str:
@@ -105,24 +92,11 @@ def test_every_format_carries_the_audio(served, fmt):
 
 
 def test_streamed_sse_deltas_join_to_the_whole(served):
-    url, _ = served
-    client = _client(url)
-    whole = client.audio.speech.create(model="csm", voice="alloy", input=TEXT, response_format="pcm").content
-    with client.audio.speech.with_streaming_response.create(model="csm", voice="alloy", input=TEXT,
-                                                            response_format="pcm", stream_format="sse") as r:
-        events = [json.loads(line[len("data: "):]) for line in r.iter_lines() if line.startswith("data: ")]
-    deltas = [base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"]
-    assert len(deltas) >= 2
-    _same_pcm(b"".join(deltas), whole)
+    sse_joins_to_the_whole(served[0], "csm", "alloy", TEXT)
 
 
 def test_streamed_bytes(served):
-    url, _ = served
-    client = _client(url)
-    whole = client.audio.speech.create(model="csm", voice="alloy", input=TEXT, response_format="pcm").content
-    with client.audio.speech.with_streaming_response.create(model="csm", voice="alloy", input=TEXT,
-                                                            response_format="pcm") as r:
-        _same_pcm(b"".join(r.iter_bytes()), whole)
+    streamed_bytes_join_to_the_whole(served[0], "csm", "alloy", TEXT)
 
 
 def test_ref_audio_is_a_context_turn(served):
