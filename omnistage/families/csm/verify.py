@@ -1,7 +1,7 @@
 """``omnistage verify`` on a CSM folder: omnistage's modules against transformers' on the same checkpoint.
 
-Cases (greedy, both sides deterministic), a context turn of random audio before the text:
-- ``context``: the context audio's Mimi codes, ours against ``codec_model.encode`` (must be identical);
+Cases (greedy, both sides deterministic), two context turns of random audio (two speakers) before the text:
+- ``context``: the context audios' Mimi codes, ours against ``codec_model.encode`` (must be identical);
 - ``codes``: ``generate``'s frames against the backbone stage's runner (every code identical; its figure is the
   share of codes that differ);
 - ``waveform``: transformers' ``codec_model.decode`` of those frames against a whole decode here, within
@@ -28,7 +28,8 @@ from omnistage.sampling_params import SamplingParams
 WAVE_TOLERANCE = 1e-4  # samples within [-1, 1] through ~25 conv layers: fp32 rounding stays near 1e-6
 STREAM_TOLERANCE = 1e-5
 CHUNKS = (1, 3, 7)  # then the rest: a first frame alone, and boundaries off any stride
-CONTEXT_SAMPLES = 3 * 1920 + 500
+CONTEXT_SAMPLES = (3 * 1920 + 500, 2 * 1920)  # two earlier turns, the first no whole number of frames
+CONTEXT_TURNS = ((1, "Once upon a time."), (0, "There was a robot."))
 
 
 def greedy_frames(runner: CsmRunner, prompt: object, frames: int) -> torch.Tensor:
@@ -45,23 +46,26 @@ def run_csm_verify(folder: Path, frames: int = 12, tolerance: float = WAVE_TOLER
 
     cfg = CsmConfig.from_folder(folder)
     model, codec = load_model(folder, cfg), load_codec(folder, cfg)
-    audio = (torch.randn(CONTEXT_SAMPLES, generator=torch.Generator().manual_seed(0)) * 0.3).clamp(-1, 1)
-    context = codec.encode(audio[None], num_quantizers=cfg.num_codebooks)[0].T
-    prompt = CsmTokenizer(folder, cfg).prompt("Hello there, how are you today?", 0,
-                                              (Segment(1, "Once upon a time.", context),))
+    noise = torch.Generator().manual_seed(0)
+    audios = [(torch.randn(n, generator=noise) * 0.3).clamp(-1, 1) for n in CONTEXT_SAMPLES]
+    contexts = [codec.encode(a[None], num_quantizers=cfg.num_codebooks)[0].T for a in audios]
+    turns = tuple(Segment(speaker, text, codes) for (speaker, text), codes in zip(CONTEXT_TURNS, contexts))
+    prompt = CsmTokenizer(folder, cfg).prompt("Hello there, how are you today?", 0, turns)
     ours = greedy_frames(CsmRunner(model), prompt, frames)
     reference = CsmForConditionalGeneration.from_pretrained(folder).eval()
     ids = torch.tensor([prompt.input_ids])
-    theirs_context = reference.codec_model.encode(audio[None, None], num_quantizers=cfg.num_codebooks).audio_codes
+    theirs_context = torch.cat([reference.codec_model.encode(a[None, None], num_quantizers=cfg.num_codebooks)
+                                .audio_codes[0].T for a in audios])
     # attention_mask as CSM's processor returns it: the audio positions' id is also the pad id, and generate
     # would otherwise mask them out
-    out = reference.generate(input_ids=ids, attention_mask=torch.ones_like(ids), input_values=audio[None, None],
-                             input_values_cutoffs=torch.tensor([[audio.numel()]]), do_sample=False,
-                             depth_decoder_do_sample=False, max_new_tokens=frames)[0]
+    cutoffs = torch.tensor([CONTEXT_SAMPLES]).cumsum(dim=-1)
+    out = reference.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                             input_values=torch.cat(audios)[None, None], input_values_cutoffs=cutoffs,
+                             do_sample=False, depth_decoder_do_sample=False, max_new_tokens=frames)[0]
     theirs = out[:_eos_index(out, cfg.codebook_eos_token_id)]
     whole = codec.decode(ours.T[None])[0]
     reference_wave = reference.codec_model.decode(ours.T[None]).audio_values[0, 0]
-    return [CaseResult("context", _mismatch(context, theirs_context[0].T), 0.0),
+    return [CaseResult("context", _mismatch(torch.cat(contexts), theirs_context), 0.0),
             CaseResult("codes", _mismatch(ours, theirs), 0.0),
             CaseResult("waveform", max_abs_diff(whole, reference_wave), tolerance),
             CaseResult("streamed", max_abs_diff(_streamed(codec, ours), whole), STREAM_TOLERANCE)]
