@@ -57,3 +57,34 @@ def streamed_bytes_join_to_the_whole(url: str, model: str, voice: str, text: str
     with client.audio.speech.with_streaming_response.create(model=model, voice=voice, input=text,
                                                             response_format="pcm") as r:
         same_pcm(b"".join(r.iter_bytes()), whole)
+
+
+async def ws_session(url: str, model: str, events: list[dict]) -> list[dict]:
+    """``events`` sent on the speech-stream WebSocket; every event received up to its end."""
+    from websockets.asyncio.client import connect
+
+    received: list[dict] = []
+    async with connect(url.replace("http://", "ws://") + f"/v1/audio/speech/stream?model={model}", open_timeout=10,
+                       max_size=None) as ws:
+        for event in events:
+            await ws.send(json.dumps(event))
+        while not received or received[-1]["type"] not in ("speech.audio.done", "error"):
+            received.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+    return received
+
+
+def ws_speaks_each_sentence(url: str, model: str, voice: str) -> None:
+    """Incremental text on the speech-stream WebSocket: each sentence is spoken as /v1/audio/speech speaks it."""
+    pieces = ["hello the", "re, how are you today? I am ", "fine, thank", " you."]
+    events = [{"type": "session.update", "voice": voice}]
+    events += [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
+    got = asyncio.run(ws_session(url, model, events))
+    assert got[-1]["type"] == "speech.audio.done", got[-1]
+    done = [e["text"] for e in got if e["type"] == "speech.segment.done"]
+    assert len(done) == 2
+    client = openai_client(url)
+    for segment, text in enumerate(done):
+        data = b"".join(base64.b64decode(e["audio"]) for e in got
+                        if e["type"] == "speech.audio.delta" and e["segment"] == segment)
+        whole = client.audio.speech.create(model=model, voice=voice, input=text, response_format="pcm").content
+        same_pcm(data, whole)

@@ -25,6 +25,7 @@ from tests.families.speech_server import (
     same_pcm,
     sse_joins_to_the_whole,
     streamed_bytes_join_to_the_whole,
+    ws_speaks_each_sentence,
 )
 from tests.families.speech_server import serving as served_as
 
@@ -125,6 +126,10 @@ def test_bad_input_is_a_400(served):
         client.audio.speech.create(model="csm", voice="alloy", input="   ")
     with pytest.raises(openai.BadRequestError):
         client.audio.speech.create(model="csm", voice="7", input=TEXT)
+
+
+def test_speech_stream_websocket_speaks_each_sentence(served):
+    ws_speaks_each_sentence(served[0], "csm", "1")
 
 
 def test_concurrent_requests_each_speak_as_alone(served):

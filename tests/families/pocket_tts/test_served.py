@@ -3,8 +3,6 @@ and the speech WebSocket, on a random tiny checkpoint; the served audio is the o
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import io
 import json
 
@@ -27,6 +25,7 @@ from tests.families.speech_server import (
     same_pcm,
     sse_joins_to_the_whole,
     streamed_bytes_join_to_the_whole,
+    ws_speaks_each_sentence,
 )
 from tests.families.speech_server import serving as served_as
 
@@ -101,35 +100,8 @@ def test_empty_input_is_a_400(served):
         _client(url).audio.speech.create(model="pocket", voice="alloy", input="   ")
 
 
-async def _ws_session(url: str, events: list[dict]) -> list[dict]:
-    from websockets.asyncio.client import connect
-
-    received: list[dict] = []
-    async with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream?model=pocket", open_timeout=10,
-                       max_size=None) as ws:
-        for event in events:
-            await ws.send(json.dumps(event))
-        while not received or received[-1]["type"] not in ("speech.audio.done", "error"):
-            received.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
-    return received
-
-
 def test_speech_stream_websocket_speaks_each_sentence(served):
-    """Incremental text on the speech-stream WebSocket: each sentence is spoken as /v1/audio/speech speaks it."""
-    url, _ = served
-    pieces = ["hello the", "re, how are you today? I am ", "fine, thank", " you."]
-    events = [{"type": "session.update", "voice": "marius"}]
-    events += [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
-    got = asyncio.run(_ws_session(url, events))
-    assert got[-1]["type"] == "speech.audio.done", got[-1]
-    done = [e["text"] for e in got if e["type"] == "speech.segment.done"]
-    assert len(done) == 2
-    client = _client(url)
-    for segment, text in enumerate(done):
-        data = b"".join(base64.b64decode(e["audio"]) for e in got
-                        if e["type"] == "speech.audio.delta" and e["segment"] == segment)
-        whole = client.audio.speech.create(model="pocket", voice="marius", input=text, response_format="pcm").content
-        _same_pcm(data, whole)
+    ws_speaks_each_sentence(served[0], "pocket", "marius")
 
 
 def test_concurrent_requests_each_speak_as_alone(served):
