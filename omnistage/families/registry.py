@@ -50,6 +50,7 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
                               ("pocket-tiny", "pocket-tiny-drifting"), sizes=("tiny", "full")),
     "higgs_audio_v2": FamilyEntry("omnistage.families.higgs_audio_v2.family:FAMILY", ("higgs_audio_v2",),
                                   ("higgs-tiny",), sizes=("tiny", "full")),
+    "csm": FamilyEntry("omnistage.families.csm.family:FAMILY", ("csm",), ("csm-tiny",), sizes=("tiny", "full")),
 })
 
 

@@ -16,6 +16,10 @@ import numpy as np
 
 from omnistage.core import Prompt
 
+# OpenAI's voice names, which some clients allow alone: a family with other speakers maps them onto its own.
+OPENAI_VOICE_NAMES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse",
+                      "marin", "cedar")
+
 
 @dataclass(frozen=True)
 class SpeechAsk:

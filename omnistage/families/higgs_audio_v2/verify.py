@@ -32,7 +32,7 @@ from omnistage.families.higgs_audio_v2.config import CODEC_FOLDER, HiggsCheckpoi
 from omnistage.families.higgs_audio_v2.family import LOOKAHEAD_FRAMES, PAST_FRAMES
 from omnistage.families.higgs_audio_v2.prompt import HiggsPrompt, HiggsTokenizer
 from omnistage.families.higgs_audio_v2.runner import generate_rows
-from omnistage.families.verify_cases import CaseResult, max_abs_diff, report_cases
+from omnistage.families.parity_report import CaseResult, max_abs_diff, report_cases
 from omnistage.sampling_params import SamplingParams
 
 WAVE_TOLERANCE = 1e-5  # the same modules in the same order: float rounding only

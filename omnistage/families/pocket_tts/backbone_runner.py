@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from omnistage.families.pocket_tts.backbone import PocketTTS, SequenceCache
+from omnistage.families.pocket_tts.backbone import PocketTTS
 from omnistage.families.pocket_tts.generate import EosRule, FlowDefaults, FlowSampling
 from omnistage.families.pocket_tts.prompt import PocketPrompt
+from omnistage.models.sequence_cache import SequenceCache
 from omnistage.sampling_params import SamplingParams
 
 
@@ -37,6 +38,10 @@ class Frame:
     latent: torch.Tensor  # [latent] in the decoder's space
     finished: bool
     by_length: bool = False  # finished at the frame budget, not by the EOS head
+
+    @property
+    def frames(self) -> torch.Tensor:
+        return self.latent[None].cpu()
 
 
 class BackboneRunner:

@@ -11,13 +11,13 @@ from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Ho
 from omnistage.families.pocket_tts.config import MODEL_TYPE, PocketCheckpoint
 from omnistage.families.pocket_tts.payloads import PAYLOADS, PocketSpeech
 from omnistage.families.pocket_tts.prompt import PocketPrompt
+from omnistage.families.speech import OPENAI_VOICE_NAMES
 
 PRESET = Path(__file__).with_name("pocket_tts.yaml")
 DEFAULT_VOICE = "alba"  # the reference runtime's default voice
 # OpenAI's names, for clients that allow only those: all on the default voice (a checkpoint lacking it: its
 # first voice).
-OPENAI_VOICES = MappingProxyType({name: DEFAULT_VOICE for name in (
-    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar")})
+OPENAI_VOICES = MappingProxyType({name: DEFAULT_VOICE for name in OPENAI_VOICE_NAMES})
 _WORKERS = "omnistage.families.pocket_tts.workers"
 _HOOKS = "omnistage.families.pocket_tts"
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from omnistage.families.pocket_tts.backbone import PocketTTS, SequenceCache
+from omnistage.families.pocket_tts.backbone import PocketTTS
+from omnistage.models.sequence_cache import SequenceCache
 
 SHORT_TEXT_MAX_WORDS = 4  # the processor's: short texts get a longer tail after end of speech
 FRAMES_AFTER_EOS_SHORT, FRAMES_AFTER_EOS = 4, 2

@@ -12,15 +12,14 @@ Exit status 0 when every case holds, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
+from omnistage.families.parity_report import CaseResult, max_abs_diff, verify_command
 from omnistage.families.pocket_tts.checkpoint import load_decoder, load_model
 from omnistage.families.pocket_tts.config import CODEC_FOLDER, PocketCheckpoint
 from omnistage.families.pocket_tts.generate import FlowSampling, generate_latents
-from omnistage.families.verify_cases import CaseResult, max_abs_diff, report_cases
 
 LATENT_TOLERANCE = 1e-5
 WAVE_TOLERANCE = 1e-4  # samples of order 1 through ~20 conv layers: fp32 rounding stays near 1e-6
@@ -63,11 +62,4 @@ def run_pocket_verify(folder: Path, frames: int = 16, tolerance: float = WAVE_TO
 
 def run_pocket_verify_command(args: argparse.Namespace, folder: Path) -> int:
     """Pocket TTS's ``verify`` hook (``--talker-max-new-tokens``: frames generated; ``--tolerance``: waveform)."""
-    tolerance = args.tolerance if getattr(args, "tolerance", None) is not None else WAVE_TOLERANCE
-    try:
-        results = run_pocket_verify(folder, frames=getattr(args, "talker_max_new_tokens", 16) or 16,
-                                    tolerance=max(tolerance, 0.0))
-    except Exception as exc:  # noqa: BLE001 - a side that cannot run is a failed verification
-        print(f"omnistage verify: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    return report_cases(args, folder, results)
+    return verify_command(args, folder, run_pocket_verify, 16, WAVE_TOLERANCE)

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from omnistage.models.mimi_config import MimiConfig
+
 T = TypeVar("T")
 
 
@@ -103,6 +105,7 @@ class CodecEncoderConfig:
     layer_scale_initial_scale: float = 0.01
     attention_bias: bool = False
     frame_rate: float = 0.0  # 0: sampling_rate / (prod(upsampling_ratios) * 2), Mimi's frame size
+    sliding_window: int = 250  # Mimi's attention window (25 Hz frames)
 
     def __post_init__(self) -> None:
         if not self.head_dim:
@@ -126,6 +129,12 @@ class CodecEncoderConfig:
     @property
     def downsample_kernel(self) -> int:
         return 2 * int(self.encodec_frame_rate / self.frame_rate)
+
+    def mimi(self) -> MimiConfig:
+        """The shared Mimi modules' config of this encoder."""
+        names = {f.name for f in fields(MimiConfig)}
+        same = {f.name: getattr(self, f.name) for f in fields(self) if f.name in names}
+        return MimiConfig(**same, latent_stride=self.downsample_kernel // 2)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ def test_streamed_decode_equals_whole_at_every_split(pocket_lsd):
 
 def test_batched_step_equals_each_sequence_alone(pocket_lsd):
     """Three sequences of different lengths stepped together: each as its own single-sequence step."""
-    from omnistage.families.pocket_tts.backbone import SequenceCache
+    from omnistage.models.sequence_cache import SequenceCache
 
     ckpt = PocketCheckpoint.from_folder(pocket_lsd)
     model = load_model(pocket_lsd, ckpt)

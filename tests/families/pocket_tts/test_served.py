@@ -3,9 +3,6 @@ and the speech WebSocket, on a random tiny checkpoint; the served audio is the o
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
 import io
 import json
 
@@ -15,7 +12,6 @@ import pytest
 import soundfile as sf
 import torch
 
-from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.families.pocket_tts.checkpoint import load_decoder, load_model
 from omnistage.families.pocket_tts.config import PocketCheckpoint
 from omnistage.families.pocket_tts.decoder_stream import StreamingLatentDecoder
@@ -23,27 +19,24 @@ from omnistage.families.pocket_tts.generate import FlowSampling, generate_latent
 from omnistage.families.pocket_tts.make_tiny import make_tiny_pocket
 from omnistage.families.pocket_tts.prompt import PocketTokenizer
 from omnistage.families.pocket_tts.voices import read_latents
-from omnistage.pipeline.async_omni import AsyncOmni
-from omnistage.pipeline.runtime import PipelineOptions
 from tests.audio.signals import av_decode
-from tests.entrypoints.server_thread import ServerThread
-from tests.entrypoints.speech_ws import speech_stream_session
+from tests.families.speech_server import (
+    openai_client,
+    same_pcm,
+    sse_joins_to_the_whole,
+    streamed_bytes_join_to_the_whole,
+    ws_speaks_each_sentence,
+)
+from tests.families.speech_server import serving as served_as
 
 pytestmark = pytest.mark.e2e
 FRAMES = 9
 TEXT = "hello there, how are you today"
 
 
-@contextlib.contextmanager
-def serving(folder, **app_options):
+def serving(folder, **app_options):  # noqa: ANN001
     """A live server of ``folder`` (in-process stages) for the module's tests: its URL."""
-    engine = AsyncOmni(folder, None, PipelineOptions(in_process=True), "pocket")
-    thread = ServerThread(build_app(engine, **app_options))
-    try:
-        yield thread.start()
-    finally:
-        thread.stop()
-        asyncio.run(engine.shutdown())
+    return served_as(folder, "pocket", **app_options)
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +63,7 @@ def offline(served) -> np.ndarray:
     return speak_offline(folder, read_latents(folder / "voices" / "alba.safetensors", 32))  # alloy: the default
 
 
-def _same_pcm(a: bytes, b: bytes) -> None:
-    """Chunk boundaries differ between a streamed and a whole response: float rounding may flip a pcm16 LSB."""
-    x, y = np.frombuffer(a, "<i2").astype(int), np.frombuffer(b, "<i2").astype(int)
-    assert x.shape == y.shape and np.abs(x - y).max() <= 1
-
-
-def _client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+_client, _same_pcm = openai_client, same_pcm
 
 
 def test_wav_is_the_offline_generation(served, offline):
@@ -101,24 +87,11 @@ def test_every_format_carries_the_audio(served, offline, fmt):
 
 
 def test_streamed_sse_deltas_join_to_the_whole(served):
-    url, _ = served
-    client = _client(url)
-    whole = client.audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format="pcm").content
-    with client.audio.speech.with_streaming_response.create(model="pocket", voice="alloy", input=TEXT,
-                                                            response_format="pcm", stream_format="sse") as r:
-        events = [json.loads(line[len("data: "):]) for line in r.iter_lines() if line.startswith("data: ")]
-    deltas = [base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"]
-    assert len(deltas) >= 2
-    _same_pcm(b"".join(deltas), whole)
+    sse_joins_to_the_whole(served[0], "pocket", "alloy", TEXT)
 
 
 def test_streamed_bytes(served):
-    url, _ = served
-    client = _client(url)
-    whole = client.audio.speech.create(model="pocket", voice="alloy", input=TEXT, response_format="pcm").content
-    with client.audio.speech.with_streaming_response.create(model="pocket", voice="alloy", input=TEXT,
-                                                            response_format="pcm") as r:
-        _same_pcm(b"".join(r.iter_bytes()), whole)
+    streamed_bytes_join_to_the_whole(served[0], "pocket", "alloy", TEXT)
 
 
 def test_empty_input_is_a_400(served):
@@ -128,21 +101,7 @@ def test_empty_input_is_a_400(served):
 
 
 def test_speech_stream_websocket_speaks_each_sentence(served):
-    """Incremental text on the speech-stream WebSocket: each sentence is spoken as /v1/audio/speech speaks it."""
-    url, _ = served
-    pieces = ["hello the", "re, how are you today? I am ", "fine, thank", " you."]
-    events = [{"type": "session.update", "voice": "marius"}]
-    events += [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
-    got = asyncio.run(speech_stream_session(url, "pocket", events))
-    assert got[-1]["type"] == "speech.audio.done", got[-1]
-    done = [e["text"] for e in got if e["type"] == "speech.segment.done"]
-    assert len(done) == 2
-    client = _client(url)
-    for segment, text in enumerate(done):
-        data = b"".join(base64.b64decode(e["audio"]) for e in got
-                        if e["type"] == "speech.audio.delta" and e["segment"] == segment)
-        whole = client.audio.speech.create(model="pocket", voice="marius", input=text, response_format="pcm").content
-        _same_pcm(data, whole)
+    ws_speaks_each_sentence(served[0], "pocket", "marius")
 
 
 def test_concurrent_requests_each_speak_as_alone(served):

@@ -1,12 +1,13 @@
-"""What a family's ``verify`` hook reports: each case's largest difference against the reference and its bound
-(or why it did not run), printed as a table and, with ``--json``, as one JSON report; exit 0 when every case that
-ran holds (Pocket TTS's and Higgs Audio v2's hooks)."""
+"""What a TTS family's ``omnistage verify`` hook reports: named cases, each its largest difference against the
+reference and its bound (or why it did not run), as a table and, with ``--json``, one JSON report; exit status 0
+when every case that ran holds. Pocket TTS's, CSM's and Higgs Audio v2's hooks share it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,10 +27,24 @@ class CaseResult:
 
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """The largest difference of two tensors (inf when their shapes differ)."""
+    """inf for different shapes (a case that made another length than its reference differs)."""
     if a.shape != b.shape:
         return float("inf")
     return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+
+
+def verify_command(args: argparse.Namespace, folder: Path, run: Callable[[Path, int, float], list[CaseResult]],
+                   frames: int, tolerance: float) -> int:
+    """Runs ``run(folder, frames, tolerance)`` (``--talker-max-new-tokens`` and ``--tolerance`` override the
+    defaults given) and reports it."""
+    if getattr(args, "tolerance", None) is not None:
+        tolerance = args.tolerance
+    try:
+        results = run(folder, getattr(args, "talker_max_new_tokens", None) or frames, max(tolerance, 0.0))
+    except Exception as exc:  # noqa: BLE001 - a side that cannot run is a failed verification
+        print(f"omnistage verify: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return report_cases(args, folder, results)
 
 
 def report_cases(args: argparse.Namespace, folder: Path, results: list[CaseResult]) -> int:
