@@ -48,6 +48,8 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
                                         ("qwen3_asr", "qwen3_forced_aligner"), ("aligner-tiny",)),
     "pocket_tts": FamilyEntry("omnistage.families.pocket_tts.family:FAMILY", ("pocket_tts",),
                               ("pocket-tiny", "pocket-tiny-drifting"), sizes=("tiny", "full")),
+    "moshi": FamilyEntry("omnistage.families.moshi.family:FAMILY", ("moshi",),
+                         ("moshi-tiny", "moshi-medium", "personaplex-tiny"), sizes=("tiny", "medium")),
 })
 
 
