@@ -107,6 +107,8 @@ class Hooks:
     cached(name) -> Path: the embedded random checkpoint ``--model <name>`` means (made on first use), for the
         names in ``tiny_names``.
     word_timer(folder) -> WordTimer: a forced aligner of the family's, loaded for ``serve --aligner FOLDER``.
+    duplex(folder, max_sessions) -> DuplexModel: a full-duplex family's model for the duplex engine
+        (``omnistage.engine.duplex``), which serves it instead of a stage pipeline.
     """
 
     make_tiny: str = ""
@@ -114,6 +116,7 @@ class Hooks:
     cached: str = ""
     tiny_names: tuple[str, ...] = ()
     word_timer: str = ""
+    duplex: str = ""
 
 
 def call_hook(hook: str, *args: object) -> object:

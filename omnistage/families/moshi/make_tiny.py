@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from omnistage.families.moshi.config import MoshiConfig
+from omnistage.families.moshi.duplex_model import FRAMES_FILE
 from omnistage.families.moshi.kyutai_layout import to_kyutai
 from omnistage.tiny.cache import cached_build
 from omnistage.tiny.tokenizer import train_tokenizer
@@ -68,8 +69,21 @@ def make_tiny_moshi(out_dir: str | Path, seed: int = 0, size: str = "tiny", layo
         _save_personaplex(model, out)
     else:
         model.save_pretrained(out)
+    _write_mimi_frames(model, out)
     train_tokenizer(BPE_SIZE).save(str(out / "tokenizer.json"))
     return out
+
+
+@torch.inference_mode()
+def _write_mimi_frames(model, out: Path) -> None:  # noqa: ANN001 - transformers' model
+    """The random Mimi's codes of a silent frame and of PersonaPlex's 440 Hz sine frame (amplitude 0.5), which
+    the duplex loop hears where the user's input is missing and during a PersonaPlex prompt."""
+    mimi, k = model.audio_encoder, model.config.num_codebooks
+    n = int(model.config.sampling_rate / model.config.audio_encoder_config.frame_rate)
+    t = torch.arange(n, dtype=torch.float32) / model.config.sampling_rate
+    frames = torch.stack([torch.zeros(n), 0.5 * torch.sin(2 * torch.pi * 440.0 * t)])[:, None]
+    codes = mimi.encode(frames, num_quantizers=k)[0][:, :, 0]
+    (out / FRAMES_FILE).write_text(json.dumps({"silence": codes[0].tolist(), "sine": codes[1].tolist()}) + "\n")
 
 
 def _save_personaplex(model, out: Path) -> None:  # noqa: ANN001 - transformers' model

@@ -50,7 +50,7 @@ class RingCache:
         self.values[layer, rows, :, slots] = v[:, :, 0]
         kpos = self.positions[:n].clone()
         kpos[rows, slots] = pos
-        mask = _window_mask(pos[:, None], kpos, self.window)[:, None]  # [B, 1, 1, W]
+        mask = _window_mask(pos[:, None], kpos, self.window)[:, None, None]  # [B, 1, 1, W]
         out = _attend(q, self.keys[layer, :n], self.values[layer, :n], mask)
         if last_layer:
             self.positions[rows, slots] = pos
