@@ -37,9 +37,15 @@ class RingCache:
         self.positions[dst] = self.positions[src]
         self.positions[src] = -1
 
+    def span(self, pos: torch.Tensor) -> int:
+        """Slots a step at ``pos`` [B] reads: until a ring has wrapped its positions fill slots ``0..pos`` only,
+        so young sessions do not pay for the whole window."""
+        return min(self.window, int(pos.max()) + 1)
+
     def step(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
-             last_layer: bool) -> torch.Tensor:
-        """One new position for rows ``0..B-1`` (``q`` [B, H, 1, D], ``k``/``v`` [B, KV, 1, D], ``pos`` [B]).
+             last_layer: bool, span: int) -> torch.Tensor:
+        """One new position for rows ``0..B-1`` (``q`` [B, H, 1, D], ``k``/``v`` [B, KV, 1, D], ``pos`` [B]),
+        attending over slots ``0..span-1`` (:meth:`span`).
 
         The new key overwrites the slot of the position that just left the window, so writing first and
         attending over the ring is exact; the positions row is advanced after the last layer."""
@@ -48,10 +54,10 @@ class RingCache:
         rows = torch.arange(n, device=q.device)
         self.keys[layer, rows, :, slots] = k[:, :, 0]
         self.values[layer, rows, :, slots] = v[:, :, 0]
-        kpos = self.positions[:n].clone()
+        kpos = self.positions[:n, :span].clone()
         kpos[rows, slots] = pos
-        mask = _window_mask(pos[:, None], kpos, self.window)[:, None, None]  # [B, 1, 1, W]
-        out = _attend(q, self.keys[layer, :n], self.values[layer, :n], mask)
+        mask = _window_mask(pos[:, None], kpos, self.window)[:, None, None]  # [B, 1, 1, span]
+        out = _attend(q, self.keys[layer, :n, :, :span], self.values[layer, :n, :, :span], mask)
         if last_layer:
             self.positions[rows, slots] = pos
         return out

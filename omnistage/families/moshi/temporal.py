@@ -108,10 +108,10 @@ class Decoder(nn.Module):
 
     def step(self, x: torch.Tensor, pos: torch.Tensor, cache: RingCache) -> torch.Tensor:
         """One position for each of rows ``0..B-1`` (``x`` [B, 1, H]); the normed last hidden state."""
-        layers = self.model.layers
+        layers, span = self.model.layers, cache.span(pos)
         for i, layer in enumerate(layers):
             q, k, v = self._qkv(layer, x, pos[:, None])
-            a = cache.step(i, q, k, v, pos, last_layer=i == len(layers) - 1)
+            a = cache.step(i, q, k, v, pos, last_layer=i == len(layers) - 1, span=span)
             x = self._finish(layer, x, a)
         return self.model.norm(x)
 
