@@ -8,11 +8,12 @@ Defaults are the released checkpoint's, as transformers' config classes state th
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from omnistage.models.mimi_config import MimiConfig, rope_theta
 
 MODEL_TYPE = "pocket_tts"
 CODEC_MODEL_TYPE = "pocket_tts_audio_tokenizer"
@@ -22,13 +23,6 @@ CODEC_FOLDER = "audio_tokenizer"
 def _known(cls: type, raw: Mapping[str, Any]) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     return {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in names and v is not None}
-
-
-def _rope_theta(raw: Mapping[str, Any]) -> float:
-    rope = raw.get("rope_parameters") or {}
-    if rope.get("rope_type", "default") != "default":
-        raise ValueError(f"Pocket TTS supports only default rotary embeddings, got {rope}")
-    return float(rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
 
 
 @dataclass(frozen=True)
@@ -91,59 +85,31 @@ class PocketConfig:
         if raw.get("num_key_value_heads") not in (None, raw.get("num_attention_heads", 16)):
             raise ValueError("Pocket TTS's backbone has as many KV heads as query heads")
         flow = FlowHeadConfig(**_known(FlowHeadConfig, raw.get("flow_head_config") or {}))
-        return cls(**{**_known(cls, raw), "rope_theta": _rope_theta(raw), "flow_head": flow})
+        return cls(**{**_known(cls, raw), "rope_theta": rope_theta(raw), "flow_head": flow})
 
 
 @dataclass(frozen=True)
-class CodecConfig:
-    """The audio tokenizer's shape (a Mimi-style VAE: SEANet convs around a sliding-window transformer)."""
+class CodecConfig(MimiConfig):
+    """The audio tokenizer's shape: a Mimi without its quantizer (a VAE: SEANet convs around the windowed
+    transformers, 32-d latents), so the shared Mimi modules build it; the released checkpoint's defaults."""
 
-    sampling_rate: int = 24000
-    hidden_size: int = 512
-    num_filters: int = 64
-    num_residual_layers: int = 1
     upsampling_ratios: tuple[int, ...] = (6, 5, 4)
-    kernel_size: int = 7
-    last_kernel_size: int = 3
-    residual_kernel_size: int = 3
-    dilation_growth_rate: int = 2
-    compress: int = 2
-    upsample_groups: int = 512
     num_hidden_layers: int = 2
-    intermediate_size: int = 2048
-    num_attention_heads: int = 8
     hidden_act: str = "gelu_pytorch_tanh"
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    sliding_window: int = 250
-    layer_scale_initial_scale: float = 0.01
     latent_stride: int = 16
-    latent_dim: int = 32
-
-    def __post_init__(self) -> None:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"codec hidden_size {self.hidden_size} is no multiple of {self.num_attention_heads}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def frame_size(self) -> int:
-        """Samples one latent frame decodes to (1920: 80 ms at 24 kHz)."""
-        return math.prod(self.upsampling_ratios) * self.latent_stride
+    latent_dim: int | None = 32
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> CodecConfig:
-        if raw.get("model_type") not in (None, CODEC_MODEL_TYPE):
-            raise ValueError(f"not a Pocket TTS audio tokenizer config: model_type {raw.get('model_type')!r}")
-        for flag, wanted in (("use_causal_conv", True), ("use_conv_shortcut", False), ("trim_right_ratio", 1.0),
-                             ("pad_mode", "constant"), ("audio_channels", 1)):
-            if raw.get(flag, wanted) != wanted:
-                raise ValueError(f"the Pocket TTS decoder supports {flag}={wanted!r} only, got {raw[flag]!r}")
-        if raw.get("num_key_value_heads", 8) != raw.get("num_attention_heads", 8):
-            raise ValueError("the Pocket TTS decoder's transformer has as many KV heads as query heads")
-        return cls(**{**_known(cls, raw), "rope_theta": _rope_theta(raw)})
+    def from_dict(cls, raw: Mapping[str, Any], model_types: tuple[str, ...] = (CODEC_MODEL_TYPE,)) -> CodecConfig:
+        if raw.get("pad_mode", "constant") != "constant":
+            raise ValueError(f"the Pocket TTS decoder supports pad_mode='constant' only, got {raw['pad_mode']!r}")
+        config = super().from_dict(raw, model_types)
+        assert isinstance(config, CodecConfig)
+        return config
+
+    @classmethod
+    def _derived(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
+        return {}  # its latent stride is stored
 
 
 @dataclass(frozen=True)

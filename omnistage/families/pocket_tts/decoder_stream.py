@@ -1,5 +1,5 @@
 """The latent decoder as a streaming vocoder stage drives it (``decode_streams``/``drop``): one
-:class:`DecodeState` per stream, kept from its first chunk to its last, chunks in order.
+:class:`ConvStream` per stream, kept from its first chunk to its last, chunks in order.
 
 A stream's first samples are faded in over 5 ms, as the reference's processor does (a fresh decoder state
 starts with a small step, heard as a click).
@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
-from omnistage.families.pocket_tts.codec import DecodeState, LatentDecoder
+from omnistage.families.pocket_tts.codec import LatentDecoder
+from omnistage.models.mimi_convs import ConvStream
 
 FADE_IN_S = 0.005
 
@@ -19,7 +20,7 @@ FADE_IN_S = 0.005
 class StreamingLatentDecoder:
     def __init__(self, decoder: LatentDecoder) -> None:
         self.decoder = decoder
-        self.streams: dict[str, tuple[DecodeState, int]] = {}  # stream id -> (state, next chunk index)
+        self.streams: dict[str, tuple[ConvStream, int]] = {}  # stream id -> (state, next chunk index)
         self.fade = torch.linspace(0, 1, int(FADE_IN_S * decoder.cfg.sampling_rate))
 
     @property
@@ -48,7 +49,7 @@ class StreamingLatentDecoder:
                 self.drop(sid)
         return out
 
-    def _state(self, stream_id: str, index: int) -> DecodeState:
+    def _state(self, stream_id: str, index: int) -> ConvStream:
         if index == 0:
             state = self.decoder.new_state()
         else:
