@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from omnistage.engine.duplex.base import DuplexModel
+from omnistage.engine.duplex.base import DuplexModel, FrameCodec
+from omnistage.engine.duplex.coded_step import step
 
 SMOOTHING = 0.1  # each tick's weight in its size's running step time
 
@@ -74,24 +75,31 @@ class Admission:
 
 
 @torch.inference_mode()
-def calibrate(model: DuplexModel, sizes: tuple[int, ...] | None = None, steps: int = 3) -> StepTimes:
-    """The model's step time at 1, 2, 4, ... rows (up to its rows), on scratch sessions closed after."""
+def calibrate(model: DuplexModel, sizes: tuple[int, ...] | None = None, steps: int = 5,
+              codec: FrameCodec | None = None) -> StepTimes:
+    """The model's step (with its codec around it, if any) at 1, 2, 4, ... rows up to its rows, on scratch
+    sessions closed after; the median of ``steps``."""
     if model.rows:
         raise RuntimeError("calibrate before any session opens")
     sizes = sizes or tuple(sorted({min(2 ** i, model.max_rows) for i in range(model.max_rows.bit_length() + 1)}))
     times = StepTimes()
-    silence = model.silence()
+    quiet = model.silence() if codec is None else torch.zeros(codec.samples_per_frame)
     for n in sizes:
         while model.rows < n:
             model.open(None)
-        user = silence.expand(n, -1)
-        model.step(user)  # the first step of new rows warms caches
+            if codec is not None:
+                codec.open()
+        heard = quiet.expand(n, -1)
+        step(model, codec, heard)  # the first step of new rows warms caches
         samples = []
         for _ in range(steps):
             start = time.perf_counter()
-            model.step(user)
+            step(model, codec, heard)
             samples.append(time.perf_counter() - start)
         times.seconds[n] = sorted(samples)[len(samples) // 2]
     while model.rows:
-        model.close(model.rows - 1)
+        row = model.rows - 1
+        model.close(row)
+        if codec is not None:
+            codec.close(row)
     return times

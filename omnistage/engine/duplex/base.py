@@ -48,3 +48,29 @@ class DuplexModel(Protocol):
 
     def step(self, user: torch.Tensor) -> DuplexStep:
         """Every live row one frame on: ``user`` [n, K]."""
+
+
+class FrameCodec(Protocol):
+    """A duplex model's streaming codec: user audio frames in, agent audio frames out, one stream per session row
+    (rows kept like the model's: ``close`` moves the last row in), state carried between frames."""
+
+    @property
+    def samples_per_frame(self) -> int: ...
+
+    def open(self) -> int: ...
+
+    def close(self, row: int) -> int | None: ...
+
+    def encode(self, audio: torch.Tensor) -> torch.Tensor:
+        """Every live row's next user frame of samples [n, S] → codes [n, K]."""
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Every live row's agent frame of codes [n, K] → samples [n, S]."""
+
+
+@dataclass(frozen=True)
+class DuplexServed:
+    """What a duplex family's ``duplex`` hook gives the engine: its model and its codec (None: codes in and out)."""
+
+    model: DuplexModel
+    codec: FrameCodec | None

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from omnistage.engine.duplex.admission import Admission, SessionRefused, StepTimes
-from omnistage.engine.duplex.base import DuplexModel
+from omnistage.engine.duplex.base import DuplexModel, FrameCodec
+from omnistage.engine.duplex.coded_step import CodedStep, step
 from omnistage.engine.duplex.session import AgentFrame, DuplexSession
 
 __all__ = ["DuplexEngine", "SessionRefused", "TickReport"]
@@ -36,8 +37,8 @@ class TickReport:
 
 class DuplexEngine:
     def __init__(self, model: DuplexModel, times: StepTimes, budget: float = 0.75, max_backlog: int = 2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.model = model
+                 clock: Callable[[], float] = time.monotonic, codec: FrameCodec | None = None) -> None:
+        self.model, self.codec = model, codec
         self.admission = Admission(times, model.frame_s, model.max_rows, budget)
         self.max_backlog = max_backlog
         self.clock = clock
@@ -46,6 +47,8 @@ class DuplexEngine:
         self._closing: list[DuplexSession] = []
         self._lock = threading.Lock()
         self._silence = model.silence()
+        # what a missing input is heard as: a silent frame of samples through the codec, else its codes
+        self._quiet = torch.zeros(codec.samples_per_frame) if codec is not None else self._silence
         self._ids = itertools.count()
         self._tick = 0
         self._stop = threading.Event()
@@ -79,19 +82,32 @@ class DuplexEngine:
         later)."""
         self._admit_and_release()
         rows = len(self._sessions)
-        if rows == 0:
-            return TickReport(self._tick, 0, 0.0, False)
-        user = torch.stack([s.take(self._silence) for s in self._sessions])
+        report = TickReport(self._tick, rows, 0.0, False)
+        if rows:
+            report = self._step(started)
+        self._tick += 1
+        return report
+
+    def _step(self, started: float) -> TickReport:
+        heard = torch.stack([s.take(self._quiet) for s in self._sessions])
         begin = self.clock()
-        out = self.model.step(user)
+        out = step(self.model, self.codec, heard)
         done = self.clock()
         late = done > started + self.model.frame_s
-        self.admission.times.observe(rows, done - begin)
+        self.admission.times.observe(len(self._sessions), done - begin)
         for row, session in enumerate(self._sessions):
-            complete = bool(out.complete[row]) and not late
-            session.deliver(AgentFrame(self._tick, out.frames[row] if complete else self._silence,
-                                       int(out.text[row]) if complete else -1, late, done - started))
-        return TickReport(self._tick, rows, done - begin, late)
+            session.deliver(self._frame(out, row, late, done - started))
+        return TickReport(self._tick, len(self._sessions), done - begin, late)
+
+    def _frame(self, out: CodedStep, row: int, late: bool, lateness_s: float) -> AgentFrame:
+        """A late frame goes out silent (zeros); a row's frame before its first generated one is the decoded
+        silence codes its decoder stream advanced by."""
+        audio = None if out.audio is None else out.audio[row]
+        if late:
+            return AgentFrame(self._tick, self._silence, -1, True, lateness_s,
+                              None if audio is None else torch.zeros_like(audio))
+        text = int(out.text[row]) if bool(out.complete[row]) else -1
+        return AgentFrame(self._tick, out.frames[row], text, False, lateness_s, audio)
 
     def run(self) -> None:
         """Ticks on the wall clock until :meth:`stop` (the engine's thread)."""
@@ -113,7 +129,6 @@ class DuplexEngine:
             self._skip(behind, due)
             return 0.0
         self.reports.append(self.tick(due))
-        self._tick += 1
         return 0.0
 
     def start(self) -> None:
@@ -129,7 +144,8 @@ class DuplexEngine:
         """The engine fell ``ticks`` behind: those frames go out late and silent, and the clock jumps on."""
         for k in range(ticks):
             for session in self._sessions:
-                session.deliver(AgentFrame(self._tick + k, self._silence, -1, True, self.clock() - due))
+                quiet = None if self.codec is None else torch.zeros(self.codec.samples_per_frame)
+                session.deliver(AgentFrame(self._tick + k, self._silence, -1, True, self.clock() - due, quiet))
         self._tick += ticks
 
     def _admit_and_release(self) -> None:
@@ -140,6 +156,8 @@ class DuplexEngine:
             if session in self._sessions:
                 row = self._sessions.index(session)
                 moved = self.model.close(row)
+                if self.codec is not None:
+                    self.codec.close(row)
                 last = self._sessions.pop()
                 if moved is not None:
                     self._sessions[row] = last
@@ -147,5 +165,7 @@ class DuplexEngine:
             if session.closed:
                 continue
             row = self.model.open(prompt)
+            if self.codec is not None:
+                self.codec.open()
             assert row == len(self._sessions), "a duplex model appends a session's row"
             self._sessions.append(session)

@@ -26,6 +26,7 @@ class AgentFrame:
     text: int
     late: bool
     lateness_s: float  # when it went out, from its tick's start
+    audio: torch.Tensor | None = None  # the frame's samples where the engine runs the model's codec
 
 
 @dataclass
@@ -47,13 +48,13 @@ class DuplexSession:
         self._jitter = jitter_frames
         self._lock = threading.Lock()
 
-    def hear(self, codes: torch.Tensor) -> None:
-        """One user frame of codes [K], as it arrives."""
+    def hear(self, frame: torch.Tensor) -> None:
+        """One user frame as it arrives: samples [S] where the engine runs a codec, else codes [K]."""
         with self._lock:
             if len(self._inputs) >= self._jitter:
                 self._inputs.popleft()
                 self.stats.dropped_frames += 1
-            self._inputs.append(codes)
+            self._inputs.append(frame)
 
     def take(self, silence: torch.Tensor) -> torch.Tensor:
         """The engine's tick: the oldest frame heard, or silence (counted) where none has arrived."""

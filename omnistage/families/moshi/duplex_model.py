@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from omnistage.engine.duplex.base import DuplexStep
+from omnistage.engine.duplex.base import DuplexServed, DuplexStep
 from omnistage.families.moshi.checkpoint import load_moshi
 from omnistage.families.moshi.config import FRAME_RATE, MoshiConfig
 from omnistage.families.moshi.model import DuplexSampling
@@ -111,3 +111,11 @@ def load_duplex_model(folder: str | Path, max_sessions: int, sampling: DuplexSam
     cfg = MoshiConfig.from_folder(folder)
     model = load_moshi(folder, cfg, dtype=dtype)
     return MoshiDuplexModel(MoshiStreams(model, max_sessions, sampling), MimiFrames.for_checkpoint(Path(folder), cfg))
+
+
+def load_duplex(folder: str | Path, max_sessions: int) -> DuplexServed:
+    """The family's ``duplex`` hook: Moshi and its Mimi (user audio in, agent audio out), Kyutai's sampling."""
+    from omnistage.families.moshi.mimi_frames import load_frame_codec
+
+    model = load_duplex_model(folder, max_sessions)
+    return DuplexServed(model, load_frame_codec(folder, model.streams.cfg.num_codebooks))

@@ -32,7 +32,7 @@ class MoshiFamily(Family):
     payloads = PayloadTypes(())
     hooks = Hooks(make_tiny=f"{_HOOKS}.make_tiny:make_tiny_command", verify=f"{_HOOKS}.verify:run_verify_command",
                   cached=f"{_HOOKS}.make_tiny:cached_checkpoint", tiny_names=TINY_NAMES,
-                  duplex=f"{_HOOKS}.duplex_model:load_duplex_model")
+                  duplex=f"{_HOOKS}.duplex_model:load_duplex")
 
     def recognises(self, raw: object) -> bool:
         return isinstance(raw, dict) and is_moshi(raw)

@@ -1,8 +1,9 @@
 """``omnistage bench duplex``: N duplex sessions streaming speech at real-time pace for S seconds.
 
-The checkpoint's family gives the duplex engine its model (its ``duplex`` hook); the engine is calibrated (step
-time at 1, 2, 4, ... sessions), then N sessions open and a feeder thread hands each its next user frame every
-80 ms, each on its own phase, while the engine ticks on the wall clock. Every agent frame's lateness (when it went
+The checkpoint's family gives the duplex engine its model and codec (its ``duplex`` hook); the engine is
+calibrated (a step with the codec around it at 1, 2, 4, ... sessions), then N sessions open and a feeder thread
+hands each its next frame of speech samples every 80 ms, each on its own phase, while the engine ticks on the
+wall clock (each tick: Mimi encodes every user frame, Moshi steps, Mimi decodes every agent frame). Every agent frame's lateness (when it went
 out, from its tick's start) is recorded; a frame sent as silence because its step missed the deadline is a late
 frame; a stream underruns when a frame reaches its player after the frame before it finished playing (the
 player starts one frame after the first arrives). Reported: lateness p50/p99, ``late_frames``,
@@ -62,7 +63,7 @@ class DuplexReport:
     capacity: int
     budget: float
     refused: str
-    codec: str = "user speech pre-encoded by transformers' Mimi before the clock; agent codes not decoded"
+    codec: str = "Mimi inside each step: every session's user frame encoded and agent frame decoded, streamed"
 
 
 def feed(sessions: list[DuplexSession], tracks: list[torch.Tensor], frame_s: float, stop: threading.Event) -> None:
@@ -90,11 +91,14 @@ def run_bench(args: argparse.Namespace) -> DuplexReport:
     family = DEFAULT_REGISTRY.for_folder(folder)
     if not family.hooks.duplex:
         raise SystemExit(f"bench duplex: the {family.name} family is not a duplex model")
-    model = call_hook(family.hooks.duplex, folder, max(args.sessions, args.max_sessions))
-    times = calibrate(model)
-    engine = DuplexEngine(model, times, budget=args.budget)
+    served = call_hook(family.hooks.duplex, folder, max(args.sessions, args.max_sessions))
+    model, codec = served.model, served.codec
+    times = calibrate(model, codec=codec)
+    engine = DuplexEngine(model, times, budget=args.budget, codec=codec)
     capacity = engine.admission.capacity()
-    tracks = user_tracks(folder, args.sessions, args.seconds + 1, int(model.silence().shape[0]))
+    if codec is None:
+        raise SystemExit("bench duplex: the model has no codec to hear speech through")
+    tracks = user_tracks(args.sessions, args.seconds + 1, codec.samples_per_frame)
     players = [Player(model.frame_s) for _ in range(args.sessions)]
     sessions, refused = [], ""
     for p in players:

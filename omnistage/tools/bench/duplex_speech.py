@@ -2,14 +2,10 @@
 
 Each session hears the realtime bench's twelve sentences (``realtime_sentences``: espeak-ng, or its voiced
 stand-in without it), starting at its own sentence, each followed by a second of silence so the agent may answer.
-The track is encoded before the clock starts, by transformers' Mimi with the checkpoint's codec weights: the
-timed loop measures the duplex engine, not the encoder (omnistage's streaming Mimi stage is the codec's own
-measurement).
+Each track is cut into the codec's frames (1920 samples at 24 kHz) that a client would send every 80 ms.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,22 +28,12 @@ def conversation(start: int, seconds: float, seed: int = 0) -> np.ndarray:
     return np.concatenate(pieces)[:int(seconds * RATE)]
 
 
-def load_mimi(folder: Path):  # noqa: ANN201 - transformers' MimiModel
-    """The checkpoint's Mimi through transformers: ``mimi/`` (Kyutai's layout as make-tiny writes it) or the
-    ``audio_encoder`` of transformers' layout."""
-    from transformers import MimiModel, MoshiForConditionalGeneration
-
-    if (folder / "mimi" / "config.json").is_file():
-        return MimiModel.from_pretrained(folder / "mimi", dtype=torch.float32).eval()
-    return MoshiForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).audio_encoder.eval()
-
-
-@torch.inference_mode()
-def user_tracks(folder: Path, sessions: int, seconds: float, codebooks: int) -> list[torch.Tensor]:
-    """Each session's codes [frames, K]; sessions share the encoding of a sentence order's rotation."""
-    mimi = load_mimi(folder)
-    encoded: dict[int, torch.Tensor] = {}
-    for start in sorted({k % len(sentences()[0]) for k in range(sessions)}):
-        audio = torch.from_numpy(conversation(start, seconds))[None, None]
-        encoded[start] = mimi.encode(audio, num_quantizers=codebooks)[0][0].T.contiguous()
-    return [encoded[k % len(encoded)] for k in range(sessions)]
+def user_tracks(sessions: int, seconds: float, frame_size: int) -> list[torch.Tensor]:
+    """Each session's audio as frames [frames, S] (rotations of the sentences, shared past twelve sessions)."""
+    count = len(sentences()[0])
+    frames = {}
+    for start in sorted({k % count for k in range(sessions)}):
+        audio = torch.from_numpy(conversation(start, seconds))
+        n = len(audio) // frame_size
+        frames[start] = audio[:n * frame_size].view(n, frame_size)
+    return [frames[k % count] for k in range(sessions)]
