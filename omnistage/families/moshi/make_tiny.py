@@ -5,8 +5,8 @@ family's plain-random case: nothing tuned to make parity easy), saved by ``save_
 BPE ``tokenizer.json`` whose ids stay below the text vocabulary. Sizes:
 
 * ``tiny``: toy widths, a 24-frame attention window (tests cross it), Mimi with 8 codebooks of 64 entries;
-* ``medium``: widths for measurements, Moshi's 3000-frame window and the real codec layout (Mimi's 32
-  codebooks of 2048 entries, Moshi reading 8; Mimi's published widths).
+* ``medium``: widths for measurements (temporal 512 x 6 layers, depth 256 x 4), Moshi's 3000-frame window and the
+  real codec layout (Mimi's 32 codebooks of 2048 entries, Moshi reading 8) at reduced codec widths.
 
 ``--layout personaplex`` writes the same language model in Kyutai's layout with PersonaPlex's 16-step depth
 decoder (``model.safetensors`` with Kyutai's names, ``config.json`` holding ``lm_config``; Mimi in ``mimi/``).
@@ -35,6 +35,11 @@ _TINY_MIMI = {"hidden_size": 32, "num_filters": 8, "num_hidden_layers": 1, "inte
               "num_attention_heads": 2, "num_key_value_heads": 2, "codebook_dim": 16,
               "vector_quantization_hidden_dimension": 16, "num_quantizers": 8, "codebook_size": 64,
               "upsample_groups": 32, "sliding_window": 16}
+# Mimi's real codec layout (32 codebooks of 2048, 256-wide codebook vectors, 24 kHz, 1920 samples a frame) at
+# a fraction of its published widths (512 wide, 8 layers, 64 filters): four sessions' encode and decode stay a
+# share of the frame on two CPU cores, as Qwen3-Omni's medium code2wav does.
+_MEDIUM_MIMI = {"hidden_size": 128, "num_filters": 16, "num_hidden_layers": 2, "intermediate_size": 512,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "upsample_groups": 128}
 SIZES: dict[str, dict[str, object]] = {
     "tiny": {"vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
              "ffn_dim": 256, "sliding_window": 24, "max_position_embeddings": 4096,
@@ -43,7 +48,7 @@ SIZES: dict[str, dict[str, object]] = {
     "medium": {"vocab_size": 2048, "hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
                "ffn_dim": 2816, "sliding_window": 3000, "max_position_embeddings": 3000,
                "depth": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "ffn_dim": 1408},
-               "mimi": {}},  # Mimi's published configuration
+               "mimi": _MEDIUM_MIMI},
 }
 
 
