@@ -69,3 +69,19 @@ class DuplexSession:
         self.stats.late_frames += frame.late
         self.stats.lateness_s.append(frame.lateness_s)
         self.on_frame(frame)
+
+
+class AudioFramer:
+    """A transport's audio (any chunk sizes) cut into the codec's frames: what a live API hands
+    :meth:`DuplexSession.hear`, one frame per 80 ms of the user's audio."""
+
+    def __init__(self, samples_per_frame: int) -> None:
+        self.size = samples_per_frame
+        self._held = torch.zeros(0)
+
+    def frames(self, samples: torch.Tensor) -> list[torch.Tensor]:
+        """Whole frames completed by ``samples`` (float, at the codec's rate); the rest is held for the next."""
+        joined = torch.cat([self._held, samples.float().reshape(-1)])
+        whole = len(joined) // self.size
+        self._held = joined[whole * self.size:]
+        return list(joined[:whole * self.size].view(whole, self.size)) if whole else []

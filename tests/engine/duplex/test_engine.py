@@ -97,3 +97,13 @@ def test_falling_behind_skips_ticks_with_late_silence_instead_of_holding_everyon
     engine.advance(0.0)  # back on the clock: tick 12 (due at 0.96 s) runs on time
     assert len(frames) == 13 and not frames[-1].late
     assert engine.advance(0.0) == pytest.approx(0.03)  # tick 13 waits for 1.04 s
+
+
+def test_audio_chunks_of_any_size_become_whole_frames_in_order():
+    from omnistage.engine.duplex.session import AudioFramer
+
+    framer = AudioFramer(4)
+    assert framer.frames(torch.arange(3.0)) == []
+    frames = framer.frames(torch.arange(3.0, 13.0))
+    assert [f.tolist() for f in frames] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert [f.tolist() for f in framer.frames(torch.arange(13.0, 16.0))] == [[12, 13, 14, 15]]
