@@ -2,13 +2,15 @@
 
 Each live session has an encoder stream (its user's audio → the codes Moshi hears) and a decoder stream (the
 agent's codes → its audio), each carrying Mimi's conv tails and transformer window from frame to frame, so a
-session's audio is the whole-stream codec's. Streams sit in the session's row (``close`` moves the last row in,
-as the model does). A Mimi stream's state is a position and per-conv tails of one stream, so rows are coded one
-by one.
+session's audio is the whole-stream codec's. A Mimi stream carries one position and window length for its whole
+batch, so sessions that opened on the same tick share one batched stream (a group) and are coded in one call;
+a closing session's row is cut out of its group's tensors, and rows follow the model's (``close`` moves the last
+row in).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,11 +21,22 @@ from omnistage.models.mimi_convs import ConvStream
 from omnistage.models.weights import Checkpoint
 
 
+@dataclass
+class _Group:
+    """Sessions whose codec streams opened on the same tick: one batched encoder and decoder stream (a Mimi
+    stream's position and window length are its batch's, so only streams that started together share one)."""
+
+    rows: list[int]  # the model rows of the group's batch rows, in order
+    encoder: ConvStream
+    decoder: ConvStream
+    fresh: bool = True  # nothing coded yet: a new session may still join
+
+
 class MimiFrameCodec:
     def __init__(self, codec: MimiCodec, codebooks: int) -> None:
         self.codec, self.codebooks = codec, codebooks
-        self.encoders: list[ConvStream] = []
-        self.decoders: list[ConvStream] = []
+        self.groups: list[_Group] = []
+        self.rows = 0
 
     @property
     def samples_per_frame(self) -> int:
@@ -31,24 +44,51 @@ class MimiFrameCodec:
 
     def open(self) -> int:
         assert self.codec.encoder is not None and self.codec.decoder is not None
-        self.encoders.append(self.codec.encoder.new_stream())
-        self.decoders.append(self.codec.decoder.new_stream())
-        return len(self.encoders) - 1
+        row, self.rows = self.rows, self.rows + 1
+        if self.groups and self.groups[-1].fresh:
+            self.groups[-1].rows.append(row)
+        else:
+            self.groups.append(_Group([row], self.codec.encoder.new_stream(), self.codec.decoder.new_stream()))
+        return row
 
     def close(self, row: int) -> int | None:
-        last = len(self.encoders) - 1
-        enc, dec = self.encoders.pop(), self.decoders.pop()
+        group = next(g for g in self.groups if row in g.rows)
+        index = group.rows.index(row)
+        del group.rows[index]
+        if not group.rows:
+            self.groups.remove(group)
+        elif not group.fresh:
+            _drop_row(group.encoder, index)
+            _drop_row(group.decoder, index)
+        last, self.rows = self.rows - 1, self.rows - 1
         if row == last:
             return None
-        self.encoders[row], self.decoders[row] = enc, dec
+        moved = next(g for g in self.groups if last in g.rows)
+        moved.rows[moved.rows.index(last)] = row
         return last
 
     def encode(self, audio: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.codec.encode(audio[r:r + 1], s, final=False, num_quantizers=self.codebooks)[:, :, 0]
-                          for r, s in enumerate(self.encoders)])
+        out = torch.empty(audio.shape[0], self.codebooks, dtype=torch.long)
+        for g in self.groups:
+            out[g.rows] = self.codec.encode(audio[g.rows], g.encoder, final=False, num_quantizers=self.codebooks)[:, :, 0]
+            g.fresh = False
+        return out
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.codec.decode(codes[r:r + 1, :, None], s) for r, s in enumerate(self.decoders)])
+        out = torch.empty(codes.shape[0], self.samples_per_frame)
+        for g in self.groups:
+            out[g.rows] = self.codec.decode(codes[g.rows, :, None], g.decoder)
+            g.fresh = False
+        return out
+
+
+def _drop_row(stream: ConvStream, index: int) -> None:
+    """Batch row ``index`` removed from every tensor a stream carries (conv tails, transformer windows)."""
+    keep = lambda t: torch.cat([t[:index], t[index + 1:]])  # noqa: E731
+    stream.tails = [keep(t) for t in stream.tails]
+    for window in stream.windows:
+        if window.keys is not None and window.values is not None:
+            window.keys, window.values = keep(window.keys), keep(window.values)
 
 
 def load_frame_codec(folder: str | Path, codebooks: int) -> MimiFrameCodec:

@@ -85,25 +85,29 @@ def test_the_engine_ticks_moshi_sessions_after_calibrating(moshi_tiny):
 
 
 def test_agent_audio_is_mimis_whole_decode_of_the_frames_sent_while_rows_move(moshi_tiny):
+    """Two sessions open together (one batched codec stream), a third a tick later (its own); the first closes:
+    its row leaves the batch, the third's rows move, and every other session's audio stays the whole decode."""
     from omnistage.families.moshi.duplex_model import load_duplex
 
-    served = load_duplex(moshi_tiny, max_sessions=2)
+    served = load_duplex(moshi_tiny, max_sessions=3)
     # a clock that stands still: no frame is late (late frames go out silent), so every frame sent is decoded
     engine = DuplexEngine(served.model, calibrate(served.model, sizes=(1,), steps=1, codec=served.codec),
                           budget=100.0, codec=served.codec, clock=lambda: 0.0)
-    got = [[], []]
-    first = engine.open(got[0].append)
-    second = engine.open(got[1].append)
+    got = [[], [], []]
+    sessions = [engine.open(got[0].append), engine.open(got[1].append)]
     speech = torch.randn(12, served.codec.samples_per_frame) * 0.1
     for t in range(12):
+        if t == 2:
+            sessions.append(engine.open(got[2].append))
         if t == 4:
-            engine.close(first)  # the second session's model row and codec streams move into row 0
-        second.hear(speech[t])
+            engine.close(sessions[0])
+        for s in sessions[1:]:
+            s.hear(speech[t])
         engine.tick(0.0)
-    frames = got[1]
-    assert len(frames) == 12 and all(f.audio.shape == (served.codec.samples_per_frame,) for f in frames)
-    assert not any(f.late for f in frames)
-    codes = torch.stack([f.codes for f in frames]).T[None]  # every frame the decoder stream advanced by
-    whole = served.codec.codec.decode(codes)[0].view(12, -1)
-    for f in frames:
-        torch.testing.assert_close(f.audio, whole[f.index], rtol=1e-4, atol=1e-5)
+    assert len(served.codec.groups) == 2 and [len(g) for g in got] == [4, 12, 10]
+    for frames in got[1:]:
+        assert not any(f.late for f in frames)
+        codes = torch.stack([f.codes for f in frames]).T[None]  # every frame its decoder stream advanced by
+        whole = served.codec.codec.decode(codes)[0].view(len(frames), -1)
+        for i, f in enumerate(frames):
+            torch.testing.assert_close(f.audio, whole[i], rtol=1e-4, atol=1e-5)
