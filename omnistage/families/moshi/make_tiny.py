@@ -5,7 +5,7 @@ family's plain-random case: nothing tuned to make parity easy), saved by ``save_
 BPE ``tokenizer.json`` whose ids stay below the text vocabulary. Sizes:
 
 * ``tiny``: toy widths, a 24-frame attention window (tests cross it), Mimi with 8 codebooks of 64 entries;
-* ``medium``: widths for measurements (temporal 512 x 6 layers, depth 256 x 4), Moshi's 3000-frame window and the
+* ``medium``: widths for measurements (temporal 512 x 6 layers, depth 128 x 2), Moshi's 3000-frame window and the
   real codec layout (Mimi's 32 codebooks of 2048 entries, Moshi reading 8) at reduced codec widths.
 
 ``--layout personaplex`` writes the same language model in Kyutai's layout with PersonaPlex's 16-step depth
@@ -47,7 +47,9 @@ SIZES: dict[str, dict[str, object]] = {
              "mimi": _TINY_MIMI},
     "medium": {"vocab_size": 2048, "hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
                "ffn_dim": 2816, "sliding_window": 3000, "max_position_embeddings": 3000,
-               "depth": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "ffn_dim": 1408},
+               # the depth transformer about a tenth of the temporal one's weights, as in Moshi (6 x 1024 against
+               # 32 x 4096): all 8 of its steps read their own weights every frame
+               "depth": {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "ffn_dim": 704},
                "mimi": _MEDIUM_MIMI},
 }
 
