@@ -107,7 +107,7 @@ class Hooks:
     cached(name) -> Path: the embedded random checkpoint ``--model <name>`` means (made on first use), for the
         names in ``tiny_names``.
     word_timer(folder) -> WordTimer: a forced aligner of the family's, loaded for ``serve --aligner FOLDER``.
-    duplex(folder, max_sessions) -> DuplexServed: a full-duplex family's model and codec for the duplex engine
+    duplex(folder, max_sessions, dtype) -> DuplexServed: a full-duplex family's model and codec for the duplex engine
         (``omnistage.engine.duplex``), which serves it instead of a stage pipeline.
     """
 

@@ -21,7 +21,7 @@ def test_a_player_counts_a_stream_that_ran_dry():
 def test_bench_duplex_streams_every_session_and_reports(tmp_path):
     folder = make_tiny_moshi(tmp_path / "moshi")
     out = tmp_path / "duplex.json"
-    args = argparse.Namespace(model=str(folder), sessions=2, seconds=2.0, max_sessions=4, budget=100.0, threads=1,
+    args = argparse.Namespace(model=str(folder), sessions=2, seconds=2.0, max_sessions=4, budget=100.0, threads=1, dtype="float32",
                               json_out=str(out))
     main(args)  # late frames on a busy host are reported, not failed here
     report = json.loads(out.read_text())

@@ -113,9 +113,10 @@ def load_duplex_model(folder: str | Path, max_sessions: int, sampling: DuplexSam
     return MoshiDuplexModel(MoshiStreams(model, max_sessions, sampling), MimiFrames.for_checkpoint(Path(folder), cfg))
 
 
-def load_duplex(folder: str | Path, max_sessions: int) -> DuplexServed:
-    """The family's ``duplex`` hook: Moshi and its Mimi (user audio in, agent audio out), Kyutai's sampling."""
+def load_duplex(folder: str | Path, max_sessions: int, dtype: str = "float32") -> DuplexServed:
+    """The family's ``duplex`` hook: Moshi (weights and KV in ``dtype``) and its Mimi in fp32 (user audio in, agent
+    audio out), Kyutai's sampling."""
     from omnistage.families.moshi.mimi_frames import load_frame_codec
 
-    model = load_duplex_model(folder, max_sessions)
+    model = load_duplex_model(folder, max_sessions, dtype=getattr(torch, dtype))
     return DuplexServed(model, load_frame_codec(folder, model.streams.cfg.num_codebooks))

@@ -70,7 +70,10 @@ def add_duplex_parser(targets: argparse._SubParsersAction) -> None:
     duplex.add_argument("--max-sessions", type=int, default=16,
                         help="rows the engine holds and calibrates up to (capacity is searched up to it)")
     duplex.add_argument("--budget", type=float, default=0.75, help="share of a frame a step may take (admission)")
-    duplex.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    duplex.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a contended host "
+                                                                "stalls a parallel region's barrier)")
+    duplex.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="the model's weights and KV (the codec stays fp32)")
     duplex.add_argument("--json", dest="json_out", default=None, help="also write the report as JSON here")
     duplex.set_defaults(func=_lazy_main("omnistage.tools.bench.duplex"))
 

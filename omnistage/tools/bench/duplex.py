@@ -51,6 +51,7 @@ class DuplexReport:
     sessions: int
     seconds: float
     threads: int
+    dtype: str
     frames_out: int
     late_frames: int
     underrun_streams: int
@@ -91,7 +92,7 @@ def run_bench(args: argparse.Namespace) -> DuplexReport:
     family = DEFAULT_REGISTRY.for_folder(folder)
     if not family.hooks.duplex:
         raise SystemExit(f"bench duplex: the {family.name} family is not a duplex model")
-    served = call_hook(family.hooks.duplex, folder, max(args.sessions, args.max_sessions))
+    served = call_hook(family.hooks.duplex, folder, max(args.sessions, args.max_sessions), args.dtype)
     model, codec = served.model, served.codec
     times = calibrate(model, codec=codec)
     engine = DuplexEngine(model, times, budget=args.budget, codec=codec)
@@ -124,7 +125,7 @@ def _timed(engine: DuplexEngine, sessions: list[DuplexSession], players: list[Pl
     steps = np.array([r.step_s for r in engine.reports if r.rows]) * 1e3
     pct = lambda a, q: round(float(np.percentile(a, q)), 2) if len(a) else 0.0  # noqa: E731
     return DuplexReport(
-        str(args.model), len(sessions), args.seconds, torch.get_num_threads(),
+        str(args.model), len(sessions), args.seconds, torch.get_num_threads(), args.dtype,
         sum(s.stats.frames_out for s in sessions), sum(s.stats.late_frames for s in sessions),
         sum(p.underruns() > 0 for p in players), sum(s.stats.filled_frames for s in sessions),
         pct(lateness, 50), pct(lateness, 99), pct(steps, 50), pct(steps, 99),
