@@ -6,7 +6,8 @@ whose step finished later goes out as silence and is counted late, so the caller
 model. A tick that starts late does not hold the next ones back either: when the engine is more than
 ``max_backlog`` ticks behind, the ticks it missed are skipped (each session gets a late silent frame for each),
 so the sessions stay on the wall clock. Sessions are admitted while a step with one more fits the frame
-(:mod:`admission`); the model keeps each session's KV bounded (Moshi: its attention window).
+(:mod:`admission`); the model keeps each session's KV bounded (Moshi: its attention window). A new session's
+prompt is prefilled by the tick that admits it, so a long one (PersonaPlex's voice prompt) makes that tick late.
 """
 
 from __future__ import annotations
