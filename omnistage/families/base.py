@@ -110,6 +110,8 @@ class Hooks:
     speech_baseline(folder, texts, max_frames) -> list[tuple[float, float]]: transformers' own generation of each
         text, one at a time (``bench serve --backend openai-audio-speech --baseline hf``): each utterance's
         seconds from start to its whole audio, and its audio's seconds.
+    duplex(folder, max_sessions, dtype) -> DuplexServed: a full-duplex family's model and codec for the duplex engine
+        (``omnistage.engine.duplex``), which serves it instead of a stage pipeline.
     """
 
     make_tiny: str = ""
@@ -118,6 +120,7 @@ class Hooks:
     tiny_names: tuple[str, ...] = ()
     word_timer: str = ""
     speech_baseline: str = ""
+    duplex: str = ""
 
 
 def call_hook(hook: str, *args: object) -> object:

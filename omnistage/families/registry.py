@@ -51,6 +51,8 @@ BUILTIN: Mapping[str, FamilyEntry] = MappingProxyType({
     "higgs_audio_v2": FamilyEntry("omnistage.families.higgs_audio_v2.family:FAMILY", ("higgs_audio_v2",),
                                   ("higgs-tiny",), sizes=("tiny", "full")),
     "csm": FamilyEntry("omnistage.families.csm.family:FAMILY", ("csm",), ("csm-tiny",), sizes=("tiny", "full")),
+    "moshi": FamilyEntry("omnistage.families.moshi.family:FAMILY", ("moshi",),
+                         ("moshi-tiny", "moshi-medium", "personaplex-tiny"), sizes=("tiny", "medium")),
 })
 
 

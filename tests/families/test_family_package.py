@@ -22,7 +22,7 @@ GENERIC = ("entrypoints", "pipeline", "engine", "runner", "workers", "config", "
            "tiny")
 FAMILY_MODULES = ("omnistage.families.qwen3_omni", "omnistage.models.qwen3_omni", "omnistage.families.qwen3_tts",
                   "omnistage.models.qwen3_tts", "omnistage.families.qwen2_5_omni", "omnistage.models.qwen2_5_omni",
-                  "omnistage.families.qwen3_asr")
+                  "omnistage.families.qwen3_asr", "omnistage.families.moshi")
 
 PACKAGES = {"qwen3_forced_aligner": "qwen3_asr"}  # a family that lives in another family's package
 
@@ -43,6 +43,7 @@ def _imported_after_resolving(model_type: str, tmp_path: Path) -> set[str]:
     ("qwen2_5_omni", "qwen2_5_omni", ("qwen3_omni", "qwen3_tts")),
     ("qwen3_asr", "qwen3_asr", ("qwen3_omni", "qwen3_tts", "qwen2_5_omni")),
     ("qwen3_forced_aligner", "qwen3_forced_aligner", ("qwen3_omni", "qwen3_tts", "qwen2_5_omni")),
+    ("moshi", "moshi", ("qwen3_omni", "qwen3_tts", "qwen2_5_omni", "pocket_tts")),
 ])
 def test_resolving_a_checkpoint_imports_only_its_own_family(model_type: str, family: str, foreign: tuple[str, ...],
                                                             tmp_path: Path) -> None:

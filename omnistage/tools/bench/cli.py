@@ -58,6 +58,24 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_quant_parser(targets)
     add_serve_parser(targets)
     add_realtime_parser(targets)
+    add_duplex_parser(targets)
+
+
+def add_duplex_parser(targets: argparse._SubParsersAction) -> None:
+    duplex = targets.add_parser("duplex", help="N full-duplex sessions streaming speech in real time (Moshi)")
+    duplex.add_argument("--model", default="moshi-tiny", help="a duplex checkpoint folder or embedded name "
+                                                               "(moshi-tiny, moshi-medium, personaplex-tiny)")
+    duplex.add_argument("--sessions", type=int, default=4, help="concurrent sessions (default 4)")
+    duplex.add_argument("--seconds", type=float, default=20.0, help="how long they stream (default 20)")
+    duplex.add_argument("--max-sessions", type=int, default=16,
+                        help="rows the engine holds and calibrates up to (capacity is searched up to it)")
+    duplex.add_argument("--budget", type=float, default=0.75, help="share of a frame a step may take (admission)")
+    duplex.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a contended host "
+                                                                "stalls a parallel region's barrier)")
+    duplex.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="the model's weights and KV (the codec stays fp32)")
+    duplex.add_argument("--json", dest="json_out", default=None, help="also write the report as JSON here")
+    duplex.set_defaults(func=_lazy_main("omnistage.tools.bench.duplex"))
 
 
 def _seconds(text: str) -> list[float]:

@@ -154,9 +154,9 @@ def measure_tts_predictor(model_dir: str, batches: list[int], steps: int, device
                           quantization: str = "none") -> list[tuple[int, Timing, ByteTally]]:
     """Qwen3-TTS's code predictor alone: one frame's residual codes per request (greedy) from random talker
     states and first codes, its passes batched over the requests as the talker step runs them."""
+    from omnistage.families.registry import resolve_model
     from omnistage.models.qwen3_tts.checkpoint import load_talker
     from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
-    from omnistage.families.registry import resolve_model
 
     folder = resolve_model(model_dir)
     talker = load_talker(folder, Qwen3TTSConfig.from_folder(folder), device, dtype, quantization)
@@ -200,9 +200,9 @@ def measure_stage(stage: StageUnderTest, batches: list[int], steps: int, prompt_
 def measure_code2wav(model_dir: str, batches: list[int], steps: int, frames: int, device: str,
                      dtype: torch.dtype) -> list[tuple[int, Timing, ByteTally]]:
     """One chunk of ``frames`` codec frames per request (streaming chunk plus left context) per step."""
+    from omnistage.families.registry import resolve_model
     from omnistage.models.qwen3_omni.code2wav import load_code2wav
     from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
-    from omnistage.families.registry import resolve_model
 
     folder = resolve_model(model_dir)
     model = load_code2wav(folder, Qwen3OmniConfig.from_folder(folder).code2wav, device, dtype)

@@ -77,10 +77,10 @@ class InProcessDriver:
                  scheduling: str | None = None, code2wav_max_batch: int | None = None,
                  overrides: StageOverrides | None = None) -> None:
         from omnistage.config.pipeline import load_pipeline, load_preset
+        from omnistage.families.registry import resolve_model
         from omnistage.pipeline.async_omni import AsyncOmni
         from omnistage.pipeline.engine import OmniPipeline, preset_for
         from omnistage.pipeline.runtime import PipelineOptions
-        from omnistage.families.registry import resolve_model
 
         base = load_pipeline(stage_config) if stage_config else load_preset(preset_for(resolve_model(model)))
         spec = pinned_spec(base, audio_frames, scheduling, code2wav_max_batch)
@@ -167,9 +167,8 @@ def run_hf(folder: Path, prompts: list[BenchPrompt], output_tokens: int, audio_f
 
 
 def main(args: argparse.Namespace) -> int:
-    from omnistage.families.registry import DEFAULT_REGISTRY
+    from omnistage.families.registry import DEFAULT_REGISTRY, resolve_model
     from omnistage.pipeline.serve_flags import model_overrides
-    from omnistage.families.registry import resolve_model
 
     folder = resolve_model(args.model)
     output_tokens = args.random_output_len or args.output_tokens

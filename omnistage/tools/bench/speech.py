@@ -116,8 +116,8 @@ class SpeechHttpDriver:
 
 def run_sequential(folder: Path, prompts: list[BenchPrompt], audio_frames: int) -> dict[str, float]:
     """The reference's way, one utterance at a time: every code first, then one decode of them all."""
-    from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
     from omnistage.families.qwen3_tts.offline import TTSSettings, generate_offline
+    from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
     from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer
 
     models, tokenizer = Qwen3TTSModels.load(folder), TextTokenizer(folder)
