@@ -14,7 +14,9 @@ from omnistage.families.csm.prompt import CsmTokenizer
 
 
 @torch.inference_mode()
-def hf_speech(folder: Path, texts: list[str], frames: int) -> list[tuple[float, float]]:
+def hf_speech(folder: Path, texts: list[str], max_frames: int) -> list[tuple[float, float]]:
+    """Each text's (seconds to its whole audio, audio seconds). ``max_frames`` is the bench's budget, which counts
+    an end frame besides the ``--audio-frames`` it asks for: ``generate`` makes the frames alone."""
     from transformers import CsmForConditionalGeneration
 
     cfg = CsmConfig.from_folder(folder)
@@ -25,6 +27,6 @@ def hf_speech(folder: Path, texts: list[str], frames: int) -> list[tuple[float, 
         ids = torch.tensor([tokenizer.prompt(text).input_ids])
         began = time.perf_counter()
         wav = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             depth_decoder_do_sample=False, max_new_tokens=frames, output_audio=True)[0]
+                             depth_decoder_do_sample=False, max_new_tokens=max_frames - 1, output_audio=True)[0]
         runs.append((time.perf_counter() - began, wav.numel() / cfg.codec.sampling_rate))  # first audio = whole
     return runs
