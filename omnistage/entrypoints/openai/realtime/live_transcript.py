@@ -22,8 +22,9 @@ import contextlib
 import re
 from typing import TYPE_CHECKING
 
-from omnistage.entrypoints.openai.common.admission import Overloaded, Ticket
+from omnistage.entrypoints.openai.common.admission import Admission, Overloaded, Ticket
 from omnistage.entrypoints.openai.common.transcriber import (
+    TRANSCRIPTION_MODALITIES,
     TranscriptDelta,
     TranscriptDone,
     render_transcription,
@@ -31,9 +32,10 @@ from omnistage.entrypoints.openai.common.transcriber import (
     transcript_events,
     transcription_request,
 )
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
 from omnistage.entrypoints.openai.realtime.protocol import new_id, server_event
-from omnistage.entrypoints.openai.realtime.transcribe import Opening, ask_for
+from omnistage.entrypoints.openai.realtime.transcribe import Opening, ask_for, writer_of
 
 if TYPE_CHECKING:
     from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
@@ -82,11 +84,12 @@ class LiveTranscript:
         heard_s = (end - self._start) / buffer.rate
         if (end - self._heard_at) / buffer.rate < max(MIN_STEP_S, STEP_SHARE * heard_s) or self._busy():
             return
-        ticket = self._ticket()
+        engine, admission = writer_of(self.session)
+        ticket = self._ticket(admission)
         if ticket is None:
             return
         self._heard_at = end
-        self._task = asyncio.create_task(self._run(buffer, end, ticket))
+        self._task = asyncio.create_task(self._run(engine, buffer, end, ticket))
 
     async def finish(self, item_id: str) -> Opening:
         """The turn ``item_id`` is committed: the transcript sent of it so far, for its final run to continue (an
@@ -113,21 +116,21 @@ class LiveTranscript:
         response = self.session.response
         return response is not None and not response.done()
 
-    def _ticket(self) -> Ticket | None:
+    @staticmethod
+    def _ticket(admission: Admission) -> Ticket | None:
         """A place under the admission bound while more than half of it is free (replies keep the rest)."""
-        admission = self.session.service.admission
         if 2 * (admission.admitted + 1) > admission.max_requests:
             return None
         try:
-            return admission.admit()
+            return admission.admit(TRANSCRIPTION_MODALITIES)
         except Overloaded:
             return None
 
-    async def _run(self, buffer: InputBuffer, end: int, ticket: Ticket) -> None:
+    async def _run(self, engine: OmniEngine, buffer: InputBuffer, end: int, ticket: Ticket) -> None:
         """One run over the turn's audio up to ``end``: its continuation, then the delta agreed on, if any."""
         item_id, opening = self.item_id, self._opening
         try:
-            continuation, language = await self._write_down(buffer, end, opening, ticket)
+            continuation, language = await self._write_down(engine, buffer, end, opening)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - a preview: the commit's run writes the turn down anyway
@@ -149,19 +152,19 @@ class LiveTranscript:
         finally:
             self._sending = False
 
-    async def _write_down(self, buffer: InputBuffer, end: int, opening: Opening,
-                          ticket: Ticket) -> tuple[str | None, str | None]:
+    async def _write_down(self, engine: OmniEngine, buffer: InputBuffer, end: int,
+                          opening: Opening) -> tuple[str | None, str | None]:
         """The transcription model's continuation of ``opening`` for the turn's audio up to ``end``, and the
         language it wrote in; None when it cannot be continued (a recogniser that named no language)."""
         session = self.session
         audio = await buffer.copy_in(session.service.pool, self._start, end)
         ask = ask_for(session, audio, opening)
-        prompt = await session.service.pool.run(render_transcription, session.engine.front_end, ask)
-        request = transcription_request(session.engine, prompt, ask, new_id("transcribe"), param="audio")
-        reader = reply_reader(session.engine.front_end, ask)
+        prompt = await session.service.pool.run(render_transcription, engine.front_end, ask)
+        request = transcription_request(engine, prompt, ask, new_id("transcribe"), param="audio")
+        reader = reply_reader(engine.front_end, ask)
         texts: list[str] = []
         done: TranscriptDone | None = None
-        async with contextlib.aclosing(transcript_events(session.engine, request,
+        async with contextlib.aclosing(transcript_events(engine, request,
                                                          timeout_s=session.limits.request_timeout,
                                                          reader=reader)) as events:
             async for event in events:
@@ -172,6 +175,6 @@ class LiveTranscript:
         if done is None or done.failure is not None:
             return None, None
         language = ask.language or reader.language
-        if session.engine.front_end.transcriber is not None and language is None:
+        if engine.front_end.transcriber is not None and language is None:
             return None, None
         return "".join(texts), language

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from omnistage.entrypoints.openai.common.admission import Admission, Overloaded
 from omnistage.entrypoints.openai.common.transcriber import (
     TRANSCRIBE_INSTRUCTIONS,
+    TRANSCRIPTION_MODALITIES,
     TranscriptDone,
     TranscriptionAsk,
     render_transcription,
@@ -26,13 +28,14 @@ from omnistage.entrypoints.openai.common.transcriber import (
     transcript_events,
     transcription_request,
 )
+from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.items import Item
-from omnistage.entrypoints.openai.realtime.protocol import EventError, new_id, server_event, transcript_usage
+from omnistage.entrypoints.openai.realtime.protocol import new_id, server_event, transcript_usage
 
 if TYPE_CHECKING:
     from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
 
-__all__ = ["TRANSCRIBE_INSTRUCTIONS", "Opening", "ask_for", "transcribe"]
+__all__ = ["TRANSCRIBE_INSTRUCTIONS", "Opening", "ask_for", "transcribe", "writer_of"]
 
 
 def _failed(ids: dict[str, object], error_type: str, code: str, message: str) -> str:
@@ -49,6 +52,17 @@ class Opening:
     language: str | None = None
 
 
+def writer_of(session: RealtimeSession) -> tuple[OmniEngine, Admission]:
+    """The model that writes the session's turns down, and its admission: the recogniser served beside the model
+    (``serve --transcription-model``) when the session's transcription ``model`` names it, else the session's own
+    model (a recogniser's own sessions, or the thinker asked for a transcript)."""
+    settings = session.state.config.transcription or {}
+    recogniser = session.service.recogniser
+    if recogniser is not None and recogniser.serves(settings.get("model")):
+        return recogniser.engine, recogniser.admission
+    return session.engine, session.service.admission
+
+
 def ask_for(session: RealtimeSession, audio: np.ndarray, opening: Opening = Opening()) -> TranscriptionAsk:
     """The session's transcription settings: a recogniser takes its ``language`` and ``prompt`` in its own prompt;
     ``opening``: what the reply continues (in its language, unless the session forces one)."""
@@ -63,22 +77,23 @@ async def transcribe(session: RealtimeSession, item: Item, opening: Opening = Op
     """Writes down the committed ``item``, continuing ``opening`` (its deltas already sent): the deltas, then
     ``.completed`` with the whole transcript."""
     ids: dict[str, object] = {"item_id": item.id, "content_index": 0}
+    engine, admission = writer_of(session)
     try:
-        ticket = session.admit(None)
-    except EventError as exc:
-        await session.send(_failed(ids, exc.error_type, exc.code, str(exc)))
+        ticket = admission.admit(TRANSCRIPTION_MODALITIES)
+    except Overloaded as exc:
+        await session.send(_failed(ids, "server_error", exc.detail.code or "overloaded", exc.detail.message))
         return
     try:
         audio = item.audio if item.audio is not None else np.zeros(0, np.float32)
         ask = ask_for(session, audio, opening)
-        prompt = await session.service.pool.run(render_transcription, session.engine.front_end, ask)
-        request = transcription_request(session.engine, prompt, ask, new_id("transcribe"), param="audio")
+        prompt = await session.service.pool.run(render_transcription, engine.front_end, ask)
+        request = transcription_request(engine, prompt, ask, new_id("transcribe"), param="audio")
     except Exception as exc:  # noqa: BLE001 - reported to the client; the session goes on
         ticket.release()
         await session.send(_failed(ids, "server_error", "transcription_failed", str(exc)))
         return
-    events = transcript_events(session.engine, request, timeout_s=session.limits.request_timeout, ticket=ticket,
-                               reader=reply_reader(session.engine.front_end, ask))
+    events = transcript_events(engine, request, timeout_s=session.limits.request_timeout, ticket=ticket,
+                               reader=reply_reader(engine.front_end, ask))
     texts = [opening.text]
     async with aclosing(events):
         async for event in events:

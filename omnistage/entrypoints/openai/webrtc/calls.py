@@ -94,7 +94,9 @@ class Calls:
         pc = RTCPeerConnection(RTCConfiguration(iceServers=list(self.ice_servers)))
         try:
             transport = WebRtcTransport(pc, lambda: session.config)
-            session = RealtimeSession(transport, self.service, settings=settings)
+            # A speech recogniser's calls are transcription sessions: transcripts on the data channel, no reply.
+            kind = "transcription" if self.service.engine.front_end.processor is None else "realtime"
+            session = RealtimeSession(transport, self.service, kind=kind, settings=settings)
             call = Call(new_id("rtc"), pc, transport, session, owner)
             await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
             if not any(t.kind == "audio" for t in pc.getTransceivers()):
