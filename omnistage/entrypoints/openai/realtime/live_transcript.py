@@ -47,12 +47,12 @@ _WORD = re.compile(r"\s*\S+")
 
 def agreed(previous: str, current: str) -> str:
     """The opening two hypotheses of the same continuation share, in whole words (each with the space before it),
-    never the current one's last word: the audio was cut there, and the word may still grow. A word holding a
-    character not yet whole (U+FFFD: a token that ends inside a UTF-8 sequence) stops it."""
+    never the current one's last word: the audio was cut there, and the word may still grow (a character whose
+    bytes a token cut, U+FFFD until the next token completes it, is at the text's end, so in that word)."""
     before, now = _WORD.findall(previous), _WORD.findall(current)
     shared = 0
     for a, b in zip(before, now[:-1]):
-        if a != b or "\ufffd" in a:
+        if a != b:
             break
         shared += 1
     return "".join(now[:shared])

@@ -36,7 +36,9 @@ async def realtime(ws: WebSocket) -> None:
     # OpenAI's browser SDKs offer "realtime" beside the key subprotocol and expect it back, as OpenAI answers.
     await ws.accept(subprotocol="realtime" if "realtime" in ws.scope.get("subprotocols", ()) else None)
     model = ws.query_params.get("model")
-    if model is not None and model not in service.served.names:
+    # ?model= naming the recogniser served beside the model: a transcription session written down by it.
+    recognised = service.recogniser is not None and service.recogniser.serves(model)
+    if model is not None and model not in service.served.names and not recognised:
         await ws.send_json(error_event(EventError("model_not_found", no_such_model(model), "model")))
         await ws.close(code=1008)
         return
@@ -51,9 +53,13 @@ async def realtime(ws: WebSocket) -> None:
     # OpenAI's transcription sessions are opened with ?intent=transcription (or turned into one by session.update);
     # a speech recogniser's sessions are nothing else.
     recogniser = front.processor is None
-    kind = "transcription" if recogniser or ws.query_params.get("intent") == "transcription" else "realtime"
+    kind = "transcription" if recogniser or recognised or ws.query_params.get("intent") == "transcription" \
+        else "realtime"
+    settings = claimed_session(ws.scope)
+    if settings is None and recognised:
+        settings = {"type": "transcription", "audio": {"input": {"transcription": {"model": model}}}}
     await RealtimeSession(WebSocketTransport(ws), service, beta=wants_beta(dict(ws.headers)), kind=kind,
-                          settings=claimed_session(ws.scope)).run()
+                          settings=settings).run()
 
 
 def install_realtime(app: FastAPI, engine: OmniEngine, limits: ServerLimits,
