@@ -137,6 +137,21 @@ def test_the_omni_thinker_writes_a_spoken_turn_down_while_it_is_spoken(both: tup
     assert _bytes_to(asr) == before  # the recogniser was not asked
 
 
+@pytest.mark.e2e
+def test_a_session_opened_on_the_recogniser_transcribes(both: tuple[str, object]) -> None:
+    """``?model=`` naming the recogniser (the SDK's ``connect(model=...)``) opens a transcription session that
+    it writes down."""
+    async def created() -> dict:
+        client = openai.AsyncOpenAI(base_url=f"{both[0]}/v1", api_key="unused", max_retries=0)
+        async with client.realtime.connect(model="asr") as conn:
+            async for event in conn:
+                return event.model_dump()
+        return {}
+
+    session = asyncio.run(asyncio.wait_for(created(), 30))["session"]
+    assert session["type"] == "transcription" and session["audio"]["input"]["transcription"]["model"] == "asr"
+
+
 def _bytes_to(engine: object) -> int:
     return sum(r.bytes_sent for r in engine.stats().replicas)  # type: ignore[attr-defined]
 
