@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ from omnistage.entrypoints.openai.realtime.transcribe import Opening, ask_for, w
 if TYPE_CHECKING:
     from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
 
+logger = logging.getLogger(__name__)
 MIN_STEP_S = 1.0  # audio a turn grows by before it is written down again
 STEP_SHARE = 0.25  # ... or this share of the turn heard so far, when more: the runs' audio stays ~5x the turn's
 _WORD = re.compile(r"\s*\S+")
@@ -89,7 +91,9 @@ class LiveTranscript:
         if ticket is None:
             return
         self._heard_at = end
-        self._task = asyncio.create_task(self._run(engine, buffer, end, ticket))
+        self._task = asyncio.create_task(self._run(engine, buffer, end))
+        # Released however the task ends, even cancelled before it ever ran (its body's finally never would).
+        self._task.add_done_callback(lambda _: ticket.release())
 
     async def finish(self, item_id: str) -> Opening:
         """The turn ``item_id`` is committed: the transcript sent of it so far, for its final run to continue (an
@@ -99,8 +103,7 @@ class LiveTranscript:
         if task is not None and not task.done():
             if not self._sending:
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])  # its end, however it ends (a cancelled caller is cancelled still)
             opening = self._opening if item_id == self.item_id else Opening()
         self.discard()
         return opening
@@ -126,7 +129,7 @@ class LiveTranscript:
         except Overloaded:
             return None
 
-    async def _run(self, engine: OmniEngine, buffer: InputBuffer, end: int, ticket: Ticket) -> None:
+    async def _run(self, engine: OmniEngine, buffer: InputBuffer, end: int) -> None:
         """One run over the turn's audio up to ``end``: its continuation, then the delta agreed on, if any."""
         item_id, opening = self.item_id, self._opening
         try:
@@ -134,9 +137,8 @@ class LiveTranscript:
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - a preview: the commit's run writes the turn down anyway
+            logger.debug("a live transcription run failed", exc_info=True)
             return
-        finally:
-            ticket.release()
         if item_id != self.item_id or continuation is None:
             return
         fixed = agreed(self._pending, continuation)  # an opening of the continuation, as written
