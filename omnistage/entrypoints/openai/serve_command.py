@@ -57,8 +57,12 @@ def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:
         body = f'{{"model": "{name}", "input": "Hello!", "voice": "{_first_voice(engine)}"}}'
         curl = (f"curl {base}/v1/audio/speech -H 'Content-Type: application/json'{auth} -d '{body}' "
                 "-o hello.wav")
+    recogniser = config.pipeline.recogniser()
+    beside = [f"  beside: {recogniser.model_name!r}, a speech recogniser: /v1/audio/transcriptions and realtime "
+              "input transcription naming it"] if recogniser is not None else []
     return "\n".join([
         f"omnistage is ready: model {name!r} at {base}/v1 (OpenAI-compatible)",
+        *beside,
         f"  try:    {curl}",
         f"  docs:   {base}/docs    health: {base}/health    metrics: {base}/metrics",
         "  stop:   Ctrl+C",

@@ -156,10 +156,14 @@ def _bytes_to(engine: object) -> int:
     return sum(r.bytes_sent for r in engine.stats().replicas)  # type: ignore[attr-defined]
 
 
-def test_the_flags_name_a_second_pipeline() -> None:
+def test_the_flags_name_a_second_pipeline(processor: RecordingProcessor) -> None:  # noqa: F811
+    from omnistage.entrypoints.openai.serve_command import ready_banner
+
     args = build_parser().parse_args(["serve", "tiny", "--transcription-model", "/models/asr",
                                       "--transcription-served-model-name", "asr"])
-    pipeline = ServeConfig.from_args(args, environ={}).pipeline
+    config = ServeConfig.from_args(args, environ={})
+    assert "beside: 'asr', a speech recogniser" in ready_banner(config, FakeEngine(fake_front_end(processor)), 8000)
+    pipeline = config.pipeline
     recogniser = pipeline.recogniser()
     assert recogniser is not None and recogniser.model == "/models/asr" and recogniser.model_name == "asr"
     assert recogniser.options == pipeline.options and recogniser.aligner is None
