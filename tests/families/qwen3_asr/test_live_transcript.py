@@ -27,7 +27,9 @@ SENTENCE = "The quick brown fox jumps over the lazy dog, and then it runs far aw
     ("hello world", "hello world", "hello"),  # the last word heard may still grow
     (" the quick brown", " the quick brown fox", " the quick brown"),  # continuations keep their leading space
     ("a b c", "x b c", ""),
-    ("ok the\ufffd", "ok the\ufffd", "ok"),  # a character cut inside its bytes ends the text: not fixed
+    ("ok the\ufffd", "ok the\ufffd", "ok"),
+    ("今天天气很", "今天天气很好，", "今天天气很"),  # a script without spaces agrees character by character
+    ("我想去东京", "我想去京都", "我想去"),  # a character cut inside its bytes ends the text: not fixed
 ])
 def test_two_runs_fix_what_they_agree_on(previous: str, current: str, fixed: str) -> None:
     assert agreed(previous, current) == fixed

@@ -44,7 +44,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 MIN_STEP_S = 1.0  # audio a turn grows by before it is written down again
 STEP_SHARE = 0.25  # ... or this share of the turn heard so far, when more: the runs' audio stays ~5x the turn's
-_WORD = re.compile(r"\s*\S+")
+# A word: a run of non-space characters with the space before it; in scripts written without spaces (Chinese,
+# Japanese), each character and each of their punctuation marks is one.
+_CJK = "\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+_WORD = re.compile(rf"\s*(?:[{_CJK}]|[^\s{_CJK}]+)")
 
 
 def agreed(previous: str, current: str) -> str:
