@@ -9,7 +9,7 @@ one FastAPI derives from the routes, with its 422 entries swapped for the 400
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -90,6 +90,14 @@ class Services:
     recogniser: ServedRecogniser | None = None  # serve --transcription-model: a speech recogniser beside the model
     draining: Draining = field(default_factory=Draining)
     created: int = field(default_factory=lambda: int(time.time()))
+
+    def health(self) -> HealthReport:
+        """The model's pipeline's health, and the recogniser's beside it: its stages join the report, so a
+        recogniser that cannot serve leaves the server degraded (the model's outputs still served)."""
+        report = self.engine.health()
+        if self.recogniser is None:
+            return report
+        return replace(report, stages=report.stages + self.recogniser.engine.health().stages)
 
 
 async def _services(request: Request) -> Services:
@@ -174,7 +182,7 @@ def _health_body(report: HealthReport) -> HealthResponse:
 async def health(services: Services = Depends(_services)) -> JSONResponse:
     """Liveness: 200 while the server can serve something, ``degraded`` when only some outputs (text without the
     lost talker's node); restarting this process would not bring a lost node back."""
-    report = services.engine.health()
+    report = services.health()
     return JSONResponse(_health_body(report).model_dump(), status_code=503 if report.status == "unhealthy" else 200)
 
 
@@ -184,7 +192,7 @@ async def health(services: Services = Depends(_services)) -> JSONResponse:
 async def ready(services: Services = Depends(_services)) -> JSONResponse:
     """Readiness, apart from liveness (``/health``): false at once when the server starts to stop, while it still
     finishes the streams it holds."""
-    health = services.engine.health().status
+    health = services.health().status
     status = "draining" if services.draining.draining else "ready" if health == "ok" else health
     return JSONResponse(ReadinessResponse(status=status).model_dump(), status_code=200 if status == "ready" else 503)
 

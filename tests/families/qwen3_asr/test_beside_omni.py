@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +19,11 @@ import openai
 import pytest
 import soundfile as sf
 
+from omnistage.core import Modality
 from omnistage.entrypoints.cli import build_parser
 from omnistage.entrypoints.openai.common.admission import Admission, Overloaded
 from omnistage.entrypoints.serve_config import ServeConfig
+from omnistage.pipeline.reports import HealthReport, ReplicaHealth, StageHealth
 from tests.entrypoints.conftest import processor, processor_dir  # noqa: F401 - the fake engines' fixtures
 from tests.entrypoints.fake_engine import FakeEngine, RecordingProcessor, fake_front_end
 from tests.entrypoints.speech_sample import speech
@@ -185,3 +188,38 @@ def test_both_pipelines_take_places_under_one_bound(processor: RecordingProcesso
     assert beside.admitted == admission.admitted == 1
     beside.admit()
     assert admission.admitted == 2
+
+
+class _Omni(FakeEngine):
+    """A fake model whose report says which stages each output needs, as a real pipeline's does."""
+
+    def health(self) -> HealthReport:
+        return replace(super().health(), needs=((Modality.TEXT, frozenset({"thinker"})),
+                                                (Modality.AUDIO, frozenset({"thinker", "talker", "code2wav"}))))
+
+
+class _LostRecogniser(FakeEngine):
+    def health(self) -> HealthReport:
+        return HealthReport(stages=(StageHealth("recogniser", (ReplicaHealth(0, False, "process died"),)),),
+                            needs=((Modality.TEXT, frozenset({"recogniser"})),))
+
+
+def test_a_lost_recogniser_degrades_the_server_and_refuses_its_requests(
+        processor: RecordingProcessor) -> None:  # noqa: F811
+    from fastapi.testclient import TestClient
+
+    from omnistage.entrypoints.openai.api_server import build_app
+
+    asr = _LostRecogniser(fake_front_end(processor), model_name="asr")
+    with TestClient(build_app(_Omni(fake_front_end(processor)), recogniser_engine=asr)) as client:
+        health = client.get("/health")
+        assert health.status_code == 200 and health.json()["status"] == "degraded"
+        assert "recogniser" in [s["stage"] for s in health.json()["stages"]]
+        assert client.get("/ready").json()["status"] == "degraded"
+        samples, _ = speech("Hello.", 16000)
+        refused = client.post("/v1/audio/transcriptions", data={"model": "asr"},
+                              files={"file": ("a.wav", _wav(samples, 16000))})
+        assert refused.status_code == 503 and "recogniser" in refused.json()["error"]["message"]
+        served = client.post("/v1/audio/transcriptions", data={"model": "fake-omni"},
+                             files={"file": ("a.wav", _wav(samples, 16000))})
+        assert served.status_code == 200, served.text
