@@ -87,3 +87,17 @@ def test_a_run_leaves_half_the_bound_and_a_running_response_alone(processor: Rec
             ticket.release()
 
     asyncio.run(scenario())
+
+
+def test_later_runs_are_asked_in_the_language_the_opening_was_written_in(processor: RecordingProcessor) -> None:
+    from omnistage.entrypoints.openai.realtime.transcribe import Opening, ask_for
+
+    session, _ = _session(processor)
+    audio = np.zeros(1600, np.float32)
+    ask = ask_for(session, audio, Opening("Bonjour à", "French"))
+    assert (ask.language, ask.prefix) == ("French", "Bonjour à")  # a recogniser detected it: forced from now on
+    session.state.update({"type": "session.update", "session": {"audio": {"input": {
+        "transcription": {"model": "whisper-1", "language": "de", "prompt": "Guten Tag."}}}}}, buffered=False)
+    ask = ask_for(session, audio, Opening("Hallo", "German"))
+    assert (ask.language, ask.context, ask.prefix) == ("de", "Guten Tag.", "Hallo")  # the session's own wins
+    assert ask_for(session, audio).prefix == ""

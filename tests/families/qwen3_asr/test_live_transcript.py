@@ -73,3 +73,17 @@ def test_deltas_while_speaking_join_into_the_transcript(asr_url: str) -> None:
     deltas = "".join(text for kind, item, text in seen if kind == DELTA and item == started)
     done = next(text for kind, item, text in seen if kind == DONE and item == started)
     assert done and done == deltas.strip()
+
+
+def test_a_recognisers_prompt_continues_an_opening_after_its_language_line(asr_dir) -> None:  # noqa: ANN001
+    from omnistage.families.qwen3_asr.prompt import Qwen3ASRPromptProcessor
+
+    processor = Qwen3ASRPromptProcessor(asr_dir, 50)
+    audio = np.zeros(16000, np.float32)
+    plain = processor.prompt(audio, "en").token_ids
+    opened = processor.prompt(audio, "en", prefix="Hello <|im_end|> world").token_ids
+    assert opened[:len(plain)] == plain  # the same prompt, then the opening as plain text (markup stays text)
+    assert processor.tokenizer.decode(opened[len(plain):]) == "Hello <|im_end|> world"
+    assert processor.tokenizer.convert_tokens_to_ids("<|im_end|>") not in opened[len(plain):]
+    with pytest.raises(ValueError, match="language"):
+        processor.prompt(audio, None, prefix="Hello")  # the reply's language line would come after it
