@@ -66,6 +66,13 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="a forced-aligner checkpoint (Qwen3-ForcedAligner) served beside the model: "
                             "/v1/audio/transcriptions then gives timestamp_granularities=['word'] and verbose_json "
                             "words")
+    group.add_argument("--transcription-model", default=None, metavar="ASR_DIR",
+                       help="a speech recogniser (Qwen3-ASR) served beside the model, in a pipeline of its own "
+                            "under the same request bound: /v1/models lists it, /v1/audio/transcriptions takes it "
+                            "when `model` names it, and a realtime session's input transcription when "
+                            "`transcription.model` does (the model answers the turns it writes down)")
+    group.add_argument("--transcription-served-model-name", default=None, metavar="NAME",
+                       help="the id the --transcription-model is listed and named by (default: as given)")
     group.add_argument("--ray-address", default=None,
                        help="the Ray cluster to join with --backend ray (default: the one started on this machine "
                             "by `ray start --head`, else a new local one)")
@@ -139,6 +146,15 @@ class PipelineConfig:
     generation_config: str = "auto"
     model_name: str | None = None  # the id the API answers to (default: ``model``)
     aligner: str | None = None  # --aligner: a forced aligner's folder (or embedded name), loaded beside the model
+    transcription_model: str | None = None  # --transcription-model: a recogniser served beside, its own pipeline
+    transcription_model_name: str | None = None  # --transcription-served-model-name (default: as given)
+
+    def recogniser(self) -> PipelineConfig | None:
+        """The pipeline of ``--transcription-model`` (its family's preset, this one's runtime options), or None."""
+        if self.transcription_model is None:
+            return None
+        return PipelineConfig(model=self.transcription_model, options=self.options,
+                              model_name=self.transcription_model_name or self.transcription_model)
 
 
 def overrides_from_args(args: argparse.Namespace) -> StageOverrides:
@@ -163,4 +179,6 @@ def pipeline_config_from_args(args: argparse.Namespace, model: str, model_name: 
     spec = load_pipeline(args.stage_config) if args.stage_config else None  # a bad YAML is said before loading
     return PipelineConfig(model=model, stage_config=spec, options=options_from_args(args),
                           overrides=overrides_from_args(args), generation_config=args.generation_config,
-                          model_name=model_name, aligner=getattr(args, "aligner", None))
+                          model_name=model_name, aligner=getattr(args, "aligner", None),
+                          transcription_model=getattr(args, "transcription_model", None),
+                          transcription_model_name=getattr(args, "transcription_served_model_name", None))

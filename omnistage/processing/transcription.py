@@ -47,8 +47,11 @@ class TranscriptionPrompter(Protocol):
         """Raises :class:`UnsupportedLanguage` for a language the model cannot be forced into."""
         ...
 
-    def transcription_prompt(self, audio: np.ndarray, language: str | None, context: str | None) -> ProcessedPrompt:
-        """One 16 kHz mono clip's prompt, ``language`` forced when given, ``context`` (earlier text) as context."""
+    def transcription_prompt(self, audio: np.ndarray, language: str | None, context: str | None,
+                             prefix: str = "") -> ProcessedPrompt:
+        """One 16 kHz mono clip's prompt, ``language`` forced when given, ``context`` (earlier text) as context;
+        ``prefix``: the transcript's opening, already written (a live transcript's), which the reply continues
+        (it needs ``language``: the reply's markup comes before it)."""
         ...
 
     def reader(self, forced: bool) -> ReplyReader:

@@ -139,7 +139,9 @@ def test_realtime_model_server_vad_turn_reaches_the_agent_as_audio(server: LiveS
             assert transcript.transcript == "Hello from the fake engine."
             assert text == "Hello from the fake engine." and abs(peak_hz(audio, RATE) - SINE_HZ) < 5
     asyncio.run(scenario())
-    assert sorted(r.wants_audio for r in server.engine.requests) == [False, True]  # transcript, answer
+    # The transcript's requests (the commit's, and any run while the turn was spoken: text only), one answer.
+    wants = [r.wants_audio for r in server.engine.requests]
+    assert wants.count(True) == 1 and wants.count(False) >= 1
 
 
 def test_realtime_model_function_call_round_trip(server: LiveServer) -> None:

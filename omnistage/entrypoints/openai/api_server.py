@@ -9,7 +9,7 @@ one FastAPI derives from the routes, with its 422 entries swapped for the 400
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -44,6 +44,7 @@ from omnistage.entrypoints.openai.common.protocol import (
     StageHealthInfo,
 )
 from omnistage.entrypoints.openai.common.prescan import BudgetedRoute
+from omnistage.entrypoints.openai.common.recogniser import ServedRecogniser
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.landing import PUBLIC_PATHS, PUBLIC_PREFIX, install_landing
@@ -87,8 +88,17 @@ class Services:
     speech: SpeechService
     voices: VoiceService
     metrics: ServerMetrics
+    recogniser: ServedRecogniser | None = None  # serve --transcription-model: a speech recogniser beside the model
     draining: Draining = field(default_factory=Draining)
     created: int = field(default_factory=lambda: int(time.time()))
+
+    def health(self) -> HealthReport:
+        """The model's pipeline's health, and the recogniser's beside it: its stages join the report, so a
+        recogniser that cannot serve leaves the server degraded (the model's outputs still served)."""
+        report = self.engine.health()
+        if self.recogniser is None:
+            return report
+        return replace(report, stages=report.stages + self.recogniser.engine.health().stages)
 
 
 async def _services(request: Request) -> Services:
@@ -146,12 +156,14 @@ async def delete_voice(name: str, services: Services = Depends(_services)) -> Vo
 
 @api.get("/v1/models", response_model=ModelList)
 async def list_models(services: Services = Depends(_services)) -> ModelList:
-    return ModelList(data=[ModelCard(id=name, created=services.created) for name in services.served.names])
+    names = services.served.names + (services.recogniser.served.names if services.recogniser is not None else ())
+    return ModelList(data=[ModelCard(id=name, created=services.created) for name in names])
 
 
 @api.get("/v1/models/{model:path}", response_model=ModelCard, responses={404: _ERRORS[404]})
 async def get_model(model: str, services: Services = Depends(_services)) -> ModelCard:
-    services.served.check(model)
+    if services.recogniser is None or not services.recogniser.serves(model):
+        services.served.check(model)
     return ModelCard(id=model, created=services.created)
 
 
@@ -171,7 +183,7 @@ def _health_body(report: HealthReport) -> HealthResponse:
 async def health(services: Services = Depends(_services)) -> JSONResponse:
     """Liveness: 200 while the server can serve something, ``degraded`` when only some outputs (text without the
     lost talker's node); restarting this process would not bring a lost node back."""
-    report = services.engine.health()
+    report = services.health()
     return JSONResponse(_health_body(report).model_dump(), status_code=503 if report.status == "unhealthy" else 200)
 
 
@@ -181,7 +193,7 @@ async def health(services: Services = Depends(_services)) -> JSONResponse:
 async def ready(services: Services = Depends(_services)) -> JSONResponse:
     """Readiness, apart from liveness (``/health``): false at once when the server starts to stop, while it still
     finishes the streams it holds."""
-    health = services.engine.health().status
+    health = services.health().status
     status = "draining" if services.draining.draining else "ready" if health == "ok" else health
     return JSONResponse(ReadinessResponse(status=status).model_dump(), status_code=200 if status == "ready" else 503)
 
@@ -229,7 +241,11 @@ def _telemetry(tracing: Tracing | None) -> TelemetryConfig | None:
 
 def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: MediaPolicy | None = None,
               access: AccessPolicy | None = None, serving: ServingOptions | None = None,
-              webrtc: WebRtcPolicy | None = None, tracing: Tracing | None = None) -> FastAPI:
+              webrtc: WebRtcPolicy | None = None, tracing: Tracing | None = None,
+              recogniser_engine: OmniEngine | None = None) -> FastAPI:
+    """``recogniser_engine``: a speech recogniser's pipeline served beside ``engine`` (``serve
+    --transcription-model``): listed by /v1/models, taken by the transcription routes and realtime input
+    transcription that name it, under the same admission bound."""
     limits = limits or ServerLimits()
     serving = serving or ServingOptions()
     served = ServedModel.of(engine, serving)
@@ -243,6 +259,7 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
                   docs_url=None, redoc_url=None, lifespan=lambda _: loop_lag_watcher(metrics.loop_lag, serving.trace_loop_stalls_ms),
                   telemetry=_telemetry(tracing))
     admission = Admission(engine, limits.max_queued_requests)  # one bound shared by every endpoint
+    recogniser = ServedRecogniser.beside(recogniser_engine, admission) if recogniser_engine is not None else None
     store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits
     app.state.pool = pool  # large JSON bodies are read there (common/prescan.py)
@@ -251,14 +268,14 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
                                   speech=SpeechService(engine, metrics, limits, admission, pool, served, store,
                                                        fetcher=fetcher),
                                   voices=VoiceService(engine, limits, store, admission, pool),
-                                  metrics=metrics)
+                                  metrics=metrics, recogniser=recogniser)
     app.include_router(api)
     app.include_router(speech_stream_router)  # WS /v1/audio/speech/stream
-    app.include_router(transcription_router(engine, limits, admission, pool, served, metrics))  # STT
+    app.include_router(transcription_router(engine, limits, admission, pool, served, metrics, recogniser))  # STT
     app.include_router(responses_router(engine, builder, admission, served, metrics))  # /v1/responses
     install_realtime(app, engine, limits, admission, pool, served, vad_backend(serving.vad),  # WS /v1/realtime
                      serving.streaming_input, serving.speculative_reply_ms, metrics.count_speculation,
-                     serving.realtime_first_chunk_frames)
+                     serving.realtime_first_chunk_frames, recogniser)
     install_webrtc(app, serving.ice_servers, webrtc)  # the same sessions over WebRTC: POST /v1/realtime/calls
     install_live(app)  # OpenAI's GPT-Live API on the same sessions: WS and POST /v1/live/sessions
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_request_bytes)

@@ -57,8 +57,12 @@ def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:
         body = f'{{"model": "{name}", "input": "Hello!", "voice": "{_first_voice(engine)}"}}'
         curl = (f"curl {base}/v1/audio/speech -H 'Content-Type: application/json'{auth} -d '{body}' "
                 "-o hello.wav")
+    recogniser = config.pipeline.recogniser()
+    beside = [f"  beside: {recogniser.model_name!r}, a speech recogniser: /v1/audio/transcriptions and realtime "
+              "input transcription naming it"] if recogniser is not None else []
     return "\n".join([
         f"omnistage is ready: model {name!r} at {base}/v1 (OpenAI-compatible)",
+        *beside,
         f"  try:    {curl}",
         f"  docs:   {base}/docs    health: {base}/health    metrics: {base}/metrics",
         "  stop:   Ctrl+C",
@@ -83,9 +87,15 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
 
     tracing = open_tracing(config)  # None without --otlp-traces-endpoint
     engine = AsyncOmni.from_config(config.pipeline, trace_sink=tracing.pipeline if tracing is not None else None)
+    recogniser: OmniEngine | None = None
+
+    async def end_work() -> None:
+        await asyncio.gather(*(e.shutdown() for e in (engine, recogniser) if e is not None))
+
     try:
+        recogniser = await load_recogniser(config)
         app = build_app(engine, config.limits, config.media, config.access, config.serving, config.webrtc,
-                        tracing=tracing)
+                        tracing=tracing, recogniser_engine=recogniser)
         # What is built by now (modules, tokenizer, processor, app) lives as long as the server: frozen out of the
         # cyclic GC, whose full collections walked all of it on whichever thread allocated, the event loop's too
         # (0.35 and 0.73 s stalls in the soak, the loop's stack in weakref callbacks; ~0.14 s for the imports alone).
@@ -96,7 +106,7 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
                                                log_level=config.log_level, **uvicorn_options(config)),
                                 app.state.services.draining, config.limits.shutdown_timeout,
                                 in_flight=lambda: app.state.services.draining.in_flight + len(calls.live),
-                                end_work=engine.shutdown, on_drain=app.state.realtime.shut_down_sessions)
+                                end_work=end_work, on_drain=app.state.realtime.shut_down_sessions)
         announce = asyncio.create_task(_announce(server, config, engine, sock.getsockname()[1]))
         try:
             await server.serve(sockets=[sock])
@@ -104,10 +114,26 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
             announce.cancel()
             await app.state.webrtc_calls.close_all()  # WebRTC calls outlive their HTTP request: hang them up first
     finally:
-        await engine.shutdown()
+        await end_work()
         if tracing is not None:  # the spans still queued are made and exported before the exit
             await asyncio.to_thread(tracing.close)
     return 0
+
+
+async def load_recogniser(config: ServeConfig) -> OmniEngine | None:
+    """``--transcription-model``'s pipeline, started beside the model's; a checkpoint that is no speech recogniser
+    is the user's mistake."""
+    from omnistage.pipeline.async_omni import AsyncOmni
+
+    pipeline = config.pipeline.recogniser()
+    if pipeline is None:
+        return None
+    recogniser = AsyncOmni.from_config(pipeline)
+    if recogniser.front_end.transcriber is None:
+        await recogniser.shutdown()
+        raise UsageError(f"--transcription-model {pipeline.model}: that checkpoint is no speech recogniser "
+                         "(give a Qwen3-ASR checkpoint)")
+    return recogniser
 
 
 def open_tracing(config: ServeConfig) -> Tracing | None:

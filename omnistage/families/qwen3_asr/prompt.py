@@ -85,16 +85,22 @@ class Qwen3ASRPromptProcessor:
         frames = int(out["attention_mask"][0].sum())
         return out["input_features"][0, :, :frames].contiguous()
 
-    def prompt(self, audio: np.ndarray, language: str | None = None, context: str | None = None) -> ASRPromptIds:
+    def prompt(self, audio: np.ndarray, language: str | None = None, context: str | None = None,
+               prefix: str = "") -> ASRPromptIds:
         """One audio's prompt; ``language`` (ISO code or name) forced, ``context`` (OpenAI's ``prompt``) as the
-        system turn."""
+        system turn; ``prefix``: the transcript's opening, after the language's markup, for the reply to continue
+        (as qwen-asr's streaming re-runs carry their earlier text)."""
         forced = language_name(language) if language else None
+        if prefix and not forced:
+            raise ValueError("a transcript's opening follows its language line: give its language too")
         audio_part = self.audio_prompt(audio)
         text = list(self.tokenizer.encode(context, add_special_tokens=False, split_special_tokens=True)) \
             if context else []
         ids = [*self._head, *text, *self._user, *audio_part.token_ids, *self._tail]
         if forced:
             ids += self._ids(f"language {forced}{ASR_TEXT}")
+        if prefix:  # the transcript's words as plain text (a client's markup stays text)
+            ids += self.tokenizer.encode(prefix, add_special_tokens=False, split_special_tokens=True)
         return ASRPromptIds(ids, audio_part.mels)
 
     def audio_prompt(self, audio: np.ndarray) -> ASRPromptIds:

@@ -46,8 +46,9 @@ class ASRTranscriber:
         except UnknownLanguage as exc:
             raise UnsupportedLanguage(str(exc)) from exc
 
-    def transcription_prompt(self, audio: np.ndarray, language: str | None, context: str | None) -> ASRPromptIds:
-        return self.processor.prompt(audio, language, context)
+    def transcription_prompt(self, audio: np.ndarray, language: str | None, context: str | None,
+                             prefix: str = "") -> ASRPromptIds:
+        return self.processor.prompt(audio, language, context, prefix)
 
     def reader(self, forced: bool) -> PlainReply | ASRReply:
         return PlainReply() if forced else ASRReply()

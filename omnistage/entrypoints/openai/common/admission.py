@@ -49,12 +49,30 @@ class Ticket:
             on_release()
 
 
+class _Places:
+    """The places taken under one bound (shared by the admissions of every pipeline a server runs)."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+
+
 class Admission:
     def __init__(self, engine: OmniEngine, max_requests: int, drain: DrainRate | None = None) -> None:
         self.engine = engine
         self.max_requests = max_requests
-        self.admitted = 0
+        self._places = _Places()
         self.drain = drain or DrainRate()
+
+    @property
+    def admitted(self) -> int:
+        return self._places.taken
+
+    def beside(self, engine: OmniEngine) -> Admission:
+        """The admission of a second pipeline the server runs (``serve --transcription-model``): its own health,
+        this one's bound, places and drain rate."""
+        other = Admission(engine, self.max_requests, self.drain)
+        other._places = self._places
+        return other
 
     def admit(self, modalities: frozenset[Modality] | None = None) -> Ticket:
         """A ticket for one request, or ``Overloaded``: 503 while a stage it needs is down (every stage, unless
@@ -66,9 +84,9 @@ class Admission:
         if self.admitted >= self.max_requests:
             raise Overloaded(429, f"the server is at its limit of {self.max_requests} requests in flight; "
                                   f"retry shortly", "overloaded", self.drain.retry_after_s())
-        self.admitted += 1
+        self._places.taken += 1
         return Ticket(self._release)
 
     def _release(self) -> None:
-        self.admitted -= 1
+        self._places.taken -= 1
         self.drain.freed()

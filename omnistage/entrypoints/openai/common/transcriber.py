@@ -59,6 +59,7 @@ class TranscriptionAsk:
     logprobs: bool = False  # the sampled tokens' log-probabilities (a segment's ``avg_logprob``)
     language: str | None = None  # the caller's (a recogniser forces it; the thinker reads it in ``instructions``)
     context: str | None = None  # OpenAI's ``prompt`` (a recogniser's context; the thinker's is in ``instructions``)
+    prefix: str = ""  # the transcript's opening, already sent to the client: the reply continues it
 
     @property
     def seconds(self) -> float:
@@ -69,13 +70,13 @@ def render_transcription(front_end: FrontEnd, ask: TranscriptionAsk, token: Canc
     """The prompt (the recogniser's, or the thinker's chat template; audio features) as a ``DecodePool`` job."""
     token.check()
     if front_end.transcriber is not None:
-        return front_end.transcriber.transcription_prompt(ask.audio, ask.language, ask.context)
+        return front_end.transcriber.transcription_prompt(ask.audio, ask.language, ask.context, ask.prefix)
     processor = front_end.processor
     if processor is None:
         raise TypeError("this model has neither a transcriber nor a chat processor")
     messages: list[dict[str, object]] = [{"role": "system", "content": ask.instructions},
                                          {"role": "user", "content": [{"type": "audio"}]}]
-    ids = processor.apply_chat_template(messages)
+    ids = processor.apply_chat_template(messages, assistant_prefix=ask.prefix)
     return processor.process(ids, audios=[ask.audio])
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from omnistage.audio.vad_backend import VadBackend
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
+from omnistage.entrypoints.openai.common.recogniser import ServedRecogniser
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.budget import RealtimeBudget
@@ -36,6 +37,7 @@ class RealtimeService:
     speculative_reply_ms: int = 0  # a turn's pause that starts its reply early (realtime/speculation.py; 0: never)
     count_speculation: CountOutcome = ignore_outcome  # told "used" or "dropped" as each speculative reply ends
     first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
+    recogniser: ServedRecogniser | None = None  # serve --transcription-model: what sessions may write turns down with
     budget: RealtimeBudget = field(init=False)  # what all sessions together may hold (realtime/budget.py)
     sessions: set[RealtimeSession] = field(init=False, default_factory=set)  # open now, WebSocket and WebRTC
 

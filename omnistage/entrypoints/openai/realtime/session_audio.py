@@ -27,6 +27,7 @@ from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.entrypoints.openai.realtime.idle_timeout import IdleTimeout
 from omnistage.entrypoints.openai.realtime.items import Item
 from omnistage.entrypoints.openai.realtime.listening import Listener
+from omnistage.entrypoints.openai.realtime.live_transcript import LiveTranscript
 from omnistage.entrypoints.openai.realtime.protocol import new_id, response_options, server_event
 from omnistage.entrypoints.openai.realtime.session import SessionState
 from omnistage.entrypoints.openai.realtime.speculation import Speculation, SpeculativeTurn
@@ -49,6 +50,7 @@ class SessionAudio:
     buffer: InputBuffer
     vad: Vad | None
     listener: Listener
+    live: LiveTranscript
     requests: TurnRequests
     speech_start: int
     speech_item: str
@@ -94,6 +96,7 @@ class SessionAudio:
             self.vad.reset()
         self.speech_item = ""
         self.listener.discard()
+        self.live.discard()
         self._drop_speculation()
 
     async def _append(self, event: dict[str, Any]) -> None:
@@ -124,6 +127,7 @@ class SessionAudio:
         pool = self.service.vad_pool
         events = self.vad.feed(piece) if self.vad.inline else await pool.run(_feed_job, self.vad, piece)
         self.listener.heard(self.buffer)
+        self.live.heard(self.buffer)
         for vad_event in events:
             await self._on_vad(vad_event)
 
@@ -136,6 +140,8 @@ class SessionAudio:
             self.speech_start, self.speech_item = vad_event.sample, new_id("item")
             if self._streams_input:
                 self.listener.begin(max(0, self.speech_start - pad))
+            if self.state.config.transcribes:
+                self.live.begin(self.speech_item, max(0, self.speech_start - pad))
             await self.send(server_event("input_audio_buffer.speech_started", audio_start_ms=ms,
                                          item_id=self.speech_item))
             self.idle.cancel()

@@ -46,6 +46,7 @@ from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
 from omnistage.entrypoints.openai.realtime.event_rate import EventRate
 from omnistage.entrypoints.openai.realtime.items import Item, decoded
 from omnistage.entrypoints.openai.realtime.listening import Listener
+from omnistage.entrypoints.openai.realtime.live_transcript import LiveTranscript
 from omnistage.entrypoints.openai.realtime.protocol import (
     CONVERSATION_EVENTS,
     EventError,
@@ -96,6 +97,7 @@ class RealtimeSession(SessionAudio):
         self.requests = TurnRequests(self.engine, self.limits, service.pool, self.state, service.first_chunk_frames)
         self.listener = Listener(self.engine, service.pool, self.requests.prefill)
         self.speculation: Speculation | None = None
+        self.live = LiveTranscript(self)  # the turn written down while it is spoken (live_transcript.py)
         self.idle = IdleTimeout()  # server_vad's idle_timeout_ms
         self.rate = EventRate(self.limits.realtime_events_per_second)  # client events acted on (event_rate.py)
 
@@ -186,6 +188,7 @@ class RealtimeSession(SessionAudio):
             self.closed = True
             await self.idle.close()
             await self.listener.close()
+            self.live.discard()
             if self.speculation is not None:
                 await self.speculation.close()
             await self._cancel_response()
@@ -308,6 +311,7 @@ class RealtimeSession(SessionAudio):
             audio = await self.buffer.take_in(self.service.pool, start)  # resampling off the event loop
             item = Item(item_id or new_id("item"), "message", role="user", audio=audio,
                         listened=self.listener.take(audio))
+        opening = await self.live.finish(item.id)  # what was sent of it while it was spoken
         self._reset_vad()
         if self.config.kind == "transcription":  # no conversation: the item lives as long as its transcription
             await self.send(server_event("input_audio_buffer.committed", item_id=item.id, previous_item_id=None))
@@ -317,7 +321,7 @@ class RealtimeSession(SessionAudio):
             for out in self.state.item_events(item, previous):
                 await self.send(out)
         if self.config.transcribes:
-            task = asyncio.create_task(transcribe(self, item))
+            task = asyncio.create_task(transcribe(self, item, opening))
             self.side_tasks.add(task)
             task.add_done_callback(self.side_tasks.discard)
 

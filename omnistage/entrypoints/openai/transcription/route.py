@@ -15,6 +15,7 @@ from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.decode_pool import DecodePool
 from omnistage.entrypoints.openai.common.metrics import ServerMetrics
 from omnistage.entrypoints.openai.common.protocol import ErrorResponse
+from omnistage.entrypoints.openai.common.recogniser import ServedRecogniser
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.server_config import ServerLimits
@@ -63,8 +64,18 @@ Include = Annotated[list[str] | None, Form(alias="include[]")]
 
 
 def transcription_router(engine: OmniEngine, limits: ServerLimits, admission: Admission, pool: DecodePool,
-                         served: ServedModel, metrics: ServerMetrics) -> APIRouter:
-    service = TranscriptionService(engine, limits, admission, pool, served, metrics)
+                         served: ServedModel, metrics: ServerMetrics,
+                         recogniser: ServedRecogniser | None = None) -> APIRouter:
+    """``recogniser``: a speech recogniser served beside the model, which a request takes by naming it."""
+    services = [TranscriptionService(engine, limits, admission, pool, served, metrics)]
+    if recogniser is not None:
+        services.append(TranscriptionService(recogniser.engine, limits, recogniser.admission, pool,
+                                             recogniser.served, metrics))
+
+    def service_for(model: str) -> TranscriptionService:
+        """The service of the model a request names (the main one's, which answers an unknown name)."""
+        return next((s for s in services[1:] if model in s.served.names), services[0])
+
     router = APIRouter(tags=["audio"])
 
     @router.post("/v1/audio/transcriptions", response_model=Transcription | TranscriptionVerbose,
@@ -81,7 +92,7 @@ def transcription_router(engine: OmniEngine, limits: ServerLimits, admission: Ad
                                  temperature=temperature, stream=stream, include=tuple(include or ()),
                                  granularities=tuple(timestamp_granularities or granularities_plain or ()),
                                  chunking_strategy=chunking_strategy)
-        return await service.create(form, file, request)
+        return await service_for(model).create(form, file, request)
 
     @router.post("/v1/audio/translations", response_model=Translation | TranslationVerbose,
                  responses={**_ERRORS, 200: {"content": _TEXT, "description": "json or verbose_json; text, srt "
@@ -90,6 +101,6 @@ def transcription_router(engine: OmniEngine, limits: ServerLimits, admission: Ad
                                  response_format: Format = "json", temperature: Temperature = None) -> Response:
         form = TranscriptionForm(model=model, translate=True, prompt=prompt, response_format=response_format,
                                  temperature=temperature)
-        return await service.create(form, file, request)
+        return await service_for(model).create(form, file, request)
 
     return router

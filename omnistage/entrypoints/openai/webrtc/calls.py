@@ -103,7 +103,9 @@ class Calls:
     def _realtime(self, settings: dict[str, Any] | None) -> SessionFactory:
         def make(pc: RTCPeerConnection, _: str) -> tuple[WebRtcTransport, CallSession]:
             transport = WebRtcTransport(pc, lambda: session.config)
-            session = RealtimeSession(transport, self.service, settings=settings)
+            # A speech recogniser's calls are transcription sessions: transcripts on the data channel, no reply.
+            kind = "transcription" if self.service.engine.front_end.processor is None else "realtime"
+            session = RealtimeSession(transport, self.service, kind=kind, settings=settings)
             return transport, session
         return make
 

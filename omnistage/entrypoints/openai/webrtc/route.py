@@ -43,7 +43,8 @@ def _calls(request: Request) -> Calls:
                               "description": "the SDP answer; Location names the call"}})
 async def create_call(request: Request) -> Response:
     calls = _calls(request)
-    if calls.service.engine.front_end.processor is None:
+    front = calls.service.engine.front_end
+    if front.processor is None and front.transcriber is None:  # a recogniser's calls transcribe (calls.py)
         raise APIError(400, no_chat(calls.service.engine), param="model", code="chat_not_supported")
     check_room(calls)  # a flood past the bound is refused before its bodies are read (and again at start)
     offer = await read_offer(request, calls.policy.max_offer_bytes)
