@@ -44,6 +44,14 @@ class Prompt(Protocol):
     def num_tokens(self) -> int: ...
 
 
+class PromptDelta(Protocol):
+    """More of a running request's input, as its family's front end made it (Qwen3-TTS: the next ids of a text
+    still being written); the family turns it into its entry stage's input (``Family.entry_feed``)."""
+
+    @property
+    def num_tokens(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class OmniRequest:
     request_id: str
