@@ -114,3 +114,22 @@ def test_a_cancel_stops_the_audio_and_ends_the_session(tts) -> None:  # noqa: AN
     after, code = asyncio.run(session())
     assert code == 1000 and after[-1]["type"] == "speech.audio.done", after
     assert sum(e["type"] == "speech.audio.delta" for e in after) <= 1
+
+
+def test_text_past_the_input_bound_is_refused_and_its_end_still_ends_the_utterance(tts) -> None:  # noqa: ANN001, F811
+    """The utterance's text is bounded as one /v1/audio/speech input (--max-speech-input-chars): the piece that
+    would cross it is an error event, what came before is spoken, and input_text.done still ends it."""
+    from websockets.asyncio.client import connect
+
+    async def session() -> tuple[list[dict], int | None]:
+        async with connect(_url(tts), open_timeout=10, max_size=None) as ws:
+            await ws.send(json.dumps({"type": "input_text.delta", "delta": "Hello there."}))
+            await ws.send(json.dumps({"type": "input_text.delta", "delta": "x" * 5000}))
+            await ws.send(json.dumps({"type": "input_text.done"}))
+            return [json.loads(m) async for m in ws], ws.close_code
+
+    events, code = asyncio.run(session())
+    errors = [e["error"] for e in events if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["input_too_long"] and "--max-speech-input-chars" in errors[0]["message"]
+    assert code == 1000 and events[-1]["type"] == "speech.audio.done" and _pcm(events).numel() > 0
+    assert [e["text"] for e in events if e["type"] == "speech.segment.done"] == ["Hello there."]

@@ -32,6 +32,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from omnistage.entrypoints.openai.common.errors import APIError, scrub_reprs
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
+from omnistage.entrypoints.openai.common.request_budget import over_budget
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
 from omnistage.entrypoints.openai.speech.service import SpeechService
 from omnistage.entrypoints.openai.speech.stream_audio import stream_audio
@@ -91,6 +92,7 @@ class SpeechStream:
         self.buffer, self.first = "", True
         self.deltas = takes_deltas(service)  # the text spoken as it is written (else cut in sentences)
         self.texted = False  # text has come: the mode is fixed
+        self.written = 0  # characters of the utterance's text (text_input deltas)
         self.stopped = asyncio.Event()  # a cancel: no audio after it
         self.current: asyncio.Task | DeltaUtterance | None = None  # what is speaking now
 
@@ -179,9 +181,7 @@ class SpeechStream:
     async def _text(self, event: TextIn) -> None:
         self.texted = True
         if self.deltas:  # the utterance takes the pieces as they are
-            self.segments.put_nowait(event)
-            if event.done:
-                self.segments.put_nowait(END)
+            self._delta(event)
             return
         self.buffer += event.text
         limit = self.service.limits.max_speech_input_chars
@@ -196,6 +196,23 @@ class SpeechStream:
         finally:
             if event.done:
                 self.segments.put_nowait(END)  # however its last segments fared, the session ends
+
+    def _delta(self, event: TextIn) -> None:
+        """A piece of the utterance; its whole text is bounded as one ``/v1/audio/speech`` input is (a piece past
+        the bound is refused, its end still ends the utterance)."""
+        limit, taken = self.service.limits.max_speech_input_chars, False
+        try:
+            if self.written + len(event.text) > limit:
+                raise over_budget("max_speech_input_chars", f"the text would be over {limit} characters",
+                                  "delta", "input_too_long")
+            self.written += len(event.text)
+            self.segments.put_nowait(event)
+            taken = True
+        finally:
+            if event.done:
+                if not taken:
+                    self.segments.put_nowait(TextIn("", done=True))
+                self.segments.put_nowait(END)
 
     def _body(self, text: str, settings: SpeechRequest | None = None) -> SpeechRequest:
         settings = settings or self.settings
