@@ -70,7 +70,7 @@ def test_a_cancel_stops_the_audio_within_a_chunk_and_closes_normally(ws_url: str
         async with connect(ws_url, open_timeout=10) as ws:
             created = json.loads(await ws.recv())
             await ws.send('{"type": "input_text.delta", "delta": "Hi there. And a second sentence. "}')
-            while (event := json.loads(await asyncio.wait_for(ws.recv(), 30)))["type"] != "speech.audio.delta":
+            while json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] != "speech.audio.delta":
                 pass
             await ws.send('{"type": "input_text.cancel"}')
             after = [json.loads(m) async for m in ws]
