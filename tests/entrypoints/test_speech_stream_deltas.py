@@ -133,3 +133,17 @@ def test_text_past_the_input_bound_is_refused_and_its_end_still_ends_the_utteran
     assert [e["code"] for e in errors] == ["input_too_long"] and "--max-speech-input-chars" in errors[0]["message"]
     assert code == 1000 and events[-1]["type"] == "speech.audio.done" and _pcm(events).numel() > 0
     assert [e["text"] for e in events if e["type"] == "speech.segment.done"] == ["Hello there."]
+
+
+def test_the_bench_client_writes_at_its_pace_and_records_the_audio(tts) -> None:  # noqa: ANN001, F811
+    """``bench speech-stream``'s client: LLM-sized pieces that join to the text, sent 1/rate apart; the audio it
+    records is the utterance's, in the mode the server said."""
+    from omnistage.tools.bench.speech_stream import llm_pieces, session, summarize
+
+    pieces = llm_pieces(TEXT)
+    assert "".join(pieces) == TEXT and max(len(p.strip()) for p in pieces) <= 4 and len(pieces) > len(TEXT.split())
+    record, mode = asyncio.run(session(tts.url, "tts", "ryan", pieces, rate=100.0))
+    assert mode == "deltas" and record.ok and record.audio_seconds == pytest.approx((FRAMES - 1) * 0.08)
+    assert record.audio_ttfp is not None and record.audio_ttfp > 0
+    figures = summarize([record], len(pieces) / 100.0)
+    assert figures["errors"] == 0 and len(figures["first_audio_ms"]) == 1

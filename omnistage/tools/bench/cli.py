@@ -116,6 +116,8 @@ def add_speech_stream_parser(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=1, help="sessions at once in each round (default 1)")
     p.add_argument("--voice", default="ryan", help="session.update's voice ('' for the server's default)")
     p.add_argument("--text", default=None, help="what the writer writes (default: a short spoken answer)")
+    p.add_argument("--text-input", choices=["deltas", "sentences"], default=None,
+                   help="ask the session for this mode (default: the server's, as session.created says)")
     p.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
     p.set_defaults(func=_lazy_main("omnistage.tools.bench.speech_stream"))
 

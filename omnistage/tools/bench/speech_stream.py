@@ -49,16 +49,19 @@ async def _send(ws, pieces: list[str], interval_s: float, record: StreamRecord) 
     await ws.send(json.dumps({"type": "input_text.done"}))
 
 
-async def session(url: str, model: str, voice: str | None, pieces: list[str], rate: float) -> tuple[StreamRecord, str]:
-    """One client: (its record, the mode the server said)."""
+async def session(url: str, model: str, voice: str | None, pieces: list[str], rate: float,
+                  text_input: str | None = None) -> tuple[StreamRecord, str]:
+    """One client: (its record, the mode it spoke in)."""
     from websockets.asyncio.client import connect
 
     record = StreamRecord(start=time.perf_counter(), rate=PCM_RATE)
     ws_url = url.replace("http://", "ws://") + f"/v1/audio/speech/stream?model={model}"
     async with connect(ws_url, open_timeout=30, max_size=None) as ws:
         mode = json.loads(await ws.recv()).get("session", {}).get("text_input", "?")
-        if voice:
-            await ws.send(json.dumps({"type": "session.update", "voice": voice}))
+        update = {**({"voice": voice} if voice else {}), **({"text_input": text_input} if text_input else {})}
+        if update:
+            await ws.send(json.dumps({"type": "session.update", **update}))
+            mode = text_input or mode
         sender = asyncio.create_task(_send(ws, pieces, 1.0 / rate, record))
         try:
             async for message in ws:
@@ -95,7 +98,7 @@ async def _bench(url: str, model: str, args: argparse.Namespace) -> dict[str, ob
     pieces = llm_pieces(args.text or TEXT)
     records, modes = [], set()
     for _ in range(args.sessions):  # one after another: each session's figures without the others' load
-        runs = await asyncio.gather(*(session(url, model, args.voice, pieces, args.tokens_per_s)
+        runs = await asyncio.gather(*(session(url, model, args.voice, pieces, args.tokens_per_s, args.text_input)
                                       for _ in range(args.concurrency)))
         for record, mode in runs:
             records.append(record)
