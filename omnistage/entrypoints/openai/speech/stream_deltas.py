@@ -57,6 +57,8 @@ class DeltaUtterance:
                 if not isinstance(event, TextIn):
                     raise TypeError(f"a text-delta session queues text, not {type(event).__name__}")
                 await self._take(spoken, voice, event)
+                if self.reader is not None and self.reader.done():
+                    self.reader.result()  # a failure is said now; an utterance that ended takes no more text
             if self.reader is not None and not self.stopped.is_set():
                 await self.reader
         finally:
