@@ -46,7 +46,8 @@ class SpokenText(ABC):
     @abstractmethod
     def add(self, text: str, done: bool = False) -> TextStep:
         """The next piece of text (``done``: the text ends here); ``ValueError`` for what cannot be said (runs in
-        a worker thread: it tokenises)."""
+        a worker thread: it tokenises). An opening before the text's end is followed by ``more`` until one that
+        is ``done``; an opening at its end is the whole prompt."""
 
     @abstractmethod
     def max_frames(self, prompt: Prompt) -> int:

@@ -138,15 +138,16 @@ class RequestFlows:
             if audio is None or audio.done:
                 continue
             playing = s.request.stream and audio.playback.play_end is not None
-            loads.append(StreamLoad(not audio.talker_done, audio.planner.talker.value,
-                                    audio.playback.buffered_s(now) if playing else None))
+            # A talker waiting for its input paces the writer, not the talker: counted, not measured.
+            pace = None if s.input_open else audio.planner.talker.value
+            loads.append(StreamLoad(not audio.talker_done, pace, audio.playback.buffered_s(now) if playing else None))
         return loads
 
     def _start(self, request: OmniRequest, sink: OutputSink, gated_s: float = 0.0) -> None:
         rid = request.request_id
         state = RequestState(request, sink, IncrementalDetokenizer(self.tokenizer, request.sampling.stop),
                              self._stages(request), RequestTrace(gated_s=gated_s),
-                             num_prompt_tokens=request.prompt.num_tokens)
+                             num_prompt_tokens=request.prompt.num_tokens, input_open=request.open_input)
         try:
             for edge in self.graph.edges:
                 if edge.source in state.stages and edge.target in state.stages:
@@ -212,6 +213,7 @@ class RequestFlows:
         except Exception as exc:  # noqa: BLE001 - a delta the family does not take fails its request only
             return self.fail(request_id, f"{type(exc).__name__}: {exc}")
         state.num_prompt_tokens += delta.num_tokens
+        state.input_open = state.input_open and not delta.done
         self._to(self.graph.entry, request_id, payload)
         return None
 

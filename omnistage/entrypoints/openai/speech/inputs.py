@@ -152,15 +152,16 @@ class TextToSpeech(SpeechInputs):
         return await self._prompt(self._spoken, ask, source), voice
 
     def speak(self, body: SpeechRequest, prompt: Prompt, frames: int, voice: str | None,
-              first_chunk_frames: int | None = None) -> OmniRequest:
-        """The request speaking ``prompt`` in at most ``frames`` frames (and the caps the server and the body set)."""
+              first_chunk_frames: int | None = None, open_input: bool = False) -> OmniRequest:
+        """The request speaking ``prompt`` in at most ``frames`` frames (and the caps the server and the body set);
+        ``open_input``: the rest of its text is fed to it as it is written."""
         defaults = self.engine.default_sampling
         for cap in (defaults.max_tokens, body.max_new_tokens):
             frames = min(frames, cap) if cap is not None else frames
         return OmniRequest(request_id=f"speech-{uuid.uuid4().hex}", prompt=prompt,
                            modalities=frozenset({Modality.AUDIO}),
                            sampling=make_sampling(max_tokens=frames, defaults=defaults), voice=voice or "",
-                           initial_codec_chunk_frames=first_chunk_frames)
+                           initial_codec_chunk_frames=first_chunk_frames, open_input=open_input)
 
     async def _voice_source(self, body: SpeechRequest, voice: str | None) -> Path | RefAudio | None:
         """Where a cloned voice comes from: a registered voice's folder, or the request's own recording."""

@@ -75,7 +75,7 @@ class DeltaUtterance:
             audio = self.service.engine.front_end.audio
             first = max(1, round(FIRST_CHUNK_S / audio.frame_s)) if audio is not None else None
             request = self.service.inputs.speak(self.body, step.opening, spoken.max_frames(step.opening), voice,
-                                                first_chunk_frames=first)
+                                                first_chunk_frames=first, open_input=not event.done)
             await self._open(request)
         if step.more is not None and self.request_id is not None:
             self.service.engine.feed(self.request_id, step.more)
