@@ -118,6 +118,9 @@ def add_speech_stream_parser(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--text", default=None, help="what the writer writes (default: a short spoken answer)")
     p.add_argument("--text-input", choices=["deltas", "sentences"], default=None,
                    help="ask the session for this mode (default: the server's, as session.created says)")
+    p.add_argument("--audio-seconds", type=float, default=12.0,
+                   help="each session cancels once it heard this much audio (default 12; 0: all of it, which a "
+                        "random checkpoint's talker makes as long as its frame bound allows)")
     p.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
     p.set_defaults(func=_lazy_main("omnistage.tools.bench.speech_stream"))
 

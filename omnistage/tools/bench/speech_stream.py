@@ -50,8 +50,9 @@ async def _send(ws, pieces: list[str], interval_s: float, record: StreamRecord) 
 
 
 async def session(url: str, model: str, voice: str | None, pieces: list[str], rate: float,
-                  text_input: str | None = None) -> tuple[StreamRecord, str]:
-    """One client: (its record, the mode it spoke in)."""
+                  text_input: str | None = None, audio_s: float = 0.0) -> tuple[StreamRecord, str]:
+    """One client: (its record, the mode it spoke in). ``audio_s`` > 0: it cancels once it has heard that much (a
+    random checkpoint's talker speaks to its frame bound, minutes for a long text)."""
     from websockets.asyncio.client import connect
 
     record = StreamRecord(start=time.perf_counter(), rate=PCM_RATE)
@@ -63,11 +64,16 @@ async def session(url: str, model: str, voice: str | None, pieces: list[str], ra
             await ws.send(json.dumps({"type": "session.update", **update}))
             mode = text_input or mode
         sender = asyncio.create_task(_send(ws, pieces, 1.0 / rate, record))
+        cancelled = False
         try:
             async for message in ws:
                 event = json.loads(message)
                 if event["type"] == "speech.audio.delta":
                     record.add_audio(time.perf_counter(), len(base64.b64decode(event["audio"])) // 2)
+                    if 0 < audio_s <= record.audio_seconds and not cancelled:
+                        cancelled = True
+                        sender.cancel()
+                        await ws.send(json.dumps({"type": "input_text.cancel"}))
                 elif event["type"] == "error":
                     record.error = event["error"]["message"]
                 elif event["type"] == "speech.audio.done":
@@ -98,13 +104,14 @@ async def _bench(url: str, model: str, args: argparse.Namespace) -> dict[str, ob
     pieces = llm_pieces(args.text or TEXT)
     records, modes = [], set()
     for _ in range(args.sessions):  # one after another: each session's figures without the others' load
-        runs = await asyncio.gather(*(session(url, model, args.voice, pieces, args.tokens_per_s, args.text_input)
-                                      for _ in range(args.concurrency)))
+        runs = await asyncio.gather(*(session(url, model, args.voice, pieces, args.tokens_per_s, args.text_input,
+                                              args.audio_seconds) for _ in range(args.concurrency)))
         for record, mode in runs:
             records.append(record)
             modes.add(mode)
     out = summarize(records, len(pieces) / args.tokens_per_s)
     return {"model": model, "text_input": sorted(modes), "tokens_per_s": args.tokens_per_s,
+            "audio_seconds_heard": args.audio_seconds,
             "pieces": len(pieces), "concurrency": args.concurrency, **out}
 
 
