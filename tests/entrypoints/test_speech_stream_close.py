@@ -60,9 +60,12 @@ def test_the_end_of_the_text_closes_normally(ws_url: str) -> None:
     assert got[-1]["type"] == "speech.audio.done" and code == 1000, (got[-1], code)
 
 
-def test_a_cancel_stops_the_audio_within_a_chunk_and_closes_normally(ws_url: str, engine: FakeEngine) -> None:
+@pytest.mark.parametrize("ended", [False, True])
+def test_a_cancel_stops_the_audio_within_a_chunk_and_closes_normally(ws_url: str, engine: FakeEngine,
+                                                                     ended: bool) -> None:
     """A model that cannot take text deltas (sentences, as ``session.created`` says): a cancel while a sentence
-    speaks aborts its request; at most the chunk in flight follows it, and the queued sentence is not spoken."""
+    speaks aborts its request; at most the chunk in flight follows it, and the queued sentence is not spoken. The
+    socket is still read after the text's end (``ended``): a cancel then is heard too."""
     engine.reset()
     engine.delay_s = 0.2  # a chunk every 0.2 s: six of them to the sentence's end
 
@@ -70,6 +73,8 @@ def test_a_cancel_stops_the_audio_within_a_chunk_and_closes_normally(ws_url: str
         async with connect(ws_url, open_timeout=10) as ws:
             created = json.loads(await ws.recv())
             await ws.send('{"type": "input_text.delta", "delta": "Hi there. And a second sentence. "}')
+            if ended:
+                await ws.send('{"type": "input_text.done"}')
             while json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] != "speech.audio.delta":
                 pass
             await ws.send('{"type": "input_text.cancel"}')

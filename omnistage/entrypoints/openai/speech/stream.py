@@ -114,25 +114,28 @@ class SpeechStream:
                 await speaker
 
     async def _read(self, speaker: asyncio.Task) -> None:
+        """Client events until the speaker ends. After the text's end the socket is still read (a cancel, the
+        close, keep-alive pings; no idle bound while the speech goes on)."""
+        ended = False
         while True:
-            async with asyncio.timeout(self.service.limits.ws_idle_timeout):
+            async with asyncio.timeout(None if ended else self.service.limits.ws_idle_timeout):
                 receive = asyncio.ensure_future(self.ws.receive_text())
                 done, _ = await asyncio.wait({receive, speaker}, return_when=asyncio.FIRST_COMPLETED)
-            if receive not in done:  # the speaker ended (the socket went): stop reading
-                receive.cancel()
+            if speaker in done:  # the speaker ended (it closed the socket, or the socket went): stop reading
+                if not receive.cancel() and not receive.cancelled():
+                    receive.exception()  # a read that failed as the socket closed is no error: retrieved
                 return
             try:
                 text = receive.result()
             except KeyError:  # a binary frame: receive_text finds no text in it
                 text = None
             try:
-                if await self._take(text):
-                    return
+                ended = await self._take(text, ended) or ended
             except (APIError, ValueError) as exc:
                 await self._error(exc)  # the event is refused; the session goes on
 
-    async def _take(self, text: str | None) -> bool:
-        """Acts on one client event; True once the text is done."""
+    async def _take(self, text: str | None, ended: bool = False) -> bool:
+        """Acts on one client event; True once the text is done (``ended``: it was, only a cancel is taken)."""
         if text is None:
             raise ValueError("an event must be a JSON object in a text frame")
         if lone_surrogate(text):
@@ -147,6 +150,8 @@ class SpeechStream:
             self.dialect = VllmOmniStreamDialect(self.ws)
         self.first = False
         event = self.dialect.parse(raw)
+        if ended and not isinstance(event, Cancel):
+            raise ValueError("the text has ended: only input_text.cancel is taken now")
         if isinstance(event, Configure):
             settings = self.settings.model_copy(update={
                 k: getattr(event.settings, k) for k in event.settings.model_fields_set - {"input"}})

@@ -59,8 +59,11 @@ class DeltaUtterance:
                 await self._take(spoken, voice, event)
                 if self.reader is not None and self.reader.done():
                     self.reader.result()  # a failure is said now; an utterance that ended takes no more text
-            if self.reader is not None and not self.stopped.is_set():
-                await self.reader
+            if self.reader is not None:
+                # A cancel's stop() cancels the reader: waited for, not awaited, so that is no error here.
+                await asyncio.wait({self.reader})
+                if not self.reader.cancelled():
+                    self.reader.result()
         finally:
             await self.stop()
         return 1 if self.reader is not None else 0
