@@ -114,6 +114,7 @@ def add_speech_stream_parser(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens-per-s", type=float, default=20.0, help="the writer's pace, LLM tokens a second")
     p.add_argument("--sessions", type=int, default=5, help="rounds of sessions, one after another (default 5)")
     p.add_argument("--concurrency", type=int, default=1, help="sessions at once in each round (default 1)")
+    p.add_argument("--warmup", type=int, default=1, help="sessions before the measured ones (default 1)")
     p.add_argument("--voice", default="ryan", help="session.update's voice ('' for the server's default)")
     p.add_argument("--text", default=None, help="what the writer writes (default: a short spoken answer)")
     p.add_argument("--text-input", choices=["deltas", "sentences"], default=None,
