@@ -6,6 +6,7 @@ not only at its end."""
 from __future__ import annotations
 
 import random
+
 import pytest
 
 from omnistage.processing.stable_tokens import StableTokens

@@ -19,10 +19,10 @@ import msgspec
 import torch
 
 from omnistage.engine import EngineConfig, Request
+from omnistage.families.qwen3_tts.payloads import TextAppend
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
-from omnistage.families.qwen3_tts.payloads import TextAppend
 from omnistage.models.qwen3_tts.prompt import TalkerPrompt, build_talker_prompt, text_rows
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, prompt_spec
 from omnistage.models.qwen3_tts.talker import Qwen3TTSTalker

@@ -11,8 +11,14 @@ import msgspec
 import pytest
 import torch
 
-from omnistage.families.qwen3_tts.offline import (TTSSettings, append_text, engine_config, request_frames,
-                                                 talker_request, talker_step_hook)
+from omnistage.families.qwen3_tts.offline import (
+    TTSSettings,
+    append_text,
+    engine_config,
+    request_frames,
+    talker_request,
+    talker_step_hook,
+)
 from omnistage.families.qwen3_tts.payloads import TextAppend
 from omnistage.families.qwen3_tts.speech import Qwen3TTSSpeech
 from omnistage.families.speech import SpeechAsk
