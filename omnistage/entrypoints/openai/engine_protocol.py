@@ -43,7 +43,8 @@ class OmniEngine(Protocol):
 
     def feed(self, request_id: str, delta: PromptDelta) -> None:
         """More input for a running request (its front end's ``PromptDelta``: text still being written), in
-        order; a request that ended (or an unknown id) takes none."""
+        order; a request that ended (or an unknown id) takes none. ``generate`` submits its request when its
+        iterator is first advanced, before it first waits: a feed after that step reaches the pipeline after it."""
         ...
 
     def health(self) -> HealthReport: ...
