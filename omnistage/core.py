@@ -44,6 +44,19 @@ class Prompt(Protocol):
     def num_tokens(self) -> int: ...
 
 
+class PromptDelta(Protocol):
+    """More of a running request's input, as its family's front end made it (Qwen3-TTS: the next ids of a text
+    still being written); the family turns it into its entry stage's input (``Family.entry_feed``)."""
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def done(self) -> bool:
+        """The input ends with this delta."""
+        ...
+
+
 @dataclass(frozen=True)
 class OmniRequest:
     request_id: str
@@ -70,6 +83,9 @@ class OmniRequest:
     # The W3C ``traceparent`` of the caller's span (the HTTP request's), which this request's pipeline spans go
     # under when the server traces (``--otlp-traces-endpoint``); None: they start a trace of their own.
     traceparent: str | None = None
+    # Its input is still being written (text spoken as it is written): more comes through ``OmniEngine.feed`` until
+    # a delta that is ``done``. Until then its talker runs at the writer's pace, not its own.
+    open_input: bool = False
 
     @property
     def wants_audio(self) -> bool:

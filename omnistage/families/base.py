@@ -166,6 +166,11 @@ class Family(ABC):
     def entry_input(self, context: EdgeContext) -> object:
         """The entry stage's input payload for a caller's request (``context.target`` is the entry stage)."""
 
+    def entry_feed(self, delta: object) -> object:
+        """The entry stage's input for more of a running request's input (a ``PromptDelta`` its front end made:
+        text still being written); a family whose front end makes none takes none."""
+        raise TypeError(f"the {self.name} family takes no input while its request runs")
+
     def codec_prime(self, request: OmniRequest) -> object | None:
         """Frames ``[G, R]`` a request's codec stream decodes first without returning their audio (a cloned
         voice's reference), or None."""

@@ -3,7 +3,9 @@
 The server never names a TTS family: ``/v1/audio/speech`` (and the speech
 WebSocket) hand a :class:`SpeechAsk` to the served checkpoint's
 :class:`SpeechFrontEnd`, which validates it against the checkpoint (its
-speakers, whether it takes instructions) and returns the request's prompt.
+speakers, whether it takes instructions) and returns the request's prompt. A
+family that ``takes_text_deltas`` also speaks text as it is written: its
+:class:`SpokenText` opens the request on the first words and feeds it the rest.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omnistage.core import Prompt
+from omnistage.core import Prompt, PromptDelta
 
 # OpenAI's voice names, which some clients allow alone: a family with other speakers maps them onto its own.
 OPENAI_VOICE_NAMES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse",
@@ -33,6 +35,29 @@ class SpeechAsk:
     clone: object | None = None  # a registered voice, as the front end's load_voice read it
 
 
+@dataclass(frozen=True)
+class TextStep:
+    """What an utterance's text written so far gives (:meth:`SpokenText.add`): the request's prompt once the model
+    can start speaking (``opening``, once), then more of its input for the running request (``more``)."""
+
+    opening: Prompt | None = None
+    more: PromptDelta | None = None
+
+
+class SpokenText(ABC):
+    """One utterance spoken as its text is written (an LLM's deltas), for a family that takes text deltas."""
+
+    @abstractmethod
+    def add(self, text: str, done: bool = False) -> TextStep:
+        """The next piece of text (``done``: the text ends here); ``ValueError`` for what cannot be said (runs in
+        a worker thread: it tokenises). An opening before the text's end is followed by ``more`` until one that
+        is ``done``; an opening at its end is the whole prompt."""
+
+    @abstractmethod
+    def max_frames(self, prompt: Prompt) -> int:
+        """Codec frames an opening prompt may run to while its text is open (its context's room)."""
+
+
 class SpeechFrontEnd(ABC):
     """speakers: the names ``voice`` may take (empty when the checkpoint's voice is not a named speaker).
     needs_instructions: the voice comes from ``instructions`` (a voice-design model).
@@ -42,6 +67,12 @@ class SpeechFrontEnd(ABC):
     speakers: tuple[str, ...] = ()
     needs_instructions: bool = False
     clones_voices: bool = False
+    takes_text_deltas: bool = False  # speaks text as it is written (``spoken_text``); else text is cut in sentences
+
+    def spoken_text(self, ask: SpeechAsk, room: int) -> SpokenText:
+        """An utterance whose text ``ask`` does not hold yet (its voice and settings checked now, ``ValueError``),
+        in at most ``room`` positions of the entry stage's context."""
+        raise ValueError("this checkpoint speaks whole sentences, not text as it is written")
 
     def clone_voice(self, samples: np.ndarray, sample_rate: int, transcript: str | None) -> object:
         """A voice from mono reference audio (and its transcript, if known); ``ValueError`` for bad input."""

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from omnistage.config.pipeline import PipelineSpec
-from omnistage.core import OmniOutput, OmniRequest
+from omnistage.core import OmniOutput, OmniRequest, PromptDelta
 from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.pipeline.engine import OmniPipeline
 from omnistage.pipeline.request_state import TraceSink
@@ -119,6 +119,10 @@ class AsyncOmni:
 
     async def abort(self, request_id: str) -> None:
         self.pipeline.abort(request_id)
+
+    def feed(self, request_id: str, delta: PromptDelta) -> None:
+        """More input for a running request (text still being written); none once it ended."""
+        self.pipeline.feed(request_id, delta)
 
     def health(self) -> HealthReport:
         return self.pipeline.health()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omnistage.config.pipeline import PipelineSpec, StageOverrides, apply_overrides, load_pipeline, load_preset
 from omnistage.config.generation_defaults import sampling_defaults
-from omnistage.core import Modality, OmniRequest
+from omnistage.core import Modality, OmniRequest, PromptDelta
 from omnistage.families.base import FrontEnd, call_hook
 from omnistage.families.registry import DEFAULT_REGISTRY, FamilyRegistry
 from omnistage.pipeline.graph import resolve_graph
@@ -79,6 +79,9 @@ class OmniPipeline:
 
     def abort(self, request_id: str) -> None:
         self.runtime.orchestrator.abort(request_id)
+
+    def feed(self, request_id: str, delta: PromptDelta) -> None:
+        self.runtime.orchestrator.feed(request_id, delta)
 
     def health(self) -> HealthReport:
         return self.runtime.orchestrator.health()

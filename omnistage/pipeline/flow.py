@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from omnistage.audio_spec import AudioSpec
-from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, Usage
+from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, PromptDelta, Usage
 from omnistage.engine.generation_engine import StreamVoice
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.families.base import EdgeContext, RequestEdge
@@ -83,6 +83,7 @@ class RequestFlows:
         # Audio requests held back while the running streams are near real time, in arrival order (and since when).
         self.waiting: OrderedDict[str, tuple[OmniRequest, OutputSink, float]] = OrderedDict()
         self.traces = TraceBook(trace_sink)  # finished requests' traces, and the sink when the server traces
+        self.held_feeds: dict[str, list[PromptDelta]] = {}  # input fed to requests the gate still holds
 
     # Entry and exits -----------------------------------------------------------------------------
     def submit(self, request: OmniRequest, sink: OutputSink) -> None:
@@ -137,15 +138,16 @@ class RequestFlows:
             if audio is None or audio.done:
                 continue
             playing = s.request.stream and audio.playback.play_end is not None
-            loads.append(StreamLoad(not audio.talker_done, audio.planner.talker.value,
-                                    audio.playback.buffered_s(now) if playing else None))
+            # A talker waiting for its input paces the writer, not the talker: counted, not measured.
+            pace = None if s.input_open else audio.planner.talker.value
+            loads.append(StreamLoad(not audio.talker_done, pace, audio.playback.buffered_s(now) if playing else None))
         return loads
 
     def _start(self, request: OmniRequest, sink: OutputSink, gated_s: float = 0.0) -> None:
         rid = request.request_id
         state = RequestState(request, sink, IncrementalDetokenizer(self.tokenizer, request.sampling.stop),
                              self._stages(request), RequestTrace(gated_s=gated_s),
-                             num_prompt_tokens=request.prompt.num_tokens)
+                             num_prompt_tokens=request.prompt.num_tokens, input_open=request.open_input)
         try:
             for edge in self.graph.edges:
                 if edge.source in state.stages and edge.target in state.stages:
@@ -156,6 +158,8 @@ class RequestFlows:
             entry = self.graph.entry
             payload = self.graph.family.entry_input(self._context(request, entry))
             self._to(entry, rid, payload)
+            for delta in self.held_feeds.pop(rid, ()):
+                self.feed(rid, delta)
         except Exception as exc:  # noqa: BLE001 - e.g. no healthy entry replica: this request fails, the loop goes on
             logger.exception("starting %s failed", rid)
             if self.states.get(rid) is state:
@@ -195,6 +199,24 @@ class RequestFlows:
         state.audio = CodecEdge(setup, self.paces)
         return None
 
+    def feed(self, request_id: str, delta: PromptDelta) -> None:
+        """More input for a running request (text still being written) to its entry stage, in order; held while
+        the gate holds the request, dropped once its entry stage let it go."""
+        if request_id in self.waiting:
+            self.held_feeds.setdefault(request_id, []).append(delta)
+            return
+        state = self.states.get(request_id)
+        if state is None:
+            return
+        try:
+            payload = self.graph.family.entry_feed(delta)
+        except Exception as exc:  # noqa: BLE001 - a delta the family does not take fails its request only
+            return self.fail(request_id, f"{type(exc).__name__}: {exc}")
+        state.num_prompt_tokens += delta.num_tokens
+        state.input_open = state.input_open and not delta.done
+        self._to(self.graph.entry, request_id, payload)
+        return None
+
     def reject(self, request: OmniRequest, sink: OutputSink, error: str) -> None:
         state = RequestState(request, sink, IncrementalDetokenizer(None))
         self._emit(state, OmniOutput(request.request_id, finished=True, finish_reason=FinishReason.ERROR,
@@ -203,6 +225,7 @@ class RequestFlows:
     def fail(self, request_id: str, error: str | None, reason: FinishReason = FinishReason.ERROR) -> None:
         """Ends a request now (abort or failure): every stage holding it frees it."""
         held = self.waiting.pop(request_id, None)
+        self.held_feeds.pop(request_id, None)
         if held is not None:  # never started: nothing to free
             request, sink, _ = held
             state = RequestState(request, sink, IncrementalDetokenizer(None), reason=reason)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import zmq
 
-from omnistage.core import FinishReason, Modality, OmniRequest
+from omnistage.core import FinishReason, Modality, OmniRequest, PromptDelta
 from omnistage.pipeline.reports import (
     EngineStats,
     HealthReport,
@@ -119,6 +119,12 @@ class _Abort:
     request_id: str
 
 
+@dataclass(frozen=True)
+class _Feed:
+    request_id: str
+    delta: PromptDelta
+
+
 class Orchestrator:
     def __init__(self, settings: FlowSettings, links: list[ReplicaLink], tokenizer: Tokenizer | None,
                  ctx: zmq.Context, stall: StallBounds = StallBounds(), trace_sink: TraceSink | None = None) -> None:
@@ -127,7 +133,7 @@ class Orchestrator:
         stages = dict.fromkeys(link.stage for link in links)
         self.routers = {s: StageRouter(s, sum(1 for link in links if link.stage == s)) for s in stages}
         self.flows = RequestFlows(settings, self.routers, self._send, tokenizer, self._peer_address, trace_sink)
-        self._commands: queue.SimpleQueue[_Submit | _Abort] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[_Submit | _Abort | _Feed] = queue.SimpleQueue()
         address = f"inproc://omnistage-waker-{id(self)}"
         self._wake_rx = ctx.socket(zmq.PULL)
         self._wake_rx.bind(address)
@@ -153,7 +159,10 @@ class Orchestrator:
     def abort(self, request_id: str) -> None:
         self._command(_Abort(request_id))
 
-    def _command(self, command: _Submit | _Abort) -> None:
+    def feed(self, request_id: str, delta: PromptDelta) -> None:
+        self._command(_Feed(request_id, delta))
+
+    def _command(self, command: _Submit | _Abort | _Feed) -> None:
         if self._stop.is_set():
             raise RuntimeError("the pipeline is shut down")
         self._commands.put(command)
@@ -258,6 +267,8 @@ class Orchestrator:
             count += 1
             if isinstance(command, _Abort):
                 self.flows.fail(command.request_id, None, FinishReason.ABORT)
+            elif isinstance(command, _Feed):
+                self.flows.feed(command.request_id, command.delta)
             else:
                 self.flows.submit(command.request, command.sink)
 

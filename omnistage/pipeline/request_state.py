@@ -116,6 +116,7 @@ class RequestState:
     closed: set[str] = field(default_factory=set)
     edges: dict[tuple[str, str], RequestEdge] = field(default_factory=dict)  # (source, target) → its crossing
     audio: CodecEdge | None = None  # its codec edge's plan; None for text-only requests
+    input_open: bool = False  # more input is fed to it (``OmniRequest.open_input``) until a delta that is done
 
     @property
     def request_id(self) -> str:

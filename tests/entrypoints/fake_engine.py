@@ -132,6 +132,9 @@ class FakeEngine:
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
 
+    def feed(self, request_id: str, delta: object) -> None:
+        raise AssertionError("the fake engine's front end takes no text deltas")
+
     def health(self) -> HealthReport:
         talker = (ReplicaHealth(0, True), ReplicaHealth(1, self.healthy, "" if self.healthy else "process died"))
         return HealthReport(stages=(

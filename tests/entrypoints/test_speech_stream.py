@@ -1,5 +1,7 @@
-"""``WS /v1/audio/speech/stream`` on a Qwen3-TTS checkpoint: text arriving in pieces is spoken sentence by sentence
-as each completes, each sentence's audio the same as /v1/audio/speech makes for it; mistakes are error events."""
+"""``WS /v1/audio/speech/stream`` on a Qwen3-TTS checkpoint asked to cut its text in sentences (``text_input``):
+text arriving in pieces is spoken sentence by sentence as each completes, each sentence's audio the same as
+/v1/audio/speech makes for it; mistakes are error events. Its default, text spoken as it is written:
+``test_speech_stream_deltas.py``."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def _pcm(events: list[dict], segment: int) -> torch.Tensor:
 
 def test_incremental_text_is_spoken_sentence_by_sentence(tts) -> None:  # noqa: F811
     pieces = ["Hello the", "re, how are", " you today? I am ", "fine, thank", " you."]
-    events = [{"type": "session.update", "voice": "ryan"}]
+    events = [{"type": "session.update", "voice": "ryan", "text_input": "sentences"}]
     events += [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
     got, code = asyncio.run(_session(tts.url, events))
     assert code == 1000
@@ -73,7 +75,8 @@ def test_client_errors_are_error_events_and_the_session_goes_on(tts) -> None:  #
     events: list[str | bytes | dict] = [
         {"type": "nonsense"}, "not json", b"\x00binary", '{"type": "input_text.delta", "delta": "\\ud800"}',
         {"type": "input_text.delta", "delta": 5}, {"type": "session.update", "voice": "nobody"},
-        {"type": "session.update", "voice": "ryan"}, {"type": "input_text.delta", "delta": "Hello there. "},
+        {"type": "session.update", "voice": "ryan", "text_input": "sentences"},
+        {"type": "input_text.delta", "delta": "Hello there. "},
         {"type": "input_text.done"}]
     got, code = asyncio.run(_session(tts.url, events, until=("speech.audio.done",)))
     errors = [e["error"] for e in got if e["type"] == "error"]
@@ -94,6 +97,8 @@ def test_an_error_then_a_valid_request_is_served(tts) -> None:  # noqa: F811
         url = tts.url.replace("http://", "ws://") + "/v1/audio/speech/stream?model=tts"
         async with connect(url, open_timeout=10, max_size=None) as ws:
             await ws.send(json.dumps({"type": "session.update", "voice": "nobody"}))
+            created = json.loads(await asyncio.wait_for(ws.recv(), 60))
+            assert created["type"] == "session.created" and created["session"]["text_input"] == "deltas"
             first = json.loads(await asyncio.wait_for(ws.recv(), 60))  # answered before anything else is sent
             for event in ({"type": "input_text.delta", "delta": "Hi there."}, {"type": "input_text.done"}):
                 await ws.send(json.dumps(event))

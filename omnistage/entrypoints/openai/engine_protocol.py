@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from omnistage.core import OmniOutput, OmniRequest
+from omnistage.core import OmniOutput, OmniRequest, PromptDelta
 from omnistage.families.base import FrontEnd
 from omnistage.pipeline.reports import EngineStats, HealthReport
 from omnistage.sampling_params import SamplingParams
@@ -40,6 +40,12 @@ class OmniEngine(Protocol):
     def generate(self, request: OmniRequest) -> AsyncIterator[OmniOutput]: ...
 
     async def abort(self, request_id: str) -> None: ...
+
+    def feed(self, request_id: str, delta: PromptDelta) -> None:
+        """More input for a running request (its front end's ``PromptDelta``: text still being written), in
+        order; a request that ended (or an unknown id) takes none. ``generate`` submits its request when its
+        iterator is first advanced, before it first waits: a feed after that step reaches the pipeline after it."""
+        ...
 
     def health(self) -> HealthReport: ...
 

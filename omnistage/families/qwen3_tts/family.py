@@ -10,7 +10,7 @@ import torch
 from omnistage.audio_spec import AudioSpec, Codebooks
 from omnistage.core import Modality, OmniRequest
 from omnistage.families.base import EdgeContext, EdgeModel, Family, FrontEnd, Hooks, StageModel
-from omnistage.families.qwen3_tts.payloads import PAYLOADS, TalkerSpeech
+from omnistage.families.qwen3_tts.payloads import PAYLOADS, TalkerSpeech, TextAppend
 from omnistage.families.qwen3_tts.openai_voices import OPENAI_VOICES
 from omnistage.models.qwen3_tts.config import MODEL_TYPE, Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec
@@ -56,6 +56,12 @@ class Qwen3TTSFamily(Family):
         the reference's two steps."""
         floor = max(MIN_NEW_TOKENS, context.min_new_tokens)
         return TalkerSpeech(_prompt(context.request), context.request_sampling().with_floor(floor))
+
+    def entry_feed(self, delta: object) -> TextAppend:
+        """An open text's later ids go to the talker as the front end made them."""
+        if not isinstance(delta, TextAppend):
+            raise TypeError(f"a Qwen3-TTS request takes TextAppend, not {type(delta).__name__}")
+        return delta
 
     def codec_prime(self, request: OmniRequest) -> torch.Tensor | None:
         """A voice cloned in context: its reference frames start the codec stream (their audio dropped), as the

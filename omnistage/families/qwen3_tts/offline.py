@@ -15,17 +15,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import msgspec
 import torch
 
 from omnistage.engine import EngineConfig, Request
+from omnistage.families.qwen3_tts.payloads import TextAppend
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels
 from omnistage.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
-from omnistage.models.qwen3_tts.prompt import TalkerPrompt, build_talker_prompt
+from omnistage.models.qwen3_tts.prompt import TalkerPrompt, build_talker_prompt, text_rows
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, prompt_spec
 from omnistage.models.qwen3_tts.talker import Qwen3TTSTalker
 from omnistage.runner import TalkerRequestData, TalkerStepHook, build_ar_engine
-from omnistage.runner.talker_hook import talker_suppress_mask
+from omnistage.runner.talker_hook import talker_data, talker_suppress_mask
 from omnistage.sampling_params import SamplingParams
 
 
@@ -49,11 +51,26 @@ class TTSSettings:
 
 
 def talker_request(config: Qwen3TTSConfig, request_id: str, prompt: TalkerPrompt, params: SamplingParams) -> Request:
-    """The talker engine's request: the prompt as embeddings, the whole trailing text already known."""
+    """The talker engine's request: the prompt as embeddings, the trailing text known so far (the whole of it
+    unless the text is still being written)."""
     data = TalkerRequestData(tts_pad_embed=prompt.tts_pad, trailing_text=list(prompt.trailing_text.unbind(0)),
-                             text_finished=True)
+                             text_finished=prompt.text_finished)
     return Request(request_id, None, params, prompt_embeds=prompt.embeds, eos_token_id=config.talker.codec.eos,
                    stage_data=data)
+
+
+def append_text(talker: Qwen3TTSTalker, config: Qwen3TTSConfig, request: Request, more: TextAppend) -> None:
+    """An open text's next ids become the request's trailing rows (the talker waits at a row not yet there); at
+    its end ``tts_eos`` follows and the frames are capped as the whole text's would be."""
+    data = talker_data(request)
+    ids = more.ids + ([config.token_ids.tts_eos] if more.done else [])
+    if ids:
+        data.add_text(text_rows(talker, ids))
+    if more.done:
+        data.finish_text()
+        params = request.sampling_params
+        if more.max_frames is not None and (params.max_tokens is None or more.max_frames < params.max_tokens):
+            request.sampling_params = msgspec.structs.replace(params, max_tokens=more.max_frames)
 
 
 def talker_step_hook(talker: Qwen3TTSTalker, config: Qwen3TTSConfig) -> TalkerStepHook:

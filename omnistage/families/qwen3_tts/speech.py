@@ -3,16 +3,19 @@
 CustomVoice checkpoints take one of their speakers as ``voice`` (and ``instructions`` where the model uses
 them), VoiceDesign checkpoints a voice described in ``instructions``; Base checkpoints a voice cloned from a
 reference recording (registered through the voices endpoint; the speaker and codec encoders load on first use).
+Text still being written is spoken as it comes (:mod:`omnistage.families.qwen3_tts.spoken_text`).
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from omnistage.core import Prompt
+from omnistage.families.qwen3_tts.spoken_text import Qwen3TTSSpokenText
 from omnistage.families.speech import SpeechAsk, SpeechFrontEnd
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec, VoiceClone
@@ -34,6 +37,7 @@ class Qwen3TTSSpeech(SpeechFrontEnd):
         self.speakers = tuple(config.talker.speakers) if kind == "custom_voice" else ()
         self.needs_instructions = kind == "voice_design"
         self.clones_voices = config.is_base
+        self.takes_text_deltas = True  # the dual-track talker reads its text one row per frame
         self._encoders = None  # VoiceEncoders, loaded on the first registration
         self._lock = threading.Lock()
 
@@ -60,20 +64,31 @@ class Qwen3TTSSpeech(SpeechFrontEnd):
         return load_clone(folder)
 
     def prompt(self, ask: SpeechAsk) -> PromptSpec:
+        return prompt_spec(self.config, self.tokenizer, self._input(ask))
+
+    def spoken_text(self, ask: SpeechAsk, room: int) -> Qwen3TTSSpokenText:
+        """Streaming mode (one text row per frame) over the ids as they are written; checked now, on a
+        placeholder text."""
+        spec = prompt_spec(self.config, self.tokenizer, replace(self._input(replace(ask, text=".")),
+                                                                non_streaming=False))
+        return Qwen3TTSSpokenText(spec, self.tokenizer, self.max_frames, room)
+
+    def _input(self, ask: SpeechAsk) -> SpeechInput:
         if self.clones_voices:
             if not isinstance(ask.clone, VoiceClone):
                 raise ValueError("this Base checkpoint speaks in a cloned voice: register one with POST "
                                  "/v1/audio/voices and name it in voice")
-            return prompt_spec(self.config, self.tokenizer, SpeechInput(ask.text, voice_clone=ask.clone,
-                                                                        language=ask.language))
+            return SpeechInput(ask.text, voice_clone=ask.clone, language=ask.language)
         if self.needs_instructions and not (ask.instructions and ask.instructions.strip()):
             raise ValueError("this VoiceDesign checkpoint needs the voice described in instructions")
         speaker = ask.voice if self.speakers else None
-        speech = SpeechInput(ask.text, speaker=speaker, instructions=ask.instructions or None, language=ask.language)
-        return prompt_spec(self.config, self.tokenizer, speech)
+        return SpeechInput(ask.text, speaker=speaker, instructions=ask.instructions or None, language=ask.language)
 
     def max_frames(self, prompt: Prompt, room: int) -> int:
+        """The frames' bound from the text's length; while the text is still written, the context's room."""
         rows = prompt.num_tokens + PROMPT_OVERHEAD_ROWS
         if room - rows < 1:
             raise ValueError(f"the input is {prompt.num_tokens} tokens; this model's context is {room}")
+        if isinstance(prompt, PromptSpec) and prompt.open_text:
+            return room - rows
         return min(room - rows, FRAMES_PER_TOKEN * prompt.num_tokens + EXTRA_FRAMES)

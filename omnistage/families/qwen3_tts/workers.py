@@ -11,12 +11,12 @@ import torch
 
 from omnistage.engine import Request
 from omnistage.engine.generation_engine import ChunkDecoder
-from omnistage.families.qwen3_tts.payloads import TalkerSpeech
+from omnistage.families.qwen3_tts.payloads import TalkerSpeech, TextAppend
 from omnistage.ipc.messages import RequestFailed, StageInput, StageOutput
 from omnistage.models.qwen3_tts.checkpoint import load_codec_decoder, load_talker
 from omnistage.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
-from omnistage.families.qwen3_tts.offline import talker_request, talker_step_hook
+from omnistage.families.qwen3_tts.offline import append_text, talker_request, talker_step_hook
 from omnistage.models.qwen3_tts.prompt import build_talker_prompt
 from omnistage.runner import GenerationRunner, build_ar_engine
 from omnistage.workers.base import WorkerSpec, engine_config, resolve_device
@@ -39,6 +39,9 @@ class TalkerWorker(FramesWorker):
     @torch.inference_mode()
     def handle(self, message: StageInput) -> list[StageOutput | RequestFailed]:
         payload = message.payload
+        if isinstance(payload, TextAppend):
+            self._append(message.request_id, payload)
+            return []
         if not isinstance(payload, TalkerSpeech):
             raise TypeError(f"the Qwen3-TTS talker does not take {type(payload).__name__}")
         prompt = build_talker_prompt(self.talker, self.config, payload.prompt)
@@ -46,6 +49,11 @@ class TalkerWorker(FramesWorker):
         self.engine.add_request(request)
         self.requests[message.request_id] = request
         return []
+
+    def _append(self, request_id: str, more: TextAppend) -> None:
+        request = self.requests.get(request_id)
+        if request is not None:  # else it ended (codec EOS, its cap) before its text did
+            append_text(self.talker, self.config, request, more)
 
 
 class CodecDecoderWorker(CodecWorker):

@@ -14,7 +14,10 @@ Two tracks are summed per row: a text track (``talker.embed_text`` of text ids, 
       voice clone (ICL)       reference transcript + text + tts_eos against codec_bos + the reference's frames
                               (side by side when streaming, the text first otherwise)
 
-After the trailing rows run out, every step adds ``tts_pad``.
+After the trailing rows run out, every step adds ``tts_pad``. Text still being written (``PromptSpec.open_text``:
+the ids so far, no closing tail) is laid out as streaming text whose end is not known: its later ids and
+``tts_eos`` join the trailing rows as they arrive, and the talker waits at a row that has not (the whole text's
+streaming layout, row for row).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class PromptSpec:
     language: str = "auto"
     voice_clone: VoiceClone | None = None
     non_streaming: bool = True  # the whole text in the prompt (True) or fed one token per step
+    open_text: bool = False  # text_ids is the text so far without its closing tail; the rest comes later
 
     @property
     def num_tokens(self) -> int:
@@ -73,6 +77,7 @@ class TalkerPrompt:
     embeds: torch.Tensor  # [L, H]
     trailing_text: torch.Tensor  # [K, H], added to the inputs of steps 0..K-1
     tts_pad: torch.Tensor  # [H], added to every later step
+    text_finished: bool = True  # False: more trailing rows (and tts_eos) come as the text is written
 
 
 class _Tracks:
@@ -91,8 +96,10 @@ class _Tracks:
 @torch.no_grad()
 def build_talker_prompt(talker: Qwen3TTSTalker, config: Qwen3TTSConfig, spec: PromptSpec) -> TalkerPrompt:
     ids = spec.text_ids
-    if len(ids) < ROLE_TOKENS + TEXT_TAIL + 1:
+    if len(ids) < ROLE_TOKENS + (0 if spec.open_text else TEXT_TAIL) + 1:
         raise ValueError("the text to speak is empty")
+    if spec.open_text and spec.non_streaming:
+        raise ValueError("text still being written is spoken in streaming mode")
     tracks = _Tracks(talker)
     text, codec = tracks.text, tracks.codec
     t = config.token_ids
@@ -101,19 +108,27 @@ def build_talker_prompt(talker: Qwen3TTSTalker, config: Qwen3TTSConfig, spec: Pr
     rows = torch.cat([tts_pad.expand(track.shape[0] - 2, -1), tts_bos]) + track[:-1]
     parts = [text(spec.instruct_ids)] if spec.instruct_ids else []
     parts += [text(ids[:ROLE_TOKENS]), rows]
-    body = ids[ROLE_TOKENS:-TEXT_TAIL]
+    body = ids[ROLE_TOKENS:] if spec.open_text else ids[ROLE_TOKENS:-TEXT_TAIL]
+    end = tts_eos[:0] if spec.open_text else tts_eos  # an open text's eos comes with its last ids
     c = config.talker.codec
     if spec.voice_clone is not None and spec.voice_clone.icl:
         icl, trailing = _icl_rows(spec.voice_clone, spec.non_streaming, tracks,
-                                  text(spec.voice_clone.ref_text_ids[ROLE_TOKENS:-REF_TAIL] + body), tts_eos, tts_pad)
+                                  text(spec.voice_clone.ref_text_ids[ROLE_TOKENS:-REF_TAIL] + body), end, tts_pad,
+                                  spec.open_text)
         parts.append(icl)
     elif spec.non_streaming:
         parts += [torch.cat([text(body), tts_eos]) + codec([c.pad] * (len(body) + 1)), tts_pad + codec([c.bos])]
         trailing = tts_pad
     else:
-        parts.append(text(ids[ROLE_TOKENS:ROLE_TOKENS + 1]) + track[-1:])
-        trailing = torch.cat([text(ids[ROLE_TOKENS + 1:-TEXT_TAIL]), tts_eos])
-    return TalkerPrompt(torch.cat(parts), trailing, tts_pad[0])
+        parts.append(text(body[:1]) + track[-1:])
+        trailing = torch.cat([text(body[1:]), end])
+    return TalkerPrompt(torch.cat(parts), trailing, tts_pad[0], text_finished=not spec.open_text)
+
+
+@torch.no_grad()
+def text_rows(talker: Qwen3TTSTalker, ids: list[int]) -> torch.Tensor:
+    """``[K, H]``: the text track of ``ids`` (an open text's later ids, as the trailing rows they become)."""
+    return _Tracks(talker).text(ids)
 
 
 def _codec_prefix(config: Qwen3TTSConfig, spec: PromptSpec, tracks: _Tracks) -> torch.Tensor:
@@ -153,10 +168,16 @@ def language_id(config: Qwen3TTSConfig, spec: PromptSpec) -> int | None:
     return chosen
 
 
+def icl_codec_rows(clone: VoiceClone) -> int:
+    """Prompt rows of in-context cloning's codec track (``codec_bos`` and the reference's frames): streamed text
+    fills as many text rows before the talker can start."""
+    return 1 + (clone.ref_codes.shape[0] if clone.ref_codes is not None else 0)
+
+
 def _icl_rows(clone: VoiceClone, non_streaming: bool, tracks: _Tracks, text_rows: torch.Tensor,
-              tts_eos: torch.Tensor, tts_pad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+              tts_eos: torch.Tensor, tts_pad: torch.Tensor, open_text: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(prompt rows, trailing rows) of in-context voice cloning: the transcript and text against the reference's
-    frames, each track led or padded as the reference lays them out."""
+    frames, each track led or padded as the reference lays them out (an open text fills every codec row first)."""
     if clone.ref_codes is None:
         raise ValueError("in-context voice cloning needs the reference codes")
     talker, codec = tracks.talker, tracks.codec
@@ -168,7 +189,9 @@ def _icl_rows(clone: VoiceClone, non_streaming: bool, tracks: _Tracks, text_rows
         text_part = text_rows + codec([c.pad] * text_rows.shape[0])
         return torch.cat([text_part, codec_rows + tts_pad]), tts_pad
     n = codec_rows.shape[0]
-    if text_rows.shape[0] > n:
+    if open_text and text_rows.shape[0] < n:
+        raise ValueError(f"in-context cloning starts once the text fills {n} rows; it has {text_rows.shape[0]}")
+    if text_rows.shape[0] > n or (open_text and text_rows.shape[0] == n):
         return text_rows[:n] + codec_rows, text_rows[n:]
     padded = torch.cat([text_rows, tts_pad.expand(n - text_rows.shape[0], -1)])
     return padded + codec_rows, tts_pad

@@ -18,11 +18,14 @@ import torch
 from omnistage.models.qwen3_tts.checkpoint import Qwen3TTSModels, VoiceEncoders
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec, VoiceClone
+from omnistage.processing.stable_tokens import StableTokens
 from omnistage.processing.user_text import UserTextGuard
 
 # The reference wrapper's default per model type: CustomVoice and VoiceDesign put the whole text in the prompt,
 # voice cloning feeds it one token per step.
 NON_STREAMING_DEFAULT = {"custom_voice": True, "voice_design": True, "base": False}
+# The ordinary text before a streamed text in its run ("<|im_start|>" precedes it): "assistant", "\n".
+STREAM_LEAD_TEXT, STREAM_LEAD = "assistant\n", 2
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,12 @@ class TextTokenizer:
 
     def reference(self, transcript: str) -> list[int]:
         return self._guard.wrapped_ids("<|im_start|>assistant\n{text}<|im_end|>\n", text=transcript)
+
+    def text_stream(self) -> StableTokens:
+        """Text written in pieces, tokenized as :meth:`assistant` tokenizes the whole between its wrappers: the
+        stream starts with the role's ``assistant\n`` (the text's first piece may merge with it), its
+        :data:`STREAM_LEAD` ids dropped as the whole text's are."""
+        return StableTokens(self._tok, STREAM_LEAD_TEXT, STREAM_LEAD)
 
     def instruction(self, instructions: str) -> list[int]:
         return self._guard.wrapped_ids("<|im_start|>user\n{text}<|im_end|>\n", text=instructions)

@@ -59,6 +59,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_serve_parser(targets)
     add_realtime_parser(targets)
     add_duplex_parser(targets)
+    add_speech_stream_parser(targets)
 
 
 def add_duplex_parser(targets: argparse._SubParsersAction) -> None:
@@ -118,6 +119,29 @@ def add_realtime_parser(targets: argparse._SubParsersAction) -> None:
     rt.add_argument("--underrun-tolerance", type=float, default=0.0, help="shortfall (s) a stream may have")
     rt.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
     rt.set_defaults(func=_lazy_main("omnistage.tools.bench.realtime"))
+
+
+def add_speech_stream_parser(targets: argparse._SubParsersAction) -> None:
+    p = targets.add_parser("speech-stream", help="first audio and underruns of text spoken as an LLM writes it, "
+                                                 "over WS /v1/audio/speech/stream")
+    p.add_argument("--model", default="tts-tiny", help=MODEL_HELP.replace("default tiny", "default tts-tiny"))
+    p.add_argument("--url", default=None, help="drive a running server (http://HOST:PORT); default: start "
+                                               "`omnistage serve MODEL` for the run")
+    p.add_argument("--served-model-name", dest="served_model", default=None, help="with --url: the model id")
+    p.add_argument("--server-args", default="", help="extra `omnistage serve` flags for the started server")
+    p.add_argument("--tokens-per-s", type=float, default=20.0, help="the writer's pace, LLM tokens a second")
+    p.add_argument("--sessions", type=int, default=5, help="rounds of sessions, one after another (default 5)")
+    p.add_argument("--concurrency", type=int, default=1, help="sessions at once in each round (default 1)")
+    p.add_argument("--warmup", type=int, default=1, help="sessions before the measured ones (default 1)")
+    p.add_argument("--voice", default="ryan", help="session.update's voice ('' for the server's default)")
+    p.add_argument("--text", default=None, help="what the writer writes (default: a short spoken answer)")
+    p.add_argument("--text-input", choices=["deltas", "sentences"], default=None,
+                   help="ask the session for this mode (default: the server's, as session.created says)")
+    p.add_argument("--audio-seconds", type=float, default=12.0,
+                   help="each session cancels once it heard this much audio (default 12; 0: all of it, which a "
+                        "random checkpoint's talker makes as long as its frame bound allows)")
+    p.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
+    p.set_defaults(func=_lazy_main("omnistage.tools.bench.speech_stream"))
 
 
 def add_quant_parser(targets: argparse._SubParsersAction) -> None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from omnistage.core import Modality, OmniRequest, Prompt
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken, DecodePool
@@ -34,10 +36,11 @@ from omnistage.entrypoints.openai.speech.protocol import SpeechRequest
 from omnistage.entrypoints.openai.speech.reference_audio import decode_reference
 from omnistage.entrypoints.openai.speech.task_type import check_task_type
 from omnistage.entrypoints.openai.speech.voice_store import VoiceStore, VoiceStoreError
-from omnistage.families.speech import SpeechAsk, SpeechFrontEnd
+from omnistage.families.speech import SpeechAsk, SpeechFrontEnd, SpokenText
 from omnistage.processing.prompt import ProcessedPrompt
 from omnistage.sampling_params import SamplingParams
 
+T = TypeVar("T")
 DEFAULT_INSTRUCTIONS = "Read the user's text aloud exactly as written. Do not add, drop or change any words."
 # Room for the thinker's answer: the input re-tokenised plus a margin for its closing tokens.
 _BUDGET_FACTOR = 2
@@ -67,7 +70,7 @@ class SpeechInputs(ABC):
     @abstractmethod
     async def request(self, body: SpeechRequest) -> OmniRequest: ...
 
-    async def _prompt(self, job, body: object, *args: object) -> Prompt:  # noqa: ANN001 - a pool job
+    async def _prompt(self, job: Callable[..., T], body: object, *args: object) -> T:
         try:
             return await self.pool.run(job, body, *args)
         except ValueError as exc:
@@ -138,12 +141,27 @@ class TextToSpeech(SpeechInputs):
             frames = self.speech.max_frames(prompt, self.engine.max_model_len)
         except ValueError as exc:
             raise bad_request(str(exc), param="input", code="context_length_exceeded") from exc
+        return self.speak(body, prompt, frames, voice)
+
+    async def spoken_text(self, body: SpeechRequest) -> tuple[SpokenText, str | None]:
+        """An utterance spoken as its text is written (a family that takes text deltas), its voice and settings
+        checked now (400s as for a whole input); with the voice it resolved to."""
+        voice = self.check_voice(body)
+        source = await self._voice_source(body, voice)
+        ask = SpeechAsk("", voice, body.instructions, language=body.language or "auto")
+        return await self._prompt(self._spoken, ask, source), voice
+
+    def speak(self, body: SpeechRequest, prompt: Prompt, frames: int, voice: str | None,
+              first_chunk_frames: int | None = None, open_input: bool = False) -> OmniRequest:
+        """The request speaking ``prompt`` in at most ``frames`` frames (and the caps the server and the body set);
+        ``open_input``: the rest of its text is fed to it as it is written."""
         defaults = self.engine.default_sampling
         for cap in (defaults.max_tokens, body.max_new_tokens):
             frames = min(frames, cap) if cap is not None else frames
         return OmniRequest(request_id=f"speech-{uuid.uuid4().hex}", prompt=prompt,
                            modalities=frozenset({Modality.AUDIO}),
-                           sampling=make_sampling(max_tokens=frames, defaults=defaults), voice=voice or "")
+                           sampling=make_sampling(max_tokens=frames, defaults=defaults), voice=voice or "",
+                           initial_codec_chunk_frames=first_chunk_frames, open_input=open_input)
 
     async def _voice_source(self, body: SpeechRequest, voice: str | None) -> Path | RefAudio | None:
         """Where a cloned voice comes from: a registered voice's folder, or the request's own recording."""
@@ -161,6 +179,13 @@ class TextToSpeech(SpeechInputs):
         return RefAudio(fetched.data, fetched.audio_hint, transcript)
 
     def _make(self, ask: SpeechAsk, source: Path | RefAudio | None, token: CancelToken) -> Prompt:
+        return self.speech.prompt(self._voiced(ask, source, token))
+
+    def _spoken(self, ask: SpeechAsk, source: Path | RefAudio | None, token: CancelToken) -> SpokenText:
+        return self.speech.spoken_text(self._voiced(ask, source, token), self.engine.max_model_len)
+
+    def _voiced(self, ask: SpeechAsk, source: Path | RefAudio | None, token: CancelToken) -> SpeechAsk:
+        """``ask`` with its cloned voice (a registered voice's, or one cloned from the request's recording)."""
         if isinstance(source, Path):
             try:
                 ask = replace(ask, clone=self.speech.load_voice(source))
@@ -169,7 +194,7 @@ class TextToSpeech(SpeechInputs):
         elif isinstance(source, RefAudio):
             audio = decode_reference(source.data, source.fmt, self.limits, "ref_audio", token.check)
             ask = replace(ask, clone=self.speech.clone_voice(audio.samples, audio.sample_rate, source.transcript))
-        return self.speech.prompt(ask)
+        return ask
 
 
 class RepeatedByThinker(SpeechInputs):

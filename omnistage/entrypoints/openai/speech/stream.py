@@ -1,8 +1,13 @@
 """``WS /v1/audio/speech/stream``: text in as it is written (an LLM's deltas), speech out as it is made.
 
-Client events (JSON): ``{"type": "session.update", "voice": ..., "instructions": ...}`` (before the text),
-``{"type": "input_text.delta", "delta": "..."}`` any number of times, ``{"type": "input_text.done"}`` at the end.
-The text is cut into segments at sentence ends (or at ``--max-speech-input-chars``), and each segment is spoken
+Client events (JSON): ``{"type": "session.update", "voice": ..., "instructions": ..., "text_input": ...}`` (before
+the text), ``{"type": "input_text.delta", "delta": "..."}`` any number of times, ``{"type": "input_text.done"}`` at
+the end, or ``{"type": "input_text.cancel"}`` to stop speaking (no audio after the chunk in flight; the session
+ends as at the end of its text). At connect the server says how the text will be spoken (``session.created``,
+``session.text_input``). ``deltas`` (a family that takes text deltas, Qwen3-TTS; its default): the text is one
+utterance fed to the model as it is written (:mod:`omnistage.entrypoints.openai.speech.stream_deltas`), its first
+audio after the first words. ``sentences`` (every other family, or asked for): the text is cut into segments at
+sentence ends (or at ``--max-speech-input-chars``), and each segment is spoken
 as soon as it is complete, one after another, as ``/v1/audio/speech`` would speak it (same voices, same checks,
 admitted under the same bound), while later text keeps arriving. Server events: ``speech.audio.delta`` (base64
 PCM16, 24 kHz mono, with its ``segment``), ``speech.segment.done`` (the segment's text), then
@@ -20,20 +25,19 @@ import asyncio
 import contextlib
 import json
 import re
-from contextlib import aclosing
+from functools import partial
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from omnistage.audio import StreamingAudioEncoder, TimeStretcher
-from omnistage.entrypoints.openai.common.served_model import audio_rate
 from omnistage.entrypoints.openai.common.errors import APIError, scrub_reprs
 from omnistage.entrypoints.openai.common.json_text import LONE_SURROGATE, lone_surrogate
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
-from omnistage.entrypoints.openai.common.request_checks import engine_failure
-from omnistage.entrypoints.openai.common.streaming import engine_outputs
+from omnistage.entrypoints.openai.common.request_budget import over_budget
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
 from omnistage.entrypoints.openai.speech.service import SpeechService
-from omnistage.entrypoints.openai.speech.stream_dialect import Configure, StreamDialect, TextIn
+from omnistage.entrypoints.openai.speech.stream_audio import stream_audio
+from omnistage.entrypoints.openai.speech.stream_deltas import DeltaUtterance
+from omnistage.entrypoints.openai.speech.stream_dialect import Cancel, Configure, StreamDialect, TextIn
 from omnistage.entrypoints.openai.speech.vllm_omni import VllmOmniStreamDialect, speaks_vllm_omni
 
 router = APIRouter()
@@ -83,9 +87,14 @@ class SpeechStream:
         self.ws, self.service = ws, service
         self.dialect = StreamDialect(ws)
         self.settings = SpeechRequest(model=model, input=" ")
-        self.segments: asyncio.Queue[object] = asyncio.Queue()  # lists of segments, then END
+        self.segments: asyncio.Queue[object] = asyncio.Queue()  # lists of segments (or text pieces), then END
         self.usage = [0, 0]
         self.buffer, self.first = "", True
+        self.deltas = takes_deltas(service)  # the text spoken as it is written (else cut in sentences)
+        self.texted = False  # text has come: the mode is fixed
+        self.written = 0  # characters of the utterance's text (text_input deltas)
+        self.stopped = asyncio.Event()  # a cancel: no audio after it
+        self.current: asyncio.Task | DeltaUtterance | None = None  # what is speaking now
 
     async def run(self) -> None:
         speaker = asyncio.create_task(self._speak_all())
@@ -105,25 +114,28 @@ class SpeechStream:
                 await speaker
 
     async def _read(self, speaker: asyncio.Task) -> None:
+        """Client events until the speaker ends. After the text's end the socket is still read (a cancel, the
+        close, keep-alive pings; no idle bound while the speech goes on)."""
+        ended = False
         while True:
-            async with asyncio.timeout(self.service.limits.ws_idle_timeout):
+            async with asyncio.timeout(None if ended else self.service.limits.ws_idle_timeout):
                 receive = asyncio.ensure_future(self.ws.receive_text())
                 done, _ = await asyncio.wait({receive, speaker}, return_when=asyncio.FIRST_COMPLETED)
-            if receive not in done:  # the speaker ended (the socket went): stop reading
-                receive.cancel()
+            if speaker in done:  # the speaker ended (it closed the socket, or the socket went): stop reading
+                if not receive.cancel() and not receive.cancelled():
+                    receive.exception()  # a read that failed as the socket closed is no error: retrieved
                 return
             try:
                 text = receive.result()
             except KeyError:  # a binary frame: receive_text finds no text in it
                 text = None
             try:
-                if await self._take(text):
-                    return
+                ended = await self._take(text, ended) or ended
             except (APIError, ValueError) as exc:
                 await self._error(exc)  # the event is refused; the session goes on
 
-    async def _take(self, text: str | None) -> bool:
-        """Acts on one client event; True once the text is done."""
+    async def _take(self, text: str | None, ended: bool = False) -> bool:
+        """Acts on one client event; True once the text is done (``ended``: it was, only a cancel is taken)."""
         if text is None:
             raise ValueError("an event must be a JSON object in a text frame")
         if lone_surrogate(text):
@@ -138,16 +150,44 @@ class SpeechStream:
             self.dialect = VllmOmniStreamDialect(self.ws)
         self.first = False
         event = self.dialect.parse(raw)
+        if ended and not isinstance(event, Cancel):
+            raise ValueError("the text has ended: only input_text.cancel is taken now")
         if isinstance(event, Configure):
             settings = self.settings.model_copy(update={
                 k: getattr(event.settings, k) for k in event.settings.model_fields_set - {"input"}})
             self._body(" ", settings)  # checked now (voice, lengths): refused settings leave the session's as they were
+            if event.text_input is not None:
+                self._text_input(event.text_input)
             self.settings = settings
             return False
+        if isinstance(event, Cancel):
+            await self._cancel()
+            return True
         await self._text(event)
         return event.done
 
+    def _text_input(self, mode: str) -> None:
+        if self.texted:
+            raise ValueError("text_input is set before the text")
+        if mode == "deltas" and not takes_deltas(self.service):
+            raise ValueError("this model speaks whole sentences: text_input 'deltas' is not available")
+        self.deltas = mode == "deltas"
+
+    async def _cancel(self) -> None:
+        """Stops the audio now: nothing queued is spoken, the request speaking is aborted."""
+        self.stopped.set()
+        self.segments.put_nowait(END)
+        current = self.current
+        if isinstance(current, DeltaUtterance):
+            await current.stop()
+        elif current is not None and not current.done():
+            current.cancel()
+
     async def _text(self, event: TextIn) -> None:
+        self.texted = True
+        if self.deltas:  # the utterance takes the pieces as they are
+            self._delta(event)
+            return
         self.buffer += event.text
         limit = self.service.limits.max_speech_input_chars
         if len(self.buffer) > limit:  # a large delta (MBs of text) is cut in the pool, not on the event loop
@@ -162,6 +202,23 @@ class SpeechStream:
             if event.done:
                 self.segments.put_nowait(END)  # however its last segments fared, the session ends
 
+    def _delta(self, event: TextIn) -> None:
+        """A piece of the utterance; its whole text is bounded as one ``/v1/audio/speech`` input is (a piece past
+        the bound is refused, its end still ends the utterance)."""
+        limit, taken = self.service.limits.max_speech_input_chars, False
+        try:
+            if self.written + len(event.text) > limit:
+                raise over_budget("max_speech_input_chars", f"the text would be over {limit} characters",
+                                  "delta", "input_too_long")
+            self.written += len(event.text)
+            self.segments.put_nowait(event)
+            taken = True
+        finally:
+            if event.done:
+                if not taken:
+                    self.segments.put_nowait(TextIn("", done=True))
+                self.segments.put_nowait(END)
+
     def _body(self, text: str, settings: SpeechRequest | None = None) -> SpeechRequest:
         settings = settings or self.settings
         fmt = settings.response_format if "response_format" in settings.model_fields_set \
@@ -171,17 +228,41 @@ class SpeechStream:
         return body
 
     async def _speak_all(self) -> None:
+        first = await self.segments.get()
+        spoken = await (self._speak_deltas(first) if self.deltas and first is not END else self._speak_sentences(first))
+        await self.dialect.finished(SpeechUsage(input_tokens=self.usage[0], output_tokens=self.usage[1],
+                                                total_tokens=sum(self.usage)), spoken)
+        await self.ws.close()
+
+    async def _speak_deltas(self, first: object) -> int:
+        self.segments.put_nowait(first)  # taken again, in order, by the utterance
+        utterance = self.current = DeltaUtterance(self.service, self.dialect, self.settings, self.stopped)
+        try:
+            utterance.body = self._body(" ")  # the settings checked again, their format the dialect's
+            return await utterance.speak(self.segments, END)
+        except (APIError, ValueError) as exc:  # refused or failed: said, and the session ends with what was spoken
+            await self._error(exc)
+            return 1 if utterance.reader is not None else 0
+        finally:
+            self.usage = utterance.usage
+
+    async def _speak_sentences(self, batch: object) -> int:
         index = 0
-        while (batch := await self.segments.get()) is not END:
+        while batch is not END and not self.stopped.is_set():
             for segment in batch:  # type: ignore[attr-defined] - a list of segments
+                if self.stopped.is_set():
+                    break
+                self.current = asyncio.create_task(self._speak(index, segment))
                 try:
-                    await self._speak(index, segment)
+                    await self.current
+                except asyncio.CancelledError:
+                    if not self.stopped.is_set():
+                        raise  # the session's own end, not a cancel
                 except (APIError, ValueError) as exc:  # refused (over a limit) or failed: said, and the next goes on
                     await self._error(exc)
                 index += 1
-        await self.dialect.finished(SpeechUsage(input_tokens=self.usage[0], output_tokens=self.usage[1],
-                                                total_tokens=sum(self.usage)), index)
-        await self.ws.close()
+            batch = await self.segments.get()
+        return index
 
     async def _speak(self, index: int, text: str) -> None:
         service, body = self.service, self._body(text)
@@ -192,24 +273,10 @@ class SpeechStream:
             ticket.release()
             raise
         await self.dialect.segment_started(index, text, body)
-        encoder = StreamingAudioEncoder(body.audio_format, audio_rate(service.engine))
-        stretcher = TimeStretcher(body.speed)
-        size = 0
-        async with aclosing(engine_outputs(service.engine, request, timeout_s=service.limits.request_timeout,
-                                           ticket=ticket)) as outputs:
-            async for out in outputs:
-                pieces = [encoder.feed(stretcher.feed(out.audio))] if out.audio is not None and out.audio.size else []
-                if out.finished:
-                    failure = engine_failure(out)
-                    if failure is not None:
-                        raise failure
-                    pieces.append(encoder.feed(stretcher.finish()) + encoder.finish())
-                    if out.usage is not None:
-                        self.usage[0] += out.usage.prompt_tokens
-                        self.usage[1] += out.usage.completion_tokens
-                for piece in filter(None, pieces):
-                    size += len(piece)
-                    await self.dialect.audio(index, piece)
+        size, usage = await stream_audio(service, request, body, ticket, partial(self.dialect.audio, index))
+        if usage is not None:
+            self.usage[0] += usage.prompt_tokens
+            self.usage[1] += usage.completion_tokens
         await self.dialect.segment_done(index, text, size)
 
     async def _error(self, exc: Exception) -> None:
@@ -224,6 +291,12 @@ class SpeechStream:
             await self.ws.close(code=1008)
 
 
+def takes_deltas(service: SpeechService) -> bool:
+    """Whether the served family speaks text as it is written (its front end says so)."""
+    speech = service.engine.front_end.speech
+    return speech is not None and speech.takes_text_deltas
+
+
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(ws: WebSocket) -> None:
     service: SpeechService = ws.app.state.services.speech
@@ -234,4 +307,6 @@ async def speech_stream(ws: WebSocket) -> None:
     except APIError as exc:
         await SpeechStream(ws, service, model)._close_with(exc)
         return
+    await ws.send_json({"type": "session.created", "session": {
+        "model": model, "text_input": "deltas" if takes_deltas(service) else "sentences"}})
     await SpeechStream(ws, service, model).run()

@@ -14,12 +14,16 @@ from omnistage.entrypoints.openai.common.errors import quoted
 from omnistage.entrypoints.openai.common.protocol import ErrorDetail
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest, SpeechUsage
 
+TEXT_INPUTS = ("deltas", "sentences")  # how the session's text is spoken: as it is written, or cut in sentences
+
 
 @dataclass(frozen=True)
 class Configure:
-    """Session settings: the fields of ``settings`` the client set (its ``input`` is a placeholder)."""
+    """Session settings: the fields of ``settings`` the client set (its ``input`` is a placeholder), and how its
+    text is spoken (``text_input``, one of :data:`TEXT_INPUTS`; None: unchanged)."""
 
     settings: SpeechRequest
+    text_input: str | None = None
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,12 @@ class TextIn:
     done: bool = False
 
 
-ClientEvent = Configure | TextIn
+@dataclass(frozen=True)
+class Cancel:
+    """Stop speaking: no audio after the chunk in flight; the session ends as at the end of its text."""
+
+
+ClientEvent = Configure | TextIn | Cancel
 
 
 def text_field(event: dict[str, Any], key: str) -> str:
@@ -53,10 +62,16 @@ class StreamDialect:
         if kind == "session.update":
             fields = {"instructions": event.get("instructions"), **({"voice": event["voice"]} if "voice" in event
                                                                      else {})}
-            return Configure(SpeechRequest.model_validate({"input": " ", **fields}))
+            mode = event.get("text_input")
+            if mode is not None and mode not in TEXT_INPUTS:
+                raise ValueError(f"text_input must be one of {', '.join(TEXT_INPUTS)}")
+            return Configure(SpeechRequest.model_validate({"input": " ", **fields}), mode)
         if kind in ("input_text.delta", "input_text.done"):
             return TextIn(text_field(event, "delta"), done=kind == "input_text.done")
-        raise ValueError(f"unknown event type {quoted(kind)} (session.update, input_text.delta, input_text.done)")
+        if kind == "input_text.cancel":
+            return Cancel()
+        raise ValueError(f"unknown event type {quoted(kind)} (session.update, input_text.delta, input_text.done, "
+                         f"input_text.cancel)")
 
     async def segment_started(self, index: int, text: str, body: SpeechRequest) -> None:
         pass
