@@ -64,9 +64,10 @@ def _add_make_tiny(sub: argparse._SubParsersAction) -> None:
                       help=f"the model family (default {DEFAULT_REGISTRY.names[0]})")
     tiny.add_argument("--tts-model-type", choices=("custom_voice", "voice_design", "base"), default="custom_voice",
                       help="qwen3_tts only: named speakers, voice design, or voice cloning (Base)")
-    tiny.add_argument("--layout", choices=("transformers", "personaplex"), default=None,
-                      help="moshi only: transformers' layout (default), or Kyutai's with PersonaPlex's 16-step "
-                           "depth decoder")
+    tiny.add_argument("--layout", choices=("transformers", "published", "personaplex"), default=None,
+                      help="the checkpoint's layout: transformers' (default); qwen3_asr: published, as Qwen's release "
+                           "lays it out (qwen-asr's); moshi: personaplex, Kyutai's with PersonaPlex's 16-step depth "
+                           "decoder")
     tiny.add_argument("--cached", action="store_true",
                       help="make (if absent) the embedded model of --size (and type) under $OMNISTAGE_CACHE and print "
                            "its path")

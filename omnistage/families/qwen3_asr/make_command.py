@@ -1,5 +1,5 @@
 """``omnistage make-tiny --model-type qwen3_asr`` (``--size tiny|full|full-1.7b``, ``--aligner``,
-``--layout hf|published``) and ``--model-type qwen3_forced_aligner``: the family's make-tiny hook."""
+``--layout transformers|published``) and ``--model-type qwen3_forced_aligner``: the family's make-tiny hook."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ def make_tiny_command(args: argparse.Namespace) -> int:
     if args.out_dir is None:
         print("make-tiny: give OUT_DIR or --cached", file=sys.stderr)
         return 2
-    layout = getattr(args, "layout", None) or "hf"
+    layout = {None: "hf", "transformers": "hf", "published": "published"}.get(getattr(args, "layout", None))
+    if layout is None:
+        print(f"make-tiny: --layout {args.layout}: a Qwen3-ASR checkpoint is written in transformers' layout or "
+              "Qwen's published one", file=sys.stderr)
+        return 2
     print(make_tiny(args.out_dir, seed=args.seed, size=SIZES[args.size], aligner=aligner, layout=layout))
     return 0

@@ -39,3 +39,19 @@ def test_make_tiny_command_writes_the_family_checkpoint(model_type: str, tmp_pat
     from omnistage.families.registry import DEFAULT_REGISTRY
 
     assert DEFAULT_REGISTRY.for_folder(tmp_path / "ckpt").name == model_type
+
+
+@pytest.mark.parametrize(("layout", "published"), [("published", True), ("transformers", False)])
+def test_make_tiny_layout_flag_picks_the_checkpoint_layout(layout: str, published: bool, tmp_path: Path) -> None:
+    """``--layout`` is shared with Moshi's make-tiny: Qwen3-ASR takes transformers' (-hf) layout or Qwen's
+    published one (config under ``thinker_config``), and refuses Moshi's."""
+    import json
+
+    run = [sys.executable, "-m", "omnistage.entrypoints.cli", "make-tiny", "--model-type", "qwen3_asr"]
+    out = subprocess.run([*run, "--layout", layout, str(tmp_path / "ckpt")], capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert ("thinker_config" in json.loads((tmp_path / "ckpt" / "config.json").read_text())) == published
+    refused = subprocess.run([*run, "--layout", "personaplex", str(tmp_path / "other")], capture_output=True, text=True,
+                             cwd=REPO, timeout=300)
+    assert refused.returncode == 2 and "--layout personaplex" in refused.stderr
