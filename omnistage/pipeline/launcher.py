@@ -12,6 +12,7 @@ stdin. A replica process must never outlive its parent: it asks the kernel for S
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import subprocess
@@ -42,6 +43,7 @@ class ReplicaLaunch:
     nice: int = 0  # added to the process's niceness (the stage's ``nice``)
     payloads: PayloadTypes = PayloadTypes(())  # what the replica's sockets decode (the pipeline's payload set)
     timed: bool = False  # sends each request's times here (``StageTimes``), for tracing
+    log_level: int = logging.INFO  # the server's (``--log-level``): a replica's own lines at the same threshold
 
 
 class ReplicaHandle(ABC):

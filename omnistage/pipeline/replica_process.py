@@ -108,9 +108,9 @@ def main() -> None:
     sys.path[:] = [p for p in path if p] + [p for p in sys.path if p not in path]
     launch, parent_pid = pickle.loads(payload)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # stdin was only the launch
-    # This interpreter's own log lines (a stage's KV budget, blocks and tokens at start-up) in the CLI's format; without
-    # a handler only warnings would reach the server's stderr.
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # This interpreter's own log lines (a stage's KV budget, blocks and tokens at start-up) in the CLI's format and at
+    # the server's level; without a handler only warnings would reach the server's stderr.
+    logging.basicConfig(level=launch.log_level, format="%(levelname)s %(name)s: %(message)s")
     replica_main(launch, parent_pid)
 
 

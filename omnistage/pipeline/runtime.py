@@ -102,7 +102,8 @@ class PipelineRuntime:
                 launch = ReplicaLaunch(stage.name, index, factories[stage.name],
                                        ReplicaAddresses(sender.address, receiver.address, peer),
                                        self.options.connector_kind, self.pipeline_id, self._threads(stage),
-                                       stage.nice, self.payloads, self.timed)
+                                       stage.nice, self.payloads, self.timed,
+                                       logging.getLogger("omnistage").getEffectiveLevel())
                 links.append(ReplicaLink(stage.name, index, new_handle(launch), sender, receiver, store=self.store,
                                          payloads=self.payloads))
         return links
