@@ -62,6 +62,19 @@ class _Rows:
         return joined
 
 
+# On a CPU, oneDNN compiles and keeps one primitive per conv input shape. With every planned chunk length its own
+# shape, a codec process grew for as long as new lengths kept coming (+7% in an hour's soak): padded widths come
+# from few buckets instead.
+def bucket_frames(frames: int) -> int:
+    """A right-padded batch's width for rows of at most ``frames``: rounded up to at most four significant bits
+    (16, 18, 20, ..., 32, 36, 40, ...). Eight widths per octave: at most 1/8 more frames (1/16 on average), and
+    64 widths up to 1,024 frames."""
+    if frames <= 16:
+        return frames
+    step = 1 << (frames.bit_length() - 4)
+    return -(-frames // step) * step
+
+
 Step = Callable[[torch.Tensor, _Rows], torch.Tensor]
 
 

@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 import torch
 from torch import nn
 
-from omnistage.models.codec_conv_stream import ConvTails, StreamedConvs
+from omnistage.models.codec_conv_stream import ConvTails, StreamedConvs, bucket_frames
 from omnistage.models.codec_transformer import KVWindow
 
 
@@ -58,7 +58,8 @@ class StreamingVocoder(ABC, Generic[S]):
             state.next_chunk += 1
         hidden = [self._transform(state, c[:, ctx:]) for state, c, ctx in zip(states, codes, left_contexts)]
         lengths = [h.shape[-1] for h in hidden]
-        batch = hidden[0].new_zeros(len(hidden), hidden[0].shape[0], max(lengths))  # right-padded: causal convs
+        # Right-padded (the convs are causal) to a bucketed width: few shapes for oneDNN to keep.
+        batch = hidden[0].new_zeros(len(hidden), hidden[0].shape[0], bucket_frames(max(lengths)))
         for i, h in enumerate(hidden):
             batch[i, :, :lengths[i]] = h
         out = self.convs.run(batch, lengths, [state.convs for state in states])

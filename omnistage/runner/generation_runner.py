@@ -7,6 +7,9 @@ way, with each chunk's look-ahead frames. A vocoder conditioned per stream (``op
 seed) hears a stream's voice before its first chunk. Otherwise chunks of one shape go through ``decode_chunk`` as
 one batch, and a vocoder that also offers ``decode_rows`` (causal, so right-padding cannot change a row's samples)
 takes chunks of different lengths and left contexts in one call.
+
+Such a causal vocoder's calls, like a streaming one's convs, are right-padded to a few bucketed lengths
+(:func:`~omnistage.models.codec_conv_stream.bucket_frames`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from omnistage.engine.generation_engine import ChunkRef, StreamVoice
+from omnistage.models.codec_conv_stream import bucket_frames
 from omnistage.runner.base import Code2WavModel
 from omnistage.runner.device import bind_device
 
@@ -48,14 +52,15 @@ class GenerationRunner:
                 raise ValueError("a streaming vocoder needs each chunk's stream")
             return [w.float().cpu() for w in self._run_streams(chunks, left_contexts, refs)]
         lengths = [c.shape[-1] for c in chunks]
-        same = len(set(lengths)) == 1 and len(set(left_contexts)) == 1
+        padded = bucket_frames(max(lengths)) if self.pads_rows else max(lengths)
+        same = len(set(lengths)) == 1 and len(set(left_contexts)) == 1 and padded == lengths[0]
         if same:
             codes = torch.stack(chunks).to(self.device, non_blocking=True)
             wav = self.model.decode_chunk(codes, left_contexts[0]).float().cpu()
             return list(wav.unbind(0))
         if not self.pads_rows:
             raise ValueError("this vocoder decodes one chunk shape per call; group chunks by shape")
-        codes = chunks[0].new_zeros(len(chunks), chunks[0].shape[0], max(lengths))  # code 0 pads: any valid code
+        codes = chunks[0].new_zeros(len(chunks), chunks[0].shape[0], padded)  # code 0 pads: any valid code
         for i, chunk in enumerate(chunks):
             codes[i, :, :lengths[i]] = chunk
         rows = self.model.decode_rows(codes.to(self.device, non_blocking=True), lengths, left_contexts)

@@ -99,3 +99,24 @@ def test_a_stream_keeps_a_bounded_state_and_convs_read_only_new_frames(model: Co
 def test_a_decoder_with_a_layer_it_cannot_stream_is_refused_up_front() -> None:
     with pytest.raises(TypeError, match="no streamed form for Conv1d"):
         StreamedConvs([], [nn.Conv1d(2, 2, 3)])
+
+
+class _WidthLog(StreamedConvs):
+    def __init__(self, model: Code2Wav) -> None:
+        super().__init__(model.upsample, model.decoder)
+        self.widths: list[int] = []
+
+    def run(self, hidden, lengths, tails):
+        self.widths.append(hidden.shape[-1])
+        return super().run(hidden, lengths, tails)
+
+
+def test_conv_batches_are_bucketed_widths_and_still_join(model: Code2Wav) -> None:
+    """Chunks of 19 and 35 new frames are convolved 20 and 36 wide (oneDNN keeps a primitive per width), and the
+    padding changes no sample."""
+    codes = _codes(19 + 35 + 9, seed=3)
+    vocoder = StreamingCode2Wav(model)
+    vocoder.convs = _WidthLog(model)
+    streamed = _stream(vocoder, "s", codes, [19, 35, 9], context=4)
+    assert vocoder.convs.widths == [20, 36, 9]
+    torch.testing.assert_close(streamed, model(codes[None])[0, 0], **TOL)

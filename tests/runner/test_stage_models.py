@@ -82,3 +82,46 @@ def test_code2wav_engine_batches_mixed_chunks(tiny_dir: Path) -> None:
         torch.testing.assert_close(out.wav, alone, atol=1e-5, rtol=1e-4)
 
 
+
+
+def test_bucket_frames_pads_by_at_most_an_eighth_into_few_lengths() -> None:
+    from omnistage.models.codec_conv_stream import bucket_frames
+
+    buckets = {bucket_frames(n) for n in range(1, 1025)}
+    assert len(buckets) <= 64  # was 1,024 shapes: one per planned chunk length
+    for n in range(1, 1025):
+        assert n <= bucket_frames(n) <= n * 9 // 8 + 1
+        assert bucket_frames(bucket_frames(n)) == bucket_frames(n)
+
+
+class _ShapeLog:
+    """The tiny vocoder, recording each call's code shape (what oneDNN compiles a primitive for)."""
+
+    def __init__(self, vocoder) -> None:
+        self.vocoder, self.shapes = vocoder, []
+        self.samples_per_frame = vocoder.samples_per_frame
+
+    def decode_chunk(self, codes, left_context):
+        self.shapes.append(tuple(codes.shape))
+        return self.vocoder.decode_chunk(codes, left_context)
+
+    def decode_rows(self, codes, lengths, left_contexts):
+        self.shapes.append(tuple(codes.shape))
+        return self.vocoder.decode_rows(codes, lengths, left_contexts)
+
+
+def test_code2wav_calls_are_bucketed_and_equal_unpadded(tiny_dir: Path) -> None:
+    from omnistage.models.qwen3_omni.code2wav import load_code2wav
+    from omnistage.models.qwen3_omni.config import Qwen3OmniConfig
+
+    vocoder = load_code2wav(tiny_dir, Qwen3OmniConfig.from_folder(tiny_dir).code2wav, "cpu", torch.float32)
+    logged = _ShapeLog(vocoder)
+    runner = GenerationRunner(logged)
+    groups, codebook = vocoder.config.num_quantizers, vocoder.config.codebook_size
+    gen = torch.Generator().manual_seed(1)
+    for length, context in [(9, 0), (19, 3), (16, 2), (35, 25)]:
+        chunks = [torch.randint(0, codebook, (groups, length), generator=gen) for _ in range(2)]
+        wavs = runner.run(chunks, [context, context])
+        for chunk, wav in zip(chunks, wavs):  # right-padding a causal decoder leaves each row's samples
+            torch.testing.assert_close(wav, vocoder.decode_chunk(chunk[None], context)[0], atol=1e-5, rtol=1e-4)
+    assert [shape[-1] for shape in logged.shapes] == [9, 20, 16, 36]
