@@ -112,6 +112,8 @@ class Hooks:
         seconds from start to its whole audio, and its audio's seconds.
     duplex(folder, max_sessions, dtype) -> DuplexServed: a full-duplex family's model and codec for the duplex engine
         (``omnistage.engine.duplex``), which serves it instead of a stage pipeline.
+    footprints(folder, dtype_bytes, kv_dtype_bytes) -> dict[str, StageFootprint]: each stage's memory for
+        ``omnistage plan``, keyed by the preset's stage ``model`` names (Qwen3-Omni's is the plan's own).
     """
 
     make_tiny: str = ""
@@ -121,6 +123,7 @@ class Hooks:
     word_timer: str = ""
     speech_baseline: str = ""
     duplex: str = ""
+    footprints: str = ""
 
 
 def call_hook(hook: str, *args: object) -> object:

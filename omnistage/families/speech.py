@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from omnistage.core import Prompt, PromptDelta
 # OpenAI's voice names, which some clients allow alone: a family with other speakers maps them onto its own.
 OPENAI_VOICE_NAMES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse",
                       "marin", "cedar")
+# How a registered voice was cloned: the reference audio in the prompt, or a speaker embedding (x-vector) alone.
+CloneMode = Literal["in_context", "x_vector"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,11 @@ class SpeechFrontEnd(ABC):
     def clone_voice(self, samples: np.ndarray, sample_rate: int, transcript: str | None) -> object:
         """A voice from mono reference audio (and its transcript, if known); ``ValueError`` for bad input."""
         raise ValueError("this checkpoint does not clone voices")
+
+    def clone_mode(self, transcript: str | None) -> CloneMode:
+        """How ``clone_voice`` uses what it is given, as the voices API reports it: ``in_context`` (the reference
+        audio itself prompts the model; every family but Qwen3-TTS, with or without a transcript)."""
+        return "in_context"
 
     def save_voice(self, voice: object, folder: Path) -> None:
         raise ValueError("this checkpoint does not clone voices")

@@ -83,7 +83,10 @@ def covering_first_frames(bounds: ChunkBounds, stage: StagePaces) -> int:
     while the first one decodes and plays, then the vocoder decodes them with their context and look-ahead. The
     second chunk is the smallest the vocoder keeps up with (:meth:`PlaybackPlanner.min_frames`). A first chunk
     below this runs its player dry at once under load: a decoder of windows (large context, slow calls) or a talker
-    slowed by many streams. Before anything is measured: ``first_frames``."""
+    slowed by many streams. Before anything is measured: ``first_frames``. When no first chunk up to the largest
+    covers it: the largest, unless the talker makes frames slower than they play; then the player runs dry whatever
+    the first chunk, and a larger one only holds back the first audio (to the end of a short utterance), so
+    ``first_frames``, and the planner's rebuffering sizes once the player ran dry."""
     talker, vocoder, call = (stage.talker_frame_s.value, stage.vocoder_frame_s.value, stage.vocoder_chunk_s.value)
     if talker is None or vocoder is None or call is None:
         return bounds.first_frames
@@ -95,7 +98,7 @@ def covering_first_frames(bounds: ChunkBounds, stage: StagePaces) -> int:
         needs = second * talker + (second + min(b.left_context, first) + b.lookahead) * vocoder
         if lasts >= needs:
             return first
-    return most
+    return b.first_frames if talker >= b.frame_s else most
 
 
 class PlaybackPlanner:

@@ -41,6 +41,7 @@ def test_the_package_runs_the_converted_checkpoint(tmp_path: Path):
     # A random EOS head never fires: the package runs its whole frame budget, whole 80 ms frames of audio.
     assert run["audio_s"] > 1.0 and round(run["audio_s"] / 0.08, 6) == int(run["audio_s"] / 0.08 + 0.5)
     assert 0 < run["ttfp_s"] <= run["e2e_s"]
+    assert 0 < run["cpu_s"] < 4 * run["e2e_s"]  # the package's own CPU seconds, to set beside the server's
 
 
 def test_another_family_is_a_usage_error(tmp_path: Path):

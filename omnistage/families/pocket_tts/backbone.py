@@ -14,6 +14,7 @@ from torch import nn
 
 from omnistage.families.pocket_tts.config import PocketConfig
 from omnistage.families.pocket_tts.flow_head import FlowHead
+from omnistage.layers.linear import FusedRows
 from omnistage.models.sequence_cache import SequenceCache
 
 
@@ -39,30 +40,36 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, width, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, width, bias=False)
         self.o_proj = nn.Linear(width, cfg.hidden_size, bias=False)
+        self.qkv = FusedRows(self.q_proj, self.k_proj, self.v_proj)  # one matmul: a frame step is call-bound
+        self.o = FusedRows(self.o_proj)
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.q_proj, self.k_proj, self.v_proj, self.o_proj]
+
+    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        batch, length, _ = x.shape
+        q, k, v = (t.view(batch, length, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x))
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
                 cache: SequenceCache, layer: int) -> torch.Tensor:
         batch, length, _ = x.shape
-        q, k, v = (p(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
-        q, k = (t * cos + rotate_half(t) * sin for t in (q, k))
+        q, k, v = self._qkv(x, cos, sin)
         k, v = cache.extend(layer, k, v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim**-0.5)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        return self.o.joint(out.transpose(1, 2).reshape(batch, length, -1))
 
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[SequenceCache],
              layer: int) -> torch.Tensor:
         """One new position for each of ``B`` sequences ``[B, 1, hidden]`` (``cos``/``sin`` ``[B, 1, 1, d]``):
         the projections batched, the attention over each sequence's own cache."""
         batch = x.shape[0]
-        q, k, v = (p(x).view(batch, 1, self.heads, self.head_dim).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
-        q, k = (t * cos + rotate_half(t) * sin for t in (q, k))
+        q, k, v = self._qkv(x, cos, sin)
         rows = []
         for i, cache in enumerate(caches):
             keys, values = cache.extend(layer, k[i:i + 1], v[i:i + 1])
             rows.append(F.scaled_dot_product_attention(q[i:i + 1], keys, values, scale=self.head_dim**-0.5))
-        return self.o_proj(torch.cat(rows).transpose(1, 2).reshape(batch, 1, -1))
+        return self.o.joint(torch.cat(rows).transpose(1, 2).reshape(batch, 1, -1))
 
 
 class Mlp(nn.Module):
@@ -70,9 +77,13 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.fc2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.up, self.down = FusedRows(self.fc1), FusedRows(self.fc2)  # where an int8 weight is multiplied
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.fc1, self.fc2]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        return self.down.joint(F.gelu(self.up.joint(x), approximate="tanh"))
 
 
 class DecoderLayer(nn.Module):

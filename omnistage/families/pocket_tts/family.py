@@ -36,7 +36,7 @@ class PocketTTSFamily(Family):
     hooks = Hooks(make_tiny=f"{_HOOKS}.make_tiny:make_tiny_command",
                   verify=f"{_HOOKS}.verify:run_pocket_verify_command",
                   cached=f"{_HOOKS}.make_tiny:cached_checkpoint",
-                  tiny_names=("pocket-tiny", "pocket-tiny-drifting"))
+                  tiny_names=("pocket-tiny", "pocket-tiny-drifting"), footprints=f"{_HOOKS}.plan:footprints")
 
     def load_config(self, folder: Path) -> PocketCheckpoint:
         return PocketCheckpoint.from_folder(folder)

@@ -93,17 +93,29 @@ class FlowHead(nn.Module):
         self.timestep_embeddings = nn.ModuleList(TimestepEmbedding(cfg) for _ in range(cfg.num_time_conditions))
         self.layers = nn.ModuleList(ResBlock(cfg) for _ in range(cfg.num_hidden_layers))
         self.final_layer = FinalLayer(cfg)
+        self._times: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}  # time_condition's, made once each
 
     def forward(self, latents: torch.Tensor, condition: torch.Tensor,
-                times: list[torch.Tensor] | None = None) -> torch.Tensor:
+                times: torch.Tensor | None = None) -> torch.Tensor:
+        """``times``: the step's time condition (:meth:`time_condition`), ``[1, hidden]``, added to every row."""
         x = self.input_proj(latents)
         condition = self.cond_proj(condition)
-        if times:
-            embedded = sum(embedding(t) for embedding, t in zip(self.timestep_embeddings, times))
-            condition = condition + embedded / len(times)
+        if times is not None:
+            condition = condition + times
         for layer in self.layers:
             x = layer(x, condition)
         return self.final_layer(x, condition)
+
+    def time_condition(self, step: int, num_steps: int, dtype: torch.dtype) -> torch.Tensor:
+        """The mean of the step's start- and end-time embeddings ``[1, hidden]``: the same for every frame of
+        every utterance, so made once per (step, steps) and kept (they were a fifth of a served frame's time)."""
+        key = (step, num_steps, dtype)
+        if key not in self._times:
+            device = self.input_proj.weight.device
+            ends = [torch.full((1, 1), t / num_steps, device=device, dtype=dtype) for t in (step, step + 1)]
+            embedded = sum(embedding(t) for embedding, t in zip(self.timestep_embeddings, ends))
+            self._times[key] = embedded / len(ends)
+        return self._times[key]
 
     def sample(self, condition: torch.Tensor, noise: torch.Tensor, num_steps: int = 1) -> torch.Tensor:
         """The next normalised latents ``[B, latent]`` from hidden states ``[B, hidden]`` and scaled noise."""
@@ -112,8 +124,6 @@ class FlowHead(nn.Module):
         if num_steps < 1:
             raise ValueError(f"the LSD sampler takes at least one Euler step, got {num_steps}")
         latents = noise
-        ones = torch.ones((noise.shape[0], 1), device=noise.device, dtype=noise.dtype)
         for step in range(num_steps):
-            times = [ones * (step / num_steps), ones * ((step + 1) / num_steps)]
-            latents = latents + self(latents, condition, times) / num_steps
+            latents = latents + self(latents, condition, self.time_condition(step, num_steps, noise.dtype)) / num_steps
         return latents

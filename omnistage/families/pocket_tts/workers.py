@@ -16,6 +16,7 @@ from omnistage.families.pocket_tts.config import PocketCheckpoint
 from omnistage.families.pocket_tts.decoder_stream import StreamingLatentDecoder
 from omnistage.families.pocket_tts.generate import FlowDefaults
 from omnistage.families.pocket_tts.payloads import PocketSpeech
+from omnistage.layers.quant.apply import apply_quantization
 from omnistage.runner import GenerationRunner
 from omnistage.workers.base import WorkerSpec, resolve_device
 from omnistage.workers.codec import CodecWorker
@@ -28,8 +29,11 @@ class BackboneWorker(FrameLoopWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         ckpt = PocketCheckpoint.from_folder(spec.model_dir)
-        super().__init__(BackboneRunner(load_model(spec.model_dir, ckpt, device, dtype),
-                                        FlowDefaults.from_folder(spec.model_dir)))
+        model = load_model(spec.model_dir, ckpt, device, dtype)
+        # int8: the backbone's layers (a frame step reads every weight once: bound by their bytes); the flow and
+        # EOS heads, embeddings and latent projections keep the dtype.
+        apply_quantization(model.model, spec.stage.quantization)
+        super().__init__(BackboneRunner(model, FlowDefaults.from_folder(spec.model_dir)))
 
 
 class LatentDecoderWorker(CodecWorker):

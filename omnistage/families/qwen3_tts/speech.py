@@ -16,7 +16,7 @@ import numpy as np
 
 from omnistage.core import Prompt
 from omnistage.families.qwen3_tts.spoken_text import Qwen3TTSSpokenText
-from omnistage.families.speech import SpeechAsk, SpeechFrontEnd
+from omnistage.families.speech import CloneMode, SpeechAsk, SpeechFrontEnd
 from omnistage.models.qwen3_tts.config import Qwen3TTSConfig
 from omnistage.models.qwen3_tts.prompt import PromptSpec, VoiceClone
 from omnistage.models.qwen3_tts.request import SpeechInput, TextTokenizer, make_voice_clone, prompt_spec
@@ -50,6 +50,10 @@ class Qwen3TTSSpeech(SpeechFrontEnd):
             if self._encoders is None:
                 self._encoders = VoiceEncoders.load(self.folder, self.config)
             return make_voice_clone(self._encoders, self.tokenizer, samples, sample_rate, transcript or None)
+
+    def clone_mode(self, transcript: str | None) -> CloneMode:
+        # With a transcript the reference's codes prompt the talker; without, its speaker embedding alone.
+        return "in_context" if transcript else "x_vector"
 
     def save_voice(self, voice: object, folder: Path) -> None:
         from omnistage.families.qwen3_tts.voices import save_clone

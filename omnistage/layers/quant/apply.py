@@ -13,8 +13,9 @@ from torch import nn
 from omnistage.layers.moe import FusedExperts
 from omnistage.layers.quant.fp8 import FP8
 from omnistage.layers.quant.int8 import quantize_rows, scale_dtype
+from omnistage.layers.quant.w8a8 import mark_dynamic_inputs_
 
-QUANTIZATIONS = ("none", "int8")  # on the fly; pre-quantized FP8 checkpoints are recognised from their config
+QUANTIZATIONS = ("none", "int8", "w8a8")  # on the fly; pre-quantized FP8 checkpoints are recognised from their config
 
 
 def quantizable(model: nn.Module) -> tuple[list[nn.Linear], list[FusedExperts]]:
@@ -82,8 +83,11 @@ def fp8_storage_(module: nn.Module, name: str) -> None:
 
 
 def apply_quantization(model: nn.Module, quantization: str) -> None:
-    """A stage's ``quantization`` after its weights are loaded: ``none`` or ``int8`` (weight-only, per row)."""
-    if quantization == "int8":
+    """A stage's ``quantization`` after its weights are loaded: ``none``, ``int8`` (weight-only, per row) or
+    ``w8a8`` (the same int8 weights, times per-token int8 activations from a few rows up on CPU)."""
+    if quantization in ("int8", "w8a8"):
         quantize_int8_(model)
+        if quantization == "w8a8":
+            mark_dynamic_inputs_(quantizable(model)[0])
     elif quantization not in ("none", ""):
         raise ValueError(f"unknown quantization {quantization!r}; known: {', '.join(QUANTIZATIONS)}")

@@ -42,7 +42,8 @@ def print_table(levels: dict[int, dict[str, float]], hf: dict[str, float] | None
         print(f"  hf: {hf['completed']} requests one at a time, e2e mean {hf['mean_e2el_ms']:.1f} ms "
               f"(best {hf['min_e2el_ms']:.1f} ms, best {hf['best_audio_throughput']:.3f} audio s/s; ratios use the best), "
               f"{hf['output_throughput']:.1f} tok/s, {hf['audio_throughput']:.3f} audio s/s "
-              f"({hf['mean_audio_s']:.2f} s audio each)")
+              f"({hf['mean_audio_s']:.2f} s audio each)"
+              + (f", {hf['cpu_s_per_audio_s']:.4f} CPU s per audio s" if "cpu_s_per_audio_s" in hf else ""))
 
 
 def compare_policies(runs: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:

@@ -178,6 +178,7 @@ def run_pocket_baseline(folder: Path, prompts: list[BenchPrompt], threads: int |
     e2e, audio, ttfp = [r["e2e_s"] for r in runs], [r["audio_s"] for r in runs], [r["ttfp_s"] for r in runs]
     return {"completed": len(runs), "mean_e2el_ms": 1000 * sum(e2e) / len(e2e), "min_e2el_ms": 1000 * min(e2e),
             "mean_ttfp_ms": 1000 * sum(ttfp) / len(ttfp),
+            "cpu_s_per_audio_s": sum(r.get("cpu_s", 0.0) for r in runs) / max(sum(audio), 1e-9),
             "best_audio_throughput": max(a / t for a, t in zip(audio, e2e)), "output_throughput": 0.0,
             "audio_throughput": sum(audio) / sum(e2e), "mean_audio_s": sum(audio) / len(audio)}
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -19,6 +20,10 @@ from omnistage.config.memory import CPU_DEFAULT_KV_BYTES, format_bytes
 from omnistage.config.pipeline import QUANTIZATIONS, parse_pipeline, per_stage
 from omnistage.tools.plan.footprint import Workload, footprints
 from omnistage.tools.plan.placement import Devices, NoFit, Placement, StagePlan, place
+from omnistage.usage_error import UsageError
+
+if TYPE_CHECKING:
+    from omnistage.families.base import Family
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -70,24 +75,38 @@ def precisions(folder: Path, pairs: tuple[tuple[str, object], ...], devices: Dev
     return chosen
 
 
+def _family(folder: Path) -> Family:
+    from omnistage.families.registry import DEFAULT_REGISTRY  # here: the parser stays free of torch
+
+    return DEFAULT_REGISTRY.for_folder(folder)
+
+
 def make_plan(folder: Path, devices: Devices, pairs: tuple[tuple[str, object], ...] = (), dtype: str | None = None,
               max_model_len: int = 8192, utilization: float = 0.9,
               kv_cache_dtype: str = "auto") -> tuple[Placement, dict[str, str]]:
     dtype_bytes = DTYPE_BYTES[dtype or ("bfloat16" if devices.kind == "cuda" else "float32")]
-    fp = footprints(folder, dtype_bytes, Workload(), DTYPE_BYTES.get(kv_cache_dtype))
     chosen = precisions(folder, pairs, devices)
     quantized = {stage: value != "none" for stage, value in chosen.items()}
+    family = _family(folder)
+    if family.hooks.footprints:  # a family that counts its own stages: none is tensor-parallel
+        from omnistage.families.base import call_hook
+
+        fp = call_hook(family.hooks.footprints, folder, dtype_bytes, DTYPE_BYTES.get(kv_cache_dtype))
+        return place(fp, devices, quantized, dtype_bytes, max_model_len, (1, 1, 1), utilization), chosen
+    if family.name != "qwen3_omni":
+        raise UsageError(f"omnistage plan does not count {family.name}'s stages yet (a family gives them with its "
+                         f"footprints hook)")
+    fp = footprints(folder, dtype_bytes, Workload(), DTYPE_BYTES.get(kv_cache_dtype))
     text = json.loads((folder / "config.json").read_text())["thinker_config"]["text_config"]
     heads = (text["num_attention_heads"], text["num_key_value_heads"], text["moe_intermediate_size"])
     return place(fp, devices, quantized, dtype_bytes, max_model_len, heads, utilization), chosen
 
 
-def stage_config(placement: Placement, chosen: dict[str, str], max_model_len: int,
+def stage_config(folder: Path, placement: Placement, chosen: dict[str, str], max_model_len: int,
                  kv_cache_dtype: str = "auto") -> dict:
-    """The preset with the placement written in: what ``serve --stage-config`` takes."""
-    from omnistage.families.qwen3_omni.family import PRESET
-
-    data = yaml.safe_load(PRESET.read_text())
+    """The checkpoint's preset with the placement written in: what ``serve --stage-config`` takes."""
+    family = _family(folder)
+    data = yaml.safe_load(Path(family.preset(family.load_config(folder))).read_text())
     plans = {p.name: p for p in placement.stages}
     cuda = placement.devices.kind == "cuda"
     for stage in data["stages"]:
@@ -143,7 +162,6 @@ def main(args: argparse.Namespace) -> int:
     folder = Path(args.model).expanduser()
     if not (folder / "config.json").is_file():
         from omnistage.families.registry import missing_checkpoint
-        from omnistage.usage_error import UsageError
 
         raise UsageError(missing_checkpoint(folder))  # plan reads config.json alone: no embedded names
     try:
@@ -154,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(format_plan(placement))
     if args.out:
-        config = stage_config(placement, chosen, args.max_model_len, args.kv_cache_dtype)
+        config = stage_config(folder, placement, chosen, args.max_model_len, args.kv_cache_dtype)
         Path(args.out).write_text(yaml.safe_dump(config, sort_keys=False))
         print(f"stage config written to {args.out} (serve --stage-config {args.out})")
     return 0

@@ -90,6 +90,18 @@ def count_params(config_path: str | Path) -> dict[str, ParamCounts]:
     return {stage: ParamCounts(*values) for stage, values in sums.items()}
 
 
+def stored_params(path: str | Path, prefixes: tuple[str, ...] = ("",)) -> int:
+    """Parameters of a ``.safetensors`` file whose names start with one of ``prefixes``, from its header alone
+    (for the families whose stages are counted off their stored files: the ``footprints`` hook)."""
+    from omnistage.models.safetensors_file import SafetensorsFile
+
+    stored = SafetensorsFile(path)
+    try:
+        return sum(prod(e.shape) for name, e in stored.entries.items() if name.startswith(prefixes))
+    finally:
+        stored.close()
+
+
 def _decoder_activation(text: dict, tokens: int, seqs: int, dtype_bytes: int) -> int:
     hidden, heads, kv = text["hidden_size"], text["num_attention_heads"], text["num_key_value_heads"]
     head_dim = text.get("head_dim") or hidden // heads

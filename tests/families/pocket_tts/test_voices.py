@@ -63,6 +63,7 @@ def test_a_cloned_voice_speaks_as_cloning_offline(served):
     r = httpx.post(f"{url}/v1/audio/voices", json={"name": "ann", "audio": {"data": _wav(recording),
                                                                             "format": "wav"}}, timeout=120)
     assert r.status_code == 200, r.text
+    assert r.json()["mode"] == "in_context"  # the recording prompts the backbone: there is no x-vector
     spoken = _speak(url, "ann")
     assert spoken.status_code == 200, spoken.text
     samples, _ = sf.read(io.BytesIO(spoken.content), dtype="float32")

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from omnistage.audio.formats import AudioFormat
 from omnistage.entrypoints.openai.common.protocol import StrictBody, VoiceRef
-
+from omnistage.families.speech import CloneMode
 
 # ---- speech -----------------------------------------------------------------------------------------
 
@@ -82,7 +82,7 @@ class VoiceObject(BaseModel):
     id: str
     object: Literal["audio.voice"] = "audio.voice"
     created_at: int
-    mode: Literal["in_context", "x_vector"]
+    mode: CloneMode
 
 
 class UploadedVoice(BaseModel):

@@ -36,7 +36,7 @@ class VoiceStoreError(ValueError):
 class StoredVoice:
     name: str
     created_at: int
-    mode: str  # how it was cloned: in_context (with a transcript) or x_vector
+    mode: str  # how it was cloned, as the front end says (``SpeechFrontEnd.clone_mode``)
 
 
 class VoiceStore:

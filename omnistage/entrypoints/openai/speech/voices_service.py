@@ -90,9 +90,8 @@ class VoiceService:
         except ValueError as exc:  # the front end's own words (a recording that gives no usable voice)
             raise bad_request(f"could not clone a voice from the audio: {exc}", param="audio",
                               code="invalid_audio") from exc
-        mode = "in_context" if body.transcript else "x_vector"
         try:
-            return store.add(body.name, mode, lambda folder: speech.save_voice(clone, folder))
+            return store.add(body.name, speech.clone_mode(body.transcript), lambda folder: speech.save_voice(clone, folder))
         except VoiceStoreError as exc:
             raise store_error(exc) from exc
 
