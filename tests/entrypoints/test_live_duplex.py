@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+import httpx
 import numpy as np
 import pytest
+import soundfile
+from fastapi.testclient import TestClient
 from livekit import rtc
 from livekit.plugins.openai.realtime import GPTLiveModel
+from starlette.websockets import WebSocketDisconnect
 
 from omnistage.audio.decode import resample
 from omnistage.entrypoints.openai.api_server import build_app
@@ -65,6 +70,12 @@ def moshi() -> Iterator[Served]:
 def speech() -> np.ndarray:
     """An espeak-ng sentence at 24 kHz (about 1.5 s)."""
     return resample(spoken("Hello, how are you today?", tail_s=0.2), 16000, RATE).astype(np.float32)
+
+
+def wav_bytes(samples: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, RATE, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
 
 
 def freed(engine: DuplexOmni, timeout_s: float = 20.0) -> bool:
@@ -142,4 +153,77 @@ def test_livekit_gpt_live_model_on_tiny_moshi(moshi: Served) -> None:
     assert "".join(said).strip() and samples >= 12 * 1920
     assert any(e["type"] == "info" and e["code"] == "delegation_unavailable" for e in events)  # its default
     assert events[-1]["type"] == "session.closed" and events[-1]["reason"] == "close_requested"
+    assert freed(moshi.engine)
+
+
+def test_request_routes_refuse_a_duplex_model_and_the_server_reports_its_engine(moshi: Served) -> None:
+    with httpx.Client(base_url=moshi.base_url, timeout=30) as http:
+        refused = [
+            http.post("/v1/chat/completions", json={"model": "moshi-tiny", "messages": [{"role": "user",
+                                                                                          "content": "hi"}]}),
+            http.post("/v1/responses", json={"model": "moshi-tiny", "input": "hi"}),
+            http.post("/v1/audio/speech", json={"model": "moshi-tiny", "input": "hi", "voice": "alloy"}),
+            http.post("/v1/audio/transcriptions", data={"model": "moshi-tiny"},
+                      files={"file": ("a.wav", wav_bytes(speech()), "audio/wav")}),
+        ]
+        for r in refused:
+            assert r.status_code == 400, r.text
+            assert "full-duplex" in r.json()["error"]["message"] and "/v1/live/sessions" in r.json()["error"]["message"]
+        health, ready = http.get("/health"), http.get("/ready")
+        assert health.status_code == 200 and health.json()["stages"][0]["stage"] == "duplex"
+        assert ready.json() == {"status": "ready"}
+        assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["moshi-tiny"]
+        assert 'omnistage_requests_running{replica="0",stage="duplex"}' in http.get("/metrics").text
+
+
+def test_a_session_beyond_capacity_is_refused_and_a_closed_one_frees_its_slot(moshi: Served) -> None:
+    seen_a: list[dict[str, Any]] = []
+    seen_b: list[dict[str, Any]] = []
+    start = {"model": "moshi-tiny"}
+
+    async def scenario() -> httpx.Response:
+        sdk = sdk_client(moshi.base_url)
+        async with sdk.live.connect() as a, sdk.live.connect() as b:
+            await a.session.start(session=start)
+            await read_until(a, lambda e: e["type"] == "session.started", seen_a, TIMEOUT_S)
+            await b.session.start(session=start, event_id="b1")
+            await read_until(b, lambda e: e["type"] == "error", seen_b, TIMEOUT_S)
+            async with httpx.AsyncClient(base_url=moshi.base_url) as http:  # a WebRTC creation is refused too
+                webrtc = await http.post("/v1/live/sessions", json={"session": start, "transport": {
+                    "type": "webrtc", "sdp": "v=0"}})
+            await a.session.close()
+            await read_until(a, lambda e: e["type"] == "session.closed", seen_a, TIMEOUT_S)
+            assert await asyncio.to_thread(freed, moshi.engine)
+            await b.session.start(session=start, event_id="b2")  # the refused client may start again
+            await read_until(b, lambda e: e["type"] == "session.started", seen_b, TIMEOUT_S)
+            await b.session.close()
+            await read_until(b, lambda e: e["type"] == "session.closed", seen_b, TIMEOUT_S)
+        return webrtc
+    webrtc = asyncio.run(scenario())
+    error = seen_b[0]["error"]
+    assert error["code"] == "session_capacity_exceeded" and error["client_event_id"] == "b1"
+    assert "all 1 session rows are live" in error["message"]
+    assert webrtc.status_code == 503 and int(webrtc.headers["Retry-After"]) >= 1
+    assert webrtc.json()["error"]["code"] == "session_capacity_exceeded"
+    assert seen_b[-2]["type"] == "session.started" and seen_b[-2]["client_event_id"] == "b2"
+    assert live_problems(seen_a + seen_b) == []
+    assert freed(moshi.engine)
+
+
+def test_the_server_stopping_ends_a_duplex_session_with_1001(moshi: Served) -> None:
+    """What SIGTERM does (``common/draining.py``): the session hears why, ``session.closed``, then close 1001."""
+    app = build_app(moshi.engine)
+    with TestClient(app) as client, client.websocket_connect("/v1/live/sessions") as ws:
+        ws.send_json({"type": "session.start", "session": {"model": "moshi-tiny"}})
+        assert ws.receive_json()["type"] == "session.started"
+        client.portal.call(app.state.realtime.shut_down_sessions)
+        events = []
+        while not events or events[-1]["type"] != "session.closed":
+            events.append(ws.receive_json())
+        with pytest.raises(WebSocketDisconnect) as gone:
+            while True:
+                ws.receive_json()
+    errors = [e for e in events if e["type"] == "error"]
+    assert [e["error"]["code"] for e in errors] == ["server_shutting_down"]
+    assert events[-1]["reason"] == "connection_lost" and gone.value.code == 1001
     assert freed(moshi.engine)
