@@ -23,6 +23,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile
+from aiortc import RTCSessionDescription
 from fastapi.testclient import TestClient
 from livekit import rtc
 from livekit.plugins.openai.realtime import GPTLiveModel
@@ -34,11 +35,13 @@ from omnistage.pipeline.duplex_omni import DuplexOmni
 from tests.audio.test_smart_turn import spoken
 from tests.entrypoints.live_client import live_problems, pcm_pieces, read_until, sdk_client
 from tests.entrypoints.server_thread import ServerThread
+from tests.entrypoints.test_webrtc import Client, _until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="real speech")]
 RATE = 24000
 PACE = 4.0  # wall seconds per engine second (see the module's docstring)
 TIMEOUT_S = 90.0
+HEARD_RMS = 1e-3  # Opus' silence is ~0; the random Mimi's decoded frames are louder
 
 
 class SlowClock:
@@ -226,4 +229,32 @@ def test_the_server_stopping_ends_a_duplex_session_with_1001(moshi: Served) -> N
     errors = [e for e in events if e["type"] == "error"]
     assert [e["error"]["code"] for e in errors] == ["server_shutting_down"]
     assert events[-1]["reason"] == "connection_lost" and gone.value.code == 1001
+    assert freed(moshi.engine)
+
+
+def test_a_webrtc_session_feeds_the_call_into_moshi_and_plays_its_frames_on_the_track(moshi: Served) -> None:
+    """``POST /v1/live/sessions`` by the SDK's ``client.live.create`` for an aiortc peer: speech on the microphone
+    track is what the duplex session hears; Moshi's frames play on the reply track (no audio events), its text on
+    the ``oai-events`` channel."""
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        client = Client()
+        await client.pc.setLocalDescription(await client.pc.createOffer())
+        created = await sdk_client(moshi.base_url).live.create(
+            session={"model": "moshi-tiny"}, transport={"type": "webrtc", "sdp": client.pc.localDescription.sdp})
+        await client.pc.setRemoteDescription(RTCSessionDescription(created.transport.sdp, "answer"))
+        await client.event("session.started", timeout=TIMEOUT_S)
+        client.mic.push(speech())
+        await client.event("session.output_transcript.delta", timeout=TIMEOUT_S)
+        await _until(lambda: client.loudest(0, time.monotonic() + 1) > HEARD_RMS, timeout=TIMEOUT_S)
+        loudest = client.loudest(0, time.monotonic() + 1)
+        client.channel.send('{"type": "session.close", "event_id": "bye"}')
+        await client.event("session.closed", timeout=TIMEOUT_S)
+        await _until(lambda: not moshi.app.state.webrtc_calls.live, timeout=TIMEOUT_S)
+        await client.pc.close()
+        return client.events, loudest
+    events, loudest = asyncio.run(scenario())
+    kinds = [e["type"] for e in events]
+    assert "session.output_audio.delta" not in kinds and "error" not in kinds
+    assert events[-1]["type"] == "session.closed" and events[-1]["reason"] == "close_requested"
+    assert loudest > HEARD_RMS and live_problems(events) == []
     assert freed(moshi.engine)
