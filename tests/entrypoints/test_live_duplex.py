@@ -18,22 +18,19 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import aiohttp
 import httpx
 import numpy as np
 import pytest
 import soundfile
 from aiortc import RTCSessionDescription
 from fastapi.testclient import TestClient
-from livekit import rtc
-from livekit.plugins.openai.realtime import GPTLiveModel
 from starlette.websockets import WebSocketDisconnect
 
 from omnistage.audio.decode import resample
 from omnistage.entrypoints.openai.api_server import build_app
 from omnistage.pipeline.duplex_omni import DuplexOmni
 from tests.audio.test_smart_turn import spoken
-from tests.entrypoints.live_client import live_problems, pcm_pieces, read_until, sdk_client
+from tests.entrypoints.live_client import live_problems, livekit_session, pcm_pieces, read_until, sdk_client
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.test_webrtc import Client, _until
 
@@ -120,42 +117,12 @@ def test_openai_sdk_live_session_on_tiny_moshi(moshi: Served) -> None:
 
 
 def test_livekit_gpt_live_model_on_tiny_moshi(moshi: Served) -> None:
-    async def scenario() -> tuple[list[dict[str, Any]], list[str], int, list[Any]]:
-        async with aiohttp.ClientSession() as http:
-            model = GPTLiveModel(model="moshi-tiny", api_key="unused", base_url=f"{moshi.base_url}/v1",
-                                 http_session=http)
-            session = model.session()
-            events: list[dict[str, Any]] = []
-            session.on("openai_server_event_received", events.append)
-            said: list[str] = []
-            session.on("transcript_delta", lambda e: said.append(e.text))
-            errors: list[Any] = []
-            session.on("error", errors.append)
-            samples = 0
-
-            async def listen() -> None:
-                nonlocal samples
-                async for frame in session.audio_stream:
-                    samples += frame.frame.samples_per_channel
-            listener = asyncio.create_task(listen())
-            await session._update_session(instructions="Be brief.")  # as LiveKit's duplex adapter does: it starts
-            pcm = (speech() * 32767).astype("<i2")
-            step = RATE // 50  # 20 ms frames, as a room's track delivers them
-            for i in range(0, len(pcm), step):
-                session.push_audio(rtc.AudioFrame(pcm[i:i + step].tobytes(), RATE, 1, len(pcm[i:i + step])))
-                await asyncio.sleep(0)
-            async with asyncio.timeout(TIMEOUT_S):
-                while not (said and samples >= 12 * 1920):
-                    await asyncio.sleep(0.05)
-            await session.aclose()  # session.close, then it waits for session.closed
-            listener.cancel()
-            await model.aclose()
-            return events, said, samples, errors
-    events, said, samples, errors = asyncio.run(scenario())
-    assert errors == [] and live_problems(events) == []
-    assert "".join(said).strip() and samples >= 12 * 1920
-    assert any(e["type"] == "info" and e["code"] == "delegation_unavailable" for e in events)  # its default
-    assert events[-1]["type"] == "session.closed" and events[-1]["reason"] == "close_requested"
+    run = asyncio.run(livekit_session(moshi.base_url, "moshi-tiny", speech(), RATE,
+                                      lambda r: bool(r.said and r.samples >= 12 * 1920), TIMEOUT_S))
+    assert run.errors == [] and live_problems(run.events) == []
+    assert "".join(run.said).strip() and run.samples >= 12 * 1920
+    assert any(e["type"] == "info" and e["code"] == "delegation_unavailable" for e in run.events)  # its default
+    assert run.events[-1]["type"] == "session.closed" and run.events[-1]["reason"] == "close_requested"
     assert freed(moshi.engine)
 
 

@@ -26,7 +26,7 @@ import torch
 from omnistage.audio.resample_stream import StreamResampler
 from omnistage.engine.duplex.engine import SessionRefused
 from omnistage.engine.duplex.session import AgentFrame, AudioFramer, DuplexSession
-from omnistage.entrypoints.openai.live.backend import AudioOut, Ended, LiveOutput, TranscriptOut
+from omnistage.entrypoints.openai.live.backend import AudioOut, Ended, LiveOutput, TranscriptOut, until_ended
 from omnistage.entrypoints.openai.live.events import ContextKind, StartConfig
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat, OutputEncoder, OutputFormat
 from omnistage.entrypoints.openai.realtime.event_error import EventError
@@ -85,12 +85,8 @@ class DuplexBackend:
     async def append(self, kind: ContextKind, text: str, event_id: str | None) -> None:
         return None  # a duplex model's context is its prompt, fixed at the start: later text is left unused
 
-    async def outputs(self) -> AsyncIterator[LiveOutput]:
-        while True:
-            out = await self._out.get()
-            yield out
-            if isinstance(out, Ended):
-                return
+    def outputs(self) -> AsyncIterator[LiveOutput]:
+        return until_ended(self._out)
 
     async def close(self) -> None:
         self._ended = True
