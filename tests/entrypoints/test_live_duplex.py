@@ -27,7 +27,9 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from omnistage.audio.decode import resample
+from omnistage.audio.g711 import G711_RATE, encode_g711
 from omnistage.entrypoints.openai.api_server import build_app
+from omnistage.entrypoints.openai.server_config import AccessPolicy
 from omnistage.pipeline.duplex_omni import DuplexOmni
 from tests.audio.test_smart_turn import spoken
 from tests.entrypoints.live_client import live_problems, livekit_session, pcm_pieces, read_until, sdk_client
@@ -38,6 +40,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("espeak-ng") is N
 RATE = 24000
 PACE = 4.0  # wall seconds per engine second (see the module's docstring)
 TIMEOUT_S = 90.0
+KEY = "sk-duplex-0123456789"
 HEARD_RMS = 1e-3  # Opus' silence is ~0; the random Mimi's decoded frames are louder
 
 
@@ -224,4 +227,42 @@ def test_a_webrtc_session_feeds_the_call_into_moshi_and_plays_its_frames_on_the_
     assert "session.output_audio.delta" not in kinds and "error" not in kinds
     assert events[-1]["type"] == "session.closed" and events[-1]["reason"] == "close_requested"
     assert loudest > HEARD_RMS and live_problems(events) == []
+    assert freed(moshi.engine)
+
+
+def test_an_ephemeral_key_opens_one_duplex_session_behind_the_api_key_and_g711_goes_both_ways(moshi: Served) -> None:
+    """The same auth as every route: no key is refused; a key minted by ``/v1/realtime/client_secrets`` holds its
+    instructions for the Live session it opens, once. The session speaks G.711 μ-law at 8 kHz both ways: 640
+    bytes of its format a frame."""
+    app = build_app(moshi.engine, access=AccessPolicy(api_keys=(KEY,)))
+    with TestClient(app) as client:
+        with pytest.raises(WebSocketDisconnect), client.websocket_connect("/v1/live/sessions") as ws:
+            ws.receive_json()
+        minted = client.post("/v1/realtime/client_secrets", headers={"Authorization": f"Bearer {KEY}"},
+                             json={"session": {"type": "realtime", "instructions": "Only trains."}})
+        assert minted.status_code == 200, minted.text
+        value = minted.json()["value"]
+        with client.websocket_connect("/v1/live/sessions", subprotocols=[f"openai-insecure-api-key.{value}"]) as ws:
+            ws.send_json({"type": "session.start", "session": {"model": "moshi-tiny", "audio": {
+                "format": {"type": "audio/pcmu"}}}})
+            started = ws.receive_json()
+            ulaw = encode_g711(resample(speech(), RATE, G711_RATE), "ulaw")
+            for i in range(0, len(ulaw), 640):
+                ws.send_json({"type": "session.input_audio.append",
+                              "audio": base64.b64encode(ulaw[i:i + 640]).decode()})
+            deltas = []
+            while len(deltas) < 6:
+                event = ws.receive_json()
+                assert event["type"] != "error", event
+                if event["type"] == "session.output_audio.delta":
+                    deltas.append(base64.b64decode(event["delta"]))
+            ws.send_json({"type": "session.close"})
+            while ws.receive_json()["type"] != "session.closed":
+                pass
+        with pytest.raises(WebSocketDisconnect), client.websocket_connect(
+                "/v1/live/sessions", subprotocols=[f"openai-insecure-api-key.{value}"]) as ws:
+            ws.receive_json()  # spent
+    assert started["type"] == "session.started" and started["session"]["instructions"] == "Only trains."
+    assert started["session"]["audio"]["format"] == {"type": "audio/pcmu", "rate": 8000}
+    assert [len(d) for d in deltas] == [640] * 6
     assert freed(moshi.engine)
