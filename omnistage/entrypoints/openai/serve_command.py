@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from omnistage.tracing.otel import Tracing
 
 CLOSE_GRACE_S = 5
+# Torch threads of a duplex server's process, which steps the duplex engine itself (a pipeline's stages run in
+# replica processes that set their own): one, as ``bench duplex``'s default. On a contended host a parallel
+# region's barrier stalls each of the step's many small ops: tiny Moshi's step took 1.3 s with two threads against
+# 40 ms with one (a loaded 2-core host).
+DUPLEX_THREADS = 1
 
 
 def uvicorn_options(config: ServeConfig) -> dict[str, object]:
@@ -129,6 +134,9 @@ def load_engine(config: ServeConfig, tracing: Tracing | None) -> OmniEngine:
     from omnistage.pipeline.duplex_omni import DuplexOmni, serves_duplex
 
     if serves_duplex(config.pipeline.model):
+        import torch
+
+        torch.set_num_threads(DUPLEX_THREADS)  # this process is the duplex engine's: its CLI sets it, as a replica's
         return DuplexOmni.from_config(config.pipeline)
     return AsyncOmni.from_config(config.pipeline, trace_sink=tracing.pipeline if tracing is not None else None)
 
