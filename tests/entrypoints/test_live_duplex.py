@@ -24,6 +24,9 @@ import pytest
 import soundfile
 from aiortc import RTCSessionDescription
 from fastapi.testclient import TestClient
+from pipecat.frames.frames import LLMContextFrame, LLMFullResponseEndFrame, LLMTextFrame, SpeechOutputAudioRawFrame
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.services.openai.live.llm import OpenAILiveLLMService
 from starlette.websockets import WebSocketDisconnect
 
 from omnistage.audio.decode import resample
@@ -34,6 +37,7 @@ from omnistage.pipeline.duplex_omni import DuplexOmni
 from tests.audio.test_smart_turn import spoken
 from tests.entrypoints.live_client import live_problems, livekit_session, pcm_pieces, read_until, sdk_client
 from tests.entrypoints.server_thread import ServerThread
+from tests.entrypoints.test_pipecat import drive, errors, pcm_frames
 from tests.entrypoints.test_webrtc import Client, _until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="real speech")]
@@ -147,6 +151,10 @@ def test_request_routes_refuse_a_duplex_model_and_the_server_reports_its_engine(
         assert ready.json() == {"status": "ready"}
         assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["moshi-tiny"]
         assert 'omnistage_requests_running{replica="0",stage="duplex"}' in http.get("/metrics").text
+        assert http.get("/", headers={"Accept": "text/html"}).status_code == 200  # the playground's duplex mode
+        minted = http.post("/v1/realtime/client_secrets", json={"session": {"type": "realtime", "audio": {
+            "output": {"voice": "marin"}}, "instructions": "Hi."}})  # what the playground mints
+        assert minted.status_code == 200 and minted.json()["session"]["instructions"] == "Hi."
 
 
 def test_a_session_beyond_capacity_is_refused_and_a_closed_one_frees_its_slot(moshi: Served) -> None:
@@ -265,4 +273,18 @@ def test_an_ephemeral_key_opens_one_duplex_session_behind_the_api_key_and_g711_g
     assert started["type"] == "session.started" and started["session"]["instructions"] == "Only trains."
     assert started["session"]["audio"]["format"] == {"type": "audio/pcmu", "rate": 8000}
     assert [len(d) for d in deltas] == [640] * 6
+    assert freed(moshi.engine)
+
+
+def test_pipecat_live_service_on_tiny_moshi(moshi: Served) -> None:
+    """pipecat's ``OpenAILiveLLMService``, unchanged: Moshi's text groups into an assistant turn that ends after a
+    quiet gap (its ``LLMFullResponseEndFrame``), and its frames reach the pipeline as audio."""
+    url = moshi.base_url.replace("http://", "ws://") + "/v1/live/sessions"
+    service = OpenAILiveLLMService(api_key="unused", base_url=url, settings=OpenAILiveLLMService.Settings(
+        model="moshi-tiny", system_instruction="Be brief."))
+    down, up = asyncio.run(drive([service], [LLMContextFrame(LLMContext()), *pcm_frames(speech())],
+                                 LLMFullResponseEndFrame))
+    assert errors(up) == []
+    assert sum(len(f.audio) for f in down if isinstance(f, SpeechOutputAudioRawFrame)) >= 4 * 1920 * 2
+    assert "".join(f.text for f in down if isinstance(f, LLMTextFrame)).strip()
     assert freed(moshi.engine)
