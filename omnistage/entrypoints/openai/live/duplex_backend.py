@@ -36,6 +36,8 @@ from omnistage.pipeline.detokenizer import IncrementalDetokenizer
 from omnistage.pipeline.duplex_omni import DuplexOmni
 
 CAPACITY_CODE = "session_capacity_exceeded"
+ENGINE_STOPPED = EventError("engine_stopped", "the duplex engine has stopped (see the server's log and /health); "
+                            "reconnect once it is healthy", error_type="server_error")
 SHUTTING_DOWN = EventError("server_shutting_down", "the server is shutting down; reconnect to go on",
                            error_type="server_error")
 
@@ -79,6 +81,10 @@ class DuplexBackend:
         samples, rate = self._decode(audio, event_id)
         for frame in self._framer.frames(torch.from_numpy(self._resampled(samples, rate))):
             while session.room <= 0 and not self._ended:  # ahead of real time: wait for the engine's tick
+                if not self.engine.sessions.running:  # no tick will come: the session ends, said why
+                    self._ended = True
+                    self._out.put_nowait(Ended("connection_lost", ENGINE_STOPPED))
+                    return
                 await asyncio.sleep(self.engine.sessions.model.frame_s / 2)
             session.hear(frame)
 
