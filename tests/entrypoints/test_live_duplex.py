@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from pipecat.frames.frames import LLMContextFrame, LLMFullResponseEndFrame, LLMT
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.openai.live.llm import OpenAILiveLLMService
 from starlette.websockets import WebSocketDisconnect
+from websockets.sync.client import connect
 
 from omnistage.audio.decode import resample
 from omnistage.audio.g711 import G711_RATE, encode_g711
@@ -146,6 +148,9 @@ def test_request_routes_refuse_a_duplex_model_and_the_server_reports_its_engine(
         for r in refused:
             assert r.status_code == 400, r.text
             assert "full-duplex" in r.json()["error"]["message"] and "/v1/live/sessions" in r.json()["error"]["message"]
+        with connect(moshi.base_url.replace("http://", "ws://") + "/v1/realtime?model=moshi-tiny") as ws:
+            realtime = json.loads(ws.recv(timeout=30))
+        assert realtime["type"] == "error" and "/v1/live/sessions" in realtime["error"]["message"]
         health, ready = http.get("/health"), http.get("/ready")
         assert health.status_code == 200 and health.json()["stages"][0]["stage"] == "duplex"
         assert ready.json() == {"status": "ready"}
