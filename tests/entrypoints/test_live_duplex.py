@@ -293,3 +293,27 @@ def test_pipecat_live_service_on_tiny_moshi(moshi: Served) -> None:
     assert sum(len(f.audio) for f in down if isinstance(f, SpeechOutputAudioRawFrame)) >= 4 * 1920 * 2
     assert "".join(f.text for f in down if isinstance(f, LLMTextFrame)).strip()
     assert freed(moshi.engine)
+
+
+def test_a_stopped_engine_ends_its_sessions_and_the_server_says_it_is_unhealthy() -> None:
+    """No tick will take the client's audio: the session ends (``engine_stopped``, ``session.closed``) rather than
+    pacing the client for ever, and /health answers 503 naming the stopped thread."""
+    engine = DuplexOmni("moshi-tiny", max_sessions=1, budget=1000.0, clock=SlowClock(PACE))
+    app = build_app(engine)
+    frame = base64.b64encode(bytes(1920 * 2)).decode()
+    try:
+        with TestClient(app) as client, client.websocket_connect("/v1/live/sessions") as ws:
+            ws.send_json({"type": "session.start", "session": {"model": "moshi-tiny"}})
+            assert ws.receive_json()["type"] == "session.started"
+            engine.sessions.stop()
+            for _ in range(10):  # more than the jitter buffer holds
+                ws.send_json({"type": "session.input_audio.append", "audio": frame})
+            events = [ws.receive_json()]
+            while events[-1]["type"] != "session.closed":
+                events.append(ws.receive_json())
+            health = client.get("/health")
+    finally:
+        asyncio.run(engine.shutdown())
+    assert [e["error"]["code"] for e in events if e["type"] == "error"] == ["engine_stopped"]
+    assert events[-1]["reason"] == "connection_lost"
+    assert health.status_code == 503 and "stopped" in health.json()["stages"][0]["replicas"][0]["detail"]
