@@ -199,6 +199,8 @@ class FrontEnd:
     transcriber: a speech recogniser's transcription prompts (Qwen3-ASR's), which the transcription routes use
         instead of asking ``processor``'s chat model for a transcript (None: the family has none).
     word_timer: a forced aligner served beside the model (``serve --aligner``), which times a transcript's words.
+    duplex: the model is served by the duplex engine (its family's ``duplex`` hook), not a stage pipeline: it
+        listens and speaks at once in GPT-Live sessions (``/v1/live/sessions``) and takes no request-shaped route.
     """
 
     tokenizer: object | None
@@ -212,3 +214,4 @@ class FrontEnd:
     spoken_system_prompt: str = ""
     transcriber: TranscriptionPrompter | None = None
     word_timer: WordTimer | None = None
+    duplex: bool = False

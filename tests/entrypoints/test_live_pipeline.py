@@ -13,11 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import numpy as np
 import pytest
-from livekit import rtc
-from livekit.plugins.openai.realtime import GPTLiveModel
 from pipecat.frames.frames import LLMContextFrame, LLMFullResponseEndFrame, LLMTextFrame, SpeechOutputAudioRawFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.openai.live.llm import OpenAILiveLLMService
@@ -28,7 +25,7 @@ from omnistage.entrypoints.openai.server_config import ServingOptions
 from omnistage.pipeline.async_omni import AsyncOmni
 from omnistage.pipeline.runtime import PipelineOptions
 from tests.audio.test_smart_turn import spoken
-from tests.entrypoints.live_client import live_problems, pcm_pieces, read_until, sdk_client
+from tests.entrypoints.live_client import live_problems, livekit_session, pcm_pieces, read_until, sdk_client
 from tests.entrypoints.server_thread import ServerThread
 from tests.entrypoints.test_pipecat import drive, errors, pcm_frames
 from tests.pipeline.specs import small_dict, write_spec
@@ -97,41 +94,12 @@ def test_openai_sdk_live_session_on_tiny_qwen3_omni(live: _Server) -> None:
 
 
 def test_livekit_gpt_live_model_on_tiny_qwen3_omni(live: _Server) -> None:
-    async def scenario() -> tuple[list[dict[str, Any]], list[str], int, list[Any]]:
-        async with aiohttp.ClientSession() as http:
-            model = GPTLiveModel(model="tiny", api_key="unused", base_url=f"{live.base_url}/v1", http_session=http)
-            session = model.session()
-            events: list[dict[str, Any]] = []
-            session.on("openai_server_event_received", events.append)
-            said: list[str] = []
-            session.on("transcript_delta", lambda e: said.append(e.text))
-            errors: list[Any] = []
-            session.on("error", errors.append)
-            samples = 0
-
-            async def listen() -> None:
-                nonlocal samples
-                async for frame in session.audio_stream:
-                    samples += frame.frame.samples_per_channel
-            listener = asyncio.create_task(listen())
-            await session._update_session(instructions="Answer briefly.")  # as LiveKit's duplex adapter does
-            pcm = (question() * 32767).astype("<i2")
-            step = RATE // 50  # 20 ms frames, as a room's track delivers them
-            for i in range(0, len(pcm), step):
-                session.push_audio(rtc.AudioFrame(pcm[i:i + step].tobytes(), RATE, 1, len(pcm[i:i + step])))
-                await asyncio.sleep(0)
-            async with asyncio.timeout(TIMEOUT_S):
-                while not (said and samples and any(e["type"] == "session.usage.updated" for e in events)):
-                    await asyncio.sleep(0.05)
-            await session.aclose()  # session.close, then it waits for session.closed
-            listener.cancel()
-            await model.aclose()
-            return events, said, samples, errors
-    events, said, samples, errors = asyncio.run(scenario())
-    assert errors == [] and live_problems(events) == []
-    assert "".join(said) and samples > RATE // 20
-    assert any(e["type"] == "info" and e["code"] == "delegation_unavailable" for e in events)  # its default
-    assert events[-1]["type"] == "session.closed" and events[-1]["reason"] == "close_requested"
+    run = asyncio.run(livekit_session(live.base_url, "tiny", question(), RATE, lambda r: bool(
+        r.said and r.samples and any(e["type"] == "session.usage.updated" for e in r.events)), TIMEOUT_S))
+    assert run.errors == [] and live_problems(run.events) == []
+    assert "".join(run.said) and run.samples > RATE // 20
+    assert any(e["type"] == "info" and e["code"] == "delegation_unavailable" for e in run.events)  # its default
+    assert run.events[-1]["type"] == "session.closed" and run.events[-1]["reason"] == "close_requested"
     assert _idle(live.engine)
 
 

@@ -8,6 +8,7 @@ and one agent frame of codes out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,9 +69,18 @@ class FrameCodec(Protocol):
         """Every live row's agent frame of codes [n, K] → samples [n, S]."""
 
 
+SessionPrompt = Callable[[str | None, str | None], object | None]
+
+
 @dataclass(frozen=True)
 class DuplexServed:
-    """What a duplex family's ``duplex`` hook gives the engine: its model and its codec (None: codes in and out)."""
+    """What a duplex family's ``duplex`` hook gives the engine: its model and its codec (None: codes in and out).
+
+    ``prompt``: a session's prompt (the family's type, for :meth:`DuplexModel.open`) from a live API's
+    instructions and voice name; None where the checkpoint takes no prompt (a live session's instructions are then
+    left unused). ``silent_text``: the text ids that stand for no text (padding), left out of transcripts."""
 
     model: DuplexModel
     codec: FrameCodec | None
+    prompt: SessionPrompt | None = None
+    silent_text: frozenset[int] = frozenset()

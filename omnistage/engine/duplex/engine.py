@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ import torch
 from omnistage.engine.duplex.admission import Admission, SessionRefused, StepTimes
 from omnistage.engine.duplex.base import DuplexModel, FrameCodec
 from omnistage.engine.duplex.coded_step import CodedStep, step
-from omnistage.engine.duplex.session import AgentFrame, DuplexSession
+from omnistage.engine.duplex.session import LATENESS_KEPT, AgentFrame, DuplexSession
 
 __all__ = ["DuplexEngine", "SessionRefused", "TickReport"]
 
@@ -54,7 +55,7 @@ class DuplexEngine:
         self._tick = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.reports: list[TickReport] = []
+        self.reports: deque[TickReport] = deque(maxlen=LATENESS_KEPT)  # the latest hour's: a server runs for days
 
     # The caller's side ------------------------------------------------------------------------------------
     def open(self, on_frame: Callable[[AgentFrame], None], prompt: object | None = None) -> DuplexSession:
@@ -65,6 +66,12 @@ class DuplexEngine:
             session = DuplexSession(f"duplex-{next(self._ids)}", on_frame)
             self._pending.append((session, prompt))
         return session
+
+    def check_room(self) -> None:
+        """:class:`SessionRefused` unless one more session would be admitted now (a WebRTC call's set-up asks
+        before it answers)."""
+        with self._lock:
+            self.admission.check(len(self._sessions) + len(self._pending))
 
     def close(self, session: DuplexSession) -> None:
         with self._lock:
@@ -131,6 +138,11 @@ class DuplexEngine:
             return 0.0
         self.reports.append(self.tick(due))
         return 0.0
+
+    @property
+    def running(self) -> bool:
+        """The tick thread is alive (a step that raised ends it: the server's health then says so)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="duplex-engine", daemon=True)

@@ -56,6 +56,17 @@ class DuplexSession:
                 self.stats.dropped_frames += 1
             self._inputs.append(frame)
 
+    @property
+    def queued(self) -> int:
+        """User frames heard and not yet taken (a transport ahead of real time waits while this is full)."""
+        with self._lock:
+            return len(self._inputs)
+
+    @property
+    def room(self) -> int:
+        """Frames the jitter buffer still takes before it drops the oldest."""
+        return self._jitter - self.queued
+
     def take(self, silence: torch.Tensor) -> torch.Tensor:
         """The engine's tick: the oldest frame heard, or silence (counted) where none has arrived."""
         with self._lock:

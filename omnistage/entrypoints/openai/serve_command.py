@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from omnistage.tracing.otel import Tracing
 
 CLOSE_GRACE_S = 5
+# Torch threads of a duplex server's process, which steps the duplex engine itself (a pipeline's stages run in
+# replica processes that set their own): one, as ``bench duplex``'s default. On a contended host a parallel
+# region's barrier stalls each of the step's many small ops: tiny Moshi's step took 1.3 s with two threads against
+# 40 ms with one (a loaded 2-core host).
+DUPLEX_THREADS = 1
 
 
 def uvicorn_options(config: ServeConfig) -> dict[str, object]:
@@ -49,7 +54,10 @@ def ready_banner(config: ServeConfig, engine: OmniEngine, port: int) -> str:
     base = f"{config.scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
     auth = ' -H "Authorization: Bearer $OMNISTAGE_API_KEY"' if config.access.api_keys else ""
     name = config.served_name
-    if engine.front_end.processor is not None:
+    if engine.front_end.duplex:  # sessions only: the playground's duplex mode, or a GPT-Live client
+        ws = base.replace("http", "ws", 1)
+        curl = f"open {base}/ (the playground's duplex mode), or a GPT-Live client on {ws}/v1/live/sessions"
+    elif engine.front_end.processor is not None:
         body = (f'{{"model": "{name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
                 f'"modalities": ["text", "audio"], "audio": {{"voice": "{_first_voice(engine)}", "format": "wav"}}}}')
         curl = f"curl {base}/v1/chat/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
@@ -83,10 +91,9 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
     import uvicorn
 
     from omnistage.entrypoints.openai.draining_server import DrainingServer
-    from omnistage.pipeline.async_omni import AsyncOmni
 
     tracing = open_tracing(config)  # None without --otlp-traces-endpoint
-    engine = AsyncOmni.from_config(config.pipeline, trace_sink=tracing.pipeline if tracing is not None else None)
+    engine = load_engine(config, tracing)
     recogniser: OmniEngine | None = None
 
     async def end_work() -> None:
@@ -118,6 +125,20 @@ async def _serve(config: ServeConfig, sock: socket.socket) -> int:
         if tracing is not None:  # the spans still queued are made and exported before the exit
             await asyncio.to_thread(tracing.close)
     return 0
+
+
+def load_engine(config: ServeConfig, tracing: Tracing | None) -> OmniEngine:
+    """The served model: a duplex family (its hooks give a ``duplex`` model) on the duplex engine, every other
+    family on its stage pipeline."""
+    from omnistage.pipeline.async_omni import AsyncOmni
+    from omnistage.pipeline.duplex_omni import DuplexOmni, serves_duplex
+
+    if serves_duplex(config.pipeline.model):
+        import torch
+
+        torch.set_num_threads(DUPLEX_THREADS)  # this process is the duplex engine's: its CLI sets it, as a replica's
+        return DuplexOmni.from_config(config.pipeline)
+    return AsyncOmni.from_config(config.pipeline, trace_sink=tracing.pipeline if tracing is not None else None)
 
 
 async def load_recogniser(config: ServeConfig) -> OmniEngine | None:

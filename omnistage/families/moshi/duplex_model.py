@@ -28,6 +28,8 @@ FRAMES_FILE = "mimi_frames.json"
 PUBLISHED_SILENCE = (948, 243, 1178, 546, 1736, 1030, 1978, 2008)
 PUBLISHED_SINE = (430, 1268, 381, 1611, 1095, 1495, 56, 472)
 PROMPT_SILENCE_FRAMES = 6  # PersonaPlex's half second of silence after each prompt
+END_OF_PADDING_ID = 0  # Kyutai's text id closing a run of padding before a word: no text either
+PERSONA_DEPTH_STEPS = 16  # PersonaPlex's depth decoder (it also predicts the user's codes); Moshi's has 8
 
 
 @dataclass(frozen=True)
@@ -113,10 +115,34 @@ def load_duplex_model(folder: str | Path, max_sessions: int, sampling: DuplexSam
     return MoshiDuplexModel(MoshiStreams(model, max_sessions, sampling), MimiFrames.for_checkpoint(Path(folder), cfg))
 
 
+class TextPrompt:
+    """PersonaPlex's session prompt from a live session's instructions: its text prompt as its server wraps it
+    (``<system> ... <system>``), with no voice prompt (its voices are embeddings this server does not hold)."""
+
+    def __init__(self, tokenizer: object, codebooks: int) -> None:
+        self.tokenizer, self.codebooks = tokenizer, codebooks
+
+    def __call__(self, instructions: str | None, voice: str | None) -> PersonaPrompt | None:
+        if not instructions or not instructions.strip():
+            return None
+        text = instructions.strip()
+        if not (text.startswith("<system>") and text.endswith("<system>")):
+            text = f"<system> {text} <system>"
+        ids = self.tokenizer.encode(text).ids  # type: ignore[attr-defined] - a tokenizers.Tokenizer
+        return PersonaPrompt(torch.zeros(0, self.codebooks, dtype=torch.long), ids)
+
+
 def load_duplex(folder: str | Path, max_sessions: int, dtype: str = "float32") -> DuplexServed:
     """The family's ``duplex`` hook: Moshi (weights and KV in ``dtype``) and its Mimi in fp32 (user audio in, agent
-    audio out), Kyutai's sampling."""
+    audio out), Kyutai's sampling; a PersonaPlex checkpoint (16 depth steps) with a tokenizer takes a live
+    session's instructions as its text prompt, Moshi takes none."""
+    from omnistage.families.moshi.family import tokenizer_of
     from omnistage.families.moshi.mimi_frames import load_frame_codec
 
     model = load_duplex_model(folder, max_sessions, dtype=getattr(torch, dtype))
-    return DuplexServed(model, load_frame_codec(folder, model.streams.cfg.num_codebooks))
+    cfg = model.streams.cfg
+    tokenizer = tokenizer_of(Path(folder))
+    persona = cfg.depth.steps == PERSONA_DEPTH_STEPS and tokenizer is not None
+    return DuplexServed(model, load_frame_codec(folder, cfg.num_codebooks),
+                        prompt=TextPrompt(tokenizer, cfg.num_codebooks) if persona else None,
+                        silent_text=frozenset({cfg.text_pad_id, END_OF_PADDING_ID}))

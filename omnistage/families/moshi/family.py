@@ -45,7 +45,7 @@ class MoshiFamily(Family):
 
     def front_end(self, folder: Path, config: object) -> FrontEnd:
         cfg = _config(config)
-        return FrontEnd(_tokenizer(folder), None, (), cfg.context, audio_spec(cfg))
+        return FrontEnd(tokenizer_of(folder), None, (), cfg.context, audio_spec(cfg))
 
     def entry_input(self, context: EdgeContext) -> object:
         raise DuplexOnly("Moshi takes duplex sessions, not requests")
@@ -57,7 +57,7 @@ def audio_spec(cfg: MoshiConfig) -> AudioSpec:
                      Codebooks(cfg.num_codebooks, cfg.audio_vocab_size, cfg.delays))
 
 
-def _tokenizer(folder: Path) -> object | None:
+def tokenizer_of(folder: Path) -> object | None:
     path = Path(folder) / "tokenizer.json"
     if not path.is_file():
         return None

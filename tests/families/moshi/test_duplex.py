@@ -111,3 +111,22 @@ def test_agent_audio_is_mimis_whole_decode_of_the_frames_sent_while_rows_move(mo
         whole = served.codec.codec.decode(codes)[0].view(len(frames), -1)
         for i, f in enumerate(frames):
             torch.testing.assert_close(f.audio, whole[i], rtol=1e-4, atol=1e-5)
+
+
+def test_personaplex_takes_a_live_sessions_instructions_as_its_text_prompt_and_moshi_none(moshi_tiny,
+                                                                                         personaplex_tiny):
+    """The ``duplex`` hook's ``prompt``: PersonaPlex's server wraps the text in ``<system>`` tags; the session's
+    prompt is prefilled when it opens. Moshi takes none (a live session's instructions are left unused)."""
+    from omnistage.families.moshi.duplex_model import load_duplex
+    from omnistage.families.moshi.family import tokenizer_of
+
+    persona = load_duplex(personaplex_tiny, 1)
+    prompt = persona.prompt("  Be kind. ", "marin")
+    tokenizer = tokenizer_of(personaplex_tiny)
+    assert prompt.text == tokenizer.encode("<system> Be kind. <system>").ids and len(prompt.voice) == 0
+    assert persona.prompt("<system> Hi <system>", None).text == tokenizer.encode("<system> Hi <system>").ids
+    assert persona.prompt(None, None) is None and persona.prompt("  ", None) is None
+    row = persona.model.open(prompt)
+    assert int(persona.model.streams.pos[row]) == 2 * PROMPT_SILENCE_FRAMES + len(prompt.text)
+    moshi = load_duplex(moshi_tiny, 1)
+    assert moshi.prompt is None and moshi.silent_text == {0, 3}

@@ -32,9 +32,21 @@ NO_SPEECH_RECOGNISER = ("this model cannot speak: it is a speech recogniser; use
                         "serve a text-to-speech or omni checkpoint for /v1/audio/speech")
 
 
+NO_REQUESTS_DUPLEX = ("this model takes no requests: it is a full-duplex speech model, listening and speaking at "
+                      "once; open a GPT-Live session at /v1/live/sessions (a WebSocket, or WebRTC by POST)")
+
+
 def no_chat(engine: OmniEngine) -> str:
-    """Why this checkpoint takes no chat, in its own terms (a TTS checkpoint's, or a recogniser's)."""
+    """Why this checkpoint takes no chat, in its own terms (a TTS checkpoint's, a recogniser's, a duplex model's)."""
+    if engine.front_end.duplex:
+        return NO_REQUESTS_DUPLEX
     return NO_CHAT_RECOGNISER if engine.front_end.transcriber is not None else NO_CHAT
+
+
+def require_requests(engine: OmniEngine, param: str = "model") -> None:
+    """A duplex model serves GPT-Live sessions only: every request-shaped route refuses it first (400)."""
+    if engine.front_end.duplex:
+        raise bad_request(NO_REQUESTS_DUPLEX, param=param, code="model_not_supported")
 
 
 def require_chat(engine: OmniEngine) -> None:
@@ -43,6 +55,7 @@ def require_chat(engine: OmniEngine) -> None:
 
 
 def require_audio_support(engine: OmniEngine, param: str) -> None:
+    require_requests(engine, param)
     if engine.front_end.transcriber is not None and engine.front_end.processor is None:
         raise bad_request(NO_SPEECH_RECOGNISER, param=param, code="audio_not_supported")
     if not engine.supports_audio:

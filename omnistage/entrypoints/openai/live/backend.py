@@ -20,6 +20,7 @@ The contract:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -74,3 +75,12 @@ class LiveBackend(Protocol):
     def outputs(self) -> AsyncIterator[LiveOutput]: ...
 
     async def close(self) -> None: ...
+
+
+async def until_ended(queue: asyncio.Queue[LiveOutput]) -> AsyncIterator[LiveOutput]:
+    """A backend's ``outputs()``: what it queued, in order, through the :class:`Ended` that closes them."""
+    while True:
+        out = await queue.get()
+        yield out
+        if isinstance(out, Ended):
+            return

@@ -6,8 +6,10 @@
 Both run :class:`~omnistage.entrypoints.openai.live.session.LiveSession` over the realtime API's transports and
 its service: the same auth (API key, or an ephemeral key from ``/v1/realtime/client_secrets``, spent once the
 session is set up), admission, budgets and timeouts as ``/v1/realtime``, and a WebRTC session is a call under
-``--webrtc-max-calls`` (``webrtc/calls.py``). :func:`backend_for` picks what a session runs on: today every
-served family is turn-based (``turn_backend.py``); a duplex engine plugs in there.
+``--webrtc-max-calls`` (``webrtc/calls.py``). :func:`backend_for` picks what a session runs on: a turn-based
+family's realtime machinery (``turn_backend.py``), or a duplex family's engine (``duplex_backend.py``), whose
+calibrated capacity bounds the sessions: the next one is refused (an ``error`` event on the WebSocket, a 503
+with ``Retry-After`` for a WebRTC creation).
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from aiortc import RTCPeerConnection
 from fastapi import APIRouter, FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse
 
+from omnistage.engine.duplex.engine import SessionRefused
+from omnistage.entrypoints.openai.common.admission import RETRY_UNHEALTHY_S, Overloaded
 from omnistage.entrypoints.openai.common.auth import Unauthorized
 from omnistage.entrypoints.openai.common.ephemeral_keys import ephemeral_claim, key_owner
 from omnistage.entrypoints.openai.common.errors import APIError, model_not_found
 from omnistage.entrypoints.openai.common.request_checks import no_chat
 from omnistage.entrypoints.openai.live.backend import LiveBackend
+from omnistage.entrypoints.openai.live.duplex_backend import CAPACITY_CODE, DuplexBackend
 from omnistage.entrypoints.openai.live.events import StartConfig, start_config
 from omnistage.entrypoints.openai.live.key_settings import keyed
 from omnistage.entrypoints.openai.live.session import LiveSession
@@ -37,6 +42,7 @@ from omnistage.entrypoints.openai.webrtc.offer import read_body
 from omnistage.entrypoints.openai.webrtc.offer_screen import screen_offer
 from omnistage.entrypoints.openai.webrtc.route import check_room, too_many
 from omnistage.entrypoints.openai.webrtc.transport import WebRtcTransport
+from omnistage.pipeline.duplex_omni import DuplexOmni
 
 LIVE_PATH = "/v1/live/sessions"
 LIVE_PREFIX = LIVE_PATH + "/"  # a session's own URL: where the ephemeral key that opened it may hang it up
@@ -45,15 +51,31 @@ router = APIRouter()
 
 
 def backend_for(service: RealtimeService) -> LiveBackend:
-    """What a Live session runs on for the served model."""
+    """What a Live session runs on for the served model: its duplex engine's session, else a turn-based one."""
+    if isinstance(service.engine, DuplexOmni):
+        return DuplexBackend(service, service.engine)
     return TurnBackend(service)
+
+
+def _takes_live(service: RealtimeService) -> bool:
+    """A chat model (its turns) or a duplex model (its sessions); a TTS checkpoint or a recogniser is neither."""
+    return service.engine.front_end.processor is not None or service.engine.front_end.duplex
+
+
+def _check_duplex_room(service: RealtimeService) -> None:
+    """A WebRTC creation on a duplex engine at capacity: 503 before the offer is answered."""
+    if isinstance(service.engine, DuplexOmni):
+        try:
+            service.engine.sessions.check_room()
+        except SessionRefused as exc:
+            raise Overloaded(503, f"{exc}; try again later", CAPACITY_CODE, RETRY_UNHEALTHY_S) from None
 
 
 @router.websocket(LIVE_PATH)
 async def live_socket(ws: WebSocket) -> None:
     service: RealtimeService = ws.app.state.realtime
     await ws.accept()
-    if service.engine.front_end.processor is None:
+    if not _takes_live(service):
         error = {"type": "invalid_request_error", "code": "chat_not_supported", "message": no_chat(service.engine),
                  "param": "model"}
         await ws.send_json({"type": "error", "event_id": "event_refused", "error": error})
@@ -78,9 +100,10 @@ _CREATION = {"requestBody": {"required": True, "content": {"application/json": {
 async def create_live_session(request: Request) -> JSONResponse:
     calls: Calls = request.app.state.webrtc_calls
     service = calls.service
-    if service.engine.front_end.processor is None:
+    if not _takes_live(service):
         raise APIError(400, no_chat(service.engine), param="model", code="chat_not_supported")
     check_room(calls)
+    _check_duplex_room(service)
     config, sdp = _creation(await read_body(request, calls.policy.max_offer_bytes), service)
     claim = ephemeral_claim(request.scope)
     if claim is not None:

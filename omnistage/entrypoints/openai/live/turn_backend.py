@@ -29,6 +29,7 @@ from omnistage.entrypoints.openai.live.backend import (
     Interrupted,
     LiveOutput,
     TranscriptOut,
+    until_ended,
 )
 from omnistage.entrypoints.openai.live.events import ContextKind, InitialMessage, StartConfig
 from omnistage.entrypoints.openai.realtime.event_error import EventError
@@ -116,12 +117,8 @@ class TurnBackend:
         if kind == "commentary":
             await self.bridge.put({"type": "response.create", "event_id": event_id})
 
-    async def outputs(self) -> AsyncIterator[LiveOutput]:
-        while True:
-            out = await self._out.get()
-            yield out
-            if isinstance(out, Ended):
-                return
+    def outputs(self) -> AsyncIterator[LiveOutput]:
+        return until_ended(self._out)
 
     async def close(self) -> None:
         self._ended = True  # the session ends because it was asked to: nothing more goes out

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from omnistage.entrypoints.openai.common.ephemeral_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, EphemeralKeys
 from omnistage.entrypoints.openai.common.errors import APIError, model_not_found
 from omnistage.entrypoints.openai.realtime.protocol import EventError, new_id
-from omnistage.entrypoints.openai.realtime.session import SessionState
 from omnistage.entrypoints.openai.realtime.service import RealtimeService
+from omnistage.entrypoints.openai.realtime.session import SessionState
 
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
 
@@ -59,6 +59,8 @@ def check_settings(service: RealtimeService, session: dict[str, Any]) -> dict[st
     if model is not None and model not in service.served.names:
         raise model_not_found(str(model))
     front = service.engine.front_end
+    if front.duplex:  # a key for a GPT-Live session on the duplex engine: the Live session checks its settings
+        return duplex_settings(service, session)
     if front.processor is None and front.transcriber is None:
         raise APIError(400, "this checkpoint has no chat template: realtime sessions need one",
                        param="session.model", code="chat_not_supported")
@@ -71,3 +73,16 @@ def check_settings(service: RealtimeService, session: dict[str, Any]) -> dict[st
     if errors:
         raise APIError(400, str(errors[0]), param=errors[0].param, code=errors[0].code)
     return state.config.describe(new_id("sess"), service.engine.model_name, False)
+
+
+def duplex_settings(service: RealtimeService, session: dict[str, Any]) -> dict[str, Any]:
+    """What a key minted on a duplex server holds for the Live session it opens: its instructions (the family's
+    prompt where it takes one) and voice, described; turn settings have no meaning there and are not kept."""
+    instructions = session.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise APIError(400, "'session.instructions' must be a string", param="session.instructions",
+                       code="invalid_type")
+    voice = ((session.get("audio") or {}).get("output") or {}).get("voice")
+    return {"id": new_id("sess"), "object": "realtime.session", "type": "realtime",
+            "model": service.engine.model_name, "instructions": instructions,
+            "audio": {"output": {"voice": voice}}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from omnistage.audio.vad_backend import VadBackend
 from omnistage.entrypoints.openai.common.admission import Admission
@@ -18,10 +18,13 @@ from omnistage.entrypoints.openai.realtime.budget import RealtimeBudget
 from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, ignore_outcome
 from omnistage.entrypoints.openai.server_config import ServerLimits
 
-if TYPE_CHECKING:
-    from omnistage.entrypoints.openai.realtime.session_loop import RealtimeSession
-
 VAD_WORKERS = 2  # threads running every session's audio work (model-based VAD, large appends' decoding)
+
+
+class OpenSession(Protocol):
+    """A session the drain reaches (a realtime session, a duplex Live session): told the server stops, it ends."""
+
+    async def shut_down(self) -> None: ...
 
 
 @dataclass
@@ -39,7 +42,7 @@ class RealtimeService:
     first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
     recogniser: ServedRecogniser | None = None  # serve --transcription-model: what sessions may write turns down with
     budget: RealtimeBudget = field(init=False)  # what all sessions together may hold (realtime/budget.py)
-    sessions: set[RealtimeSession] = field(init=False, default_factory=set)  # open now, WebSocket and WebRTC
+    sessions: set[OpenSession] = field(init=False, default_factory=set)  # open now, WebSocket and WebRTC
 
     def __post_init__(self) -> None:
         self.budget = RealtimeBudget(self.limits)

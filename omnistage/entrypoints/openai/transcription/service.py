@@ -27,6 +27,7 @@ from omnistage.entrypoints.openai.common.errors import APIError, MediaError, bad
 from omnistage.entrypoints.openai.common.metrics import RequestTimer, ServerMetrics
 from omnistage.entrypoints.openai.common.protocol import ErrorResponse
 from omnistage.entrypoints.openai.common.request_budget import MediaBudget, over_budget
+from omnistage.entrypoints.openai.common.request_checks import require_requests
 from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.common.streaming import (
     AbortingStreamingResponse,
@@ -117,6 +118,7 @@ class TranscriptionService:
     def check(self, form: TranscriptionForm) -> None:
         self.served.check(form.model)
         front = self.engine.front_end
+        require_requests(self.engine)
         if front.processor is None and front.transcriber is None:
             raise bad_request(NO_TRANSCRIPTION, param="model", code="transcription_not_supported")
         form.check(words=front.word_timer is not None)
