@@ -8,10 +8,9 @@ import asyncio
 import re
 
 import pytest
-
-from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt, parse_truncation
 from websockets.asyncio.client import connect
 
+from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt, parse_truncation
 from tests.entrypoints.conftest import LiveServer
 from tests.entrypoints.realtime_validators import sdk_problems
 from tests.entrypoints.test_realtime import spoken_like, ws_url
