@@ -12,8 +12,9 @@ far, and a *resume* when voice returns before the turn stops: the realtime sessi
 starts a speculative reply at the pause (``realtime/speculation.py``). With a *judge*
 (``semantic_vad``: ``turn_judge.py`` asks the Smart Turn classifier) the pause is
 instead put to it: a turn it calls complete stops there and then (reported where its
-silence began), one it calls incomplete goes on until voice returns or the whole
-silence has passed. Two detectors (``vad_backend.py`` chooses, ``--vad``):
+silence began), one it calls incomplete is asked again each time its silence has
+doubled (2x, 4x, 8x the pause...), and goes on until voice returns, a later verdict
+says complete, or the whole silence has passed. Two detectors (``vad_backend.py`` chooses, ``--vad``):
 
 * Silero VAD (``silero.py``, the default): a speech probability per 32 ms;
   OpenAI's ``threshold`` (0..1, default 0.5) is that probability, as in
@@ -113,16 +114,28 @@ class TurnTracker:
                 self.in_speech, self._run, self.paused = not self.in_speech, 0, False
                 edges.append(("speech_started" if self.in_speech else "speech_stopped", self._frames - need))
                 self._start = self._frames - need
-            elif self.in_speech and self._need_pause and self._run == self._need_pause:
-                edges.append(self._pause(judge))
+            elif self.in_speech and self._asks(judge):
+                edges.extend(self._pause(judge))
         return edges
 
-    def _pause(self, judge: Judge | None) -> tuple[str, int]:
+    def _asks(self, judge: Judge | None) -> bool:
+        """Whether the silence so far (``_run`` frames) is a pause to report or to judge: the first ``pause_ms``;
+        with a judge, again each time the silence has doubled since (a verdict of "incomplete" at a short pause
+        may change as the silence grows, and the classifier costs too much to ask every frame)."""
+        if not self._need_pause or self._run % self._need_pause:
+            return False
+        times = self._run // self._need_pause
+        return times == 1 or (judge is not None and self.paused and times & (times - 1) == 0)
+
+    def _pause(self, judge: Judge | None) -> list[tuple[str, int]]:
+        silent = self._run
         if judge is not None and judge(self._start, self._frames):
-            self.in_speech, self._run = False, 0
-            return "speech_stopped", self._frames - self._need_pause
+            self.in_speech, self._run, self.paused = False, 0, False
+            return [("speech_stopped", self._frames - silent)]
+        if self.paused:  # judged again, still incomplete: nothing new to report
+            return []
         self.paused = True
-        return "speech_paused", self._frames
+        return [("speech_paused", self._frames)]
 
 
 def frame_dbfs(frames: np.ndarray) -> np.ndarray:

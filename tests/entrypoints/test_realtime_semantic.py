@@ -51,7 +51,7 @@ async def turn_events(ws) -> list[dict]:  # noqa: ANN001
 
 def test_a_finished_sentence_ends_the_turn_at_its_first_pause(server: LiveServer) -> None:
     """Eagerness low waits up to 8 s on an incomplete turn; 1.5 s of silence follow a finished question, and its
-    turn ends where the speech did (the classifier's "complete" at the 200 ms pause), then it is answered."""
+    turn ends where the speech did (the classifier's "complete" at a pause of 100-400 ms), then it is answered."""
     sentence = spoken("What is the weather like tomorrow?", tail_s=0.0)
     end_ms = (0.5 + len(sentence) / 16000) * 1000
 
