@@ -161,7 +161,8 @@ def session_plans(url: str, concurrency: int, utterance_s: float, streaming: boo
     return [SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in, spoken,
                         end_s=SESSION_END_STEP_S * i + FIRST_END_S, reply_audio_s=args.reply_audio_seconds,
                         start_s=starts[i], alignment=alignment, turn_detection=detection,
-                        eagerness=getattr(args, "eagerness", "auto"), sentences=said, first_sentence=5 * i)
+                        eagerness=getattr(args, "eagerness", "auto"), sentences=said, first_sentence=5 * i,
+                        packet_s=getattr(args, "packet_ms", 20) / 1000)
             for i in range(concurrency)]
 
 
@@ -313,6 +314,7 @@ def main(args: argparse.Namespace) -> int:
     print_table(levels)
     if args.json_out:
         payload = {"model": str(args.model), "turns": args.turns, "reply_tokens": args.reply_tokens,
-                   "reply_audio_seconds": args.reply_audio_seconds, "levels": levels}
+                   "reply_audio_seconds": args.reply_audio_seconds, "packet_ms": getattr(args, "packet_ms", 20),
+                   "levels": levels}
         Path(args.json_out).write_text(json.dumps(payload, indent=2))
     return 0 if all(level["failed_turns"] == 0 for level in levels) else 1
