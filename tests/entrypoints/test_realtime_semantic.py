@@ -65,12 +65,15 @@ def test_a_finished_sentence_ends_the_turn_at_its_first_pause(server: LiveServer
             assert end_ms - 150 <= events[1]["audio_end_ms"] <= end_ms + 150, (events[1], end_ms)
             assert events[2]["response"]["status"] == "completed"
     asyncio.run(scenario())
+    # The reply is the speculative one started at the pause's first 64 ms, before the verdict: no second request.
+    replies = [r for r in server.engine.requests if r.request_id.startswith("resp")]
+    assert len(replies) == 1 and replies[0].plays_at is not None
 
 
 def test_a_pause_inside_a_sentence_does_not_end_the_turn(server: LiveServer) -> None:
     """Beta's session shape, eagerness high (2 s at most): a 600 ms pause after "...know what the" is judged
-    incomplete, so the one turn ends after the rest of the sentence. The speculative reply waits for the
-    classifier: no reply is started at that pause (server_vad would start, then abort, one there)."""
+    incomplete, so the one turn ends after the rest of the sentence. A speculative reply started at that pause
+    (before the verdict) is aborted once the voice comes back; the client hears only the turn's own reply."""
     head = spoken("I would like to know what the", tail_s=0.0)
     rest = spoken("weather will be like tomorrow.", tail_s=0.0)
     pause_ms = (0.5 + len(head) / 16000) * 1000
@@ -86,7 +89,9 @@ def test_a_pause_inside_a_sentence_does_not_end_the_turn(server: LiveServer) -> 
             assert end_ms - 150 <= events[1]["audio_end_ms"] <= end_ms + 150, (events[1], end_ms)
     asyncio.run(scenario())
     replies = [r for r in server.engine.requests if r.request_id.startswith("resp")]
-    assert len(replies) == 1 and replies[0].request_id not in server.engine.aborted
+    # One started at the pause and was dropped (aborted, unless the fake engine had already finished it): the
+    # events above show the client one response.
+    assert len(replies) >= 2 and replies[-1].request_id not in server.engine.aborted
 
 
 def test_without_the_classifier_semantic_vad_is_an_error_and_server_vad_stays(
