@@ -8,11 +8,10 @@ import shutil
 import time
 from collections.abc import Iterator
 
+import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
-
-import httpx
 
 from omnistage.audio.vad_backend import VadBackend
 from omnistage.entrypoints.openai.realtime.route import install_realtime
