@@ -150,11 +150,12 @@ class SessionAudio:
             self.idle.cancel()
             if detection is not None and detection.interrupt_response:
                 await self._cancel_response("turn_detected")  # barge-in
-        elif vad_event.kind == "speech_paused" and detection is not None:
-            # The turn ends, at the earliest, once the rest of its silence (server_vad) or of the silence before the
+        elif vad_event.kind == "speech_paused" and detection is not None and (pause_ms := self._vad_config().pause_ms):
+            # (With no pause set, semantic_vad reports one at its first "incomplete": nothing to start then.) The turn
+            # ends, at the earliest, once the rest of its silence (server_vad) or of the silence before the
             # classifier's first verdict (semantic_vad) has passed: from a live microphone, that much later.
             end_ms = detection.vad.judge_ms if detection.semantic else detection.vad.silence_duration_ms
-            rest_s = max(end_ms - self._vad_config().pause_ms, 0) / 1000
+            rest_s = max(end_ms - pause_ms, 0) / 1000
             self._speculate(start, vad_event.sample, time.monotonic() + rest_s)
         elif vad_event.kind in ("speech_paused", "speech_resumed"):
             self._drop_speculation()
