@@ -18,7 +18,7 @@ last, so no level hits the prefix caches another filled with its audio.
 
 ``--start staggered`` (default) spreads the sessions' first turns evenly over one
 turn's cycle, as independent users' turns fall; ``together`` starts every turn
-of every session at once (within a 100 ms packet), the worst case: every turn's
+of every session at once (within a packet), the worst case: every turn's
 replies come as one burst. Each session waits (its microphone sending silence) until every
 other has heard its reply before its next turn; without that, a slow reply would
 shift its session's later turns, how long the sessions stayed aligned would be
