@@ -148,7 +148,7 @@ def session_plans(url: str, concurrency: int, utterance_s: float, streaming: boo
                   speech: np.ndarray, level: int, said: tuple[Sentence, ...] = (),
                   detection: str = "server_vad") -> list[SessionPlan]:
     """One level's sessions. Session ``i``'s turns end with the same words at every level, so a level's on and off
-    modes, and its utterance lengths, are compared over the same VAD silence waits (a 100 ms packet more or less
+    modes, and its utterance lengths, are compared over the same VAD silence waits (a packet more or less
     when speech ends mid-word, which would otherwise fall on one mode's turns and not the other's). Each level's
     speech is a little quieter than the last (``LEVEL_GAIN_STEP``): the VAD hears it alike, but its samples differ,
     so no level's prompts hit the prefix caches an earlier level filled with that audio."""
