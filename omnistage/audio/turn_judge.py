@@ -18,10 +18,14 @@ from omnistage.audio.smart_turn import PRE_SPEECH_MS, RATE, THRESHOLD, WINDOW_S,
 
 logger = logging.getLogger(__name__)
 
-# semantic_vad: the silence after which the Smart Turn classifier is asked whether the turn is over (pipecat's VAD
-# stop_secs for it: the model learned turns that end so), and each eagerness's longest wait when it says "incomplete"
-# (OpenAI's: low ~8 s, medium ~4 s, high ~2 s; auto is medium).
-SEMANTIC_PAUSE_MS = 200
+# semantic_vad: the silence after which the Smart Turn classifier is first asked whether the turn is over (asked
+# again as the silence doubles: vad.py), and each eagerness's longest wait when it says "incomplete" (OpenAI's: low
+# ~8 s, medium ~4 s, high ~2 s; auto is medium). pipecat waits 200 ms (its VAD's stop_secs) before asking; asking
+# first at 100 ms (128 ms in Silero's 32 ms windows) cuts the reply's start by that much where the verdict is
+# already "complete", and a later ask catches the rest. A speculative reply starts sooner still, at
+# SEMANTIC_SPECULATE_MS of silence (2 Silero windows), while the verdict is pending; voice coming back drops it.
+SEMANTIC_PAUSE_MS = 100
+SEMANTIC_SPECULATE_MS = 60
 EAGERNESS_MAX_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 
 

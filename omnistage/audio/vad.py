@@ -10,10 +10,11 @@ soft syllable). With ``pause_ms`` set (shorter than the silence), a turn in prog
 also reports a *pause* once that much silence has passed, at the sample heard so
 far, and a *resume* when voice returns before the turn stops: the realtime session
 starts a speculative reply at the pause (``realtime/speculation.py``). With a *judge*
-(``semantic_vad``: ``turn_judge.py`` asks the Smart Turn classifier) the pause is
-instead put to it: a turn it calls complete stops there and then (reported where its
-silence began), one it calls incomplete goes on until voice returns or the whole
-silence has passed. Two detectors (``vad_backend.py`` chooses, ``--vad``):
+(``semantic_vad``: ``turn_judge.py`` asks the Smart Turn classifier) the turn's silence
+is put to it after ``judge_ms`` (default: at the pause): a turn it calls complete stops
+there and then (reported where its silence began), one it calls incomplete is asked
+again each time its silence has doubled (2x, 4x, 8x...), and goes on until voice
+returns, a later verdict says complete, or the whole silence has passed. Two detectors (``vad_backend.py`` chooses, ``--vad``):
 
 * Silero VAD (``silero.py``, the default): a speech probability per 32 ms;
   OpenAI's ``threshold`` (0..1, default 0.5) is that probability, as in
@@ -59,10 +60,11 @@ class VadConfig:
     prefix_padding_ms: int = 300  # audio kept before the detected start (OpenAI's default)
     min_speech_ms: int = 60  # voiced time that starts a turn (ignores clicks)
     pause_ms: int = 0  # omnistage's: unvoiced time in a turn reported as a pause (0, or >= the silence: never)
+    judge_ms: int = 0  # semantic_vad: unvoiced time after which a judge is first asked (0: at the pause)
 
     def __post_init__(self) -> None:
         threshold_to_dbfs(self.threshold)
-        for name in ("silence_duration_ms", "prefix_padding_ms", "min_speech_ms", "pause_ms"):
+        for name in ("silence_duration_ms", "prefix_padding_ms", "min_speech_ms", "pause_ms", "judge_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
@@ -86,6 +88,8 @@ class TurnTracker:
         self._need_off = max(1, ceil(config.silence_duration_ms / frame_ms))
         pause = ceil(config.pause_ms / frame_ms) if config.pause_ms > 0 else 0
         self._need_pause = pause if 0 < pause < self._need_off else 0  # 0: no pauses reported
+        judged = ceil(config.judge_ms / frame_ms) if config.judge_ms > 0 else self._need_pause
+        self._need_judge = judged if 0 < judged < self._need_off else 0  # 0: a judge is never asked
         self.reset()
 
     def reset(self) -> None:
@@ -99,7 +103,7 @@ class TurnTracker:
                judge: Judge | None = None) -> list[tuple[str, int]]:
         """``(kind, frame)`` for each turn edge: ``frame`` is the first frame of the run that flipped it (a resume: the
         voiced frame; a pause: the frame after the last one heard, so the audio before it is what was heard).
-        With ``judge``, a pause it calls the turn's end is a stop (at the pause's first silent frame)."""
+        With ``judge``, a silence it calls the turn's end is a stop (at the silence's first frame)."""
         edges: list[tuple[str, int]] = []
         for score in scores:
             voiced = score >= (stop_below if self.in_speech else start_at)
@@ -113,16 +117,31 @@ class TurnTracker:
                 self.in_speech, self._run, self.paused = not self.in_speech, 0, False
                 edges.append(("speech_started" if self.in_speech else "speech_stopped", self._frames - need))
                 self._start = self._frames - need
-            elif self.in_speech and self._need_pause and self._run == self._need_pause:
-                edges.append(self._pause(judge))
+            elif self.in_speech and self._run:
+                edges.extend(self._silent(judge))
         return edges
 
-    def _pause(self, judge: Judge | None) -> tuple[str, int]:
-        if judge is not None and judge(self._start, self._frames):
-            self.in_speech, self._run = False, 0
-            return "speech_stopped", self._frames - self._need_pause
-        self.paused = True
-        return "speech_paused", self._frames
+    def _silent(self, judge: Judge | None) -> list[tuple[str, int]]:
+        """A silent frame inside a turn: the judge asked when it is time (a "complete" stops the turn where its
+        silence began), and the pause reported once (at ``pause_ms``; with no pause set, at the first verdict of
+        "incomplete")."""
+        asked = judge is not None and self._asks()
+        if asked and judge(self._start, self._frames):
+            silent, self.in_speech, self._run, self.paused = self._run, False, 0, False
+            return [("speech_stopped", self._frames - silent)]
+        if not self.paused and (self._run == self._need_pause or (asked and not self._need_pause)):
+            self.paused = True
+            return [("speech_paused", self._frames)]
+        return []
+
+    def _asks(self) -> bool:
+        """Whether a judge is asked after this much silence (``_run`` frames): at ``judge_ms``, then each time the
+        silence has doubled since (a verdict of "incomplete" at a short pause may change as the silence grows, and
+        the classifier costs too much to ask every frame)."""
+        if not self._need_judge or self._run % self._need_judge:
+            return False
+        times = self._run // self._need_judge
+        return times & (times - 1) == 0
 
 
 def frame_dbfs(frames: np.ndarray) -> np.ndarray:

@@ -92,3 +92,27 @@ def test_the_judge_hears_the_turn_from_before_its_start() -> None:
     judge24 = TurnJudge(model, 24000, 480)
     judge24.heard(high[: len(high) // 480 * 480])
     assert judge24(50, len(high) // 480)
+
+
+def test_an_incomplete_pause_is_asked_again_as_its_silence_doubles() -> None:
+    """20 ms frames, a 100 ms pause (5 frames): asked at 5, 10, 20, 40 silent frames (not every frame); the third
+    verdict is "complete", and the turn stops where its silence began."""
+    asked: list[int] = []
+
+    def judge(start: int, end: int) -> bool:
+        asked.append(end - 20)  # silent frames heard so far
+        return len(asked) == 3
+
+    tracker = TurnTracker(VadConfig(silence_duration_ms=2000, pause_ms=100), 20)
+    edges = tracker.update(scores((1.0, 20), (0.0, 30)), 0.5, 0.5, judge=judge)
+    assert asked == [5, 10, 20]
+    assert edges == [("speech_started", 0), ("speech_paused", 25), ("speech_stopped", 20)]
+    # Without a judge (server_vad's speculative pause) a pause is reported once, never asked again.
+    plain = TurnTracker(VadConfig(silence_duration_ms=2000, pause_ms=100), 20)
+    assert plain.update(scores((1.0, 20), (0.0, 40)), 0.5, 0.5) == [("speech_started", 0), ("speech_paused", 25)]
+    # Voice back after a pause: the next pause is asked afresh from its own first 100 ms.
+    asked.clear()
+    again = TurnTracker(VadConfig(silence_duration_ms=2000, pause_ms=100), 20)
+    again.update(scores((1.0, 20), (0.0, 12), (1.0, 5), (0.0, 5)), 0.5, 0.5, judge=lambda s, e: asked.append(e) is None
+                 and False)
+    assert asked == [25, 30, 42]

@@ -190,7 +190,7 @@ def test_sessions_past_the_limit_are_refused_and_their_places_come_back(processo
         await asyncio.gather(*(t.drained.wait() for t in held))
         refused = QueuedTransport([UPDATE])
         await RealtimeSession(refused, service).run()
-        assert [e["error"]["code"] for e in refused.of("error")] == ["too_many_sessions"]
+        assert [e["error"]["code"] for e in refused.of("error")] == ["session_limit_reached"]
         assert refused.closed and not refused.of("session.created")
         assert "--max-realtime-sessions" in refused.of("error")[0]["error"]["message"]
         hold.set()
@@ -284,3 +284,33 @@ def test_what_a_session_held_goes_back_when_it_ends(processor: RecordingProcesso
         await task
     asyncio.run(asyncio.wait_for(scenario(), 60))
     assert (service.budget.items, service.budget.bytes, service.budget.sessions) == (0, 0, 0)
+
+
+def test_a_socket_past_the_session_limit_hears_why_and_is_told_to_retry(processor: RecordingProcessor) -> None:
+    """Over a real WebSocket: the refused client reads an OpenAI-shaped error event, then the close code 1013 (try
+    again later, not 1000: nothing went well); once the first session ends, a new one opens."""
+    app = build_app(FakeEngine(fake_front_end(processor)), ServerLimits(max_realtime_sessions=1), MediaPolicy())
+    thread = ServerThread(app)
+    url = thread.start().replace("http://", "ws://") + "/v1/realtime"
+
+    async def scenario() -> tuple[dict, int | None, str]:
+        async with connect(url) as first:
+            assert json.loads(await first.recv())["type"] == "session.created"
+            async with connect(url) as refused:
+                error = json.loads(await asyncio.wait_for(refused.recv(), 10))
+                await asyncio.wait_for(refused.wait_closed(), 10)
+                code = refused.close_code
+        for _ in range(50):  # the place comes back once the server has seen the first client leave
+            async with connect(url) as again:
+                first_event = json.loads(await asyncio.wait_for(again.recv(), 10))["type"]
+            if first_event == "session.created":
+                break
+            await asyncio.sleep(0.1)
+        return error, code, first_event
+    try:
+        error, code, again = asyncio.run(scenario())
+    finally:
+        thread.stop()
+    assert error["type"] == "error" and error["error"]["code"] == "session_limit_reached"
+    assert error["error"]["type"] == "server_error" and "--max-realtime-sessions" in error["error"]["message"]
+    assert code == 1013 and again == "session.created"

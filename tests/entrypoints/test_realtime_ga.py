@@ -231,10 +231,10 @@ def test_beta_clients_get_beta_event_names(server: LiveServer) -> None:
                                                       ("high", 2000)])
 def test_semantic_vad_eagerness_sets_the_longest_wait(eagerness: str, longest_ms: int) -> None:
     """OpenAI's documented maxima (low ~8 s, medium ~4 s, high ~2 s, auto is medium): the silence that ends a turn
-    the classifier judged incomplete; the classifier is asked after 200 ms."""
+    the classifier judged incomplete; the classifier is first asked after 100 ms (then as the silence doubles)."""
     from omnistage.entrypoints.openai.realtime.protocol import SessionConfig, update_session
 
     config, errors = update_session(SessionConfig(), {"session": {"audio": {"input": {"turn_detection": {
         "type": "semantic_vad", "eagerness": eagerness}}}}})
     assert not errors and config.turn_detection.vad.silence_duration_ms == longest_ms
-    assert config.turn_detection.vad.pause_ms == 200 and config.turn_detection.semantic
+    assert config.turn_detection.vad.judge_ms == 100 and config.turn_detection.semantic

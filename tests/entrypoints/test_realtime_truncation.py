@@ -8,14 +8,13 @@ import asyncio
 import re
 
 import pytest
-
-from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt, parse_truncation
 from websockets.asyncio.client import connect
 
+from omnistage.entrypoints.openai.realtime.truncation import Truncation, fit_prompt, parse_truncation
 from tests.entrypoints.conftest import LiveServer
 from tests.entrypoints.realtime_validators import sdk_problems
-from tests.entrypoints.test_realtime import ws_url
-from tests.entrypoints.test_realtime_schemas import Recorder
+from tests.entrypoints.test_realtime import spoken_like, ws_url
+from tests.entrypoints.test_realtime_schemas import RATE, Recorder
 
 CONTEXT = 600  # the response keeps a quarter: prompts may hold 450 tokens
 TURNS = 24
@@ -25,18 +24,24 @@ INSTRUCTIONS = "You are terse. Keep every answer short."
 async def long_session(server: LiveServer, truncation: object) -> tuple[list[dict], Recorder]:
     async with connect(ws_url(server)) as ws:
         s = Recorder(ws)
-        await s.until("session.created")
-        await s.update({"type": "realtime", "output_modalities": ["text"], "instructions": INSTRUCTIONS,
-                        "truncation": truncation, "audio": {"input": {"turn_detection": None}}})
-        outcomes = []
-        for turn in range(TURNS):
-            await s.say(f"marker{turn:02d} tell me something about the weather and the sea today", id=f"u{turn:02d}")
-            await s.send({"type": "response.create"})
-            outcomes.append(await _outcome(s))
+        outcomes = await converse(s, truncation)
         await s.send({"type": "conversation.item.retrieve", "item_id": "u00"})
         await s.send({"type": "conversation.item.retrieve", "item_id": f"u{TURNS - 1:02d}"})
         outcomes.append(await s.until("conversation.item.retrieved"))
         return outcomes, s
+
+
+async def converse(s: Recorder, truncation: object) -> list[dict]:
+    """``TURNS`` text turns and their answers; each turn's outcome."""
+    await s.until("session.created")
+    await s.update({"type": "realtime", "output_modalities": ["text"], "instructions": INSTRUCTIONS,
+                    "truncation": truncation, "audio": {"input": {"turn_detection": None}}})
+    outcomes = []
+    for turn in range(TURNS):
+        await s.say(f"marker{turn:02d} tell me something about the weather and the sea today", id=f"u{turn:02d}")
+        await s.send({"type": "response.create"})
+        outcomes.append(await _outcome(s))
+    return outcomes
 
 
 async def _outcome(s: Recorder) -> dict:
@@ -84,6 +89,31 @@ def test_auto_drops_the_oldest_items_and_keeps_answering(small_context: LiveServ
     turn = lengths[1] - lengths[0]
     first_cut = next(i for i, k in enumerate(kept) if k[0] > 0)
     assert first_cut < TURNS // 2 and all(n > CONTEXT * 3 // 4 - turn for n in lengths[first_cut:])
+
+
+def test_streaming_input_prefills_are_fitted_as_the_response_is(small_context: LiveServer) -> None:
+    """A spoken turn after a long conversation: the prefill streaming input sends while the user speaks drops the
+    same oldest items the response will (it was sent whole, past the context: the engine refused it)."""
+    server = small_context
+
+    async def scenario() -> dict:
+        async with connect(ws_url(server)) as ws:
+            s = Recorder(ws)
+            await converse(s, "auto")
+            await s.update({"type": "realtime", "streaming_input": True})
+            await s.stream(spoken_like(0.6, RATE, seed=3))
+            await s.send({"type": "input_audio_buffer.commit"})
+            await s.send({"type": "response.create"})
+            return await _outcome(s)
+
+    done = asyncio.run(scenario())
+    assert done["response"]["status"] == "completed"
+    prefills = [r for r in server.engine.requests if r.request_id.startswith("prefill")]
+    assert prefills, "streaming input sent no prefill"
+    limit = CONTEXT * 3 // 4
+    assert all(len(r.prompt.token_ids) <= limit for r in prefills), [len(r.prompt.token_ids) for r in prefills]
+    kept = kept_markers(server)
+    assert kept[-2][0] > 0 and kept[-2][-1] == TURNS - 1  # the prefill: the oldest turns left out, the newest kept
 
 
 def test_retention_ratio_drops_more_at_once_so_it_truncates_less_often(small_context: LiveServer) -> None:

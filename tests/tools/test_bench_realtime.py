@@ -97,14 +97,16 @@ def test_barge_in_before_onset_stops_at_zero() -> None:
     assert BargeIn(5.0, 5.1, done=5.4, status="completed").cancel_ms is None  # not interrupted
 
 
-def test_speech_pauses_are_shortened_and_packets_are_100_ms() -> None:
+def test_speech_pauses_are_shortened_and_packets_are_20_ms_or_as_asked() -> None:
     voiced = 0.5 * np.sin(np.arange(RATE) * 2 * np.pi * 200 / RATE).astype(np.float32)
     speech = np.concatenate([np.zeros(RATE // 2), voiced, np.zeros(RATE), voiced, np.zeros(RATE // 3)])
     short = shorten_pauses(speech.astype(np.float32), max_pause_s=0.2)
     assert len(short) == pytest.approx(2 * RATE + 0.2 * RATE, abs=RATE // 100)  # inner 1 s pause cut to 0.2 s
     cut = utterance(short, 5.0)  # longer than the paragraph: looped
     assert len(cut) == 5 * RATE
-    packets = appends(cut)
+    packets = appends(cut)  # WebRTC's 20 ms
+    assert len(packets) == 250 and all(len(p) == 2 * RATE // 50 for p in packets)
+    packets = appends(cut, 0.1)
     assert len(packets) == 50 and all(len(p) == 2 * RATE // 10 for p in packets)
 
 

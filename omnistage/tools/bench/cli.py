@@ -116,6 +116,9 @@ def add_realtime_parser(targets: argparse._SubParsersAction) -> None:
                          "cut-offs, the classifier's decisions)")
     rt.add_argument("--eagerness", choices=["low", "medium", "high", "auto"], default="auto",
                     help="semantic_vad's eagerness with --turn-detection semantic (default auto)")
+    rt.add_argument("--packet-ms", type=int, default=20,
+                    help="the microphone's packet: audio per input_audio_buffer.append (default 20, as WebRTC's Opus "
+                         "frames; 100 was this bench's before, and delays when the server hears a pause by up to that)")
     rt.add_argument("--underrun-tolerance", type=float, default=0.0, help="shortfall (s) a stream may have")
     rt.add_argument("--json", dest="json_out", default=None, help="write the figures as JSON here")
     rt.set_defaults(func=_lazy_main("omnistage.tools.bench.realtime"))

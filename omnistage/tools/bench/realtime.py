@@ -18,7 +18,7 @@ last, so no level hits the prefix caches another filled with its audio.
 
 ``--start staggered`` (default) spreads the sessions' first turns evenly over one
 turn's cycle, as independent users' turns fall; ``together`` starts every turn
-of every session at once (within a 100 ms packet), the worst case: every turn's
+of every session at once (within a packet), the worst case: every turn's
 replies come as one burst. Each session waits (its microphone sending silence) until every
 other has heard its reply before its next turn; without that, a slow reply would
 shift its session's later turns, how long the sessions stayed aligned would be
@@ -148,7 +148,7 @@ def session_plans(url: str, concurrency: int, utterance_s: float, streaming: boo
                   speech: np.ndarray, level: int, said: tuple[Sentence, ...] = (),
                   detection: str = "server_vad") -> list[SessionPlan]:
     """One level's sessions. Session ``i``'s turns end with the same words at every level, so a level's on and off
-    modes, and its utterance lengths, are compared over the same VAD silence waits (a 100 ms packet more or less
+    modes, and its utterance lengths, are compared over the same VAD silence waits (a packet more or less
     when speech ends mid-word, which would otherwise fall on one mode's turns and not the other's). Each level's
     speech is a little quieter than the last (``LEVEL_GAIN_STEP``): the VAD hears it alike, but its samples differ,
     so no level's prompts hit the prefix caches an earlier level filled with that audio."""
@@ -161,7 +161,8 @@ def session_plans(url: str, concurrency: int, utterance_s: float, streaming: boo
     return [SessionPlan(url, utterance_s, args.turns, streaming, args.reply_tokens, args.barge_in, spoken,
                         end_s=SESSION_END_STEP_S * i + FIRST_END_S, reply_audio_s=args.reply_audio_seconds,
                         start_s=starts[i], alignment=alignment, turn_detection=detection,
-                        eagerness=getattr(args, "eagerness", "auto"), sentences=said, first_sentence=5 * i)
+                        eagerness=getattr(args, "eagerness", "auto"), sentences=said, first_sentence=5 * i,
+                        packet_s=getattr(args, "packet_ms", 20) / 1000)
             for i in range(concurrency)]
 
 
@@ -313,6 +314,7 @@ def main(args: argparse.Namespace) -> int:
     print_table(levels)
     if args.json_out:
         payload = {"model": str(args.model), "turns": args.turns, "reply_tokens": args.reply_tokens,
-                   "reply_audio_seconds": args.reply_audio_seconds, "levels": levels}
+                   "reply_audio_seconds": args.reply_audio_seconds, "packet_ms": getattr(args, "packet_ms", 20),
+                   "levels": levels}
         Path(args.json_out).write_text(json.dumps(payload, indent=2))
     return 0 if all(level["failed_turns"] == 0 for level in levels) else 1

@@ -1,6 +1,6 @@
 """One benchmark voice session of ``omnistage bench realtime``: a client speaking turns over ``WS /v1/realtime``.
 
-The client behaves as a microphone does: 100 ms PCM16 appends at real-time pace,
+The client behaves as a microphone does: PCM16 appends at real-time pace (20 ms packets, as WebRTC's; ``--packet-ms``),
 speech then silence, for ever, while server VAD decides where turns end and
 starts each response. A turn's *end of speech* is when its last speech packet
 was sent; the reply's first ``response.output_audio.delta`` and first text delta
@@ -152,6 +152,7 @@ class SessionPlan:
     eagerness: str = "auto"  # semantic_vad's
     sentences: tuple[Sentence, ...] = ()  # each turn one of these, from first_sentence on (none: the paragraph)
     first_sentence: int = 0
+    packet_s: float = APPEND_S  # the microphone's packet
 
 
 class BenchSession:
@@ -203,7 +204,7 @@ class BenchSession:
         return {"type": "server_vad"}
 
     async def _send_packet(self, pcm: bytes) -> float:
-        """Sends one packet when a microphone would (at the end of the 100 ms it recorded)."""
+        """Sends one packet when a microphone would (at the end of the audio it recorded)."""
         self._clock += len(pcm) / 2 / 24000
         delay = self._clock - time.perf_counter()
         if delay > 0:
@@ -216,7 +217,7 @@ class BenchSession:
 
     async def _speak(self, seconds: float, end_s: float) -> list[float]:
         sent = []
-        for pcm in appends(utterance(self.plan.speech, seconds, end_s)):
+        for pcm in appends(utterance(self.plan.speech, seconds, end_s), self.plan.packet_s):
             sent.append(await self._send_packet(pcm))
         return sent
 
@@ -225,7 +226,7 @@ class BenchSession:
         while not done.is_set():
             if time.perf_counter() > deadline:
                 return False
-            await self._send_packet(silence_packet())
+            await self._send_packet(silence_packet(self.plan.packet_s))
         return True
 
     async def _turn(self, index: int) -> None:
@@ -247,7 +248,7 @@ class BenchSession:
         sentence = self.plan.sentences[(self.plan.first_sentence + index) % len(self.plan.sentences)]
         turn.utterance_s, turn.pauses, self._speaking = sentence.seconds, len(sentence.pauses), turn
         try:
-            for pcm in appends(sentence.audio):
+            for pcm in appends(sentence.audio, self.plan.packet_s):
                 turn.eos = await self._send_packet(pcm)
         finally:
             self._speaking = None
@@ -260,8 +261,8 @@ class BenchSession:
             await self._silence_until(alignment.arrive(id(self)), REPLY_TIMEOUT_S)
 
     async def _silence_for(self, seconds: float) -> None:
-        for _ in range(max(1, round(seconds / APPEND_S))):
-            await self._send_packet(silence_packet())
+        for _ in range(max(1, round(seconds / self.plan.packet_s))):
+            await self._send_packet(silence_packet(self.plan.packet_s))
 
     async def _barge_in(self) -> None:
         """One more turn, interrupted: new speech starts once the reply's audio is flowing."""
@@ -272,13 +273,13 @@ class BenchSession:
                                         "session": {"type": "realtime", "max_output_tokens": BARGE_REPLY_TOKENS}}))
         await self._say(turn, self.plan.turns)
         while turn.first_audio is None and not self._finished.is_set():
-            await self._send_packet(silence_packet())
+            await self._send_packet(silence_packet(self.plan.packet_s))
             if time.perf_counter() - turn.eos > REPLY_TIMEOUT_S:
                 return
         if self._finished.is_set():
             return  # the reply ended before it could be interrupted
         self._finished = asyncio.Event()
-        packets = appends(utterance(self.plan.speech, 1.5, self.plan.end_s + 3.0))
+        packets = appends(utterance(self.plan.speech, 1.5, self.plan.end_s + 3.0), self.plan.packet_s)
         self.barge = BargeIn(await self._send_packet(packets[0]))
         for pcm in packets[1:]:
             await self._send_packet(pcm)

@@ -17,7 +17,10 @@ from pathlib import Path
 import numpy as np
 
 RATE = 24000  # the realtime API's PCM16 rate
-APPEND_S = 0.1  # a microphone's packet: one input_audio_buffer.append per 100 ms
+# A microphone's packet: one input_audio_buffer.append per 20 ms, as a WebRTC client sends Opus frames (browsers'
+# and SDKs' WebSocket clients send 20-100 ms). Larger packets quantise when the server hears the silence after speech
+# (a 100 ms packet delays it by up to 100 ms), which then shows up as turn-detection latency.
+APPEND_S = 0.02
 MAX_PAUSE_S = 0.2  # longest pause kept inside an utterance (server VAD ends a turn after 500 ms)
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs back across the field to the old farm "
         "house. I would like to know what the weather will be like tomorrow, because we are planning a long "
@@ -78,11 +81,11 @@ def pcm16(samples: np.ndarray) -> bytes:
     return (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
 
 
-def appends(samples: np.ndarray) -> list[bytes]:
-    """The 100 ms PCM16 packets a microphone would deliver (the last one may be shorter)."""
-    step = int(APPEND_S * RATE)
+def appends(samples: np.ndarray, packet_s: float = APPEND_S) -> list[bytes]:
+    """The PCM16 packets of ``packet_s`` a microphone would deliver (the last one may be shorter)."""
+    step = int(packet_s * RATE)
     return [pcm16(samples[i:i + step]) for i in range(0, len(samples), step)]
 
 
-def silence_packet() -> bytes:
-    return bytes(2 * int(APPEND_S * RATE))
+def silence_packet(packet_s: float = APPEND_S) -> bytes:
+    return bytes(2 * int(packet_s * RATE))

@@ -40,7 +40,7 @@ class SessionMeter:
     def open(self) -> None:
         budget = self.budget
         if budget.sessions >= budget.max_sessions:
-            raise EventError("too_many_sessions", f"the server holds {budget.max_sessions} realtime sessions, its "
+            raise EventError("session_limit_reached", f"the server holds {budget.max_sessions} realtime sessions, its "
                              "limit (--max-realtime-sessions); try again later", error_type="server_error")
         budget.sessions += 1
         self.opened = True

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from omnistage.audio.decode import resample
+from omnistage.audio.turn_judge import SEMANTIC_SPECULATE_MS
 from omnistage.audio.vad import VadConfig, VadEvent
 from omnistage.audio.vad_backend import Vad
 from omnistage.entrypoints.openai.common.admission import Overloaded
@@ -66,14 +67,16 @@ class SessionAudio:
                               speculation: Speculation | None = None) -> None: ...
 
     def _vad_config(self) -> VadConfig | None:
-        """The session's server VAD, reporting pauses when a turn's end starts a response and streaming input is
-        on (the speculative reply's pause: the session's ``speculative_reply_ms``, else the server's). semantic_vad's
-        pauses are its classifier's to judge: its "complete" ends the turn, and the reply starts then."""
+        """The session's VAD, reporting pauses when a turn's end starts a response and streaming input is on: the
+        speculative reply's pause (server_vad: the session's ``speculative_reply_ms``, else the server's;
+        semantic_vad: ``SEMANTIC_SPECULATE_MS``, before its classifier's first verdict, whose "complete" ends the
+        turn)."""
         detection = self.state.config.turn_detection
-        if detection is None or detection.semantic:
-            return None if detection is None else detection.vad
-        ms = self._speculative_reply_ms
-        return replace(detection.vad, pause_ms=ms if self._streams_input and detection.create_response else 0)
+        if detection is None:
+            return None
+        speculates = self._streams_input and detection.create_response
+        ms = SEMANTIC_SPECULATE_MS if detection.semantic else self._speculative_reply_ms
+        return replace(detection.vad, pause_ms=ms if speculates else 0)
 
     @property
     def _speculative_reply_ms(self) -> int:
@@ -147,9 +150,12 @@ class SessionAudio:
             self.idle.cancel()
             if detection is not None and detection.interrupt_response:
                 await self._cancel_response("turn_detected")  # barge-in
-        elif vad_event.kind == "speech_paused" and detection is not None and not detection.semantic:
-            # The rest of the silence ends the turn: from a live microphone, that much later.
-            rest_s = max(detection.vad.silence_duration_ms - self._speculative_reply_ms, 0) / 1000
+        elif vad_event.kind == "speech_paused" and detection is not None and (pause_ms := self._vad_config().pause_ms):
+            # (With no pause set, semantic_vad reports one at its first "incomplete": nothing to start then.) The turn
+            # ends, at the earliest, once the rest of its silence (server_vad) or of the silence before the
+            # classifier's first verdict (semantic_vad) has passed: from a live microphone, that much later.
+            end_ms = detection.vad.judge_ms if detection.semantic else detection.vad.silence_duration_ms
+            rest_s = max(end_ms - pause_ms, 0) / 1000
             self._speculate(start, vad_event.sample, time.monotonic() + rest_s)
         elif vad_event.kind in ("speech_paused", "speech_resumed"):
             self._drop_speculation()

@@ -44,6 +44,7 @@ from omnistage.entrypoints.openai.common.tool_calls import ToolSetup
 from omnistage.entrypoints.openai.realtime.beta import to_beta
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
 from omnistage.entrypoints.openai.realtime.event_rate import EventRate
+from omnistage.entrypoints.openai.realtime.idle_timeout import IdleTimeout
 from omnistage.entrypoints.openai.realtime.items import Item, decoded
 from omnistage.entrypoints.openai.realtime.listening import Listener
 from omnistage.entrypoints.openai.realtime.live_transcript import LiveTranscript
@@ -59,13 +60,18 @@ from omnistage.entrypoints.openai.realtime.protocol import (
     server_event,
 )
 from omnistage.entrypoints.openai.realtime.response import CancelReason, ResponseWriter
+from omnistage.entrypoints.openai.realtime.service import RealtimeService
 from omnistage.entrypoints.openai.realtime.session import SessionState, check_output
 from omnistage.entrypoints.openai.realtime.session_audio import SessionAudio
-from omnistage.entrypoints.openai.realtime.service import RealtimeService
-from omnistage.entrypoints.openai.realtime.idle_timeout import IdleTimeout
 from omnistage.entrypoints.openai.realtime.speculation import Speculation
 from omnistage.entrypoints.openai.realtime.transcribe import transcribe
-from omnistage.entrypoints.openai.realtime.transport import GOING_AWAY, ClientAudio, Incoming, Transport
+from omnistage.entrypoints.openai.realtime.transport import (
+    GOING_AWAY,
+    TRY_AGAIN_LATER,
+    ClientAudio,
+    Incoming,
+    Transport,
+)
 from omnistage.entrypoints.openai.realtime.turn_request import TurnRequests
 from omnistage.entrypoints.openai.realtime.vllm_omni import VllmOmniDialect
 from omnistage.entrypoints.openai.realtime.vllm_omni import detect as detect_vllm_omni
@@ -148,9 +154,9 @@ class RealtimeSession(SessionAudio):
     async def run(self) -> None:
         try:
             self.meter.open()
-        except EventError as exc:  # the server holds as many sessions as it may
-            await self.fail(exc)
-            await self.transport.close("too many sessions")
+        except EventError as exc:  # the server holds as many sessions as it may: the client hears why, and that
+            await self.fail(exc)  # a later try may succeed (1013), not that all went well (1000)
+            await self.transport.close("too many sessions", code=TRY_AGAIN_LATER)
             return
         self.service.sessions.add(self)
         try:

@@ -25,10 +25,12 @@ that wait. Voice coming back
 session's end cancels it: the request is aborted in every stage (its KV blocks
 freed) and the client never hears of it.
 
-Under ``semantic_vad`` no reply starts at a fixed pause: the pause is the Smart Turn
-classifier's to judge (``audio/turn_judge.py``), and its "complete" ends the turn at
-once, so the reply starts there, as the commit's own response; its "incomplete"
-starts nothing (a reply begun then would be a false start).
+Under ``semantic_vad`` the reply starts at the turn's first 60 ms of silence (64 ms in
+Silero's windows: ``SEMANTIC_SPECULATE_MS``), before the Smart Turn classifier is first
+asked (at 128 ms, then as the silence doubles: ``audio/vad.py``). Its "complete" ends
+the turn, and the commit takes the reply already running; while it says "incomplete"
+the reply waits, held, and voice coming back drops it unheard (a pause inside a
+sentence costs the server a dropped reply, never the user a false start).
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ class ClientAudio:
 Incoming = ClientEvent | ClientAudio
 
 
-NORMAL_CLOSURE, GOING_AWAY = 1000, 1001  # WebSocket close codes (RFC 6455)
+# WebSocket close codes (RFC 6455; 1013 "try again later" is IANA-registered for a server at capacity)
+NORMAL_CLOSURE, GOING_AWAY, TRY_AGAIN_LATER = 1000, 1001, 1013
 
 
 class Transport(Protocol):

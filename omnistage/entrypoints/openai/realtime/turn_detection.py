@@ -54,7 +54,7 @@ def parse_turn_detection(value: Any, current: TurnDetection | None, param: str) 
             eagerness = value.get("eagerness", base.eagerness)
             if eagerness not in EAGERNESS_MAX_MS:
                 raise ValueError(f"eagerness must be one of {', '.join(EAGERNESS_MAX_MS)}")
-            vad = replace(base.vad, silence_duration_ms=EAGERNESS_MAX_MS[eagerness], pause_ms=SEMANTIC_PAUSE_MS)
+            vad = replace(base.vad, silence_duration_ms=EAGERNESS_MAX_MS[eagerness], judge_ms=SEMANTIC_PAUSE_MS)
             return replace(base, vad=vad, eagerness=eagerness, **flags)
         known = {k: value[k] for k in ("threshold", "silence_duration_ms", "prefix_padding_ms") if k in value}
         idle = _idle_timeout(value.get("idle_timeout_ms", base.idle_timeout_ms))

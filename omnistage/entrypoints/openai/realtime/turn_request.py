@@ -78,16 +78,9 @@ class TurnRequests:
     async def build(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
                     event_id: str | None) -> tuple[OmniRequest, tuple[Item, ...]]:
         """``response``'s request and the items its prompt dropped, the session left as it is."""
-        async def render(kept: tuple[Item, ...]) -> ProcessedPrompt:
-            spec = PromptSpec(options.instructions, kept, tools.tools, tools.prefix)
-            return await self.pool.run(render_prompt_job, self.engine.front_end.processor, spec)
-
         requested = options.max_output_tokens
-        # The answer's room, kept free when the conversation is truncated: its own cap, else a share of the context.
-        reserve = requested or min(DEFAULT_MAX_OUTPUT_TOKENS, self.engine.max_model_len // 4)
-        truncation = self.state.config.truncation if options.input is None else Truncation("disabled")
         try:
-            prompt, dropped = await fit_prompt(items, render, truncation, self.engine.max_model_len - reserve)
+            prompt, dropped = await self.fit(options, items, tools)
         except ValueError as exc:
             raise EventError("invalid_prompt", f"could not build the prompt: {exc}", event_id=event_id) from exc
         try:
@@ -102,6 +95,22 @@ class TurnRequests:
         return OmniRequest(request_id=new_id("resp"), prompt=prompt, modalities=modalities, sampling=sampling,
                            voice=self.state.config.voice, unspoken=unspoken,
                            initial_codec_chunk_frames=self.first_chunk_frames), items[:dropped]
+
+    async def fit(self, options: ResponseOptions, items: tuple[Item, ...],
+                  tools: ToolSetup) -> tuple[ProcessedPrompt, int]:
+        """The items' prompt, fitted to the context as the session's truncation says (a response with its own
+        ``input`` is never truncated), and how many of the oldest items it left out."""
+        async def render(kept: tuple[Item, ...]) -> ProcessedPrompt:
+            spec = PromptSpec(options.instructions, kept, tools.tools, tools.prefix)
+            return await self.pool.run(render_prompt_job, self.engine.front_end.processor, spec)
+
+        truncation = self.state.config.truncation if options.input is None else Truncation("disabled")
+        return await fit_prompt(items, render, truncation, self.engine.max_model_len - self.reserve(options))
+
+    def reserve(self, options: ResponseOptions) -> int:
+        """The answer's room, kept free when the conversation is truncated: its own cap, else a share of the
+        context."""
+        return options.max_output_tokens or min(DEFAULT_MAX_OUTPUT_TOKENS, self.engine.max_model_len // 4)
 
     def output(self, options: ResponseOptions, tools: ToolSetup) -> tuple[frozenset[Modality], UnspokenSpan | None]:
         """A response's modalities and the text its talker must not speak (tool calls), when it speaks."""
@@ -124,8 +133,11 @@ class TurnRequests:
         live = (Item(new_id("item"), "message", role="user") if audio is None else
                 Item(new_id("item"), "message", role="user", audio=audio.samples, listened=audio))
         tools = self.tools(options)
-        spec = PromptSpec(options.instructions, (*earlier, live), tools.tools, tools.prefix)
-        prompt = await self.pool.run(render_prompt_job, self.engine.front_end.processor, spec)
+        # Fitted as the response will be (the oldest items dropped past the context, with the same room kept for
+        # the answer), so its cache serves the response; a prompt past the context ("disabled") is not sent.
+        prompt, _ = await self.fit(options, (*earlier, live), tools)
+        if len(prompt.token_ids) >= self.engine.max_model_len:
+            return None
         sampling = make_sampling(max_tokens=1, defaults=self.engine.default_sampling, temperature=0.0)
         # A prefill is never worth an error: on an engine without audio stages it warms the thinker alone.
         speaks = self.engine.supports_audio
