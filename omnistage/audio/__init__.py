@@ -1,5 +1,6 @@
 """Audio helpers for the API layer: decode client audio, resample, encode responses."""
 
+from omnistage.audio import pcm16
 from omnistage.audio.decode import (
     AudioDecodeError,
     AudioNotFiniteError,
@@ -31,6 +32,7 @@ __all__ = [
     "encode_audio",
     "float_to_pcm16",
     "load_audio",
+    "pcm16",
     "resample",
     "streaming_wav_header",
     "stretch",

@@ -14,6 +14,7 @@ end of the data. The bytes are then exactly the non-streamed file's.
 
 from __future__ import annotations
 
+import base64
 import io
 import struct
 
@@ -22,6 +23,7 @@ import numpy as np
 import soundfile as sf
 
 from omnistage.audio.formats import AudioFormat
+from omnistage.audio.pcm16 import float_to_pcm16, pcm16_base64
 from omnistage.audio.resample_stream import StreamResampler
 
 # FFmpeg muxer and encoder per compressed format.
@@ -35,12 +37,6 @@ _MUXER_OPTIONS: dict[AudioFormat, dict[str, str]] = {AudioFormat.OPUS: {"page_du
 _SOUNDFILE_FORMATS: dict[AudioFormat, str] = {AudioFormat.WAV: "WAV", AudioFormat.FLAC: "FLAC"}
 # Formats a reader can only take whole (see the module docstring): held until ``finish``.
 HELD_FORMATS: frozenset[AudioFormat] = frozenset({AudioFormat.FLAC})
-
-
-def float_to_pcm16(samples: np.ndarray) -> bytes:
-    """Little-endian 16-bit PCM; out-of-range samples are clipped rather than wrapped."""
-    clipped = np.clip(np.asarray(samples, dtype=np.float32).reshape(-1), -1.0, 1.0)
-    return (clipped * 32767.0).astype("<i2").tobytes()
 
 
 def encode_audio(samples: np.ndarray, source_rate: int, fmt: AudioFormat) -> bytes:
@@ -134,6 +130,15 @@ class StreamingAudioEncoder:
         while self._fifo.samples >= frame_size:
             self._encode(self._fifo.read(frame_size))
         return self._sink.drain()
+
+    def feed_base64(self, samples: np.ndarray, head: bytes = b"", tail: bytes = b"") -> bytes:
+        """``head``, the base64 text of what :meth:`feed` returns for ``samples``, then ``tail``; nothing when that
+        is nothing. Raw PCM16 is converted and encoded in one pass (:func:`pcm16_base64`)."""
+        if self.format is not AudioFormat.PCM16 or self._finished:
+            data = self.feed(samples)
+            return b"".join((head, base64.b64encode(data), tail)) if data else b""
+        samples = self._resample(samples)
+        return pcm16_base64(samples, head, tail) if samples.size else b""
 
     def finish(self) -> bytes:
         if self._finished:

@@ -62,12 +62,20 @@ class RecentMedian:
     the first."""
 
     _samples: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RECENT_CALLS))
+    # Kept until the next sample: the gate asks once per stream it might start, on every walk while requests wait.
+    _median: float | None = None
 
     def add(self, sample: float, weight: float = 1.0) -> None:
         self._samples.append((sample, weight))
+        self._median = None
 
     @property
     def value(self) -> float | None:
+        if self._median is None:
+            self._median = self._weighted_median()
+        return self._median
+
+    def _weighted_median(self) -> float | None:
         if not self._samples:
             return None
         ordered = sorted(self._samples)

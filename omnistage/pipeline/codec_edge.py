@@ -14,7 +14,7 @@ decoder conditioned per request (a flow-matching vocoder's speaker and noise).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -92,7 +92,9 @@ class CodecEdge:
         if setup.requested_first is None and not setup.head_start:  # a size asked for, or a head start, stands
             first = covering_first_frames(bounds, paces)
             plan = chunk_plan(setup.streaming, setup.audio, first)
-            bounds = replace(bounds, first_frames=first)
+            # Built, not ``dataclasses.replace``d: that walks the fields by reflection, on every request's start.
+            bounds = ChunkBounds(first, bounds.max_frames, bounds.left_context, bounds.frame_s, bounds.safety,
+                                 bounds.margin_s, bounds.lookahead)
         self.initial_chunk_frames, self.plan = first, plan
         self.playback = Playback()
         self.planner = PlaybackPlanner(bounds, self.playback, paces)  # measures every stream; sizes played ones

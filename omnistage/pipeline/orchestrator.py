@@ -133,6 +133,8 @@ class Orchestrator:
         stages = dict.fromkeys(link.stage for link in links)
         self.routers = {s: StageRouter(s, sum(1 for link in links if link.stage == s)) for s in stages}
         self.flows = RequestFlows(settings, self.routers, self._send, tokenizer, self._peer_address, trace_sink)
+        graph = settings.graph  # what each output needs is fixed: worked out once, not on every admission's report
+        self._needs = tuple((m, graph.stages_for(frozenset({m}))) for m in Modality if graph.supports(m))
         self._commands: queue.SimpleQueue[_Submit | _Abort | _Feed] = queue.SimpleQueue()
         address = f"inproc://omnistage-waker-{id(self)}"
         self._wake_rx = ctx.socket(zmq.PULL)
@@ -194,9 +196,7 @@ class Orchestrator:
             stages.setdefault(link.stage, []).append(ReplicaHealth(link.index, link.healthy, detail,
                                                                    link.load.kv_blocks_total,
                                                                    kv_cache_bytes(link.load)))
-        graph = self.flows.graph
-        needs = tuple((m, graph.stages_for(frozenset({m}))) for m in Modality if graph.supports(m))
-        return HealthReport(tuple(StageHealth(stage, tuple(reps)) for stage, reps in stages.items()), needs)
+        return HealthReport(tuple(StageHealth(stage, tuple(reps)) for stage, reps in stages.items()), self._needs)
 
     def trace(self, request_id: str) -> RequestTrace | None:
         """Milestone times of a finished request (the most recent few hundred are kept)."""

@@ -91,8 +91,16 @@ class _Marks:
     def __init__(self, guard: UserTextGuard) -> None:
         self.guard = guard
         self.word = f"zq{secrets.token_hex(8)}q"
-        self.pattern = re.compile(self.word + r"(\d+)z")
+        self._pattern: re.Pattern[str] | None = None
         self.used = False
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """The markers' pattern, compiled only when a client string was marked (a fresh word misses ``re``'s
+        cache: compiling it cost more than the rest of a plain prompt's marking)."""
+        if self._pattern is None:
+            self._pattern = re.compile(self.word + r"(\d+)z")
+        return self._pattern
 
     def mark(self, value: Any) -> Any:  # noqa: ANN401 - JSON-like data
         if isinstance(value, str):

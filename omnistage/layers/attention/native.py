@@ -1,27 +1,17 @@
-"""The CPU paged decode kernel (``paged_decode.c``): built at first use by the system C compiler, loaded with ctypes.
-
-It is built for this CPU (``-march=native``) into ``~/.cache/omnistage/kernels/`` under a name that hashes the
-source, the flags, the compiler and the CPU's model and flags, so a home directory shared between machines never
-loads another CPU's build; the file appears by an atomic rename, so processes starting together never load half
-of one. Where no compiler is found or the build fails, :func:`load` returns None and attention keeps its torch
-path (said once in the log).
+"""The CPU paged decode kernel (``paged_decode.c``): built at first use by the system C compiler, loaded with ctypes
+(:class:`~omnistage.native_library.NativeLibrary`: built for this CPU, cached by a hash of source, flags,
+compiler and CPU). Where no compiler is found or the build fails, :func:`load` returns None and attention keeps its
+torch path (said once in the log).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import shutil
-import subprocess
-import tempfile
-import threading
 from pathlib import Path
 
 import torch
 
-logger = logging.getLogger(__name__)
+from omnistage.native_library import NativeLibrary
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
 # -ffast-math at compile time only (vectorised expf from libmvec, reassociated sums): linking with it would add
@@ -32,68 +22,18 @@ _P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
 #              window, scratch, out)
 ARGTYPES = (_P, _P, _I, _L, _I, _I, _I, _I, _P, _I, _P, _P, _P, _I, _I, _P, _P)
 
-_lock = threading.Lock()
-_loaded: dict[str, ctypes.CDLL | None] = {}
+
+def _bind(lib: ctypes.CDLL) -> None:
+    lib.paged_decode.argtypes = ARGTYPES
+    lib.paged_decode.restype = ctypes.c_int
 
 
-def _cpu_signature() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return os.uname().machine
-    return "\n".join(sorted({line for line in lines if line.startswith(("model name", "flags"))}))
-
-
-def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
-        partial = Path(tmp.name)
-    try:
-        obj = partial.with_suffix(".o")
-        subprocess.run([compiler, *FLAGS, "-c", str(SOURCE), "-o", str(obj)], check=True, capture_output=True,
-                       timeout=120)
-        subprocess.run([compiler, "-shared", str(obj), "-o", str(partial), "-lm"], check=True, capture_output=True,
-                       timeout=120)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
-        partial.with_suffix(".o").unlink(missing_ok=True)
-
-
-def library_path(compiler: str) -> Path:
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), "separate link", version,
-                                    _cpu_signature()]).encode())
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omnistage" / "kernels"
-    return cache / f"paged_decode-{key.hexdigest()[:16]}.so"
+_LIBRARY = NativeLibrary(SOURCE, FLAGS, _bind, "CPU decode attention runs on torch ops")
 
 
 def load() -> ctypes.CDLL | None:
     """The kernel's library, built if needed (once per process); None where it cannot be built."""
-    with _lock:
-        if "lib" not in _loaded:
-            _loaded["lib"] = _load()
-        return _loaded["lib"]
-
-
-def _load() -> ctypes.CDLL | None:
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        logger.info("no C compiler: CPU decode attention runs on torch ops")
-        return None
-    try:
-        path = library_path(compiler)
-        if not path.exists():
-            _build(compiler, path)
-        lib = ctypes.CDLL(str(path))
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", b"") or b""
-        logger.warning("the CPU decode kernel did not build (%s %s); decode attention runs on torch ops", exc,
-                       detail.decode(errors="replace")[-500:])
-        return None
-    lib.paged_decode.argtypes = ARGTYPES
-    lib.paged_decode.restype = ctypes.c_int
-    return lib
+    return _LIBRARY.load()
 
 
 def paged_decode(lib: ctypes.CDLL, q: torch.Tensor, kv_cache: torch.Tensor, tables: torch.Tensor,

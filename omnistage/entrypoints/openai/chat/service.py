@@ -22,7 +22,7 @@ import numpy as np
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from omnistage.audio import encode_audio
+from omnistage.audio import encode_audio, pcm16
 from omnistage.core import Modality, OmniOutput, OmniRequest, Usage
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.entrypoints.openai.chat.inputs import ChatPromptBuilder
@@ -81,6 +81,8 @@ class ChatService:
         self.admission = admission or Admission(engine, builder.limits.max_queued_requests)
         self.served = served or ServedModel.of(engine)
         self.timeout_s = builder.limits.request_timeout
+        if self.engine.supports_audio:
+            pcm16.preload()  # its first build takes a compiler run: not inside a stream's loop turn
 
     async def create(self, body: ChatCompletionRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
@@ -208,7 +210,7 @@ class ChatService:
                                     logprobs=logprobs.choice(done.logprobs) if logprobs is not None else None)
 
     async def _stream(self, requests: list[OmniRequest], tickets: list[Ticket], writer: ChunkWriter,
-                      include_usage: bool, arrived: float) -> AsyncIterator[str]:
+                      include_usage: bool, arrived: float) -> AsyncIterator[str | bytes]:
         """The SSE body. Nothing starts (no timer, no engine request) until the response is being sent."""
         timer = self.metrics.track("/v1/chat/completions", arrived, streamed=True)
         outcome = "client_disconnected"  # unless every choice's final output is reached
@@ -227,7 +229,7 @@ class ChatService:
                     tokens[index] += len(out.token_ids)
                     events = writer.output(index, out)
                     if events:  # one write for an output's events (its transcript and its audio)
-                        yield "".join(events)
+                        yield _joined(events)
                     if not out.finished:
                         continue
                     failure = engine_failure(out)
@@ -283,6 +285,13 @@ class ChatService:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _joined(events: list[str | bytes]) -> str | bytes:
+    """One write's events; audio chunks come as bytes (written around their base64), text as str."""
+    if len(events) == 1:
+        return events[0]
+    return b"".join(e if isinstance(e, bytes) else e.encode() for e in events)
 
 
 def _per_modality(choice: ChatCompletionChoice) -> list[ChatCompletionChoice]:

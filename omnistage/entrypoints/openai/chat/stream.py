@@ -83,6 +83,7 @@ class _Choice:
         self.parser: ToolCallParser | None = plan.tools.parser()
         self.audio_id = f"audio_{uuid.uuid4().hex}"
         self.head: str | None = None  # the start of its chunks up to the delta (``ChunkWriter._head``)
+        self.audio_frame: tuple[bytes, bytes] | None = None  # around an audio chunk's data (``_audio_frame``)
         self.encoder: StreamingAudioEncoder | None = None
         if plan.audio is not None:
             streamed = AudioFormat.PCM16 if plan.audio.format in (AudioFormat.WAV, AudioFormat.PCM16) \
@@ -112,13 +113,16 @@ class ChunkWriter:
     def start(self) -> list[str]:
         return [self._chunk(c.index, ChoiceDelta(role="assistant", content="")) for c in self.choices]
 
-    def output(self, index: int, out: OmniOutput) -> list[str]:
+    def output(self, index: int, out: OmniOutput) -> list[str | bytes]:
         choice = self.choices[index]
         text, calls = choice.parser.feed(out.text) if choice.parser is not None else (out.text, [])
         events = self._text(choice, text, calls, out)
         if choice.encoder is not None and out.audio is not None and out.audio.size:
-            # Encoding a chunk takes milliseconds; a thread hop would cost about as much.
-            events.extend(self._audio_data(choice, choice.encoder.feed(out.audio)))
+            # Encoding a chunk takes milliseconds; a thread hop would cost about as much. Its event is written
+            # around the base64 text as it is made (no copy of the long string per step).
+            event = choice.encoder.feed_base64(out.audio, *self._audio_frame(choice))
+            if event:
+                events.append(event)
         return events
 
     def _plain_text(self, choice: _Choice, text: str) -> str:
@@ -141,8 +145,9 @@ class ChunkWriter:
                            f'"choices":[{{"index":{choice.index},"delta":')
         return choice.head
 
-    def _text(self, choice: _Choice, text: str, calls: list[ParsedCall], out: OmniOutput | None = None) -> list[str]:
-        events = []
+    def _text(self, choice: _Choice, text: str, calls: list[ParsedCall],
+              out: OmniOutput | None = None) -> list[str | bytes]:
+        events: list[str | bytes] = []
         if text and not calls and not (out is not None and out.logprobs and self.logprobs):
             return [self._plain_text(choice, text)]
         if text or (out is not None and out.logprobs and self.logprobs):
@@ -153,10 +158,10 @@ class ChunkWriter:
             events.append(self._chunk(choice.index, ChoiceDelta(tool_calls=delta_calls(calls))))
         return events
 
-    def end(self, index: int, out: OmniOutput) -> list[str]:
+    def end(self, index: int, out: OmniOutput) -> list[str | bytes]:
         """A choice's closing events after its final output (checked for failure by the caller)."""
         choice = self.choices[index]
-        events = self._text(choice, *choice.parser.finish()) if choice.parser is not None else []
+        events: list[str | bytes] = self._text(choice, *choice.parser.finish()) if choice.parser is not None else []
         if choice.encoder is not None:
             events += self._audio_data(choice, choice.encoder.finish())
             expiry = DeltaAudio(id=choice.audio_id, expires_at=int(time.time()) + AUDIO_TTL_S)
@@ -174,10 +179,17 @@ class ChunkWriter:
         detail = failure.detail if failure is not None else ErrorDetail(message="unknown error", type=SERVER_ERROR)
         return sse_event(ErrorResponse(error=detail))
 
-    def _audio_data(self, choice: _Choice, data: bytes) -> list[str]:
+    def _audio_data(self, choice: _Choice, data: bytes) -> list[bytes]:
         """An audio piece's chunk, written directly as ``_plain_text`` writes text (base64 needs no JSON escaping,
         and the models would copy and scan each piece's long string)."""
         if not data:
             return []
-        encoded = base64.b64encode(data).decode("ascii")
-        return [f'{self._head(choice)}{{"audio":{{"id":{_json(choice.audio_id)},"data":"{encoded}"}}}}{_AUDIO_TAIL}']
+        head, tail = self._audio_frame(choice)
+        return [b"".join((head, base64.b64encode(data), tail))]
+
+    def _audio_frame(self, choice: _Choice) -> tuple[bytes, bytes]:
+        """What an audio chunk's event holds before and after its base64 data, the same every time."""
+        if choice.audio_frame is None:
+            head = f'{self._head(choice)}{{"audio":{{"id":{_json(choice.audio_id)},"data":"'
+            choice.audio_frame = (head.encode(), f'"}}}}{_AUDIO_TAIL}'.encode())
+        return choice.audio_frame
