@@ -9,7 +9,7 @@
  * [2, num_blocks, page, kv_heads, head_dim] (keys then values). tables: [num_seqs, table_stride] int32.
  * For decode sequence i (i < n): its row is rows[i], its table tables[seqs[i]], its context ctx[seqs[i]];
  * window > 0 reads only the last `window` positions. scratch: `threads` rows of scratch_stride floats (each at least
- * group * max context), one per thread.
+ * group * max context), one per thread. A long step's (sequence, KV head) items are spread over the threads.
  */
 #include <float.h>
 #include <math.h>
@@ -68,12 +68,6 @@ static inline __m512 load16_bf16(const void *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
 
-/* The next block of a sequence sits anywhere in the pool: its rows are asked for while this block is read. */
-static inline void prefetch_block(const char *block, int page, long row_bytes, int bytes) {
-    for (int i = 0; i < page; i++)
-        for (int c = 0; c < bytes; c += 64) _mm_prefetch(block + i * row_bytes + c, _MM_HINT_T0);
-}
-
 /* Sums of 16 vectors, lane i holding the sum of v[i]: unpack, then shuffle, pairs of lanes added at each level. */
 static inline __m512 hsum16(const __m512 *v) {
     __m512 a[8], b[4], c[2];
@@ -116,8 +110,6 @@ static inline __m512 hsum16(const __m512 *v) {
         for (int b = first / page; b * page < len; b++) {                                                           \
             int lo = b * page > first ? b * page : first, hi = (b + 1) * page < len ? (b + 1) * page : len;         \
             const char *k = keys + ((long)table[b] * page - (long)b * page) * row_bytes;                            \
-            if (hi < len) prefetch_block(keys + (long)table[b + 1] * page * row_bytes, page, row_bytes,              \
-                                         d * (int)sizeof(T##_t));                                                   \
             for (int g = 0; g < group; g++) {                                                                       \
                 const float *qg = q + (long)g * d;                                                                  \
                 float *out = scores + (long)g * span - first;                                                       \
@@ -127,47 +119,23 @@ static inline __m512 hsum16(const __m512 *v) {
             }                                                                                                       \
         }                                                                                                           \
     }                                                                                                               \
-    /* Two queries of the group per pass: each value row is loaded once for both, four chains of adds deep. */    \
     static void values_##T(const float *restrict scores, const char *restrict values, const int32_t *table,         \
                            int first, int len, int page, long row_bytes, int group, int d, float *restrict out) {   \
         const int span = len - first;                                                                               \
         for (int b = first / page; b * page < len; b++) {                                                           \
             int lo = b * page > first ? b * page : first, hi = (b + 1) * page < len ? (b + 1) * page : len;         \
             const char *v = values + ((long)table[b] * page - (long)b * page) * row_bytes;                          \
-            if (hi < len) prefetch_block(values + (long)table[b + 1] * page * row_bytes, page, row_bytes,            \
-                                         d * (int)sizeof(T##_t));                                                   \
-            for (int c = 0; c < d; c += 16) {                                                                       \
-                const long at = c * (long)sizeof(T##_t);                                                            \
-                int g = 0;                                                                                          \
-                for (; g + 1 < group; g += 2) {                                                                     \
-                    const float *w0 = scores + (long)g * span - first, *w1 = w0 + span;                             \
-                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;                                     \
+            for (int g = 0; g < group; g++) {                                                                       \
+                const float *w = scores + (long)g * span - first;                                                   \
+                for (int c = 0; c < d; c += 16) {                                                                   \
+                    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();                                      \
                     int p = lo;                                                                                     \
                     for (; p + 1 < hi; p += 2) {                                                                    \
-                        __m512 x = LOAD(v + p * row_bytes + at), y = LOAD(v + (p + 1) * row_bytes + at);            \
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w0[p]), x, a0);                                         \
-                        b0 = _mm512_fmadd_ps(_mm512_set1_ps(w1[p]), x, b0);                                         \
-                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(w0[p + 1]), y, a1);                                     \
-                        b1 = _mm512_fmadd_ps(_mm512_set1_ps(w1[p + 1]), y, b1);                                     \
+                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), LOAD(v + p * row_bytes + c * (long)sizeof(T##_t)), a0);   \
+                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(w[p + 1]), LOAD(v + (p + 1) * row_bytes + c * (long)sizeof(T##_t)), a1); \
                     }                                                                                               \
-                    if (p < hi) {                                                                                   \
-                        __m512 x = LOAD(v + p * row_bytes + at);                                                    \
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w0[p]), x, a0);                                         \
-                        b0 = _mm512_fmadd_ps(_mm512_set1_ps(w1[p]), x, b0);                                         \
-                    }                                                                                               \
-                    float *o = out + (long)g * d + c;                                                               \
-                    _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), _mm512_add_ps(a0, a1)));                  \
-                    _mm512_storeu_ps(o + d, _mm512_add_ps(_mm512_loadu_ps(o + d), _mm512_add_ps(b0, b1)));          \
-                }                                                                                                   \
-                if (g < group) {                                                                                    \
-                    const float *w = scores + (long)g * span - first;                                               \
-                    __m512 a0 = _mm512_setzero_ps(), a1 = a0;                                                       \
-                    int p = lo;                                                                                     \
-                    for (; p + 1 < hi; p += 2) {                                                                    \
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), LOAD(v + p * row_bytes + at), a0);               \
-                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(w[p + 1]), LOAD(v + (p + 1) * row_bytes + at), a1);     \
-                    }                                                                                               \
-                    if (p < hi) a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), LOAD(v + p * row_bytes + at), a0);       \
+                    if (p < hi)                                                                                     \
+                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), LOAD(v + p * row_bytes + c * (long)sizeof(T##_t)), a0);   \
                     float *o = out + (long)g * d + c;                                                               \
                     _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), _mm512_add_ps(a0, a1)));                  \
                 }                                                                                                   \
@@ -204,8 +172,6 @@ static inline __attribute__((always_inline)) void one_head(const float *q, const
             scores[(long)g * span + p - first] = s;
         }
     })
-    /* Unnormalised weights: the output is divided by each query's sum once at the end, not every weight. */
-    float inv[group];
     for (int g = 0; g < group; g++) {
         float *row = scores + (long)g * span, m = -FLT_MAX, sum = 0.f;
 #pragma omp simd reduction(max : m)
@@ -215,7 +181,9 @@ static inline __attribute__((always_inline)) void one_head(const float *q, const
             row[i] = expf(row[i] - m);
             sum += row[i];
         }
-        inv[g] = 1.f / sum;
+        float inv = 1.f / sum;
+#pragma omp simd
+        for (int i = 0; i < span; i++) row[i] *= inv;
     }
 #ifdef __AVX512F__
     if (vector && bf16) values_bf16(scores, values, table, first, len, page, slot_stride * elem, group, d, out);
@@ -230,10 +198,6 @@ static inline __attribute__((always_inline)) void one_head(const float *q, const
             else axpy_f32(out + (long)g * d, w, (const float *)v, d);
         }
     })
-    for (int g = 0; g < group; g++) {
-#pragma omp simd
-        for (int i = 0; i < d; i++) out[(long)g * d + i] *= inv[g];
-    }
 }
 
 /* Head sizes of the families (and the tiny test models) get a copy with the size a constant, which the compiler
@@ -253,6 +217,26 @@ static void one_head_any(const float *q, const char *k, const char *v, const int
     one_head(q, k, v, t, first, len, page, ss, off, group, d, bf16, sc, out);
 }
 
+/* Item `item` of a call: decode sequence item / kv_heads, KV head item % kv_heads. */
+static inline void one_item(int item, const float *q, const char *keys, const char *values, int page, int kv_heads,
+                            int group, int d, int bf16, const int32_t *tables, int table_stride, const int32_t *ctx,
+                            const int32_t *seqs, const int32_t *rows, int window, float *sc, float *out) {
+    const long slot_stride = (long)kv_heads * d;  /* elements between consecutive slots */
+    const long row_stride = (long)kv_heads * group * d;
+    int i = item / kv_heads, h = item % kv_heads;
+    int s = seqs[i], len = ctx[s];
+    int first = (window > 0 && len > window) ? len - window : 0;
+    long off = rows[i] * row_stride + (long)h * group * d;
+    const int32_t *table = tables + (long)s * table_stride;
+    switch (d) {
+    case 16: one_head_16(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
+    case 32: one_head_32(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
+    case 64: one_head_64(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
+    case 128: one_head_128(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
+    default: one_head_any(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, d, bf16, sc, out + off);
+    }
+}
+
 /* Below this many multiply-adds in a call (the scores' and the values' together) it runs on one thread: waking
  * the team costs more than a short context's work (batch 16 at 32 tokens of a tiny model stays serial). */
 #define PARALLEL_MIN_WORK (1L << 17)
@@ -265,29 +249,23 @@ int paged_decode(const float *q, const void *cache, int bf16, long num_blocks, i
     const long slot_stride = (long)kv_heads * d;  /* elements between consecutive slots */
     const char *keys = (const char *)cache;
     const char *values = keys + num_blocks * page * slot_stride * elem;
-    const long row_stride = (long)kv_heads * group * d;
     long work = 0;
     for (int i = 0; i < n; i++) {
         int len = ctx[seqs[i]];
         work += (long)((window > 0 && len > window) ? window : len) * kv_heads * group * d * 2;
     }
     /* One item per sequence and KV head, spread over the threads of torch's own OpenMP runtime (the library links
-     * the libgomp.so.1 that torch loaded; native.py runs it on one thread where a second runtime got loaded). */
-#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1 && work >= PARALLEL_MIN_WORK)
-    for (int item = 0; item < n * kv_heads; item++) {
-        int i = item / kv_heads, h = item % kv_heads;
-        int s = seqs[i], len = ctx[s];
-        int first = (window > 0 && len > window) ? len - window : 0;
-        long off = rows[i] * row_stride + (long)h * group * d;
-        const int32_t *table = tables + (long)s * table_stride;
-        float *sc = scratch + (long)omp_get_thread_num() * scratch_stride;
-        switch (d) {
-        case 16: one_head_16(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
-        case 32: one_head_32(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
-        case 64: one_head_64(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
-        case 128: one_head_128(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
-        default: one_head_any(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, d, bf16, sc, out + off);
-        }
+     * the libgomp.so.1 that torch loaded; native.py runs it on one thread where a second runtime got loaded). A short
+     * step never enters the runtime. */
+    if (threads > 1 && work >= PARALLEL_MIN_WORK) {
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+        for (int item = 0; item < n * kv_heads; item++)
+            one_item(item, q, keys, values, page, kv_heads, group, d, bf16, tables, table_stride, ctx, seqs, rows,
+                     window, scratch + (long)omp_get_thread_num() * scratch_stride, out);
+    } else {
+        for (int item = 0; item < n * kv_heads; item++)
+            one_item(item, q, keys, values, page, kv_heads, group, d, bf16, tables, table_stride, ctx, seqs, rows,
+                     window, scratch, out);
     }
     return 0;
 }
