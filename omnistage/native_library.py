@@ -34,11 +34,13 @@ def _cpu_signature() -> str:
 class NativeLibrary:
     """``source`` compiled with ``flags`` (linked separately, without them: ``-ffast-math`` at link time would add
     crtfastmath.o, which sets flush-to-zero for the whole process at load); ``bind`` declares the functions'
-    argument and result types once loaded; ``fallback`` says what runs instead when it cannot be built."""
+    argument and result types once loaded; ``fallback`` says what runs instead when it cannot be built;
+    ``link_flags``: what the link step needs besides (``-fopenmp`` for a library that names libgomp)."""
 
     def __init__(self, source: Path, flags: tuple[str, ...], bind: Callable[[ctypes.CDLL], None],
-                 fallback: str) -> None:
+                 fallback: str, link_flags: tuple[str, ...] = ()) -> None:
         self.source, self.flags, self.bind, self.fallback = source, flags, bind, fallback
+        self.link_flags = link_flags
         self._lock = threading.Lock()
         self._loaded = False
         self._lib: ctypes.CDLL | None = None
@@ -52,7 +54,8 @@ class NativeLibrary:
 
     def library_path(self, compiler: str) -> Path:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-        key = hashlib.sha256("\0".join([self.source.read_text(), " ".join(self.flags), "separate link", version,
+        key = hashlib.sha256("\0".join([self.source.read_text(), " ".join(self.flags), "separate link",
+                                        " ".join(self.link_flags), version,
                                         _cpu_signature()]).encode())
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omnistage" / "kernels"
         return cache / f"{self.source.stem}-{key.hexdigest()[:16]}.so"
@@ -83,7 +86,7 @@ class NativeLibrary:
             obj = partial.with_suffix(".o")
             subprocess.run([compiler, *self.flags, "-c", str(self.source), "-o", str(obj)], check=True,
                            capture_output=True, timeout=120)
-            subprocess.run([compiler, "-shared", str(obj), "-o", str(partial), "-lm"], check=True,
+            subprocess.run([compiler, "-shared", *self.link_flags, str(obj), "-o", str(partial), "-lm"], check=True,
                            capture_output=True, timeout=120)
             os.replace(partial, target)
         finally:

@@ -44,6 +44,10 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="seconds one engine step of a stage replica may run (its heartbeats going on) before it "
                             "is taken for hung and handled as a stall; raise it for very long prefills on slow "
                             f"hosts (default {DEFAULT_STEP_TIMEOUT_S:g})")
+    group.add_argument("--stage-ready-timeout", type=float, default=PipelineOptions.ready_timeout_s,
+                       help="seconds the stage replicas may take to load and warm up before start-up fails; raise "
+                            "it for large checkpoints on a slow or busy host "
+                            f"(default {PipelineOptions.ready_timeout_s:g})")
     add_model_args(group)
     group.add_argument("--gpu-memory-utilization", type=_utilization, default=(),
                        help="CUDA: fraction of the device each autoregressive stage may use (weights, activations "
@@ -170,7 +174,7 @@ def options_from_args(args: argparse.Namespace) -> PipelineOptions:
     return PipelineOptions(in_process=args.in_process, connector=args.connector,
                            talker_min_new_tokens=args.talker_min_new_tokens, backend=args.backend,
                            ray_address=args.ray_address, stage_stall_timeout_s=args.stage_stall_timeout,
-                           stage_step_timeout_s=args.stage_step_timeout)
+                           stage_step_timeout_s=args.stage_step_timeout, ready_timeout_s=args.stage_ready_timeout)
 
 
 def pipeline_config_from_args(args: argparse.Namespace, model: str, model_name: str | None) -> PipelineConfig:

@@ -111,34 +111,28 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     return logits
 
 
-def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor, max_k: int) -> torch.Tensor:
-    """Masks each row below its own k-th largest logit (rows with k = 0 stay whole): one ``topk`` of width
-    ``max_k`` instead of a sort of the vocabulary; same result as :func:`apply_top_k_top_p` with top-p off."""
-    max_k = min(max_k, logits.shape[-1])
-    best = logits.topk(max_k, dim=-1).values  # [N, max_k], descending
-    kth = best.gather(1, (top_k.clamp(min=1, max=max_k) - 1)[:, None])
-    kth = torch.where(top_k[:, None] > 0, kth, float("-inf"))
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
-def apply_top_k_top_p_within(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+def apply_top_k_top_p_within(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor | None,
                              max_k: int) -> torch.Tensor:
-    """:func:`apply_top_k_top_p` for rows that all have a top-k (rows with k = 0 must be greedy ones, whose mask
-    the caller ignores): the nucleus lies within the top k, so one ``topk`` of width ``max_k`` finds each row's
-    smallest surviving logit, and the row is masked below it, instead of sorting the vocabulary (a talker's
-    8,448 or a thinker's 151,936 entries a row, every step). The same rule, summed in the same order: a
-    candidate goes when the mass at or below it is at most ``1 - top_p``; the best always stays. Ties with the
-    k-th logit survive as on the sort path (they sit at the threshold), though the sort path also counts them
-    in the nucleus's mass."""
+    """:func:`apply_top_k_top_p` from one ``topk`` of width ``max_k`` instead of a sort of the vocabulary (a
+    talker's 8,448 or a thinker's 151,936 entries a row, every step): each row is masked below its smallest
+    surviving logit. Rows with k = 0 stay whole. ``top_p`` None is top-k alone; with a ``top_p``, rows with k = 0
+    must be greedy ones (whose mask the caller ignores), for the nucleus lies within the top k. The same rule,
+    summed in the same order: a candidate goes when the mass at or below it is at most ``1 - top_p``; the best
+    always stays. Ties with the k-th logit survive as on the sort path (they sit at the threshold), though the
+    sort path also counts them in the nucleus's mass."""
     max_k = min(max_k, logits.shape[-1])
     best = logits.topk(max_k, dim=-1).values  # [N, max_k], descending
-    ranks = torch.arange(max_k, device=logits.device)
     k = torch.where(top_k > 0, top_k, max_k).clamp(max=max_k)
-    candidates = best.masked_fill(ranks >= k[:, None], float("-inf"))
-    below = candidates.softmax(dim=-1).flip(-1).cumsum(dim=-1).flip(-1)
-    drop = below <= (1.0 - top_p)[:, None]
-    drop[:, 0] = False
-    threshold = candidates.masked_fill(drop, float("inf")).amin(dim=-1, keepdim=True)
+    if top_p is None:
+        threshold = best.gather(1, (k - 1)[:, None])
+    else:
+        ranks = torch.arange(max_k, device=logits.device)
+        candidates = best.masked_fill(ranks >= k[:, None], float("-inf"))
+        below = candidates.softmax(dim=-1).flip(-1).cumsum(dim=-1).flip(-1)
+        drop = below <= (1.0 - top_p)[:, None]
+        drop[:, 0] = False
+        threshold = candidates.masked_fill(drop, float("inf")).amin(dim=-1, keepdim=True)
+    threshold = torch.where(top_k[:, None] > 0, threshold, float("-inf"))
     return logits.masked_fill(logits < threshold, float("-inf"))
 
 
@@ -227,10 +221,9 @@ def race(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) -> tup
     temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)
     scaled = logits / temperature[:, None]
     if batch.needs_sort:
-        if batch.any_top_p is False and batch.max_top_k:
-            scaled = apply_top_k(scaled, batch.top_k, batch.max_top_k)
-        elif batch.all_top_k and batch.max_top_k:
-            scaled = apply_top_k_top_p_within(scaled, batch.top_k, batch.top_p, batch.max_top_k)
+        if batch.max_top_k and (batch.any_top_p is False or batch.all_top_k):
+            top_p = None if batch.any_top_p is False else batch.top_p
+            scaled = apply_top_k_top_p_within(scaled, batch.top_k, top_p, batch.max_top_k)
         else:
             scaled = apply_top_k_top_p(scaled, batch.top_k, batch.top_p)
     overflowed = unusable_rows(scaled) & (batch.temperature > 0)
@@ -244,7 +237,7 @@ def race_top_k(logits: torch.Tensor, batch: SamplingBatch, noise: torch.Tensor) 
     """:func:`race` for rows that all keep only their top k (no top-p), over ``noise [N, W]`` for the ``W`` best
     logits of each row (W = the largest k): the same distribution (each row's top k, renormalised at its
     temperature), raced among W candidates instead of the vocabulary. At a tie with the k-th logit this keeps
-    exactly k where :func:`apply_top_k` keeps every tied token. Greedy rows take the best logit."""
+    exactly k where :func:`apply_top_k_top_p_within` keeps every tied token. Greedy rows take the best logit."""
     width = noise.shape[-1]
     best, ids = logits.topk(width, dim=-1)  # descending: temperature scaling keeps the order
     temperature = torch.where(batch.temperature > 0, batch.temperature, 1.0)

@@ -8,7 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from omnistage.layers.attention.paged_cpu import CacheViews, block_runs, decode_in_place
-from omnistage.layers.attention.torch_sdpa import TorchSDPABackend
+from omnistage.layers.attention.torch_sdpa import TorchSDPABackend, store_kv
 from tests.layers.paged_cases import dense_attention, make_case
 
 SCALE = 16**-0.5
@@ -150,3 +150,28 @@ def test_loading_the_c_kernel_leaves_denormals_alone() -> None:
 
     native.load()
     assert float(torch.tensor([1e-45]) * 1.0) > 0.0
+
+
+def test_c_kernel_splits_long_steps_over_threads_with_the_same_result() -> None:
+    """A step over the kernel's work threshold (sequences x heads x context) runs its items on torch's OpenMP
+    threads: each item is computed in the same order on whichever thread, so the outputs are identical to one
+    thread's, and match torch ops; the kernel shares torch's runtime (one libgomp mapped)."""
+    from omnistage.layers.attention import native
+
+    lib = native.load()
+    if lib is None:
+        pytest.skip("no C compiler: the torch path serves (tested above)")
+    assert len(native.openmp_runtimes()) == 1 and native.kernel_threads() == torch.get_num_threads()
+    case = make_case([(300, 1), (45, 1), (257, 1), (129, 1), (200, 1)], page=16, heads=8, kv_heads=2,
+                     head_dim=64, num_blocks=80)
+    meta, scale = case.meta, 64**-0.5
+    store_kv(case.kv_cache, case.k, case.v, meta.slot_mapping)
+    seqs, rows = meta.decode_index()
+    q = (case.q * scale).view(len(rows), 2, 4, 64)
+    outs = {}
+    for threads in (1, 2, 3):
+        outs[threads] = torch.full_like(q, float("nan"))
+        native.paged_decode(lib, q, case.kv_cache, meta.block_tables, meta.context_lens, seqs, rows, None,
+                            max(meta.context_lens_cpu), outs[threads], threads=threads)
+    assert torch.equal(outs[1], outs[2]) and torch.equal(outs[1], outs[3])
+    torch.testing.assert_close(outs[2].view_as(case.q), dense_attention(case, scale).float(), **TOL)

@@ -73,7 +73,9 @@ def test_backend_flags_become_options() -> None:
 
     parser = argparse.ArgumentParser()
     add_pipeline_args(parser)
-    assert options_from_args(parser.parse_args([])).backend == "local"
+    default = options_from_args(parser.parse_args([]))
+    assert (default.backend, default.ready_timeout_s) == ("local", PipelineOptions.ready_timeout_s)
+    assert options_from_args(parser.parse_args(["--stage-ready-timeout", "3600"])).ready_timeout_s == 3600.0
     options = options_from_args(parser.parse_args(["--backend", "ray", "--ray-address", "10.0.0.1:6379"]))
     assert (options.backend, options.ray_address, options.connector_kind) == ("ray", "10.0.0.1:6379", "shm")
     for bad in (["--backend", "ray", "--in-process"], ["--ray-address", "10.0.0.1:6379"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from omnistage.runner.sampler import Sampler, SamplingBatch, apply_top_k, apply_top_k_top_p, apply_top_k_top_p_within
+from omnistage.runner.sampler import Sampler, SamplingBatch, apply_top_k_top_p, apply_top_k_top_p_within
 
 
 def test_top_k_fast_path_equals_sort_path() -> None:
@@ -12,7 +12,7 @@ def test_top_k_fast_path_equals_sort_path() -> None:
     logits = torch.randn(6, 300, generator=gen)
     logits[2, :5] = logits[2, 5]  # ties at the k-th value survive on both paths
     top_k = torch.tensor([50, 0, 6, 1, 300, 7])
-    fast = apply_top_k(logits, top_k, max_k=300)
+    fast = apply_top_k_top_p_within(logits, top_k, None, max_k=300)
     slow = apply_top_k_top_p(logits, top_k, torch.ones(6))
     assert torch.equal(torch.isinf(fast), torch.isinf(slow))
     assert torch.equal(fast[~torch.isinf(fast)], logits[~torch.isinf(fast)])

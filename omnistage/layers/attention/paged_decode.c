@@ -8,10 +8,12 @@
  * q, out: [rows, kv_heads, group, head_dim] float32, q already scaled. cache: one layer's
  * [2, num_blocks, page, kv_heads, head_dim] (keys then values). tables: [num_seqs, table_stride] int32.
  * For decode sequence i (i < n): its row is rows[i], its table tables[seqs[i]], its context ctx[seqs[i]];
- * window > 0 reads only the last `window` positions. scratch: group * max context floats.
+ * window > 0 reads only the last `window` positions. scratch: `threads` rows of scratch_stride floats (each at least
+ * group * max context), one per thread. A long step's (sequence, KV head) items are spread over the threads.
  */
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -215,28 +217,55 @@ static void one_head_any(const float *q, const char *k, const char *v, const int
     one_head(q, k, v, t, first, len, page, ss, off, group, d, bf16, sc, out);
 }
 
+/* Item `item` of a call: decode sequence item / kv_heads, KV head item % kv_heads. */
+static inline void one_item(int item, const float *q, const char *keys, const char *values, int page, int kv_heads,
+                            int group, int d, int bf16, const int32_t *tables, int table_stride, const int32_t *ctx,
+                            const int32_t *seqs, const int32_t *rows, int window, float *sc, float *out) {
+    const long slot_stride = (long)kv_heads * d;  /* elements between consecutive slots */
+    const long row_stride = (long)kv_heads * group * d;
+    int i = item / kv_heads, h = item % kv_heads;
+    int s = seqs[i], len = ctx[s];
+    int first = (window > 0 && len > window) ? len - window : 0;
+    long off = rows[i] * row_stride + (long)h * group * d;
+    const int32_t *table = tables + (long)s * table_stride;
+    switch (d) {
+    case 16: one_head_16(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
+    case 32: one_head_32(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
+    case 64: one_head_64(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
+    case 128: one_head_128(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
+    default: one_head_any(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, d, bf16, sc, out + off);
+    }
+}
+
+/* Below this many multiply-adds in a call (the scores' and the values' together) it runs on one thread: waking
+ * the team costs more than a short context's work (batch 16 at 32 tokens of a tiny model stays serial). */
+#define PARALLEL_MIN_WORK (1L << 17)
+
 int paged_decode(const float *q, const void *cache, int bf16, long num_blocks, int page, int kv_heads, int group,
                  int d, const int32_t *tables, int table_stride, const int32_t *ctx, const int32_t *seqs,
-                 const int32_t *rows, int n, int window, float *scratch, float *out) {
+                 const int32_t *rows, int n, int window, int threads, long scratch_stride, float *scratch,
+                 float *out) {
     const int elem = bf16 ? 2 : 4;
     const long slot_stride = (long)kv_heads * d;  /* elements between consecutive slots */
     const char *keys = (const char *)cache;
     const char *values = keys + num_blocks * page * slot_stride * elem;
-    const long row_stride = (long)kv_heads * group * d;
+    long work = 0;
     for (int i = 0; i < n; i++) {
-        int s = seqs[i], len = ctx[s];
-        int first = (window > 0 && len > window) ? len - window : 0;
-        for (int h = 0; h < kv_heads; h++) {
-            long off = rows[i] * row_stride + (long)h * group * d;
-            const int32_t *table = tables + (long)s * table_stride;
-            switch (d) {
-            case 16: one_head_16(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, scratch, out + off); break;
-            case 32: one_head_32(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, scratch, out + off); break;
-            case 64: one_head_64(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, scratch, out + off); break;
-            case 128: one_head_128(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, scratch, out + off); break;
-            default: one_head_any(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, d, bf16, scratch, out + off);
-            }
-        }
+        int len = ctx[seqs[i]];
+        work += (long)((window > 0 && len > window) ? window : len) * kv_heads * group * d * 2;
+    }
+    /* One item per sequence and KV head, spread over the threads of torch's own OpenMP runtime (the library links
+     * the libgomp.so.1 that torch loaded; native.py runs it on one thread where a second runtime got loaded). A short
+     * step never enters the runtime. */
+    if (threads > 1 && work >= PARALLEL_MIN_WORK) {
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+        for (int item = 0; item < n * kv_heads; item++)
+            one_item(item, q, keys, values, page, kv_heads, group, d, bf16, tables, table_stride, ctx, seqs, rows,
+                     window, scratch + (long)omp_get_thread_num() * scratch_stride, out);
+    } else {
+        for (int item = 0; item < n * kv_heads; item++)
+            one_item(item, q, keys, values, page, kv_heads, group, d, bf16, tables, table_stride, ctx, seqs, rows,
+                     window, scratch, out);
     }
     return 0;
 }
