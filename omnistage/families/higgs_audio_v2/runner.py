@@ -75,6 +75,7 @@ class HiggsRunner:
         budget = max(1, min(max_frames, sampling.max_tokens or max_frames))
         self.running[request_id] = Utterance(request_id, prompt, DelayRule(cfg, ids), sampling, budget, generator)
 
+    @torch.inference_mode()  # a leaving row moves the last one's keys into its place: inference tensors
     def abort(self, request_id: str) -> None:
         utterance = self.running.pop(request_id, None)
         if utterance is not None:
