@@ -93,7 +93,7 @@ class HiggsRunner:
         for u in [u for u in self.running.values() if u.row is None]:
             logits.append(self.model.prefill(u.prompt.input_ids(cfg), u.prompt.audio_frames(cfg), u.cache))
             utterances.append(u)
-        scores = torch.cat(logits).cpu()
+        scores = (logits[0] if len(logits) == 1 else torch.cat(logits)).cpu()  # most steps: the batch alone
         codes = self._sample(utterances, scores)
         eos = codes == cfg.audio_stream_eos_id
         frames = []
