@@ -59,6 +59,10 @@ class Undelay:
 
     def __init__(self, delays: tuple[int, ...]) -> None:
         self.delays = delays
+        # Every codebook's row offset and column: a step's frames come out in one gather (a talker step makes
+        # one row per stream, so the per-frame cost is the number of tensor calls, not their size).
+        self._offsets = torch.tensor(delays, dtype=torch.long)
+        self._columns = torch.arange(len(delays))
         self._rows: torch.Tensor | None = None  # rows not yet fully used, from row ``_base`` on
         self._base = 0  # stream row index of ``_rows[0]``
         self._done = 0  # aligned frames given out
@@ -68,9 +72,8 @@ class Undelay:
         ready = self._base + self._rows.shape[0] - max(self.delays)  # frames every codebook reached
         if ready <= self._done:
             return rows[:0]
-        t = torch.arange(self._done, ready)
-        columns = [self._rows[t + d - self._base, k] for k, d in enumerate(self.delays)]
-        out = torch.stack(columns, dim=1)
+        t = torch.arange(self._done - self._base, ready - self._base)
+        out = self._rows[t[:, None] + self._offsets, self._columns]
         keep = ready + min(self.delays) - self._base  # rows a later frame still reads start here
         self._rows, self._base, self._done = self._rows[keep:], self._base + keep, ready
         return out

@@ -4,9 +4,9 @@ Parameter names are transformers' ``HiggsAudioV2ForConditionalGeneration`` (``mo
 layer holds the text path (``input_layernorm``, ``post_attention_layernorm``, ``mlp``) and the audio path
 (``audio_input_layernorm``, ``audio_post_attention_layernorm``, ``audio_mlp``); attention is shared. A prompt's
 audio positions (a cloned voice's codes, under ``<|AUDIO_OUT|>`` and the delay token) take the audio path, the
-rest the text path; every generated position is audio. Each sequence keeps its keys and values contiguous
-(:class:`SequenceCache`), and a decode step batches every sequence's projections and MLPs (the step is bound by reading
-the weights) while each attends over its own cache.
+rest the text path; every generated position is audio. A prompt is prefilled in its own contiguous cache
+(:class:`SequenceCache`); a decode step runs every running sequence as a row of one :class:`SlotStep`: projections,
+MLPs and attention each one batched call (at tiny widths the step is its number of calls).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from omnistage.families.higgs_audio_v2.config import HiggsConfig, Llama3Rope
 from omnistage.layers.norm import RMSNorm
 from omnistage.layers.rotary import rope_inv_freq, rotate_half
 from omnistage.models.sequence_cache import SequenceCache
+from omnistage.models.slot_cache import SlotStep
+
+Caches = list[SequenceCache] | SlotStep  # a prompt's own cache, or every running row's one step
 
 
 def llama3_inv_freq(head_dim: int, rope: Llama3Rope) -> torch.Tensor:
@@ -54,11 +57,17 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[SequenceCache],
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: Caches,
                 layer: int) -> torch.Tensor:
-        """``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence)."""
+        """``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence), or
+        every row of a :class:`SlotStep` by one position."""
         batch, length, _ = x.shape
         q, k, v = self._qkv(x, cos, sin)
+        if isinstance(caches, SlotStep):
+            keys, values = caches.extend(layer, k, v)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=caches.mask, scale=self.head_dim**-0.5,
+                                                 enable_gqa=True)
+            return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
         rows = []
         for i, cache in enumerate(caches):
             keys, values = cache.extend(layer, k[i:i + 1], v[i:i + 1])
@@ -102,7 +111,7 @@ class DecoderLayer(nn.Module):
         self.audio_post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, audio: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-                caches: list[SequenceCache], layer: int) -> torch.Tensor:
+                caches: Caches, layer: int) -> torch.Tensor:
         normed = _routed(x, audio, self.input_layernorm, self.audio_input_layernorm)
         x = x + self.self_attn(normed, cos, sin, caches, layer)
         post = _routed(x, audio, self.post_attention_layernorm, self.audio_post_attention_layernorm)
@@ -140,15 +149,21 @@ class Backbone(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)[:, None]
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: list[SequenceCache]) -> torch.Tensor:
+    def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: Caches) -> torch.Tensor:
         """``[B, T, hidden]`` continuing ``caches`` (one per row) -> normalised hidden states. ``audio`` ``[B, T]``
         marks the audio positions (None: all are)."""
         length = embeds.shape[1]
-        starts = torch.tensor([c.length for c in caches], device=embeds.device)
-        cos, sin = self.rotary(starts[:, None] + torch.arange(length, device=embeds.device), embeds.dtype)
+        if isinstance(caches, SlotStep):
+            positions = caches.positions[:, None]
+        else:
+            starts = torch.tensor([c.length for c in caches], device=embeds.device)
+            positions = starts[:, None] + torch.arange(length, device=embeds.device)
+        cos, sin = self.rotary(positions, embeds.dtype)
         x = embeds
         for i, layer in enumerate(self.layers):
             x = layer(x, audio, cos, sin, caches, i)
+        if isinstance(caches, SlotStep):
+            caches.done()
         return self.norm(x)
 
 
@@ -184,7 +199,7 @@ class HiggsAudioV2(nn.Module):
         embeds, audio = self.prompt_embeds(input_ids, audio_codes)
         return self.logits(self.model(embeds, audio if not bool(audio.all()) else None, [cache])[:, -1])
 
-    def step(self, frames: torch.Tensor, caches: list[SequenceCache]) -> torch.Tensor:
+    def step(self, frames: torch.Tensor, caches: Caches) -> torch.Tensor:
         """Each sequence's last frame ``[B, G]`` -> the next frames' logits ``[B, G, codebook_size]``."""
         embeds = self.model.embed_audio_tokens(frames.to(self.audio_lm_head.weight.device))[:, None]
         return self.logits(self.model(embeds.to(self.audio_lm_head.weight.dtype), None, caches)[:, -1])

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from omnistage.families.higgs_audio_v2.config import CODEC_FOLDER
+from omnistage.families.higgs_audio_v2.dac_decoder import adjust_dac_decoder
 from omnistage.families.higgs_audio_v2.sinc_resample import sinc_resample
 
 RECEPTIVE_FRAMES = 4  # conv1 (kernel 7: 3 frames) + every upsampling stage's kernels (under one frame together)
@@ -30,16 +31,6 @@ def transformers_config(folder: str | Path) -> object:
     from transformers import HiggsAudioV2TokenizerConfig
 
     return HiggsAudioV2TokenizerConfig.from_pretrained(str(Path(folder) / CODEC_FOLDER))
-
-
-def _adjust_dac_decoder(decoder: nn.Module) -> None:
-    """As transformers' ``_adjust_dac_decoder``: output padding ``stride % 2`` on each transposed conv (a window of
-    ``n`` frames decodes to exactly ``n * hop`` samples) and no final tanh."""
-    for module in decoder.modules():
-        if isinstance(module, nn.ConvTranspose1d):
-            module.output_padding = (module.stride[0] % 2,)
-    if isinstance(getattr(decoder, "tanh", None), nn.Tanh):
-        decoder.tanh = nn.Identity()
 
 
 class VectorQuantizer(nn.Module):
@@ -94,7 +85,7 @@ class HiggsCodec(nn.Module):
         self.codebook_size = int(config.codebook_size)
         acoustic = DacModel(config.acoustic_model_config)
         self.acoustic_decoder = acoustic.decoder
-        _adjust_dac_decoder(self.acoustic_decoder)
+        adjust_dac_decoder(self.acoustic_decoder)
         self.fc2 = nn.Linear(config.hidden_size, config.acoustic_model_config.hidden_size)
         self.quantizer = ResidualQuantizer(config)
         self.has_encoder = encoder

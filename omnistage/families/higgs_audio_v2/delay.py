@@ -29,6 +29,7 @@ class DelayRule:
         self.bos_left = self._from(delays, window, cfg.audio_bos_token_id, missing=[0] * len(delays))
         self.eos_left = self._from(delays, window, cfg.audio_delay_token_id, missing=delays)
         self.last_id = int(prompt_ids[-1])
+        self._holds = True  # whether a later frame may still hold a codebook (False: constrain is a no-op)
 
     @staticmethod
     def _from(delays: list[int], window: list[int], token: int, missing: list[int]) -> list[int]:
@@ -40,11 +41,15 @@ class DelayRule:
     def constrain(self, scores: torch.Tensor) -> torch.Tensor:
         """``[G, V]`` logits with the held codebooks forced to their marker (in place); call once per frame."""
         cfg = self.cfg
+        if not self._holds and self.last_id != cfg.audio_delay_token_id:
+            return scores  # most frames: every BOS hold is over and no EOS one has begun
         bos_rows = [k for k, left in enumerate(self.bos_left) if left >= 0]
         self.bos_left = [left - 1 if left >= 0 else left for left in self.bos_left]
         if self.last_id == cfg.audio_delay_token_id:
             self.eos_left = [left - 1 for left in self.eos_left]
         eos_rows = [k for k, left in enumerate(self.eos_left) if left <= 0]
+        # BOS holds only count down, and EOS ones move only after the delay token (which stays once it came)
+        self._holds = any(left >= 0 for left in self.bos_left) or any(left <= 0 for left in self.eos_left)
         for rows, marker in ((bos_rows, cfg.audio_stream_bos_id), (eos_rows, cfg.audio_stream_eos_id)):
             if rows:
                 kept = scores[rows, marker].clone()

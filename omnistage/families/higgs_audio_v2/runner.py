@@ -1,10 +1,10 @@
 """The generator stage's step loop: every running utterance advances one frame (8 codes) per step.
 
-A new utterance is prefilled alone (its prompt routes text and voice positions through their own MLPs); then one
-batched step runs every utterance on its last frame (all audio positions: the audio MLPs only), each attending over
-its own contiguous cache. Each frame is sampled per codebook under its utterance's :class:`DelayRule`; a greedy
-request (temperature 0) takes the argmax, a seeded one draws from its own generator. Offline generation (verify)
-is this loop with one utterance.
+A new utterance is prefilled alone in its own cache (its prompt routes text and voice positions through their own
+MLPs), then joins a row of the :class:`SlotCache`; each step runs every joined utterance on its last frame as one
+batch (all audio positions: the audio MLPs only; one attention call over the rows, padding masked). Each frame is
+sampled per codebook under its utterance's :class:`DelayRule`; a greedy request (temperature 0) takes the argmax, a
+seeded one draws from its own generator. Offline generation (verify) is this loop with one utterance.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from omnistage.families.higgs_audio_v2.backbone import HiggsAudioV2
 from omnistage.families.higgs_audio_v2.delay import DelayRule
 from omnistage.families.higgs_audio_v2.prompt import HiggsPrompt
 from omnistage.models.sequence_cache import SequenceCache
+from omnistage.models.slot_cache import SlotCache
 from omnistage.sampling_params import SamplingParams
 
 
@@ -28,7 +29,8 @@ class Utterance:
     sampling: SamplingParams
     max_frames: int
     generator: torch.Generator | None
-    cache: SequenceCache = field(default_factory=SequenceCache)
+    cache: SequenceCache = field(default_factory=SequenceCache)  # the prompt's, until it joins a row
+    row: int | None = None  # its row of the runner's SlotCache, once prefilled
     last: torch.Tensor | None = None  # the frame fed next [G]
     made: int = 0
 
@@ -63,6 +65,8 @@ class HiggsRunner:
     def __init__(self, model: HiggsAudioV2) -> None:
         self.model = model
         self.running: dict[str, Utterance] = {}
+        self.slots = SlotCache(model.cfg.num_hidden_layers)
+        self.rows: list[Utterance] = []  # the utterances in the slot rows, in row order
 
     def add(self, request_id: str, prompt: HiggsPrompt, sampling: SamplingParams, max_frames: int) -> None:
         cfg = self.model.cfg
@@ -71,21 +75,25 @@ class HiggsRunner:
         budget = max(1, min(max_frames, sampling.max_tokens or max_frames))
         self.running[request_id] = Utterance(request_id, prompt, DelayRule(cfg, ids), sampling, budget, generator)
 
+    @torch.inference_mode()  # a leaving row moves the last one's keys into its place: inference tensors
     def abort(self, request_id: str) -> None:
-        self.running.pop(request_id, None)
+        utterance = self.running.pop(request_id, None)
+        if utterance is not None:
+            self._leave(utterance)
 
     @torch.inference_mode()
     def step(self) -> list[Frame]:
-        """One frame for every running utterance (a new one is prefilled first)."""
+        """One frame for every running utterance (a new one is prefilled, then joins the rows)."""
         if not self.running:
             return []
         cfg = self.model.cfg
-        fresh = [u for u in self.running.values() if u.last is None]
-        going = [u for u in self.running.values() if u.last is not None]
-        logits = [self.model.prefill(u.prompt.input_ids(cfg), u.prompt.audio_frames(cfg), u.cache) for u in fresh]
-        if going:
-            logits.append(self.model.step(torch.stack([u.last for u in going]), [u.cache for u in going]))
-        utterances, scores = fresh + going, torch.cat(logits).cpu()
+        utterances, logits = list(self.rows), []
+        if utterances:
+            logits.append(self.model.step(torch.stack([u.last for u in utterances]), self.slots.step()))
+        for u in [u for u in self.running.values() if u.row is None]:
+            logits.append(self.model.prefill(u.prompt.input_ids(cfg), u.prompt.audio_frames(cfg), u.cache))
+            utterances.append(u)
+        scores = (logits[0] if len(logits) == 1 else torch.cat(logits)).cpu()  # most steps: the batch alone
         codes = self._sample(utterances, scores)
         eos = codes == cfg.audio_stream_eos_id
         frames = []
@@ -96,9 +104,27 @@ class HiggsRunner:
             frames.append(Frame(u.request_id, row, ended or by_length, by_length))
             if ended or by_length:
                 del self.running[u.request_id]
+                self._leave(u)
             else:
                 u.last = row
+                if u.row is None:
+                    self._join(u)
         return frames
+
+    def _join(self, u: Utterance) -> None:
+        u.row = self.slots.join(u.cache)
+        u.cache = SequenceCache()  # the row holds it now
+        self.rows.append(u)
+
+    def _leave(self, u: Utterance) -> None:
+        if u.row is None:
+            return
+        moved = self.slots.leave(u.row)
+        last = self.rows.pop()
+        if moved is not None:
+            self.rows[u.row] = last
+            last.row = u.row
+        u.row = None
 
     @staticmethod
     def _sample(utterances: list[Utterance], scores: torch.Tensor) -> torch.Tensor:
