@@ -8,6 +8,7 @@ import torch
 
 from omnistage.families.csm.config import CODEC_PREFIX, CsmConfig
 from omnistage.families.csm.model import CsmModel
+from omnistage.layers.quant.apply import apply_quantization
 from omnistage.models.mimi import MimiCodec, load_mimi
 from omnistage.models.weights import Checkpoint, WeightLoadError, load_module
 
@@ -16,7 +17,9 @@ _DEPTH_TABLE = "depth_decoder.model.embed_tokens."
 
 
 def load_model(folder: str | Path, cfg: CsmConfig, device: str = "cpu",
-               dtype: torch.dtype = torch.float32) -> CsmModel:
+               dtype: torch.dtype = torch.float32, quantization: str = "none") -> CsmModel:
+    """``quantization``: ``int8`` makes both Llama stacks' linears weight-only int8 (one scale per row); the
+    embeddings and code heads stay in ``dtype``."""
     model = CsmModel(cfg)
     ckpt = Checkpoint(folder)
     # The codebook table is one tensor both stacks read; transformers saves it under the depth decoder's name.
@@ -28,7 +31,9 @@ def load_model(folder: str | Path, cfg: CsmConfig, device: str = "cpu",
         raise WeightLoadError(f"{folder}: tensors no CSM module reads: {unknown[:5]}")
     model.backbone_model.inv_freq = cfg.backbone.rope.inv_freq(cfg.backbone.head_dim).to(device)
     model.depth_decoder.model.inv_freq = cfg.depth.rope.inv_freq(cfg.depth.head_dim).to(device)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    apply_quantization(model, quantization)
+    return model
 
 
 def load_codec(folder: str | Path, cfg: CsmConfig, *, encoder: bool = True, decoder: bool = True,
