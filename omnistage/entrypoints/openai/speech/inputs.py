@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -133,10 +133,11 @@ class TextToSpeech(SpeechInputs):
         except VoiceStoreError as exc:  # never a list of the voices others registered
             raise bad_request(str(exc), param="voice", code="invalid_voice") from exc
 
-    async def request(self, body: SpeechRequest) -> OmniRequest:
+    async def request(self, body: SpeechRequest, context: Sequence[TurnAsked] | None = None) -> OmniRequest:
+        """``context``: the earlier turns, when they come from elsewhere than the body (a chat's messages)."""
         voice = self.check_voice(body)
         source = await self._voice_source(body, voice)
-        turns = await fetch_turns(context_turns(body), self.fetcher, self.limits)
+        turns = await fetch_turns(context_turns(body) if context is None else context, self.fetcher, self.limits)
         ask = SpeechAsk(body.input, voice, body.instructions, language=body.language or "auto")
         prompt = await self._prompt(self._make, ask, source, turns)
         try:
