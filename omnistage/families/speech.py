@@ -27,15 +27,28 @@ CloneMode = Literal["in_context", "x_vector"]
 
 
 @dataclass(frozen=True)
+class ContextTurn:
+    """An earlier turn of the conversation the utterance continues (a conversational model's context): who said
+    it (one of the front end's ``speakers``), what was said, and how it sounded (mono, finite samples)."""
+
+    speaker: str
+    text: str
+    samples: np.ndarray
+    sample_rate: int
+
+
+@dataclass(frozen=True)
 class SpeechAsk:
     """One utterance as a caller asks for it. ``voice``: a speaker name, resolved by the API (None when the
-    checkpoint has no named speakers); ``instructions``: how to speak (or, for a voice-design model, the voice)."""
+    checkpoint has no named speakers); ``instructions``: how to speak (or, for a voice-design model, the voice);
+    ``context``: earlier turns, oldest first (a front end that ``takes_context``)."""
 
     text: str
     voice: str | None = None
     instructions: str | None = None
     language: str = "auto"
     clone: object | None = None  # a registered voice, as the front end's load_voice read it
+    context: tuple[ContextTurn, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,11 +78,14 @@ class SpeechFrontEnd(ABC):
     """speakers: the names ``voice`` may take (empty when the checkpoint's voice is not a named speaker).
     needs_instructions: the voice comes from ``instructions`` (a voice-design model).
     clones_voices: ``voice`` names a voice registered from reference audio (``clone_voice``, stored by the server
-    with ``save_voice``, read back with ``load_voice``)."""
+    with ``save_voice``, read back with ``load_voice``).
+    takes_context: the utterance continues a conversation given as earlier turns (``SpeechAsk.context``), each
+    said by one of ``speakers``."""
 
     speakers: tuple[str, ...] = ()
     needs_instructions: bool = False
     clones_voices: bool = False
+    takes_context: bool = False
     takes_text_deltas: bool = False  # speaks text as it is written (``spoken_text``); else text is cut in sentences
 
     def spoken_text(self, ask: SpeechAsk, room: int) -> SpokenText:

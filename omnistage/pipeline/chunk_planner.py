@@ -18,6 +18,11 @@ the chunk is the largest ``m <= max_frames`` that fits a share of the slack. It 
 when the slack shrank since the last cut (the talker slowed: another stream's prefill), down to the smallest chunk
 the vocoder keeps up with (from the measured round trip of a chunk); a stream whose player ran dry takes first-
 chunk sizes (or that smallest one, when larger), so its pauses are few rather than one per frame.
+
+While the stream's input is still open (text fed as it is written), the talker is input-bound: it stops whenever
+the writer is behind, so frames the planner would wait for may not come at the measured pace. A chunk then waits
+for no more than a rebuffer's chunk (the first chunk's size, or the smallest the vocoder keeps up with); what is
+made reaches the player before the talker may starve. Growth is back once the input is closed.
 """
 
 from __future__ import annotations
@@ -112,6 +117,7 @@ class PlaybackPlanner:
         self._frames_at: float | None = None
         self._sent: dict[int, tuple[float, int]] = {}  # chunk index -> (sent at, frames decoded incl. context)
         self._cut = 0  # new frames in chunks so far: the next chunk's context is min(left_context, this)
+        self.input_open = False  # the talker waits for input still being written (set by the stream's owner)
 
     # Measurements ---------------------------------------------------------------------------------
     def frames_arrived(self, now: float, count: int) -> None:
@@ -191,4 +197,6 @@ class PlaybackPlanner:
             # per-call cost, and fall behind.
             best = max(ready, math.floor((slack + ready * talker - vocoder * context) / (talker + vocoder)))
             floor = self.min_frames()
+            if self.input_open:  # frames waited for may not come at the talker's pace: wait for a rebuffer's worth
+                best = min(best, max(ready, b.first_frames, floor))
         return min(max(best, floor), b.max_frames)

@@ -197,6 +197,7 @@ class RequestFlows:
                             head_start, self.graph.family.codec_prime(request),
                             StreamVoice(request.voice or "", request.sampling.seed or 0))
         state.audio = CodecEdge(setup, self.paces)
+        state.audio.planner.input_open = state.input_open  # input-bound: its chunks do not wait on frames
         return None
 
     def feed(self, request_id: str, delta: PromptDelta) -> None:
@@ -214,6 +215,8 @@ class RequestFlows:
             return self.fail(request_id, f"{type(exc).__name__}: {exc}")
         state.num_prompt_tokens += delta.num_tokens
         state.input_open = state.input_open and not delta.done
+        if state.audio is not None:
+            state.audio.planner.input_open = state.input_open
         self._to(self.graph.entry, request_id, payload)
         return None
 

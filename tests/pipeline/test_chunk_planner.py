@@ -32,7 +32,7 @@ class Run:
 
 def simulate(talker_rtf: float | Callable[[int], float], frames: int = 300, call_s: float = 0.12,
              frame_cost_s: float = 0.012, planned: bool = True, context: int = CONTEXT, first: int = FIRST,
-             stage: StagePaces | None = None) -> Run:
+             stage: StagePaces | None = None, input_open: bool = False) -> Run:
     """One stream of ``frames`` frames; ``talker_rtf`` may vary by frame index. The defaults make a 25-frame
     chunk with 25 frames of context take 0.72 s to decode: more than the 0.8 s a first 10-frame chunk holds once
     the talker's 2 s for 25 frames are added."""
@@ -41,6 +41,7 @@ def simulate(talker_rtf: float | Callable[[int], float], frames: int = 300, call
     plan = ChunkPlan(chunk_frames=MAX, left_context=context, first_chunk_frames=first, seamless=True)
     bounds = ChunkBounds(first, MAX, context, FRAME_S)
     planner = PlaybackPlanner(bounds, playback, stage or StagePaces(), clock=lambda: clock[0])
+    planner.input_open = input_open
     rtf = talker_rtf if callable(talker_rtf) else lambda _: talker_rtf
     chunker = FrameChunker("s", plan, width=1, sizer=planner if planned else None)
     deliveries: list[tuple[float, int, int]] = []  # (time, chunk index, new frames)
@@ -131,6 +132,39 @@ def test_far_behind_the_player_pauses_seldom() -> None:
     run = simulate(talker_rtf=1.2, **CHEAP)
     assert 0 < run.playback.stalls <= 10
     assert run.playback.stall_s <= 0.2 * run.audio_s + 1.5
+
+
+def _written(burst: int, gap_s: float, fast: float) -> Callable[[int], float]:
+    """A talker fed text as it is written: ``burst`` frames at ``fast`` x real time, then it starves ``gap_s`` for
+    the writer's next words."""
+    return lambda j: gap_s / FRAME_S if j % burst == burst - 1 else fast
+
+
+@pytest.mark.parametrize(("burst", "gap_s"), [(20, 1.0), (10, 0.5), (15, 0.8)])
+def test_while_the_input_is_open_chunks_do_not_wait_for_frames_that_may_not_come(burst: int, gap_s: float) -> None:
+    """An input-bound talker makes frames in bursts and then waits for text: a planner that grows chunks from the
+    bursts' pace holds up to a whole chunk of made frames back when the talker starves, and the player runs dry;
+    told the input is open, it waits for no more than a first chunk's worth, and what is made gets played."""
+    grown = simulate(_written(burst, gap_s, 0.3), frames=200, first=4, **CHEAP)
+    capped = simulate(_written(burst, gap_s, 0.3), frames=200, first=4, input_open=True, **CHEAP)
+    assert grown.playback.stall_s > 0.5 and max(grown.sizes) > 4
+    assert capped.playback.stall_s < 0.15 and max(capped.sizes[:-1]) == 4
+
+
+def test_growth_is_back_once_the_input_is_closed() -> None:
+    clock = [10.0]
+    playback = Playback()
+    planner = PlaybackPlanner(ChunkBounds(4, MAX, 0, FRAME_S), playback, StagePaces(), clock=lambda: clock[0])
+    for t in (9.0, 9.02, 9.04):
+        planner.frames_arrived(t, 1)  # a fast talker
+    planner.chunk_sent(0, 9.0, 4, 4)
+    planner.chunk_returned(0, 9.01)
+    playback.delivered(9.01, 3.0)  # seconds of audio ahead
+    planner.input_open = True
+    assert planner.size(1, pending=2) == 4
+    assert planner.size(1, pending=7) == 6  # what is made goes, however many: no waiting for more
+    planner.input_open = False
+    assert planner.size(1, pending=2) == MAX
 
 
 def test_smallest_chunk_follows_what_chunks_cost() -> None:

@@ -25,6 +25,7 @@ from omnistage.entrypoints.openai.chat.protocol import (
     ChatCompletionResponse,
 )
 from omnistage.entrypoints.openai.chat.service import ChatService
+from omnistage.entrypoints.openai.chat.spoken import spoken_chat
 from omnistage.entrypoints.openai.common.admission import Admission
 from omnistage.entrypoints.openai.common.auth import AccessMiddleware
 from omnistage.entrypoints.openai.common.body_limit import BodyLimitMiddleware
@@ -263,10 +264,11 @@ def build_app(engine: OmniEngine, limits: ServerLimits | None = None, media: Med
     store = VoiceStore(serving.voices_dir, limits.max_voices) if serving.voices_dir is not None else None
     app.state.limits = limits
     app.state.pool = pool  # large JSON bodies are read there (common/prescan.py)
+    speech = SpeechService(engine, metrics, limits, admission, pool, served, store, fetcher=fetcher)
     app.state.services = Services(engine=engine, served=served,
-                                  chat=ChatService(engine, builder, metrics, admission, served),
-                                  speech=SpeechService(engine, metrics, limits, admission, pool, served, store,
-                                                       fetcher=fetcher),
+                                  chat=ChatService(engine, builder, metrics, admission, served,
+                                                   spoken_chat(engine, served, speech.inputs, limits)),
+                                  speech=speech,
                                   voices=VoiceService(engine, limits, store, admission, pool),
                                   metrics=metrics, recogniser=recogniser)
     app.include_router(api)

@@ -71,6 +71,10 @@ class ServerLimits:
     max_voice_audio_bytes: int = _limit(10 * MIB, "size of one reference recording a voice is cloned from")
     max_voice_seconds: float = _limit(30.0, "seconds of one reference recording (read from its header)")
     max_voices: int = _limit(256, "voices kept under --voices-dir")
+    max_speech_context_turns: int = _limit(16, "earlier turns (context) one /v1/audio/speech or chat request gives "
+                                               "a conversational speech model")
+    max_speech_context_seconds: float = _limit(120.0, "seconds of those turns' audio, all together (read from "
+                                                      "each header, then counted while decoding)")
     max_ws_message_bytes: int = _limit(16 * MIB, "size of one WebSocket message (a realtime or speech-stream "
                                                  "event); past it the socket is closed with 1009")
     max_realtime_sessions: int = _limit(64, "realtime sessions open at once, WebSocket and WebRTC together")

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from omnistage.families.csm.config import LlamaShape
-from omnistage.layers.linear import FusedRows, activation
+from omnistage.layers.linear import FusedRows, GatedMLP
 from omnistage.layers.norm import RMSNorm
 from omnistage.layers.rotary import rotate_half
 from omnistage.models.sequence_cache import SequenceCache
@@ -35,6 +35,10 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(shape.hidden_size, kv_dim, bias=False)
         self.o_proj = nn.Linear(q_dim, shape.hidden_size, bias=False)
         self.qkv = FusedRows(self.q_proj, self.k_proj, self.v_proj)  # one matmul: decode is call-bound
+        self.out = FusedRows(self.o_proj)  # a quantized o_proj's matmul (plain or int8)
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.q_proj, self.k_proj, self.v_proj, self.o_proj]
 
     def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
@@ -60,7 +64,7 @@ class Attention(nn.Module):
                                                  enable_gqa=self.kv_heads != self.heads)
         else:
             out = self._attend(q, k, v, causal=length > 1)
-        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], length, -1))
+        return self.out.joint(out.transpose(1, 2).reshape(x.shape[0], length, -1))
 
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[SequenceCache],
              layer: int) -> torch.Tensor:
@@ -70,28 +74,14 @@ class Attention(nn.Module):
         for i, cache in enumerate(caches):
             keys, values = cache.extend(layer, k[i:i + 1], v[i:i + 1])
             rows.append(self._attend(q[i:i + 1], keys, values, causal=False))
-        return self.o_proj(torch.cat(rows).transpose(1, 2).reshape(x.shape[0], 1, -1))
-
-
-class Mlp(nn.Module):
-    def __init__(self, shape: LlamaShape) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False)
-        self.act = activation(shape.hidden_act)
-        self.gate_up = FusedRows(self.gate_proj, self.up_proj)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x)
-        return self.down_proj(self.act(gate) * up)
+        return self.out.joint(torch.cat(rows).transpose(1, 2).reshape(x.shape[0], 1, -1))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, shape: LlamaShape) -> None:
         super().__init__()
         self.self_attn = Attention(shape)
-        self.mlp = Mlp(shape)
+        self.mlp = GatedMLP(shape.hidden_size, shape.intermediate_size, shape.hidden_act)
         self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 

@@ -74,6 +74,7 @@ def make_tiny_csm(out_dir: str | Path, seed: int = 0, size: str = "tiny", plain:
     if not plain:
         draw_weights(model, torch.Generator().manual_seed(seed))
     if size == "full":
+        silence_codes_past_codec_(model)
         model = model.to(torch.bfloat16)
     tokenizer.save(str(out / "tokenizer.json"))
     model.save_pretrained(out)
@@ -99,6 +100,16 @@ def draw_weights(model: nn.Module, gen: torch.Generator) -> None:
     last = model.codec_model.decoder.decoder_seanet.layers[-1].conv
     last.weight /= 8.0
     last.bias.zero_()
+
+
+@torch.no_grad()
+def silence_codes_past_codec_(model: nn.Module) -> None:
+    """The full size's 2051 codes a codebook against the codec's 2048 entries: the code heads' rows for the ids
+    past the codec (the published model's specials, which it never says in speech) are zeroed, so a random model's
+    logit for them sits at the median and top-k sampling or greedy picks only codes the codec decodes."""
+    entries = model.config.codec_config.codebook_size
+    model.lm_head.weight[entries:] = 0.0
+    model.depth_decoder.codebooks_head.weight[..., entries:] = 0.0
 
 
 def _draw_codec(name: str, tensor: torch.Tensor, gen: torch.Generator) -> None:

@@ -25,7 +25,8 @@ class BackboneWorker(FrameLoopWorker):
 
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
-        super().__init__(CsmRunner(load_model(spec.model_dir, CsmConfig.from_folder(spec.model_dir), device, dtype)))
+        cfg = CsmConfig.from_folder(spec.model_dir)
+        super().__init__(CsmRunner(load_model(spec.model_dir, cfg, device, dtype, spec.stage.quantization)))
 
 
 class MimiDecoderWorker(CodecWorker):

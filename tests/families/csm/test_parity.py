@@ -106,3 +106,27 @@ def test_verify_holds_on_transformers_own_init(tmp_path):
 
     for r in run_csm_verify(make_tiny_csm(tmp_path, plain=True), frames=6):
         assert r.ok, r
+
+
+def test_int8_backbone_stays_near_fp32(csm_tiny):
+    """Weight-only int8 on both Llama stacks: every linear is quantized (the embeddings and heads are not), and the
+    prompt's codebook-0 logits stay within 5% of their spread of fp32's (one scale per row, 127 levels), the
+    greedy pick the same; random weights amplify rounding over frames, so whole frames are not compared."""
+    from omnistage.models.sequence_cache import SequenceCache
+
+    cfg = CsmConfig.from_folder(csm_tiny)
+    prompt = CsmTokenizer(csm_tiny, cfg).prompt("hello there, how are you")
+    int8, fp32 = load_model(csm_tiny, cfg, quantization="int8"), load_model(csm_tiny, cfg)
+    quantized = [n for n, p in int8.named_parameters() if p.dtype == torch.int8]
+    layers = cfg.backbone.num_hidden_layers + cfg.depth.num_hidden_layers
+    assert len(quantized) == 7 * layers and not any("embed" in n or "head" in n for n in quantized)
+
+    def logits(model) -> torch.Tensor:  # noqa: ANN001
+        embeds = model.prompt_embeds(torch.tensor(prompt.input_ids), prompt.context)
+        with torch.no_grad():
+            return model.first_codebook(model.backbone_model(embeds, SequenceCache())[:, -1])[0]
+
+    ours, theirs = logits(int8), logits(fp32)
+    assert not torch.equal(ours, theirs)
+    torch.testing.assert_close(ours, theirs, atol=0.05 * float(theirs.std()), rtol=0)
+    assert int(ours.argmax()) == int(theirs.argmax())

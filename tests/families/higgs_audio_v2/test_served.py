@@ -28,7 +28,7 @@ from omnistage.pipeline.runtime import PipelineOptions
 from omnistage.sampling_params import SamplingParams
 from tests.audio.signals import av_decode
 from tests.entrypoints.server_thread import serving
-from tests.entrypoints.speech_ws import speech_stream_session
+from tests.families.speech_server import speak_concurrently_as_alone, ws_session
 
 pytestmark = pytest.mark.e2e
 FRAMES = 60  # 52 audio frames once the staircase's 8 are de-delayed: more than one 50-frame chunk
@@ -155,21 +155,7 @@ def test_bad_input_is_a_400(served):
 
 
 def test_concurrent_requests_each_speak_as_alone(served):
-    """Utterances of different lengths batched in the generator's steps: each the audio it gets alone."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    url, _ = served
-    client = _client(url)
-    texts = [TEXT, "the quick brown fox jumps over the lazy dog", "good morning"]
-
-    def speak(text: str) -> bytes:
-        return client.audio.speech.create(model="higgs", voice="alloy", input=text, response_format="pcm").content
-
-    alone = [speak(t) for t in texts]
-    with ThreadPoolExecutor(len(texts)) as pool:
-        together = list(pool.map(speak, texts))
-    for a, b in zip(alone, together):
-        np.testing.assert_allclose(_pcm(a), _pcm(b), atol=2 / 32767)
+    speak_concurrently_as_alone(served[0], "higgs", "alloy", lsb=2)
 
 
 def test_speech_stream_websocket_speaks_each_sentence(served):
@@ -177,7 +163,7 @@ def test_speech_stream_websocket_speaks_each_sentence(served):
     url, _ = served
     pieces = ["hello the", "re, how are you today? I am ", "fine, thank", " you."]
     events = [{"type": "input_text.delta", "delta": p} for p in pieces] + [{"type": "input_text.done"}]
-    got = asyncio.run(speech_stream_session(url, "higgs", events))
+    got = asyncio.run(ws_session(url, "higgs", events))
     assert got[-1]["type"] == "speech.audio.done", got[-1]
     done = [e["text"] for e in got if e["type"] == "speech.segment.done"]
     assert len(done) == 2

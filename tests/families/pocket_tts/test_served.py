@@ -23,6 +23,7 @@ from tests.audio.signals import av_decode
 from tests.families.speech_server import (
     openai_client,
     same_pcm,
+    speak_concurrently_as_alone,
     sse_joins_to_the_whole,
     streamed_bytes_join_to_the_whole,
     ws_speaks_each_sentence,
@@ -105,18 +106,4 @@ def test_speech_stream_websocket_speaks_each_sentence(served):
 
 
 def test_concurrent_requests_each_speak_as_alone(served):
-    """Utterances of different lengths batched in the backbone's steps: each the audio it gets alone."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    url, _ = served
-    client = _client(url)
-    texts = [TEXT, "the quick brown fox jumps over the lazy dog", "good morning"]
-
-    def speak(text: str) -> bytes:
-        return client.audio.speech.create(model="pocket", voice="marius", input=text, response_format="pcm").content
-
-    alone = [speak(t) for t in texts]
-    with ThreadPoolExecutor(len(texts)) as pool:
-        together = list(pool.map(speak, texts))
-    for a, b in zip(alone, together):
-        _same_pcm(a, b)
+    speak_concurrently_as_alone(served[0], "pocket", "marius")

@@ -65,7 +65,7 @@ def _log_ignored(body: ChatCompletionRequest) -> None:
         logger.debug("chat request: ignoring fields %s", ", ".join(ignored))
 
 
-def _audio_output(body: ChatCompletionRequest, engine: OmniEngine, served: ServedModel,
+def audio_output(body: ChatCompletionRequest, engine: OmniEngine, served: ServedModel,
                   modalities: list[str]) -> AudioOutput | None:
     if "audio" not in modalities:
         if body.audio is not None:
@@ -86,7 +86,7 @@ def chat_plan(body: ChatCompletionRequest, engine: OmniEngine, served: ServedMod
     served.check(body.model)
     require_chat(engine)
     modalities = list(body.modalities or served.default_modalities)
-    audio = _audio_output(body, engine, served, modalities)
+    audio = audio_output(body, engine, served, modalities)
     if audio is not None and body.choices > 1:
         raise bad_request("n > 1 is supported for text output only", param="n")
     try:

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 import msgspec
@@ -37,6 +37,7 @@ from omnistage.entrypoints.openai.chat.protocol import (
     ToolCall,
 )
 from omnistage.entrypoints.openai.chat.request import ChatPlan, chat_plan, chat_sampling
+from omnistage.entrypoints.openai.chat.spoken import SpokenAsk, SpokenChat
 from omnistage.entrypoints.openai.chat.stream import AUDIO_TTL_S, ChunkWriter, finish_reason_name, usage_info
 from omnistage.entrypoints.openai.common.admission import Admission, Ticket
 from omnistage.entrypoints.openai.common.errors import APIError
@@ -74,8 +75,11 @@ def _total_usage(usages: list[Usage]) -> Usage:
 
 class ChatService:
     def __init__(self, engine: OmniEngine, builder: ChatPromptBuilder, metrics: ServerMetrics,
-                 admission: Admission | None = None, served: ServedModel | None = None) -> None:
+                 admission: Admission | None = None, served: ServedModel | None = None,
+                 spoken: SpokenChat | None = None) -> None:
+        """``spoken``: the served model is a conversational speech model (CSM), whose reply is spoken text."""
         self.engine = engine
+        self.spoken = spoken
         self.builder = builder
         self.metrics = metrics
         self.admission = admission or Admission(engine, builder.limits.max_queued_requests)
@@ -86,17 +90,21 @@ class ChatService:
 
     async def create(self, body: ChatCompletionRequest, raw: Request) -> Response:
         arrived = time.perf_counter()
-        plan = chat_plan(body, self.engine, self.served)
+        if self.spoken is not None:
+            plan, ask = self.spoken.prepare(body)
+            made = self._spoken(ask, bool(body.stream))
+        else:
+            plan = chat_plan(body, self.engine, self.served)
+            made = self._made(body, plan)
         # Admitted before any media is fetched or decoded (a data: URL's base64 included): an overloaded server
         # refuses at once instead of first spending a pool job on a body it will not serve. The work then runs in
         # the bounded pool and stops if the client leaves; a media error gives the tickets back.
         tickets = self._admit(plan.choices, _modalities(plan))
         group = Ticket(lambda: [t.release() for t in tickets])
         try:
-            prompt, sampling = await prepare_admitted(raw, group, self._prompt(body, plan))
+            requests = [traced(r) for r in await prepare_admitted(raw, group, made)]
         except ClientDisconnected:
             return Response(status_code=499)
-        requests = [traced(r) for r in self._requests(body, plan, prompt, sampling)]
         logprobs = LogprobWriter(getattr(self.engine.front_end.processor, "tokenizer", None), plan.logprobs or 0) \
             if plan.logprobs is not None else None
         if body.stream:
@@ -112,6 +120,8 @@ class ChatService:
             return Response(status_code=499)  # nobody reads it; the status shows in access logs
         finally:
             group.release()
+        if self.spoken is not None:  # what it spoke is the transcript (and the text, when asked for)
+            done = [replace(d, text=ask.speech.input) for d in done]
         reply = await self._reply(requests[0].request_id, body.model, done, plan, logprobs)
         return JSONResponse(reply.model_dump())
 
@@ -126,10 +136,14 @@ class ChatService:
             raise
         return tickets
 
-    async def _prompt(self, body: ChatCompletionRequest, plan: ChatPlan) -> tuple[ProcessedPrompt, SamplingParams]:
+    async def _made(self, body: ChatCompletionRequest, plan: ChatPlan) -> list[OmniRequest]:
         prompt_plan = await self.builder.plan(body.messages, plan.template)  # media fetched, headers checked
         prompt = await self.builder.build(prompt_plan)
-        return prompt, chat_sampling(body, self.engine, len(prompt.token_ids), plan)
+        return self._requests(body, plan, prompt, chat_sampling(body, self.engine, len(prompt.token_ids), plan))
+
+    async def _spoken(self, ask: SpokenAsk, stream: bool) -> list[OmniRequest]:
+        assert self.spoken is not None
+        return [await self.spoken.request(ask, stream)]
 
     def _requests(self, body: ChatCompletionRequest, plan: ChatPlan, prompt: ProcessedPrompt,
                   sampling: SamplingParams) -> list[OmniRequest]:
@@ -177,7 +191,7 @@ class ChatService:
         assert final is not None
         audio = np.concatenate(chunks).astype(np.float32) if chunks else None
         return _Completion("".join(texts), audio, final,
-                           usage_of(final, len(request.prompt.token_ids), completion_tokens), tuple(logprobs))
+                           usage_of(final, request.prompt.num_tokens, completion_tokens), tuple(logprobs))
 
     async def _reply(self, request_id: str, model: str, done: list[_Completion], plan: ChatPlan,
                      logprobs: LogprobWriter | None) -> ChatCompletionResponse:
@@ -237,7 +251,7 @@ class ChatService:
                         outcome = "engine_error"
                         yield writer.error(failure)
                         return
-                    usages.append(usage_of(out, len(requests[index].prompt.token_ids), tokens[index]))
+                    usages.append(usage_of(out, requests[index].prompt.num_tokens, tokens[index]))
                     for event in writer.end(index, out):
                         yield event
             if include_usage:

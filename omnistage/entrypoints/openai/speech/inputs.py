@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -32,6 +32,7 @@ from omnistage.entrypoints.openai.common.voice_names import UnknownVoice
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.media.loaders import MediaFetcher
 from omnistage.entrypoints.openai.server_config import MediaPolicy, ServerLimits
+from omnistage.entrypoints.openai.speech.context import TurnAsked, TurnFetched, decode_turns, fetch_turns
 from omnistage.entrypoints.openai.speech.protocol import SpeechRequest
 from omnistage.entrypoints.openai.speech.reference_audio import decode_reference
 from omnistage.entrypoints.openai.speech.task_type import check_task_type
@@ -132,11 +133,13 @@ class TextToSpeech(SpeechInputs):
         except VoiceStoreError as exc:  # never a list of the voices others registered
             raise bad_request(str(exc), param="voice", code="invalid_voice") from exc
 
-    async def request(self, body: SpeechRequest) -> OmniRequest:
+    async def request(self, body: SpeechRequest, context: Sequence[TurnAsked] | None = None) -> OmniRequest:
+        """``context``: the earlier turns, when they come from elsewhere than the body (a chat's messages)."""
         voice = self.check_voice(body)
         source = await self._voice_source(body, voice)
+        turns = await fetch_turns(context_turns(body) if context is None else context, self.fetcher, self.limits)
         ask = SpeechAsk(body.input, voice, body.instructions, language=body.language or "auto")
-        prompt = await self._prompt(self._make, ask, source)
+        prompt = await self._prompt(self._make, ask, source, turns)
         try:
             frames = self.speech.max_frames(prompt, self.engine.max_model_len)
         except ValueError as exc:
@@ -148,8 +151,9 @@ class TextToSpeech(SpeechInputs):
         checked now (400s as for a whole input); with the voice it resolved to."""
         voice = self.check_voice(body)
         source = await self._voice_source(body, voice)
+        turns = await fetch_turns(context_turns(body), self.fetcher, self.limits)
         ask = SpeechAsk("", voice, body.instructions, language=body.language or "auto")
-        return await self._prompt(self._spoken, ask, source), voice
+        return await self._prompt(self._spoken, ask, source, turns), voice
 
     def speak(self, body: SpeechRequest, prompt: Prompt, frames: int, voice: str | None,
               first_chunk_frames: int | None = None, open_input: bool = False) -> OmniRequest:
@@ -178,14 +182,20 @@ class TextToSpeech(SpeechInputs):
         transcript = None if body.x_vector_only_mode else (body.ref_text or None)
         return RefAudio(fetched.data, fetched.audio_hint, transcript)
 
-    def _make(self, ask: SpeechAsk, source: Path | RefAudio | None, token: CancelToken) -> Prompt:
-        return self.speech.prompt(self._voiced(ask, source, token))
+    def _make(self, ask: SpeechAsk, source: Path | RefAudio | None, turns: tuple[TurnFetched, ...],
+              token: CancelToken) -> Prompt:
+        return self.speech.prompt(self._voiced(ask, source, turns, token))
 
-    def _spoken(self, ask: SpeechAsk, source: Path | RefAudio | None, token: CancelToken) -> SpokenText:
-        return self.speech.spoken_text(self._voiced(ask, source, token), self.engine.max_model_len)
+    def _spoken(self, ask: SpeechAsk, source: Path | RefAudio | None, turns: tuple[TurnFetched, ...],
+                token: CancelToken) -> SpokenText:
+        return self.speech.spoken_text(self._voiced(ask, source, turns, token), self.engine.max_model_len)
 
-    def _voiced(self, ask: SpeechAsk, source: Path | RefAudio | None, token: CancelToken) -> SpeechAsk:
-        """``ask`` with its cloned voice (a registered voice's, or one cloned from the request's recording)."""
+    def _voiced(self, ask: SpeechAsk, source: Path | RefAudio | None, turns: tuple[TurnFetched, ...],
+                token: CancelToken) -> SpeechAsk:
+        """``ask`` with its cloned voice (a registered voice's, or one cloned from the request's recording) and
+        the conversation it continues."""
+        if turns:
+            ask = replace(ask, context=decode_turns(turns, self.limits, token.check))
         if isinstance(source, Path):
             try:
                 ask = replace(ask, clone=self.speech.load_voice(source))
@@ -195,6 +205,12 @@ class TextToSpeech(SpeechInputs):
             audio = decode_reference(source.data, source.fmt, self.limits, "ref_audio", token.check)
             ask = replace(ask, clone=self.speech.clone_voice(audio.samples, audio.sample_rate, source.transcript))
         return ask
+
+
+def context_turns(body: SpeechRequest) -> list[TurnAsked]:
+    """The body's ``context``, as the context checks take it."""
+    return [TurnAsked(turn.speaker_name, turn.text, turn.audio, f"context[{i}]")
+            for i, turn in enumerate(body.context or ())]
 
 
 class RepeatedByThinker(SpeechInputs):

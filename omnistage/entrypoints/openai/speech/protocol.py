@@ -16,6 +16,19 @@ from omnistage.families.speech import CloneMode
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
 
 
+class SpeechContextTurn(StrictBody):
+    """An earlier turn of the conversation (CSM's context segment, Sesame's ``Segment(speaker, text, audio)``):
+    who said it, what was said, and its recording as ``ref_audio`` takes one."""
+
+    speaker: str | int = Field(description="one of the checkpoint's speakers (CSM: 0 or 1)")
+    text: str = Field(min_length=1, description="what the recording says")
+    audio: str = Field(description="the recording: a data: URL (base64), file:// or http(s) URL")
+
+    @property
+    def speaker_name(self) -> str:
+        return str(self.speaker)
+
+
 class SpeechRequest(StrictBody):
     """OpenAI's body, plus vLLM-Omni's Qwen3-TTS fields (``language`` ... ``stream``) so its clients run as they
     are. ``model`` and ``voice`` may be left out: the served model, its default voice."""
@@ -34,6 +47,8 @@ class SpeechRequest(StrictBody):
     x_vector_only_mode: bool = Field(False, description="vLLM-Omni: clone from the speaker embedding alone")
     max_new_tokens: int | None = Field(None, ge=1, description="vLLM-Omni: at most this many codec frames")
     stream: bool = Field(False, description="vLLM-Omni: stream the audio; this server always streams it")
+    context: list[SpeechContextTurn] | None = Field(None, description="earlier turns the input continues, oldest "
+                                                    "first (a conversational checkpoint: CSM)")
 
     @property
     def voice_name(self) -> str | None:

@@ -45,7 +45,8 @@ from omnistage.entrypoints.openai.common.streaming import (
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.media.loaders import MediaFetcher
 from omnistage.entrypoints.openai.server_config import ServerLimits
-from omnistage.entrypoints.openai.speech.inputs import speech_inputs
+from omnistage.entrypoints.openai.speech.context import check_turns
+from omnistage.entrypoints.openai.speech.inputs import context_turns, speech_inputs
 from omnistage.entrypoints.openai.speech.protocol import SpeechAudioDelta, SpeechAudioDone, SpeechRequest, SpeechUsage
 from omnistage.entrypoints.openai.speech.voice_store import VoiceStore
 
@@ -93,6 +94,7 @@ class SpeechService:
             self.served.check(body.model)
         require_audio_support(self.engine, "model")
         self.inputs.check_voice(body)
+        check_turns(context_turns(body), self.engine.front_end.speech, self.limits)
         if len(body.input) > self.limits.max_speech_input_chars:
             raise over_budget("max_speech_input_chars", f"input is {len(body.input)} characters; the limit is "
                               f"{self.limits.max_speech_input_chars}", "input", "input_too_long")

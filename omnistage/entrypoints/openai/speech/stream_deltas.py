@@ -59,8 +59,10 @@ class DeltaUtterance:
                 if not isinstance(event, TextIn):
                     raise TypeError(f"a text-delta session queues text, not {type(event).__name__}")
                 await self._take(spoken, voice, event)
-                if self.reader is not None and self.reader.done():
-                    self.reader.result()  # a failure is said now; an utterance that ended takes no more text
+                if self.reader is not None and self.reader.done() and not self.reader.cancelled():
+                    # A failure is said now; an utterance that ended takes no more text. A reader a cancel stopped
+                    # meanwhile is no failure (its result() would raise CancelledError out of the socket).
+                    self.reader.result()
             if self.reader is not None:
                 # A cancel's stop() cancels the reader: waited for, not awaited, so that is no error here.
                 await asyncio.wait({self.reader})
