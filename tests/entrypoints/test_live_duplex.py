@@ -196,6 +196,22 @@ def test_a_session_beyond_capacity_is_refused_and_a_closed_one_frees_its_slot(mo
     assert freed(moshi.engine)
 
 
+def test_text_appended_to_a_duplex_session_is_refused_clearly_and_the_session_goes_on(moshi: Served) -> None:
+    with TestClient(build_app(moshi.engine)) as client, client.websocket_connect("/v1/live/sessions") as ws:
+        ws.send_json({"type": "session.start", "session": {"model": "moshi-tiny"}})
+        assert ws.receive_json()["type"] == "session.started"
+        ws.send_json({"type": "session.instructions.append", "content": "Speak French.", "event_id": "i1"})
+        error = ws.receive_json()
+        ws.send_json({"type": "session.close"})
+        events = [ws.receive_json()]
+        while events[-1]["type"] != "session.closed":
+            events.append(ws.receive_json())
+    assert error["type"] == "error" and error["error"]["code"] == "unsupported_feature"
+    assert error["error"]["client_event_id"] == "i1" and "fixed when the session starts" in error["error"]["message"]
+    assert not any(e["type"].endswith(".appended") for e in events)
+    assert freed(moshi.engine)
+
+
 def test_the_server_stopping_ends_a_duplex_session_with_1001(moshi: Served) -> None:
     """What SIGTERM does (``common/draining.py``): the session hears why, ``session.closed``, then close 1001."""
     app = build_app(moshi.engine)

@@ -89,7 +89,11 @@ class DuplexBackend:
             session.hear(frame)
 
     async def append(self, kind: ContextKind, text: str, event_id: str | None) -> None:
-        return None  # a duplex model's context is its prompt, fixed at the start: later text is left unused
+        # A duplex model's text context is its prompt, read before its first frame: text appended later would go
+        # unheard, so the client is told rather than given an ``appended`` it cannot rely on.
+        raise EventError("unsupported_feature", f"session.{kind}.append: {self.engine.model_name} is a full-duplex "
+                         "model whose text context is fixed when the session starts (its instructions)", "type",
+                         event_id)
 
     def outputs(self) -> AsyncIterator[LiveOutput]:
         return until_ended(self._out)
