@@ -210,8 +210,9 @@ class BoundsProbes:
             async with await self._session() as extra:
                 first = json.loads(await asyncio.wait_for(extra.recv(), 30))
                 with contextlib.suppress(ConnectionClosed):
-                    await asyncio.wait_for(extra.recv(), 30)  # the server closes it
-        ok = first.get("type") == "error" and first["error"]["code"] == "too_many_sessions"
+                    await asyncio.wait_for(extra.recv(), 30)  # the server closes it: 1013, try again later
+                closed = extra.close_code
+        ok = first.get("type") == "error" and first["error"]["code"] == "session_limit_reached" and closed == 1013
         self.p.record("realtime_sessions", started, ok, str(first)[:200])
 
     # ---- audio and errors -----------------------------------------------------------------------------------
