@@ -49,6 +49,7 @@ from omnistage.ipc.messages import (
 from omnistage.ipc.queues import Receiver, Sender
 from omnistage.ipc.serialization import TensorStore
 from omnistage.pipeline.codec_streams import CodecStreams
+from omnistage.pipeline.heap_trim import IdleHeapTrim
 from omnistage.pipeline.liveness import HEARTBEAT_S
 from omnistage.pipeline.stage_clock import StageClock
 from omnistage.workers.base import StageWorker, WorkerFactory
@@ -125,8 +126,11 @@ class ReplicaLoop:
     def _engine_loop(self, worker: StageWorker, sender: Sender, streams: CodecStreams) -> None:
         last_load: ReplicaLoad | None = None
         busy = False
+        heap = IdleHeapTrim()
         while not self.stop.is_set():
             self.passes += 1
+            if not busy and self.inbox.empty():
+                heap.idle()  # about to wait for work: what the last steps freed goes back to the system
             outputs: list[StageOutput | RequestFailed | StageTimes] = []
             for message in self._take_inputs(block=not busy):
                 if isinstance(message, Shutdown):
