@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from omnistage.audio.encode import float_to_pcm16
+from omnistage.audio.pcm16 import pcm16_base64
 from omnistage.audio.resample_stream import StreamResampler
 from omnistage.entrypoints.openai.live.events import LiveAudioFormat
 from omnistage.entrypoints.openai.realtime.audio_formats import OutputFormat
@@ -41,7 +41,7 @@ class SocketSpeaker:
     async def play(self, delta: str) -> None:
         if self._resample is not None:
             pcm = np.frombuffer(base64.b64decode(delta), "<i2").astype(np.float32) / 32768.0
-            delta = base64.b64encode(float_to_pcm16(self._resample(pcm))).decode("ascii")
+            delta = pcm16_base64(self._resample(pcm)).decode("ascii")
         await self._send(server_event("session.output_audio.delta", delta=delta))
 
     def interrupt(self) -> None:

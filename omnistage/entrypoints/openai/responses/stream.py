@@ -11,11 +11,10 @@ event says how it ended: ``response.completed``, ``response.incomplete`` (``max_
 
 from __future__ import annotations
 
-import base64
 import time
 import uuid
 
-from omnistage.audio import float_to_pcm16
+from omnistage.audio.pcm16 import pcm16_base64
 from omnistage.core import FinishReason, OmniOutput, Usage
 from omnistage.entrypoints.openai.common.tool_calls import ParsedCall, ToolCallParser
 from omnistage.entrypoints.openai.responses.events import (
@@ -73,7 +72,7 @@ class ResponseWriter:
         for call in calls:
             events += self._call(call)
         if self.audio and out.audio is not None and out.audio.size:
-            data = base64.b64encode(float_to_pcm16(out.audio)).decode("ascii")
+            data = pcm16_base64(out.audio).decode("ascii")
             events.append(AudioDelta(type="response.audio.delta", delta=data, sequence_number=self._next()))
         return events
 
