@@ -14,6 +14,7 @@ decoder conditioned per request (a flow-matching vocoder's speaker and noise).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,30 @@ def chunk_plan(streaming: StreamingSpec, audio: AudioSpec, first: int) -> ChunkP
                      lookahead=audio.lookahead_frames)
 
 
+# The least audio a head start's first chunk gives its player (3 of Qwen3-Omni's 80 ms frames): the paces are averages,
+# and on a loaded CPU a talker step and a codec call (medium, load ~5: ~100 ms) outlast what 1-2 frames play; such
+# first chunks were followed by 1-frame chunks and ran c=1 streams dry (7 of 12 turns against 1 with 5 frames).
+HEAD_START_MIN_S = 0.2
+
+
+def head_start_frames(bounds: ChunkBounds, paces: StagePaces) -> int:
+    """A head start's first chunk (``bounds.first_frames``: half the unloaded one): smaller still where a smaller one
+    covers the second chunk's return at the measured paces (``covering_first_frames`` from ``HEAD_START_MIN_S``). Each
+    frame less is a talker step less before the first audio of a reply the user waits for (a speculative one whose
+    turn ended before its first chunk); never larger, since the frames made before its player starts cover the slowdowns a
+    grown chunk would guard against. Before any pace is measured: ``first_frames``."""
+    if paces.talker_frame_s.value is None or paces.vocoder_frame_s.value is None or paces.vocoder_chunk_s.value is None:
+        return bounds.first_frames
+    least = min(math.ceil(HEAD_START_MIN_S / bounds.frame_s), bounds.first_frames)
+    return min(bounds.first_frames, covering_first_frames(_first(bounds, least), paces))
+
+
+def _first(bounds: ChunkBounds, first: int) -> ChunkBounds:
+    # Built, not ``dataclasses.replace``d: that walks the fields by reflection, on every request's start.
+    return ChunkBounds(first, bounds.max_frames, bounds.left_context, bounds.frame_s, bounds.safety, bounds.margin_s,
+                       bounds.lookahead)
+
+
 @dataclass(frozen=True)
 class StreamSetup:
     """What one request's codec edge is built from (the orchestrator's view when the request starts)."""
@@ -89,12 +114,10 @@ class CodecEdge:
         plan = chunk_plan(setup.streaming, setup.audio, first)
         bounds = ChunkBounds(first, setup.streaming.codec_chunk_frames, plan.left_context, setup.audio.frame_s,
                              lookahead=plan.lookahead)
-        if setup.requested_first is None and not setup.head_start:  # a size asked for, or a head start, stands
-            first = covering_first_frames(bounds, paces)
+        if setup.requested_first is None:  # a size asked for stands
+            first = head_start_frames(bounds, paces) if setup.head_start else covering_first_frames(bounds, paces)
             plan = chunk_plan(setup.streaming, setup.audio, first)
-            # Built, not ``dataclasses.replace``d: that walks the fields by reflection, on every request's start.
-            bounds = ChunkBounds(first, bounds.max_frames, bounds.left_context, bounds.frame_s, bounds.safety,
-                                 bounds.margin_s, bounds.lookahead)
+            bounds = _first(bounds, first)
         self.initial_chunk_frames, self.plan = first, plan
         self.playback = Playback()
         self.planner = PlaybackPlanner(bounds, self.playback, paces)  # measures every stream; sizes played ones
