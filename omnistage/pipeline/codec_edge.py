@@ -39,9 +39,8 @@ def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: 
     grows linearly with the audio requests already in flight, reaching the regular
     chunk size once the codec stage's batch is full. A request may name its own size.
     A request with a head start (it starts before its player does, e.g. a speculative
-    reply played from the user's turn's end) gets half the unloaded first chunk at any load:
-    the frames made before its player starts cover the next chunk, and a grown chunk
-    would make it wait for talker frames its head start does not cover.
+    reply played from the user's turn's end) gets half the unloaded first chunk here, before
+    any pace is measured; once they are, :func:`head_start_frames` sizes it.
     """
     if requested is not None:
         return max(int(requested), 1)
@@ -64,20 +63,22 @@ def chunk_plan(streaming: StreamingSpec, audio: AudioSpec, first: int) -> ChunkP
 
 # The least audio a head start's first chunk gives its player (3 of Qwen3-Omni's 80 ms frames): the paces are averages,
 # and on a loaded CPU a talker step and a codec call (medium, load ~5: ~100 ms) outlast what 1-2 frames play; such
-# first chunks were followed by 1-frame chunks and ran c=1 streams dry (7 of 12 turns against 1 with 5 frames).
+# first chunks were followed by 1-frame chunks and ran c=1 streams dry (7 of 12 turns, against 1 with 5 frames).
 HEAD_START_MIN_S = 0.2
 
 
-def head_start_frames(bounds: ChunkBounds, paces: StagePaces) -> int:
-    """A head start's first chunk (``bounds.first_frames``: half the unloaded one): smaller still where a smaller one
-    covers the second chunk's return at the measured paces (``covering_first_frames`` from ``HEAD_START_MIN_S``). Each
-    frame less is a talker step less before the first audio of a reply the user waits for (a speculative one whose
-    turn ended before its first chunk); never larger, since the frames made before its player starts cover the slowdowns a
-    grown chunk would guard against. Before any pace is measured: ``first_frames``."""
+def head_start_frames(bounds: ChunkBounds, grown: int, paces: StagePaces) -> int:
+    """A head start's first chunk: the smallest that covers the second chunk's return at the measured paces
+    (``covering_first_frames`` from ``HEAD_START_MIN_S``), at most ``grown`` (what a reply played at once starts
+    with at this load). Each frame less is a talker step less before the first audio of a reply the user waits for:
+    semantic_vad's speculative reply has a head start of only ~80 ms (its classifier's first verdict comes that much
+    after it starts), so its turn ends before its first chunk, and a fixed half chunk at any load (the rule for
+    server_vad's 300 ms head start) left it too little in hand at concurrency 4. Before any pace is measured:
+    ``bounds.first_frames`` (half the unloaded chunk)."""
     if paces.talker_frame_s.value is None or paces.vocoder_frame_s.value is None or paces.vocoder_chunk_s.value is None:
         return bounds.first_frames
-    least = min(math.ceil(HEAD_START_MIN_S / bounds.frame_s), bounds.first_frames)
-    return min(bounds.first_frames, covering_first_frames(_first(bounds, least), paces))
+    least = min(math.ceil(HEAD_START_MIN_S / bounds.frame_s), grown)
+    return min(grown, covering_first_frames(_first(bounds, least), paces))
 
 
 def _first(bounds: ChunkBounds, first: int) -> ChunkBounds:
@@ -115,7 +116,7 @@ class CodecEdge:
         bounds = ChunkBounds(first, setup.streaming.codec_chunk_frames, plan.left_context, setup.audio.frame_s,
                              lookahead=plan.lookahead)
         if setup.requested_first is None:  # a size asked for stands
-            first = head_start_frames(bounds, paces) if setup.head_start else covering_first_frames(bounds, paces)
+            first = self._paced_first(bounds, capacity, paces)
             plan = chunk_plan(setup.streaming, setup.audio, first)
             bounds = _first(bounds, first)
         self.initial_chunk_frames, self.plan = first, plan
@@ -128,6 +129,14 @@ class CodecEdge:
         self._pending = 0  # frames the talker holds, not in a chunk yet
         # The newest (index, frames) ordered: chunk 0's size was in the stream's opening, so nothing yet.
         self._ordered: tuple[int, int | None] = (0, None)
+
+    def _paced_first(self, bounds: ChunkBounds, capacity: int, paces: StagePaces) -> int:
+        """The first chunk at the measured paces: a head start's (``head_start_frames``), else one covering the
+        second chunk's return."""
+        if not self.setup.head_start:
+            return covering_first_frames(bounds, paces)
+        grown = initial_chunk_frames(self.setup.streaming, None, self.setup.busy, capacity)  # played at once
+        return head_start_frames(bounds, grown, paces)
 
     @property
     def source(self) -> str:

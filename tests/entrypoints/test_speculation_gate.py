@@ -35,7 +35,7 @@ def admission(limit: int = 8) -> Admission:
 def test_speculation_waits_while_a_spoken_reply_is_near_running_dry() -> None:
     gate, bound = SpeculationGate(max_in_flight=4, margin_s=1.0), admission()
     assert gate.admit(bound) is not None  # nothing playing: headroom
-    player = FakePlayer(0.0)  # committed, no audio sent yet
+    player = FakePlayer(0.0)  # committed, playing, nothing in hand
     ended = gate.playing(player)
     assert gate.admit(bound) is None
     player.ahead = 0.9
@@ -94,7 +94,7 @@ def _writer(rate: int = 24000, modalities: tuple[str, ...] = ("audio",)) -> Resp
 
 def test_the_writer_reports_the_audio_sent_ahead_of_a_real_time_player() -> None:
     writer = _writer(rate=24000)
-    assert writer.ahead_s(0.0) == 0.0  # no audio yet: nothing in hand
+    assert writer.ahead_s(0.0) is None  # no audio yet: its player has not started, it cannot run dry
     asyncio.run(writer.delta(OmniOutput("resp_1", audio=np.zeros(48000, np.float32))))  # 2 s of audio
     first = writer.first_audio_at
     assert first is not None

@@ -97,11 +97,10 @@ class ResponseWriter:
 
     def ahead_s(self, now: float) -> float | None:
         """Seconds of audio sent beyond what the caller has played by ``now`` (``time.monotonic()``), if it plays
-        from the first delta in real time; None once nothing more will come (``speculation_gate.py``)."""
-        if not self.speaks or self.status != "in_progress":
+        from the first delta in real time; None while no audio was sent (a player not started cannot run dry) and
+        once nothing more will come (``speculation_gate.py``)."""
+        if not self.speaks or self.status != "in_progress" or self.first_audio_at is None:
             return None
-        if self.first_audio_at is None:
-            return 0.0
         return self.audio_samples / self.source_rate - (now - self.first_audio_at)
 
     async def _open_message(self) -> Item:

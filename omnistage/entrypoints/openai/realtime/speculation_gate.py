@@ -4,9 +4,10 @@ A speculative reply spends the stages' compute on a reply that may be dropped un
 replies being spoken: at concurrency 4 on medium, the held replies started at every pause ran one spoken stream
 dry. So, server-wide (one gate per ``RealtimeService``):
 
-* **load:** no speculative reply starts while a committed reply that is still being made has less than
-  ``margin_s`` of audio ahead of its player (or has sent none yet: its first chunks are the ones that run dry).
-  Its player is the caller's, as the server sees it: the audio sent, less the time since its first audio;
+* **load:** no speculative reply starts while a committed reply that is still being made and already playing has
+  less than ``margin_s`` of audio ahead of its player: the caller's, as the server sees it (the audio sent, less the
+  time since its first audio). A reply that has sent no audio yet cannot run dry: it does not hold speculation
+  back (a speculative reply that is used is work its commit would start anyway, ~100 ms later);
 * **cap:** at most ``max_in_flight`` speculative replies run at once;
 * **admission:** each holds a place under the server's bound, as any request does (full: none starts).
 
@@ -32,7 +33,7 @@ class Player(Protocol):
     """A committed reply as its writer sees it (``response.py``)."""
 
     def ahead_s(self, now: float) -> float | None:
-        """Seconds of audio sent beyond what its player has played by ``now`` (0 before its first audio); None once
+        """Seconds of audio sent beyond what its player has played by ``now``; None before its first audio and once
         nothing more will be made for it (done, or it does not speak)."""
         ...
 
@@ -50,7 +51,7 @@ class SpeculationGate:
         return lambda: self._players.discard(player)
 
     def headroom(self) -> bool:
-        """Every committed reply still being made is at least ``margin_s`` ahead of its player, and the cap is free."""
+        """Every committed reply still being made and playing is ``margin_s`` ahead of its player; the cap is free."""
         if self.in_flight >= self.max_in_flight:
             return False
         now = self._clock()
