@@ -61,24 +61,32 @@ def chunk_plan(streaming: StreamingSpec, audio: AudioSpec, first: int) -> ChunkP
                      lookahead=audio.lookahead_frames)
 
 
-# The least audio a head start's first chunk gives its player (3 of Qwen3-Omni's 80 ms frames): the paces are averages,
-# and on a loaded CPU a talker step and a codec call (medium, load ~5: ~100 ms) outlast what 1-2 frames play; such
-# first chunks were followed by 1-frame chunks and ran c=1 streams dry (7 of 12 turns, against 1 with 5 frames).
+# The least audio a head start's first chunk gives its player when it is the only stream (3 of Qwen3-Omni's 80 ms
+# frames): the paces are averages, and on a loaded CPU a talker step and a codec call (medium, load ~5: ~100 ms)
+# outlast what 1-2 frames play; such first chunks were followed by 1-frame chunks and ran c=1 streams dry (7 of 12
+# turns, against 1 with 5 frames).
 HEAD_START_MIN_S = 0.2
 
 
-def head_start_frames(bounds: ChunkBounds, grown: int, paces: StagePaces) -> int:
-    """A head start's first chunk: the smallest that covers the second chunk's return at the measured paces
-    (``covering_first_frames`` from ``HEAD_START_MIN_S``), at most ``grown`` (what a reply played at once starts
-    with at this load). Each frame less is a talker step less before the first audio of a reply the user waits for:
-    semantic_vad's speculative reply has a head start of only ~80 ms (its classifier's first verdict comes that much
-    after it starts), so its turn ends before its first chunk, and a fixed half chunk at any load (the rule for
-    server_vad's 300 ms head start) left it too little in hand at concurrency 4. Before any pace is measured:
-    ``bounds.first_frames`` (half the unloaded chunk)."""
+def head_start_frames(bounds: ChunkBounds, busy: int, grown: int, paces: StagePaces) -> int:
+    """A head start's first chunk (``bounds.first_frames``: half the unloaded one, which it keeps before any pace is
+    measured). semantic_vad's speculative reply has a head start of only ~80 ms (its classifier's first verdict comes
+    that much after it starts): its turn ends before its first chunk, so every frame of that chunk is a talker step
+    the user waits for.
+
+    * Alone (``busy`` 0): smaller still, down to ``HEAD_START_MIN_S``, where a smaller chunk covers the second
+      chunk's return at the measured paces (``covering_first_frames``).
+    * Beside other streams: never smaller than half, since their prefills slow the talker at once, which the
+      paces do not show yet (3-frame chunks there ran 9 of 48 c=4 streams dry, against 3 with 5 frames); larger
+      where the paces say the half does not cover the second chunk, up to ``grown`` (what a reply played at once
+      starts with at this load)."""
+    half = bounds.first_frames
     if paces.talker_frame_s.value is None or paces.vocoder_frame_s.value is None or paces.vocoder_chunk_s.value is None:
-        return bounds.first_frames
-    least = min(math.ceil(HEAD_START_MIN_S / bounds.frame_s), grown)
-    return min(grown, covering_first_frames(_first(bounds, least), paces))
+        return half
+    if busy:
+        return max(half, min(grown, covering_first_frames(bounds, paces)))
+    least = min(math.ceil(HEAD_START_MIN_S / bounds.frame_s), half)
+    return min(half, covering_first_frames(_first(bounds, least), paces))
 
 
 def _first(bounds: ChunkBounds, first: int) -> ChunkBounds:
@@ -136,7 +144,7 @@ class CodecEdge:
         if not self.setup.head_start:
             return covering_first_frames(bounds, paces)
         grown = initial_chunk_frames(self.setup.streaming, None, self.setup.busy, capacity)  # played at once
-        return head_start_frames(bounds, grown, paces)
+        return head_start_frames(bounds, self.setup.busy, grown, paces)
 
     @property
     def source(self) -> str:

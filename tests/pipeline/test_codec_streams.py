@@ -128,10 +128,10 @@ def _paces(talker: float, vocoder: float, call: float) -> StagePaces:
     return paces
 
 
-def test_a_head_start_takes_the_smallest_first_chunk_covering_the_second_at_most_what_its_load_gives() -> None:
-    """A speculative reply's first chunk: every frame less is a talker step less before the audio a user waits for,
-    but semantic_vad's head start is short, so under load it grows as a reply played at once would (up to that
-    reply's first chunk). 80 ms frames; unloaded first chunk 10, grown to 25 once the codec's batch is busy."""
+def test_a_head_start_alone_takes_the_smallest_first_chunk_covering_the_second_beside_others_at_least_half() -> None:
+    """A speculative reply's first chunk: every frame less is a talker step less before the audio a user waits for.
+    Alone it shrinks as far as the paces cover; beside other streams it keeps half the unloaded chunk at least and
+    grows as a reply played at once would. 80 ms frames; unloaded first chunk 10, 25 once the codec's batch is busy."""
     spec = parse_pipeline(small_dict(initial_chunk=10, chunk=25))
 
     def first(paces: StagePaces, busy: int = 0) -> int:
@@ -141,17 +141,18 @@ def test_a_head_start_takes_the_smallest_first_chunk_covering_the_second_at_most
         assert edge.plan.first_chunk_frames == edge.initial_chunk_frames == edge.planner.size(0, 0)
         return edge.initial_chunk_frames
 
-    assert first(StagePaces()) == 5  # nothing measured: half the unloaded chunk, as before
-    # Quick paces: the least a head start's first chunk takes (HEAD_START_MIN_S: 3 frames).
-    assert first(_paces(0.02, 0.005, 0.025)) == 3
+    assert first(StagePaces()) == first(StagePaces(), busy=3) == 5  # nothing measured: half the unloaded chunk
+    quick = _paces(0.02, 0.005, 0.025)
+    assert first(quick) == 3  # alone: the least a head start's first chunk takes (HEAD_START_MIN_S: 3 frames)
     assert first(_paces(0.001, 0.001, 0.002)) == 3
+    assert first(quick, busy=1) == 5  # beside another stream: half at least
     # A talker at 60% of real time, a vocoder call of 160 ms: 3 frames (180 ms to play, less the 50 ms delivery
     # margin) do not cover the second chunk (3 frames, 3 x 48 ms + decode); 4 do.
     assert first(_paces(0.048, 0.004, 0.16)) == 4
-    # Calls of 600 ms (a second chunk of 10 frames), a talker at 70% of real time: 11 frames cover it; an idle
-    # server's reply played at once would start with 10 (the cap), a busy one's with up to 25.
+    # Calls of 600 ms (a second chunk of 10 frames), a talker at 70% of real time: 11 frames cover it. Alone, the
+    # head start keeps its half; beside 8 streams, a reply played at once would start with up to 25: 11.
     slow = _paces(0.056, 0.01, 0.6)
-    assert first(slow) == 10
+    assert first(slow) == 5
     assert first(slow, busy=8) == 11
 
 
