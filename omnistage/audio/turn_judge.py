@@ -22,10 +22,12 @@ logger = logging.getLogger(__name__)
 # again as the silence doubles: vad.py), and each eagerness's longest wait when it says "incomplete" (OpenAI's: low
 # ~8 s, medium ~4 s, high ~2 s; auto is medium). pipecat waits 200 ms (its VAD's stop_secs) before asking; asking
 # first at 100 ms (128 ms in Silero's 32 ms windows) cuts the reply's start by that much where the verdict is
-# already "complete", and a later ask catches the rest. A speculative reply starts sooner still, at
-# SEMANTIC_SPECULATE_MS of silence (2 Silero windows), while the verdict is pending; voice coming back drops it.
+# already "complete", and a later ask catches the rest. A speculative reply starts sooner still, at the detector's
+# first silent frame (SEMANTIC_SPECULATE_MS: one Silero window of 32 ms, one 20 ms energy frame), while the verdict is
+# pending: at concurrency 1 the reply's own work (~250 ms on medium), not the verdict, is what the user waits for, so
+# every window it starts sooner is heard. Voice coming back drops it unheard (speculation_gate.py bounds the cost).
 SEMANTIC_PAUSE_MS = 100
-SEMANTIC_SPECULATE_MS = 60
+SEMANTIC_SPECULATE_MS = 20
 EAGERNESS_MAX_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 
 

@@ -14,6 +14,7 @@ decoder conditioned per request (a flow-matching vocoder's speaker and noise).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -38,9 +39,8 @@ def initial_chunk_frames(streaming: StreamingSpec, requested: int | None, busy: 
     grows linearly with the audio requests already in flight, reaching the regular
     chunk size once the codec stage's batch is full. A request may name its own size.
     A request with a head start (it starts before its player does, e.g. a speculative
-    reply played from the user's turn's end) gets half the unloaded first chunk at any load:
-    the frames made before its player starts cover the next chunk, and a grown chunk
-    would make it wait for talker frames its head start does not cover.
+    reply played from the user's turn's end) gets half the unloaded first chunk here, before
+    any pace is measured; once they are, :func:`head_start_frames` sizes it.
     """
     if requested is not None:
         return max(int(requested), 1)
@@ -59,6 +59,40 @@ def chunk_plan(streaming: StreamingSpec, audio: AudioSpec, first: int) -> ChunkP
         left = max(left, audio.past_frames)
     return ChunkPlan(chunk_frames=streaming.codec_chunk_frames, left_context=left, first_chunk_frames=first,
                      lookahead=audio.lookahead_frames)
+
+
+# The least audio a head start's first chunk gives its player when it is the only stream (3 of Qwen3-Omni's 80 ms
+# frames): the paces are averages, and on a loaded CPU a talker step and a codec call (medium, load ~5: ~100 ms)
+# outlast what 1-2 frames play; such first chunks were followed by 1-frame chunks and ran c=1 streams dry (7 of 12
+# turns, against 1 with 5 frames).
+HEAD_START_MIN_S = 0.2
+
+
+def head_start_frames(bounds: ChunkBounds, busy: int, grown: int, paces: StagePaces) -> int:
+    """A head start's first chunk (``bounds.first_frames``: half the unloaded one, which it keeps before any pace is
+    measured). semantic_vad's speculative reply has a head start of only ~80 ms (its classifier's first verdict comes
+    that much after it starts): its turn ends before its first chunk, so every frame of that chunk is a talker step
+    the user waits for.
+
+    * Alone (``busy`` 0): smaller still, down to ``HEAD_START_MIN_S``, where a smaller chunk covers the second
+      chunk's return at the measured paces (``covering_first_frames``).
+    * Beside other streams: never smaller than half, since their prefills slow the talker at once, which the
+      paces do not show yet (3-frame chunks there ran 9 of 48 c=4 streams dry, against 3 with 5 frames); larger
+      where the paces say the half does not cover the second chunk, up to ``grown`` (what a reply played at once
+      starts with at this load)."""
+    half = bounds.first_frames
+    if paces.talker_frame_s.value is None or paces.vocoder_frame_s.value is None or paces.vocoder_chunk_s.value is None:
+        return half
+    if busy:
+        return max(half, min(grown, covering_first_frames(bounds, paces)))
+    least = min(math.ceil(HEAD_START_MIN_S / bounds.frame_s), half)
+    return min(half, covering_first_frames(_first(bounds, least), paces))
+
+
+def _first(bounds: ChunkBounds, first: int) -> ChunkBounds:
+    # Built, not ``dataclasses.replace``d: that walks the fields by reflection, on every request's start.
+    return ChunkBounds(first, bounds.max_frames, bounds.left_context, bounds.frame_s, bounds.safety, bounds.margin_s,
+                       bounds.lookahead)
 
 
 @dataclass(frozen=True)
@@ -89,12 +123,10 @@ class CodecEdge:
         plan = chunk_plan(setup.streaming, setup.audio, first)
         bounds = ChunkBounds(first, setup.streaming.codec_chunk_frames, plan.left_context, setup.audio.frame_s,
                              lookahead=plan.lookahead)
-        if setup.requested_first is None and not setup.head_start:  # a size asked for, or a head start, stands
-            first = covering_first_frames(bounds, paces)
+        if setup.requested_first is None:  # a size asked for stands
+            first = self._paced_first(bounds, capacity, paces)
             plan = chunk_plan(setup.streaming, setup.audio, first)
-            # Built, not ``dataclasses.replace``d: that walks the fields by reflection, on every request's start.
-            bounds = ChunkBounds(first, bounds.max_frames, bounds.left_context, bounds.frame_s, bounds.safety,
-                                 bounds.margin_s, bounds.lookahead)
+            bounds = _first(bounds, first)
         self.initial_chunk_frames, self.plan = first, plan
         self.playback = Playback()
         self.planner = PlaybackPlanner(bounds, self.playback, paces)  # measures every stream; sizes played ones
@@ -105,6 +137,14 @@ class CodecEdge:
         self._pending = 0  # frames the talker holds, not in a chunk yet
         # The newest (index, frames) ordered: chunk 0's size was in the stream's opening, so nothing yet.
         self._ordered: tuple[int, int | None] = (0, None)
+
+    def _paced_first(self, bounds: ChunkBounds, capacity: int, paces: StagePaces) -> int:
+        """The first chunk at the measured paces: a head start's (``head_start_frames``), else one covering the
+        second chunk's return."""
+        if not self.setup.head_start:
+            return covering_first_frames(bounds, paces)
+        grown = initial_chunk_frames(self.setup.streaming, None, self.setup.busy, capacity)  # played at once
+        return head_start_frames(bounds, self.setup.busy, grown, paces)
 
     @property
     def source(self) -> str:

@@ -121,6 +121,41 @@ def test_a_slow_pipeline_opens_a_stream_with_a_first_chunk_that_covers_the_secon
     assert _edge(paces=slow, head_start=True).initial_chunk_frames <= configured
 
 
+def _paces(talker: float, vocoder: float, call: float) -> StagePaces:
+    paces = StagePaces()
+    for pace, sample in ((paces.talker_frame_s, talker), (paces.vocoder_frame_s, vocoder), (paces.vocoder_chunk_s, call)):
+        pace.add(sample)
+    return paces
+
+
+def test_a_head_start_alone_takes_the_smallest_first_chunk_covering_the_second_beside_others_at_least_half() -> None:
+    """A speculative reply's first chunk: every frame less is a talker step less before the audio a user waits for.
+    Alone it shrinks as far as the paces cover; beside other streams it keeps half the unloaded chunk at least and
+    grows as a reply played at once would. 80 ms frames; unloaded first chunk 10, 25 once the codec's batch is busy."""
+    spec = parse_pipeline(small_dict(initial_chunk=10, chunk=25))
+
+    def first(paces: StagePaces, busy: int = 0) -> int:
+        setup = StreamSetup("talker", "code2wav", AUDIO, spec.streaming, spec.stage("code2wav"), True, busy=busy,
+                            head_start=True)
+        edge = CodecEdge(setup, paces)
+        assert edge.plan.first_chunk_frames == edge.initial_chunk_frames == edge.planner.size(0, 0)
+        return edge.initial_chunk_frames
+
+    assert first(StagePaces()) == first(StagePaces(), busy=3) == 5  # nothing measured: half the unloaded chunk
+    quick = _paces(0.02, 0.005, 0.025)
+    assert first(quick) == 3  # alone: the least a head start's first chunk takes (HEAD_START_MIN_S: 3 frames)
+    assert first(_paces(0.001, 0.001, 0.002)) == 3
+    assert first(quick, busy=1) == 5  # beside another stream: half at least
+    # A talker at 60% of real time, a vocoder call of 160 ms: 3 frames (180 ms to play, less the 50 ms delivery
+    # margin) do not cover the second chunk (3 frames, 3 x 48 ms + decode); 4 do.
+    assert first(_paces(0.048, 0.004, 0.16)) == 4
+    # Calls of 600 ms (a second chunk of 10 frames), a talker at 70% of real time: 11 frames cover it. Alone, the
+    # head start keeps its half; beside 8 streams, a reply played at once would start with up to 25: 11.
+    slow = _paces(0.056, 0.01, 0.6)
+    assert first(slow) == 5
+    assert first(slow, busy=8) == 11
+
+
 def test_the_orchestrator_orders_the_next_chunk_once_it_heard_of_a_cut() -> None:
     edge = _edge()
     first = edge.initial_chunk_frames

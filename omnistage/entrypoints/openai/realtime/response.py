@@ -22,6 +22,7 @@ usage counts the prompt tokens served from the thinker's prefix cache as
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -50,6 +51,7 @@ class ResponseWriter:
         self.items: list[Item] = []
         self.message: Item | None = None
         self.audio_samples = 0
+        self.first_audio_at: float | None = None  # ``time.monotonic()`` of its first audio delta
         self.status = "in_progress"
         self.details: dict[str, Any] | None = None
         self.cancel_reason: CancelReason = "client_cancelled"  # set by the session before it cancels the task
@@ -93,6 +95,14 @@ class ResponseWriter:
         # content, which says "output_audio"/"output_text".
         return {"type": "audio", "transcript": item.text} if item.spoken else {"type": "text", "text": item.text}
 
+    def ahead_s(self, now: float) -> float | None:
+        """Seconds of audio sent beyond what the caller has played by ``now`` (``time.monotonic()``), if it plays
+        from the first delta in real time; None while no audio was sent (a player not started cannot run dry) and
+        once nothing more will come (``speculation_gate.py``)."""
+        if not self.speaks or self.status != "in_progress" or self.first_audio_at is None:
+            return None
+        return self.audio_samples / self.source_rate - (now - self.first_audio_at)
+
     async def _open_message(self) -> Item:
         if self.message is None:
             self.message = Item(new_id("item"), "message", role="assistant", status="in_progress", spoken=self.speaks)
@@ -106,6 +116,8 @@ class ResponseWriter:
         await self._text(text, calls)
         if out.audio is not None and out.audio.size and self.speaks:
             message = await self._open_message()
+            if self.first_audio_at is None:
+                self.first_audio_at = time.monotonic()
             self.audio_samples += out.audio.size
             message.audio_ms = self.audio_samples * 1000 // self.source_rate
             data = base64.b64encode(self.encoder.encode(out.audio)).decode("ascii")

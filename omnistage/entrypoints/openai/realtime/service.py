@@ -16,6 +16,7 @@ from omnistage.entrypoints.openai.common.served_model import ServedModel
 from omnistage.entrypoints.openai.engine_protocol import OmniEngine
 from omnistage.entrypoints.openai.realtime.budget import RealtimeBudget
 from omnistage.entrypoints.openai.realtime.speculation import CountOutcome, ignore_outcome
+from omnistage.entrypoints.openai.realtime.speculation_gate import SpeculationGate
 from omnistage.entrypoints.openai.server_config import ServerLimits
 
 VAD_WORKERS = 2  # threads running every session's audio work (model-based VAD, large appends' decoding)
@@ -41,6 +42,8 @@ class RealtimeService:
     count_speculation: CountOutcome = ignore_outcome  # told "used" or "dropped" as each speculative reply ends
     first_chunk_frames: int | None = None  # codec frames in a reply's first code2wav chunk (None: the stage's)
     recogniser: ServedRecogniser | None = None  # serve --transcription-model: what sessions may write turns down with
+    # Whether a pause may start a speculative reply now: the server's headroom, and a cap (speculation_gate.py).
+    speculation_gate: SpeculationGate = field(default_factory=SpeculationGate)
     budget: RealtimeBudget = field(init=False)  # what all sessions together may hold (realtime/budget.py)
     sessions: set[OpenSession] = field(init=False, default_factory=set)  # open now, WebSocket and WebRTC
 

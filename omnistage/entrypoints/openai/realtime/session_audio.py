@@ -20,7 +20,6 @@ from omnistage.audio.decode import resample
 from omnistage.audio.turn_judge import SEMANTIC_SPECULATE_MS
 from omnistage.audio.vad import VadConfig, VadEvent
 from omnistage.audio.vad_backend import Vad
-from omnistage.entrypoints.openai.common.admission import Overloaded
 from omnistage.entrypoints.openai.common.decode_pool import CancelToken
 from omnistage.entrypoints.openai.realtime.audio_formats import InputFormat, decode_base64_audio
 from omnistage.entrypoints.openai.realtime.conversation import InputBuffer
@@ -184,14 +183,14 @@ class SessionAudio:
 
     def _speculate(self, start: int, cut: int, turn_end: float) -> None:
         """The user paused (``speculation.py``): starts the reply to the item ``[start, cut)`` of the buffer, its
-        outputs held, unless a response is in progress or the server is at its bound. Its audio is played from
+        outputs held, unless a response is in progress or the server lacks headroom (``speculation_gate.py``). Its audio is played from
         ``turn_end`` (``time.monotonic()``), when the turn is expected to end."""
         if not self.speech_item or (self.response is not None and not self.response.done()):
             return
-        try:
-            ticket = self.service.admission.admit()
-        except Overloaded:
-            return  # the commit's own response is refused or queued as it would be without speculation
+        # No headroom (a spoken reply near running dry, the cap, a full server): the commit starts the reply.
+        ticket = self.service.speculation_gate.admit(self.service.admission)
+        if ticket is None:
+            return
         self._drop_speculation()
         buffer, item_id, head, pending = self.buffer, self.speech_item, self.listener.head(), self.listener.in_flight()
 

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -363,9 +363,10 @@ class RealtimeSession(SessionAudio):
         self.writer = ResponseWriter(self.send, self.id, self.config.voice, request, options,
                                      self.config.output_format, conversation, tools.parser(), audio_rate(self.engine))
         self.response = asyncio.create_task(self._respond(self.writer, outputs))
+        stopped = self.service.speculation_gate.playing(self.writer)  # its headroom gates others' speculation
         # Released however the task ends, even when cancelled before it ever ran (barge-in right away), and a
         # speculative request that never got read is aborted then.
-        self.response.add_done_callback(lambda _: _ended(ticket, speculation))
+        self.response.add_done_callback(lambda _: _ended(ticket, speculation, stopped))
 
     async def _build_response(self, options: ResponseOptions, items: tuple[Item, ...], tools: ToolSetup,
                               eid: str | None) -> tuple[OmniRequest, Ticket]:
@@ -418,7 +419,8 @@ class RealtimeSession(SessionAudio):
             await writer.done(None)
 
 
-def _ended(ticket: Ticket, speculation: Speculation | None) -> None:
+def _ended(ticket: Ticket, speculation: Speculation | None, stopped: Callable[[], None]) -> None:
+    stopped()
     ticket.release()
     if speculation is not None:
         speculation.cancel()

@@ -25,12 +25,13 @@ that wait. Voice coming back
 session's end cancels it: the request is aborted in every stage (its KV blocks
 freed) and the client never hears of it.
 
-Under ``semantic_vad`` the reply starts at the turn's first 60 ms of silence (64 ms in
-Silero's windows: ``SEMANTIC_SPECULATE_MS``), before the Smart Turn classifier is first
+Under ``semantic_vad`` the reply starts at the detector's first silent frame (Silero's 32 ms
+window: ``SEMANTIC_SPECULATE_MS``), before the Smart Turn classifier is first
 asked (at 128 ms, then as the silence doubles: ``audio/vad.py``). Its "complete" ends
 the turn, and the commit takes the reply already running; while it says "incomplete"
 the reply waits, held, and voice coming back drops it unheard (a pause inside a
-sentence costs the server a dropped reply, never the user a false start).
+sentence costs the server a dropped reply, never the user a false start). A pause starts one only
+where the server has headroom (``speculation_gate.py``).
 """
 
 from __future__ import annotations
