@@ -230,6 +230,7 @@ class ChatService:
         outcome = "client_disconnected"  # unless every choice's final output is reached
         usages: list[Usage] = []
         tokens = [0] * len(requests)
+        tail: list[str | bytes] = []  # the last choice's closing events, written with the usage and [DONE]
         try:
             for event in writer.start():
                 yield event
@@ -252,12 +253,14 @@ class ChatService:
                         yield writer.error(failure)
                         return
                     usages.append(usage_of(out, requests[index].prompt.num_tokens, tokens[index]))
-                    for event in writer.end(index, out):
-                        yield event
+                    tail = writer.end(index, out)
+                    if len(usages) < len(requests):  # other choices still run: this one's end goes now
+                        yield _joined(tail)
+                        tail = []
             if include_usage:
-                yield writer.usage(_total_usage(usages))
+                tail.append(writer.usage(_total_usage(usages)))
             outcome = "ok"
-            yield SSE_DONE
+            yield _joined([*tail, SSE_DONE])  # one write for the stream's end (same events, fewer socket writes)
         finally:
             timer.finish(outcome)
 
