@@ -230,7 +230,6 @@ class ChatService:
         outcome = "client_disconnected"  # unless every choice's final output is reached
         usages: list[Usage] = []
         tokens = [0] * len(requests)
-        tail: list[str | bytes] = []  # the last choice's closing events, written with the usage and [DONE]
         try:
             for event in writer.start():
                 yield event
@@ -253,14 +252,10 @@ class ChatService:
                         yield writer.error(failure)
                         return
                     usages.append(usage_of(out, requests[index].prompt.num_tokens, tokens[index]))
-                    tail = writer.end(index, out)
-                    if len(usages) < len(requests):  # other choices still run: this one's end goes now
-                        yield _joined(tail)
-                        tail = []
-            if include_usage:
-                tail.append(writer.usage(_total_usage(usages)))
+                    yield _joined(writer.end(index, out))  # at once: its audio's tail plays on from the last chunk
             outcome = "ok"
-            yield _joined([*tail, SSE_DONE])  # one write for the stream's end (same events, fewer socket writes)
+            # One write for the usage and [DONE] (the same events, a socket write fewer).
+            yield _joined([writer.usage(_total_usage(usages)), SSE_DONE] if include_usage else [SSE_DONE])
         finally:
             timer.finish(outcome)
 
