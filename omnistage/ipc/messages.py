@@ -142,11 +142,29 @@ class StageTimes(msgspec.Struct, tag=True):
     aborted: bool = False
 
 
+class FrameNotes(msgspec.Struct, array_like=True):
+    """A talker step's plain notices, every stream's in one: request ``request_ids[i]`` made ``counts[i]`` new
+    frames and holds ``pendings[i]`` not in a chunk yet; none cut a chunk or ended (those go as
+    :class:`omnistage.ipc.payloads.FramesMade` outputs). Most of an audio stream's messages are these, one per
+    frame: as columns they cost the orchestrator a loop turn each, not a decoded struct and an output's dispatch."""
+
+    request_ids: list[str] = msgspec.field(default_factory=list)
+    counts: list[int] = msgspec.field(default_factory=list)
+    pendings: list[int] = msgspec.field(default_factory=list)
+
+    def add(self, request_id: str, count: int, pending: int) -> None:
+        self.request_ids.append(request_id)
+        self.counts.append(count)
+        self.pendings.append(pending)
+
+
 class StepBatch(msgspec.Struct, Generic[P], tag=True):
-    """Everything one pass of a replica's loop produced, with its load after the pass."""
+    """Everything one pass of a replica's loop produced, with its load after the pass; ``notes``: the step's plain
+    frame notices (a talker's; they follow the outputs)."""
 
     outputs: list[StageOutput[P] | RequestFailed | StageTimes]
     load: ReplicaLoad
+    notes: FrameNotes | None = None
 
 
 class ReplicaReady(msgspec.Struct, tag=True):

@@ -166,13 +166,17 @@ class CodecEdge:
 
     def frames_made(self, request_id: str, notice: FramesMade, finished: bool, now: float) -> ChunkOrder | None:
         """The talker's notice: paces measured, chunks counted as sent; the next chunk's size when it changed."""
-        self.planner.frames_arrived(now, notice.count)
         for cut in notice.cuts:
             self.chunks_sent += 1
             self.playback.sent(cut.new_frames * self.setup.audio.frame_s)
             self.planner.chunk_sent(cut.index, now, cut.new_frames, cut.total_frames)
-        self._pending = notice.pending
         self.talker_done = self.talker_done or finished
+        return self.frames_noted(request_id, notice.count, notice.pending, now)
+
+    def frames_noted(self, request_id: str, count: int, pending: int, now: float) -> ChunkOrder | None:
+        """New frames, ``pending`` of them not in a chunk yet (a plain notice, or what a cut's says besides)."""
+        self.planner.frames_arrived(now, count)
+        self._pending = pending
         return None if self.talker_done else self._order(request_id, now, player_changed=False)
 
     def heard(self, request_id: str, chunk: AudioChunk, seconds: float, now: float) -> ChunkOrder | None:

@@ -26,6 +26,7 @@ from omnistage.engine.generation_engine import ChunkJob
 from omnistage.ipc.messages import (
     ChunkOrder,
     ChunkOrders,
+    FrameNotes,
     OpenCodecStream,
     PayloadTypes,
     RequestFailed,
@@ -73,6 +74,7 @@ class CodecStreams:
         self.ctx, self.payloads, self.clock = ctx, payloads, clock
         self.streams: dict[str, _Stream] = {}
         self._senders: dict[str, Sender] = {}  # codec replica address → this thread's socket to it
+        self._notes = FrameNotes()  # this pass's plain notices (``take_notes``)
 
     def open(self, message: OpenCodecStream) -> None:
         """A request's frames will be cut here (sent before its first input, so before its first frame)."""
@@ -106,13 +108,28 @@ class CodecStreams:
         return outputs
 
     def on_outputs(self, outputs: list[StageOutput | RequestFailed]) -> list[StageOutput | RequestFailed]:
-        """A step's outputs with every streamed request's frames cut and sent, a notice in their place (a failed
-        request's stream ends here: the orchestrator aborts it in the codec stage)."""
+        """A step's outputs with every streamed request's frames cut and sent, a notice in their place: one that
+        cut a chunk or ends the stream as an output, a plain one (new frames only) among the pass's notes
+        (``take_notes``). A failed request's stream ends here: the orchestrator aborts it in the codec stage."""
         for out in outputs:
             if isinstance(out, RequestFailed):
                 self.streams.pop(out.request_id, None)
-        return [self._guarded(out) if isinstance(out, StageOutput) and out.request_id in self.streams
-                and (isinstance(out.payload, CodecFrames) or out.finished) else out for out in outputs]
+        kept: list[StageOutput | RequestFailed] = []
+        for out in outputs:
+            if isinstance(out, StageOutput) and out.request_id in self.streams \
+                    and (isinstance(out.payload, CodecFrames) or out.finished):
+                out = self._guarded(out)
+                if out is None:
+                    continue
+            kept.append(out)
+        return kept
+
+    def take_notes(self) -> FrameNotes | None:
+        """The plain notices since the last call, for the pass's ``StepBatch`` (None: there were none)."""
+        if not self._notes.request_ids:
+            return None
+        notes, self._notes = self._notes, FrameNotes()
+        return notes
 
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
@@ -124,8 +141,9 @@ class CodecStreams:
         self._senders.clear()
 
     # Internals ------------------------------------------------------------------------------------
-    def _guarded(self, out: StageOutput) -> StageOutput | RequestFailed:
-        """A stream that cannot go on (frames of the wrong width...) fails its request alone."""
+    def _guarded(self, out: StageOutput) -> StageOutput | RequestFailed | None:
+        """A stream that cannot go on (frames of the wrong width...) fails its request alone. None: its notice
+        went to the notes."""
         try:
             return self._cut(out)
         except Exception as exc:  # noqa: BLE001 - one request's broken stream must not end the replica
@@ -133,7 +151,7 @@ class CodecStreams:
             self.streams.pop(out.request_id, None)
             return RequestFailed(out.request_id, f"{type(exc).__name__}: {exc}")
 
-    def _cut(self, out: StageOutput) -> StageOutput:
+    def _cut(self, out: StageOutput) -> StageOutput | None:
         stream = self.streams[out.request_id]
         now = self.clock()
         frames = out.payload.frames if isinstance(out.payload, CodecFrames) else None
@@ -143,7 +161,11 @@ class CodecStreams:
             jobs += stream.chunker.finish()
             del self.streams[out.request_id]
         stream.frames_made += count
-        notice = FramesMade(count, stream.chunker.num_pending, self._send(stream, jobs, now))
+        cuts = self._send(stream, jobs, now)
+        if not cuts and not out.finished:
+            self._notes.add(out.request_id, count, stream.chunker.num_pending)
+            return None
+        notice = FramesMade(count, stream.chunker.num_pending, cuts)
         return StageOutput(out.request_id, notice, out.finished, out.finish_reason)
 
     def _send(self, stream: _Stream, jobs: list[ChunkJob], now: float) -> list[ChunkCut]:

@@ -1,11 +1,13 @@
 """Incremental detokenisation of the thinker's tokens, with stop strings.
 
 Decoding token by token breaks multi-byte characters and merges, so each
-delta decodes a short window of recent tokens twice (with and without the
-new ones) and emits the difference, holding back text that ends in an
-incomplete character (vLLM's prefix/read offsets). A transformers fast tokenizer
+delta decodes a short window of recent tokens with and without the new ones
+and emits the difference, holding back text that ends in an incomplete
+character (vLLM's prefix/read offsets). The window's start stays put for
+``WINDOW`` tokens before it slides, so the decode without the new tokens is
+most often the last delta's decode with them, kept: one decode per delta. A transformers fast tokenizer
 is decoded through its Rust backend directly (what its ``decode`` calls, without
-its per-call Python conversions: two decodes per token of every stream). Text that
+its per-call Python conversions, per token of every stream). Text that
 could still become the start of a stop string is held back too, so a stop string
 never reaches the caller; the text is cut where the first stop string begins.
 """
@@ -41,6 +43,7 @@ class IncrementalDetokenizer:
         self.emitted = 0  # characters of ``text`` already given to the caller
         self._prefix = 0
         self._read = 0
+        self._read_text: str | None = None  # the decode of ids[_prefix:_read] when known
         self._decode = _decoder(tokenizer)
 
     def add(self, token_ids: list[int], final: bool = False) -> TextDelta:
@@ -57,11 +60,15 @@ class IncrementalDetokenizer:
 
     def _decode_new(self, decode: Callable[[list[int]], str]) -> str:
         ids = self.token_ids
-        prefix_text = decode(ids[self._prefix:self._read])
+        prefix_text = self._read_text if self._read_text is not None else decode(ids[self._prefix:self._read])
         full_text = decode(ids[self._prefix:])
         if full_text.endswith(REPLACEMENT) or len(full_text) <= len(prefix_text):
+            self._read_text = prefix_text  # the window is unchanged: so is its decode
             return ""  # an incomplete character (or nothing visible): wait for more tokens
-        self._prefix = max(len(ids) - WINDOW, self._read)
+        if len(ids) - self._prefix > 2 * WINDOW:  # the window slides on: its next prefix is decoded anew
+            self._prefix, self._read_text = max(len(ids) - WINDOW, self._read), None
+        else:  # the window keeps its start: this decode is the next one's prefix (one decode per delta, not two)
+            self._read_text = full_text
         self._read = len(ids)
         return full_text[len(prefix_text):]
 

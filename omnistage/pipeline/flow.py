@@ -118,6 +118,10 @@ class RequestFlows:
         if now < self._next_walk:
             return
         self._next_walk = now + GATE_INTERVAL_S
+        if not self.waiting:  # only the talker's pace to record: the players' state is not needed
+            self.gate.observe(self._talker_paces())
+            self._paced = False
+            return
         loads = self._stream_loads()
         if self._paced:
             self.gate.observe([load.talker_frame_s for load in loads if load.talking])
@@ -142,6 +146,15 @@ class RequestFlows:
             pace = None if s.input_open else audio.planner.talker.value
             loads.append(StreamLoad(not audio.talker_done, pace, audio.playback.buffered_s(now) if playing else None))
         return loads
+
+    def _talker_paces(self) -> list[float | None]:
+        """The talking streams' paces, as ``_stream_loads`` gives them (a lighter walk, on most passes)."""
+        paces: list[float | None] = []
+        for s in self.states.values():
+            audio = s.audio
+            if audio is not None and not audio.talker_done:  # talking implies not done
+                paces.append(None if s.input_open else audio.planner.talker.value)
+        return paces
 
     def _start(self, request: OmniRequest, sink: OutputSink, gated_s: float = 0.0) -> None:
         rid = request.request_id
@@ -323,6 +336,19 @@ class RequestFlows:
             self._enter(state, edge.target)
         self._queue_order(stage, state, edge.frames_made(state.request_id, notice, finished, time.monotonic()))
 
+    def frames_noted(self, stage: str, request_id: str, count: int, pending: int, now: float) -> None:
+        """A talker's plain notice (``FrameNotes``: new frames, no chunk cut, not its last): paces and plans only,
+        as ``_frames_made`` does with such a notice."""
+        state = self.states.get(request_id)
+        if state is None or stage in state.closed:
+            return
+        edge = state.audio
+        if edge is None or edge.source != stage:
+            return
+        self._frames(state, count)
+        self._paced = self._paced or count > 0
+        self._queue_order(stage, state, edge.frames_noted(request_id, count, pending, now))
+
     def _audio(self, state: RequestState, stage: str, chunk: AudioChunk) -> np.ndarray:
         """A chunk for the caller; through the codec edge's player model, which tells the talker."""
         edge, now = state.audio, time.monotonic()
@@ -338,8 +364,10 @@ class RequestFlows:
         return chunk.wav.numpy()
 
     def _queue_order(self, stage: str, state: RequestState, order: ChunkOrder | None) -> None:
+        if order is None:  # most notices change nothing
+            return
         index = self.routers[stage].replica_of(state.request_id)
-        if order is not None and index is not None and stage not in state.closed:
+        if index is not None and stage not in state.closed:
             self.orders.setdefault((stage, index), []).append(order)
 
     def flush_orders(self) -> None:

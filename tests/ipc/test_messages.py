@@ -7,14 +7,15 @@ import pytest
 import torch
 import zmq
 
+from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.engine.generation_engine import ChunkJob, StreamVoice
 from omnistage.engine.request import FinishReason, MultimodalSpan
 from omnistage.families.qwen3_omni.payloads import PAYLOADS, PromptHidden, TalkerStart, TextFeed, ThinkerPrompt
-from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.ipc.messages import (
     AbortRequests,
     ChunkOrder,
     ChunkOrders,
+    FrameNotes,
     Heartbeat,
     InputBatch,
     OpenCodecStream,
@@ -69,6 +70,7 @@ OUTPUTS = [
                StageOutput("a", AudioChunk(0, torch.randn(48000))), RequestFailed("b", "boom"),
                StageOutput("a", FramesMade(1, 3, [ChunkCut(0, 10, 10), ChunkCut(1, 4, 6, is_last=True)]), True)],
               ReplicaLoad(1, 2, 3, 4)),
+    StepBatch([StageOutput("a", FramesMade(0, 0, []), True)], ReplicaLoad(), FrameNotes(["b", "c"], [1, 2], [5, 0])),
     ReplicaReady(ReplicaLoad(kv_blocks_total=10), pid=42),
     ReplicaReady(ReplicaLoad(), pid=7, step_seconds={1: 0.031, 2: 0.0325, 8: 0.048}, peer_address="ipc:///tmp/p"),
     ReplicaFailed("out of memory"),

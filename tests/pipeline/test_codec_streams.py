@@ -15,7 +15,15 @@ from omnistage.audio_spec import AudioSpec, Codebooks
 from omnistage.config.pipeline import parse_pipeline
 from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.engine.generation_engine import ChunkJob
-from omnistage.ipc.messages import ChunkOrder, ChunkOrders, OpenCodecStream, RequestFailed, StageInput, StageOutput
+from omnistage.ipc.messages import (
+    ChunkOrder,
+    ChunkOrders,
+    FrameNotes,
+    OpenCodecStream,
+    RequestFailed,
+    StageInput,
+    StageOutput,
+)
 from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, CodecFrames, FramesMade
 from omnistage.ipc.queues import Receiver
 from omnistage.pipeline.chunk_planner import StagePaces
@@ -76,9 +84,11 @@ def test_the_talker_cuts_sends_and_tells_the_orchestrator_only_what_it_did(rig) 
     assert out.payload.cuts == [ChunkCut(0, 2, 2)]
     [job] = _jobs(codec)
     assert job.codes[0].tolist() == [0, 1] and job.slack_s == pytest.approx(STARTUP_SLACK_S)  # not playing yet
-    # Chunk 1 waits for the orchestrator's size, then goes at once (the player: 0.5 s left, 0.1 s delivered).
-    [out] = streams.on_outputs([_frames("r", 3, start=3)])
-    assert out.payload.cuts == [] and out.payload.pending == 4 and _jobs(codec) == []
+    assert streams.take_notes() is None  # that notice cut a chunk: an output of its own
+    # Chunk 1 waits for the orchestrator's size, then goes at once (the player: 0.5 s left, 0.1 s delivered). A
+    # notice of frames alone goes among the pass's notes, every stream's in one message.
+    assert streams.on_outputs([_frames("r", 3, start=3)]) == [] and _jobs(codec) == []
+    assert streams.take_notes() == FrameNotes(["r"], [3], [4]) and streams.take_notes() is None
     clock.now += 1.0
     [notice] = streams.order(ChunkOrders([ChunkOrder("r", 1, 3, 0.5, 0.1)]))
     assert notice.payload == FramesMade(0, 1, [ChunkCut(1, 3, 3)])

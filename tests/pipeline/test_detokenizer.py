@@ -62,3 +62,32 @@ def test_the_rust_backend_decodes_as_the_tokenizer_does(tokenizer) -> None:
         fast, plain = IncrementalDetokenizer(tokenizer), IncrementalDetokenizer(Plain())
         assert fast._decode.func == tokenizer.backend_tokenizer.decode
         assert [fast.add([t]).text for t in ids] == [plain.add([t]).text for t in ids]
+
+
+def test_a_window_that_slides_less_often_gives_the_same_deltas(tokenizer) -> None:
+    """The window keeps its start for a while (its decode reused as the next delta's prefix): per token, the same
+    deltas as a window sliding with every token (vLLM's offsets, written out here), on random ids with split
+    characters and special tokens."""
+    import random
+
+    def sliding(ids: list[int]) -> list[str]:
+        prefix = read = 0
+        out = []
+        for n in range(1, len(ids) + 1):
+            before = tokenizer.decode(ids[prefix:read], skip_special_tokens=True)
+            after = tokenizer.decode(ids[prefix:n], skip_special_tokens=True)
+            if after.endswith("\ufffd") or len(after) <= len(before):
+                out.append("")
+                continue
+            prefix, read = max(n - 6, read), n
+            out.append(after[len(before):])
+        return out
+
+    rng = random.Random(1)
+    for _ in range(20):
+        ids = [rng.randrange(len(tokenizer)) for _ in range(60)]
+        detok = IncrementalDetokenizer(tokenizer)
+        assert [detok.add([t]).text for t in ids] == sliding(ids)
+    ids = tokenizer(TEXT * 3, add_special_tokens=False).input_ids
+    detok = IncrementalDetokenizer(tokenizer)
+    assert [detok.add([t]).text for t in ids] == sliding(ids)

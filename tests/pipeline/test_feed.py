@@ -104,3 +104,22 @@ def test_a_stream_whose_input_is_open_is_counted_by_the_gate_but_not_measured() 
         flows.states[rid] = RequestState(OmniRequest(rid, ToyPrompt(1)), lambda out: None,
                                          IncrementalDetokenizer(None), input_open=open_input, audio=audio)
     assert [(load.talking, load.talker_frame_s) for load in flows._stream_loads()] == [(True, None), (True, 0.05)]
+
+
+def test_the_gates_light_walk_records_what_its_full_walk_would() -> None:
+    """With no request waiting the gate only records the talker's pace: the lighter walk gives the talking
+    streams' paces exactly as the loads do (a stream whose talker ended and one still decoding are left out)."""
+    flows, _ = _flows()
+
+    def audio(talker_done: bool, done: bool, pace: float | None) -> SimpleNamespace:
+        return SimpleNamespace(done=done, talker_done=talker_done, playback=Playback(),
+                               planner=SimpleNamespace(talker=SimpleNamespace(value=pace)))
+
+    streams = {"open": (True, audio(False, False, 0.05)), "talking": (False, audio(False, False, 0.07)),
+               "new": (False, audio(False, False, None)), "decoding": (False, audio(True, False, 0.09)),
+               "done": (False, audio(True, True, 0.04)), "text": (False, None)}
+    for rid, (open_input, edge) in streams.items():
+        flows.states[rid] = RequestState(OmniRequest(rid, ToyPrompt(1)), lambda out: None,
+                                         IncrementalDetokenizer(None), input_open=open_input, audio=edge)
+    full = [load.talker_frame_s for load in flows._stream_loads() if load.talking]
+    assert flows._talker_paces() == full == [None, 0.07, None]

@@ -16,7 +16,7 @@ import zmq
 
 from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.families.qwen3_omni.payloads import PAYLOADS
-from omnistage.ipc.messages import ReplicaLoad, StageOutput, StepBatch
+from omnistage.ipc.messages import FrameNotes, ReplicaLoad, StageOutput, StepBatch
 from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, FramesMade, TokenDelta
 from omnistage.ipc.queues import AddressBook, Receiver, Sender
 from omnistage.pipeline.flow import FlowSettings
@@ -111,3 +111,36 @@ def test_a_pass_never_waits_on_an_idle_stage(rig) -> None:
     start = time.monotonic()
     assert orch.poll_once(timeout_ms=5000) == 1
     assert time.monotonic() - start < 1.0
+
+
+def _start(orch: Orchestrator, peers: dict[str, _Peer], rid: str) -> None:
+    request = OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), frozenset({Modality.TEXT, Modality.AUDIO}),
+                          SamplingParams(max_tokens=4))
+    orch.submit(request, lambda out: None)
+    orch.poll_once(timeout_ms=1000)
+    peers["thinker"].out.send(_batch(StageOutput(rid, TokenDelta([7], num_prompt_tokens=3))))
+    orch.poll_once(timeout_ms=1000)
+    peers["talker"].inbox.drain()
+
+
+def test_a_steps_plain_notices_in_one_message_plan_as_their_outputs_would(rig) -> None:
+    """A talker sends its plain notices (frames, no cut) as a step's ``FrameNotes``: the orchestrator counts the
+    frames, measures the pace and orders chunks exactly as it does from ``FramesMade`` outputs."""
+    orch, peers = rig
+    orch.flows.gate.limit = 0  # both streams start at once
+    _start(orch, peers, "out")
+    _start(orch, peers, "noted")
+    for k in range(60):
+        cuts = [ChunkCut(k // 10, 10, 10)] if k % 10 == 9 else []
+        pending = k % 10 + 1 if not cuts else 1
+        notice = StageOutput("out", FramesMade(1, pending, cuts))
+        noted = StageOutput("noted", FramesMade(1, pending, cuts))
+        notes = None if cuts else FrameNotes(["noted"], [1], [pending])
+        peers["talker"].out.send(StepBatch([notice, noted] if cuts else [notice], ReplicaLoad(), notes))
+        assert orch.poll_once(timeout_ms=1000) == 1
+    orders = [o for batch in peers["talker"].inbox.drain() for o in batch.orders]
+    by_request = {rid: [o.index for o in orders if o.request_id == rid] for rid in ("out", "noted")}
+    assert by_request["noted"] == by_request["out"] and by_request["out"]
+    out, noted = (orch.flows.states[rid] for rid in ("out", "noted"))
+    assert noted.audio.chunks_sent == out.audio.chunks_sent == 6
+    assert noted.trace.first_frames is not None and noted.audio.planner.talker.value is not None

@@ -252,12 +252,10 @@ class ChatService:
                         yield writer.error(failure)
                         return
                     usages.append(usage_of(out, requests[index].prompt.num_tokens, tokens[index]))
-                    for event in writer.end(index, out):
-                        yield event
-            if include_usage:
-                yield writer.usage(_total_usage(usages))
+                    yield _joined(writer.end(index, out))  # at once: its audio's tail plays on from the last chunk
             outcome = "ok"
-            yield SSE_DONE
+            # One write for the usage and [DONE] (the same events, a socket write fewer).
+            yield _joined([writer.usage(_total_usage(usages)), SSE_DONE] if include_usage else [SSE_DONE])
         finally:
             timer.finish(outcome)
 
