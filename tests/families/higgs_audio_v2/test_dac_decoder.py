@@ -8,7 +8,13 @@ import torch
 from torch import nn
 
 from omnistage.families.higgs_audio_v2.checkpoint import load_codec
-from omnistage.families.higgs_audio_v2.dac_decoder import MonoConv1d, Snake
+from omnistage.families.higgs_audio_v2.dac_decoder import (
+    GemmConv1d,
+    MonoConv1d,
+    PolyphaseConvTranspose1d,
+    Snake,
+    adjust_dac_decoder,
+)
 from omnistage.layers.snake import sin_squared_
 
 
@@ -32,8 +38,9 @@ def _transformers_decoder(codec) -> nn.Module:
 
 def test_the_swapped_modules_are_in_place(codec):
     modules = list(codec.acoustic_decoder.modules())
-    assert any(isinstance(m, Snake) for m in modules) and any(isinstance(m, MonoConv1d) for m in modules)
-    assert not any(type(m).__name__ == "Snake1d" for m in modules)
+    for kind in (Snake, MonoConv1d, GemmConv1d, PolyphaseConvTranspose1d):
+        assert any(isinstance(m, kind) for m in modules), kind
+    assert not any(type(m) in (nn.Conv1d, nn.ConvTranspose1d) or type(m).__name__ == "Snake1d" for m in modules)
 
 
 @torch.inference_mode()
@@ -64,3 +71,47 @@ def test_sin_squared_in_place_and_under_autograd():
     leaf = torch.linspace(-3, 3, 11, requires_grad=True)
     sin_squared_(leaf * 1.0).sum().backward()  # autograd's path: torch's own ops
     torch.testing.assert_close(leaf.grad, torch.sin(2 * leaf.detach()), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels,kernel,dilation,batch", [(16, 7, 1, 1), (4, 7, 9, 3), (8, 1, 1, 2), (3, 7, 3, 1)])
+def test_gemm_conv_equals_conv1d(channels, kernel, dilation, batch):
+    conv = nn.Conv1d(channels, channels + 1, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2)
+    gemm = GemmConv1d(channels, channels + 1, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2)
+    gemm.load_state_dict(conv.state_dict())
+    x = torch.randn(batch, channels, 37, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        torch.testing.assert_close(gemm(x), conv(x), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("stride", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("batch,length", [(1, 1), (1, 13), (3, 6)])
+def test_polyphase_equals_conv_transpose(stride, batch, length):
+    """DAC's upsampling shape (kernel 2s, padding ceil(s/2), output padding s % 2), odd and even strides."""
+    shape = dict(kernel_size=2 * stride, stride=stride, padding=(stride + 1) // 2, output_padding=stride % 2)
+    conv = nn.ConvTranspose1d(6, 3, **shape)
+    poly = PolyphaseConvTranspose1d(6, 3, **shape)
+    poly.load_state_dict(conv.state_dict())
+    x = torch.randn(batch, 6, length, generator=torch.Generator().manual_seed(stride))
+    with torch.inference_mode():
+        ours = poly(x)
+        assert ours.shape == (batch, 3, length * stride)
+        torch.testing.assert_close(ours, conv(x), rtol=0, atol=1e-5)
+
+
+def test_the_swap_keeps_the_parameters_and_draws_nothing(codec):
+    """make-tiny saves what the adjusted decoder holds: a swapped conv keeps transformers' drawn weights, and the
+    global generator is where it was, so the codec's later modules draw what they drew before the swap (at this
+    width no conv has 1 channel: MonoConv1d, which draws its own, is not used)."""
+    from transformers import DacConfig, DacModel
+
+    config = DacConfig(**{**codec.config.acoustic_model_config.to_dict(), "decoder_hidden_size": 64})
+    decoder = DacModel(config).decoder
+    before = {name: p.detach().clone() for name, p in decoder.named_parameters()}
+    state = torch.get_rng_state()
+    adjust_dac_decoder(decoder)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert isinstance(decoder.block[0].conv_t1, PolyphaseConvTranspose1d) and isinstance(decoder.conv2, GemmConv1d)
+    after = dict(decoder.named_parameters())
+    assert before.keys() == after.keys()
+    for name, value in before.items():
+        assert torch.equal(after[name], value), name
