@@ -17,7 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omnistage.families.higgs_audio_v2 import dac_native
 from omnistage.layers.snake import sin_squared_
+
+# Up to this many input channels a conv runs in dac_kernels.c (one pass, its block of outputs in L1): 2.5x the
+# matrix product at 1-2 channels, 1.8x at 4, 1.3x at 8, even at 16 (the tiny tokenizer's widths, one thread).
+NATIVE_MAX_CHANNELS = 8
 
 
 class Snake(nn.Module):
@@ -28,19 +33,26 @@ class Snake(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        native = dac_native.snake(x, self.alpha)  # one pass (3-4x the torch ops below)
+        if native is not None:
+            return native
         wave = sin_squared_(x * self.alpha)
         return torch.addcmul(x, wave, (self.alpha + 1e-9).reciprocal())
 
 
 class MonoConv1d(nn.Conv1d):
-    """A 1-channel ``Conv1d`` keeping its length (stride 1, padding ``dilation * (kernel - 1) / 2``) as the sum of
-    its taps' shifted copies of the input: no padded copy, and no oneDNN call that runs 1 channel slowly."""
+    """A 1-channel ``Conv1d`` keeping its length (stride 1, padding ``dilation * (kernel - 1) / 2``) in
+    ``dac_kernels.c``, else as the sum of its taps' shifted copies of the input: no padded copy, and no oneDNN call
+    that runs 1 channel slowly. (Built as a plain ``Conv1d`` draws: make-tiny's checkpoints hold those draws.)"""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernel, dilation = self.kernel_size[0], self.dilation[0]
         pad = self.padding[0] if isinstance(self.padding, tuple) else None
         if pad is None or 2 * pad != dilation * (kernel - 1) or self.stride[0] != 1 or x.shape[1] != 1:
             return super().forward(x)
+        native = dac_native.conv1d(x, self.weight, self.bias, dilation, pad)
+        if native is not None:
+            return native
         taps = self.weight.reshape(-1).tolist()
         centre, length = kernel // 2, x.shape[-1]
         out = x * taps[centre]
@@ -71,6 +83,9 @@ class GemmConv1d(nn.Conv1d):
         if self.stride[0] != 1 or self.groups != 1 or isinstance(self.padding, str) or self.padding_mode != "zeros":
             return super().forward(x)
         pad, dilation = self.padding[0], self.dilation[0]
+        if in_ch <= NATIVE_MAX_CHANNELS and (native := dac_native.conv1d(x, self.weight, self.bias, dilation,
+                                                                          pad)) is not None:
+            return native
         if kernel == 1 and pad == 0:
             cols = x
         else:

@@ -1,5 +1,7 @@
-"""The decoder's swapped modules (numpy's ``sin`` in Snake, 1-channel convs as shifted sums) against transformers'
-own ``Snake1d``/``Conv1d``, on the tiny tokenizer's weights: within float rounding of the signal."""
+"""The decoder's swapped modules (Snake and small convs in dac_kernels.c, else numpy's ``sin`` and shifted sums;
+the other convs as one matrix product) against transformers' own ``Snake1d``/``Conv1d``/``ConvTranspose1d``, on
+the tiny tokenizer's weights: within float rounding of the signal. Each module's torch path runs under autograd
+(where the C kernels step aside)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from omnistage.families.higgs_audio_v2 import dac_native
 from omnistage.families.higgs_audio_v2.checkpoint import load_codec
 from omnistage.families.higgs_audio_v2.dac_decoder import (
     GemmConv1d,
@@ -53,14 +56,34 @@ def test_decoder_equals_transformers(codec):
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5 * float(theirs.abs().max()))
 
 
+def _both_paths(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The module's output outside autograd (C kernel where it applies) and under it (torch's ops)."""
+    with torch.inference_mode():
+        fast = module(x)
+    return [fast, module(x.clone().requires_grad_()).detach()]
+
+
 @pytest.mark.parametrize("kernel,dilation", [(7, 1), (7, 9), (1, 1)])
 def test_mono_conv_equals_conv1d(kernel, dilation):
     conv = nn.Conv1d(1, 1, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2)
     mono = MonoConv1d(1, 1, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2)
     mono.load_state_dict(conv.state_dict())
     x = torch.randn(2, 1, 300, generator=torch.Generator().manual_seed(2))
-    with torch.inference_mode():
-        torch.testing.assert_close(mono(x), conv(x), rtol=0, atol=1e-6)
+    for out in _both_paths(mono, x):
+        torch.testing.assert_close(out, conv(x).detach(), rtol=0, atol=1e-6)
+
+
+def test_snake_equals_transformers_at_large_arguments():
+    """The C kernel's own sin, reduced by pi: within 1e-6 of the signal at |alpha x| up to ~100."""
+    from transformers.models.dac.modeling_dac import Snake1d
+
+    theirs, ours = Snake1d(5), Snake(5)
+    with torch.no_grad():
+        theirs.alpha.copy_(torch.tensor([0.05, 0.5, 1.0, 2.0, 7.0]).reshape(1, 5, 1))
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.linspace(-15, 15, 4001).repeat(2, 5, 1)
+    for out in _both_paths(ours, x):
+        torch.testing.assert_close(out, theirs(x).detach(), rtol=0, atol=1e-6 * 15)
 
 
 def test_sin_squared_in_place_and_under_autograd():
@@ -79,8 +102,16 @@ def test_gemm_conv_equals_conv1d(channels, kernel, dilation, batch):
     gemm = GemmConv1d(channels, channels + 1, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2)
     gemm.load_state_dict(conv.state_dict())
     x = torch.randn(batch, channels, 37, generator=torch.Generator().manual_seed(3))
+    for out in _both_paths(gemm, x):
+        torch.testing.assert_close(out, conv(x).detach(), rtol=0, atol=1e-5)
+
+
+def test_the_kernels_build_here():
+    """The served path is the C one (a machine with a compiler): a silent fallback would pass every test above."""
+    x = torch.randn(1, 2, 10)
     with torch.inference_mode():
-        torch.testing.assert_close(gemm(x), conv(x), rtol=0, atol=1e-5)
+        assert dac_native.snake(x, torch.ones(1, 2, 1)) is not None
+        assert dac_native.conv1d(x, torch.ones(2, 2, 3), None, 1, 1) is not None
 
 
 @pytest.mark.parametrize("stride", [2, 3, 4, 5, 8])
