@@ -17,7 +17,7 @@ from torch import nn
 
 from omnistage.families.higgs_audio_v2.config import HiggsConfig, Llama3Rope
 from omnistage.layers.norm import RMSNorm
-from omnistage.layers.rotary import rope_inv_freq, rotate_half
+from omnistage.layers.rotary import rope_inv_freq
 from omnistage.models.sequence_cache import SequenceCache
 from omnistage.models.slot_cache import SlotStep
 
@@ -49,17 +49,25 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.qkv_proj: nn.Linear | None = None  # q, k and v stacked, once loaded (fuse_)
 
-    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def fuse_(self) -> None:
+        """After loading: the three projections as one (at tiny widths a step is its number of calls)."""
+        self.qkv_proj = _stacked(self, ("q_proj", "k_proj", "v_proj"))
+
+    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
-        q = self.q_proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+        stacked = self.qkv_proj(x) if self.qkv_proj is not None else torch.cat(
+            [self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        heads = stacked.view(batch, length, self.heads + 2 * self.kv_heads, self.head_dim).transpose(1, 2)
+        rotated = self.heads + self.kv_heads  # q and k turn together: rotate_half(x) * sin, as a roll
+        qk = heads[:, :rotated]
+        qk = qk * cos + qk.roll(self.head_dim // 2, dims=-1) * signed_sin
+        return qk[:, :self.heads], qk[:, self.heads:], heads[:, rotated:]
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: Caches,
                 layer: int) -> torch.Tensor:
-        """``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence), or
+        """``sin`` sign-folded (:meth:`Backbone.rotary`). ``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence), or
         every row of a :class:`SlotStep` by one position."""
         batch, length, _ = x.shape
         q, k, v = self._qkv(x, cos, sin)
@@ -85,9 +93,32 @@ class Mlp(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+        self.gate_up_proj: nn.Linear | None = None  # gate and up stacked, once loaded (fuse_)
+
+    def fuse_(self) -> None:
+        self.gate_up_proj = _stacked(self, ("gate_proj", "up_proj"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_proj is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+def _stacked(owner: nn.Module, names: tuple[str, ...]) -> nn.Linear | None:
+    """``owner``'s plain ``nn.Linear``\\ s ``names`` as one, their rows stacked in order; the parts removed (no second
+    copy of the weights). None, the parts kept, where one is another kind (a quantized layer)."""
+    parts = [getattr(owner, name) for name in names]
+    if any(type(part) is not nn.Linear for part in parts) or len({p.bias is None for p in parts}) != 1:
+        return None
+    weight = torch.cat([p.weight.detach() for p in parts])
+    stacked = nn.Linear(weight.shape[1], weight.shape[0], bias=parts[0].bias is not None, device="meta")
+    stacked.weight = nn.Parameter(weight, requires_grad=False)
+    if parts[0].bias is not None:
+        stacked.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), requires_grad=False)
+    for name in names:
+        delattr(owner, name)
+    return stacked
 
 
 def _routed(x: torch.Tensor, audio: torch.Tensor | None, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
@@ -144,10 +175,12 @@ class Backbone(nn.Module):
         self.register_buffer("inv_freq", llama3_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
 
     def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin ``[B or 1, 1, T, head_dim]`` of positions ``[B, T]``, computed in fp32."""
+        """cos and sign-folded sin ``[B or 1, 1, T, head_dim]`` of positions ``[B, T]``, computed in fp32."""
         angles = positions.float()[..., None] * self.inv_freq.float()
         angles = torch.cat((angles, angles), dim=-1)[:, None]
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        # sin sign-folded: rotate_half(x) * sin == x.roll(D / 2) * signed_sin exactly (a sign moves factor)
+        sin, half = angles.sin(), angles.shape[-1] // 2
+        return angles.cos().to(dtype), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).to(dtype)
 
     def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: Caches) -> torch.Tensor:
         """``[B, T, hidden]`` continuing ``caches`` (one per row) -> normalised hidden states. ``audio`` ``[B, T]``
@@ -175,6 +208,13 @@ class HiggsAudioV2(nn.Module):
         self.cfg = cfg
         self.model = Backbone(cfg)
         self.audio_lm_head = nn.Linear(cfg.hidden_size, cfg.num_codebooks * cfg.codebook_size, bias=False)
+
+    def fuse_(self) -> None:
+        """Once loaded: every layer's stacked projections (q/k/v, and gate/up of both MLPs)."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse_()
+            layer.mlp.fuse_()
+            layer.audio_mlp.fuse_()
 
     def prompt_embeds(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """Prompt ids ``[T]`` and its audio frames ``[n, G]`` (delayed, markers included) -> ``[1, T, hidden]`` and
