@@ -67,8 +67,8 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: Caches,
                 layer: int) -> torch.Tensor:
-        """``sin`` sign-folded (:meth:`Backbone.rotary`). ``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence), or
-        every row of a :class:`SlotStep` by one position."""
+        """``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence), or
+        every row of a :class:`SlotStep` by one position; ``sin`` sign-folded (:meth:`Backbone.rotary`)."""
         batch, length, _ = x.shape
         q, k, v = self._qkv(x, cos, sin)
         if isinstance(caches, SlotStep):
@@ -173,25 +173,36 @@ class Backbone(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.register_buffer("inv_freq", llama3_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, signed sin by position (rotary)
 
-    def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sign-folded sin ``[B or 1, 1, T, head_dim]`` of positions ``[B, T]``, computed in fp32."""
-        angles = positions.float()[..., None] * self.inv_freq.float()
-        angles = torch.cat((angles, angles), dim=-1)[:, None]
-        # sin sign-folded: rotate_half(x) * sin == x.roll(D / 2) * signed_sin exactly (a sign moves factor)
+    def rotary(self, positions: torch.Tensor, top: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sign-folded sin ``[B, 1, T, head_dim]`` of positions ``[B, T]`` (all below ``top``), computed in
+        fp32 once per position (:meth:`_angles`) and looked up: a decode step's rotary is two lookups, not ten ops."""
+        if self._table is None or self._table[0].shape[0] < top:
+            self._table = self._angles(max(top, 2 * (0 if self._table is None else self._table[0].shape[0]), 256))
+        cos, signed_sin = self._table
+        return cos[positions][:, None].to(dtype), signed_sin[positions][:, None].to(dtype)
+
+    def _angles(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[count, head_dim]`` of positions ``0..count-1``, the sin sign-folded:
+        ``rotate_half(x) * sin == x.roll(D / 2) * signed_sin`` exactly (a sign moves from one factor to the other).
+        Elementwise, so each position's values are those of computing it alone."""
+        angles = torch.arange(count, device=self.inv_freq.device).float()[:, None] * self.inv_freq.float()
+        angles = torch.cat((angles, angles), dim=-1)
         sin, half = angles.sin(), angles.shape[-1] // 2
-        return angles.cos().to(dtype), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).to(dtype)
+        return angles.cos(), torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
     def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: Caches) -> torch.Tensor:
         """``[B, T, hidden]`` continuing ``caches`` (one per row) -> normalised hidden states. ``audio`` ``[B, T]``
         marks the audio positions (None: all are)."""
         length = embeds.shape[1]
         if isinstance(caches, SlotStep):
-            positions = caches.positions[:, None]
+            positions, top = caches.positions[:, None], max(caches.lengths) + 1
         else:
             starts = torch.tensor([c.length for c in caches], device=embeds.device)
             positions = starts[:, None] + torch.arange(length, device=embeds.device)
-        cos, sin = self.rotary(positions, embeds.dtype)
+            top = max(c.length for c in caches) + length
+        cos, sin = self.rotary(positions, top, embeds.dtype)
         x = embeds
         for i, layer in enumerate(self.layers):
             x = layer(x, audio, cos, sin, caches, i)

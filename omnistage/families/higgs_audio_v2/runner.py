@@ -97,7 +97,7 @@ class HiggsRunner:
         codes = self._sample(utterances, scores)
         eos = codes == cfg.audio_stream_eos_id
         frames = []
-        for u, row, any_eos, all_eos in zip(utterances, codes, eos.any(-1).tolist(), eos.all(-1).tolist()):
+        for u, row, any_eos, all_eos in zip(utterances, codes.unbind(), eos.any(-1).tolist(), eos.all(-1).tolist()):
             u.made += 1
             ended = u.rule.advance(any_eos, all_eos)
             by_length = not ended and u.made >= u.max_frames
@@ -129,8 +129,9 @@ class HiggsRunner:
     @staticmethod
     def _sample(utterances: list[Utterance], scores: torch.Tensor) -> torch.Tensor:
         """``[B, G, V]`` -> codes ``[B, G]``: markers forced where held; the greedy rows in one argmax."""
-        for u, row in zip(utterances, scores):
-            u.rule.constrain(row)
+        for i, u in enumerate(utterances):
+            if u.rule.may_hold():  # most frames of most utterances: no marker to force, no row taken
+                u.rule.constrain(scores[i])
         codes = scores.argmax(dim=-1)
         for i, u in enumerate(utterances):
             if u.sampling.temperature > 0:

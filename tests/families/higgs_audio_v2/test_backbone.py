@@ -1,0 +1,45 @@
+"""The generator's step-path shortcuts against the plain arithmetic: the rotary table equals computing each
+position alone (bit for bit: greedy codes rest on it), and stacked projections equal the separate ones."""
+
+from __future__ import annotations
+
+import torch
+
+from omnistage.families.higgs_audio_v2.backbone import Attention, Backbone, Mlp
+from omnistage.families.higgs_audio_v2.config import HiggsCheckpoint
+from omnistage.layers.rotary import rotate_half
+
+
+def _config(higgs_tiny):
+    return HiggsCheckpoint.from_folder(higgs_tiny).model
+
+
+@torch.inference_mode()
+def test_rotary_table_is_each_position_alone_across_growth(higgs_tiny):
+    backbone = Backbone(_config(higgs_tiny))
+    x = torch.randn(2, 1, 3, backbone.cfg.head_dim, generator=torch.Generator().manual_seed(0))
+    for positions in (torch.tensor([[0, 1, 2], [5, 6, 7]]), torch.tensor([[300, 301, 302], [4000, 4001, 4002]])):
+        cos, signed_sin = backbone.rotary(positions, int(positions.max()) + 1, torch.float32)
+        angles = positions.float()[..., None] * backbone.inv_freq.float()
+        angles = torch.cat((angles, angles), dim=-1)[:, None]
+        expected = x * angles.cos() + rotate_half(x) * angles.sin()
+        got = x * cos + x.roll(backbone.cfg.head_dim // 2, dims=-1) * signed_sin
+        assert torch.equal(got, expected)
+    assert backbone._table[0].shape[0] >= 4003
+
+
+@torch.inference_mode()
+def test_stacked_projections_equal_the_separate_ones(higgs_tiny):
+    cfg = _config(higgs_tiny)
+    torch.manual_seed(1)
+    attention, mlp = Attention(cfg), Mlp(cfg)
+    x = torch.randn(3, 1, cfg.hidden_size)
+    cos, sin = torch.ones(1, 1, 1, cfg.head_dim), torch.zeros(1, 1, 1, cfg.head_dim)
+    before = [t.clone() for t in attention._qkv(x, cos, sin)] + [mlp(x)]
+    attention.fuse_()
+    mlp.fuse_()
+    assert attention.qkv_proj is not None and not hasattr(attention, "q_proj")
+    assert mlp.gate_up_proj is not None and not hasattr(mlp, "gate_proj")
+    after = list(attention._qkv(x, cos, sin)) + [mlp(x)]
+    for b, a in zip(before, after):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)  # the same dot products; a gemm may block them apart
