@@ -67,6 +67,25 @@ class MonoConv1d(nn.Conv1d):
         return out if self.bias is None else out.add_(self.bias.reshape(1, -1, 1))
 
 
+class ResidualUnit(nn.Module):
+    """transformers' ``DacResidualUnit`` (``x + conv2(snake2(conv1(snake1(x))))``, lengths kept) holding the same
+    (swapped) modules, its whole body one pass of dac_kernels.c where the channels are few: at 1-8 channels and
+    4-24 kHz the unit's five passes and three intermediate tensors cost more than its arithmetic."""
+
+    def __init__(self, unit: nn.Module) -> None:
+        super().__init__()  # no parameters of its own: it draws nothing
+        self.snake1, self.conv1, self.snake2, self.conv2 = unit.snake1, unit.conv1, unit.snake2, unit.conv2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.conv1.in_channels <= NATIVE_MAX_CHANNELS:
+            native = dac_native.residual_unit(x, self.snake1.alpha, self.conv1, self.snake2.alpha, self.conv2)
+            if native is not None:
+                return native
+        out = self.conv2(self.snake2(self.conv1(self.snake1(x))))
+        trim = (x.shape[-1] - out.shape[-1]) // 2
+        return (x[..., trim:-trim] if trim > 0 else x) + out
+
+
 def _matmul(weight: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """``[O, K] @ [B, K, T]`` -> ``[B, O, T]`` as one (batched) product on the columns as laid out (``matmul``
     would fold the batch into rows by copying ``cols`` transposed, and copy the result back)."""
@@ -125,14 +144,19 @@ class PolyphaseConvTranspose1d(nn.ConvTranspose1d):
 
 def adjust_dac_decoder(decoder: nn.Module) -> None:
     """As transformers' ``_adjust_dac_decoder``: output padding ``stride % 2`` on each transposed conv (a window of
-    ``n`` frames decodes to exactly ``n * hop`` samples) and no final tanh; then :class:`Snake`, :class:`MonoConv1d`
-    (1 channel), :class:`GemmConv1d` (other convs) and :class:`PolyphaseConvTranspose1d` in place of transformers'
-    modules (before the weights load: same names and shapes)."""
+    ``n`` frames decodes to exactly ``n * hop`` samples) and no final tanh; then :class:`ResidualUnit`,
+    :class:`Snake`, :class:`MonoConv1d` (1 channel), :class:`GemmConv1d` (other convs) and
+    :class:`PolyphaseConvTranspose1d` in place of transformers' modules (before the weights load: same names and
+    shapes)."""
     for module in decoder.modules():
         if isinstance(module, nn.ConvTranspose1d):
             module.output_padding = (module.stride[0] % 2,)
     if isinstance(getattr(decoder, "tanh", None), nn.Tanh):
         decoder.tanh = nn.Identity()
+    for parent in list(decoder.modules()):  # units first: their children are swapped below, in the new ones
+        for name, child in list(parent.named_children()):
+            if type(child).__name__ == "DacResidualUnit":
+                setattr(parent, name, ResidualUnit(child))
     for parent in list(decoder.modules()):
         for name, child in list(parent.named_children()):
             if type(child).__name__ == "Snake1d":

@@ -20,6 +20,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.dac_snake.restype = None
     lib.dac_conv1d.argtypes = (ptr, ptr, ptr, ptr, long, long, long, long, long, long, long)
     lib.dac_conv1d.restype = None
+    lib.dac_residual_unit.argtypes = (ptr, ptr, ptr, ptr, ptr, long, ptr, ptr, ptr, long, long, long, long)
+    lib.dac_residual_unit.restype = ctypes.c_int
 
 
 _LIBRARY = NativeLibrary(Path(__file__).with_name("dac_kernels.c"), ("-O3", "-march=native", "-fPIC"), _bind,
@@ -57,4 +59,25 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dil
     out = x.new_empty(x.shape[0], out_ch, x.shape[2])
     lib.dac_conv1d(out.data_ptr(), x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(),
                    x.shape[0], in_ch, out_ch, x.shape[2], kernel, dilation, pad)
+    return out
+
+
+def residual_unit(x: torch.Tensor, alpha1: torch.Tensor, conv1: torch.nn.Conv1d, alpha2: torch.Tensor,
+                  conv2: torch.nn.Conv1d) -> torch.Tensor | None:
+    """DAC's ``x + conv2(snake2(conv1(snake1(x))))`` for ``x`` ``[B, C, T]``: ``conv1`` ``C -> C`` keeping the
+    length (stride 1), ``conv2`` ``C -> C`` of kernel 1, both with biases."""
+    lib = _usable(x, alpha1, alpha2, conv1.weight, conv2.weight)
+    channels, kernel, dilation = conv1.in_channels, conv1.kernel_size[0], conv1.dilation[0]
+    if (lib is None or x.dim() != 3 or x.shape[1] != channels or conv1.bias is None or conv2.bias is None
+            or conv1.out_channels != channels or conv2.in_channels != channels or conv2.out_channels != channels
+            or conv2.kernel_size[0] != 1 or conv1.stride[0] != 1 or conv1.groups != 1 or conv2.groups != 1
+            or isinstance(conv1.padding, str) or 2 * conv1.padding[0] != dilation * (kernel - 1)):
+        return None
+    x = x.contiguous()
+    params = [t.detach().contiguous() for t in (alpha1, conv1.weight, conv1.bias, alpha2, conv2.weight, conv2.bias)]
+    out = torch.empty_like(x)
+    a1, w1, b1, a2, w2, b2 = (t.data_ptr() for t in params)
+    if lib.dac_residual_unit(out.data_ptr(), x.data_ptr(), a1, w1, b1, dilation, a2, w2, b2, x.shape[0], channels,
+                             x.shape[2], kernel) != 0:
+        return None
     return out

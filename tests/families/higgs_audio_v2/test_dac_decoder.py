@@ -15,6 +15,7 @@ from omnistage.families.higgs_audio_v2.dac_decoder import (
     GemmConv1d,
     MonoConv1d,
     PolyphaseConvTranspose1d,
+    ResidualUnit,
     Snake,
     adjust_dac_decoder,
 )
@@ -41,7 +42,7 @@ def _transformers_decoder(codec) -> nn.Module:
 
 def test_the_swapped_modules_are_in_place(codec):
     modules = list(codec.acoustic_decoder.modules())
-    for kind in (Snake, MonoConv1d, GemmConv1d, PolyphaseConvTranspose1d):
+    for kind in (ResidualUnit, Snake, MonoConv1d, GemmConv1d, PolyphaseConvTranspose1d):
         assert any(isinstance(m, kind) for m in modules), kind
     assert not any(type(m) in (nn.Conv1d, nn.ConvTranspose1d) or type(m).__name__ == "Snake1d" for m in modules)
 
@@ -106,12 +107,34 @@ def test_gemm_conv_equals_conv1d(channels, kernel, dilation, batch):
         torch.testing.assert_close(out, conv(x).detach(), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("channels,dilation,batch", [(1, 1, 2), (2, 3, 1), (8, 9, 2), (16, 1, 1)])
+def test_residual_unit_equals_transformers(channels, dilation, batch):
+    """One pass of dac_kernels.c (up to 8 channels; across blocks of 512 samples) or the swapped modules."""
+    from transformers.models.dac.modeling_dac import DacResidualUnit
+
+    torch.manual_seed(channels)
+    theirs = DacResidualUnit(channels, dilation)
+    with torch.no_grad():
+        for snake in (theirs.snake1, theirs.snake2):
+            snake.alpha.uniform_(0.3, 3.0)
+    decoder = nn.Sequential(DacResidualUnit(channels, dilation))
+    adjust_dac_decoder(decoder)
+    decoder.load_state_dict(nn.Sequential(theirs).state_dict())
+    assert isinstance(decoder[0], ResidualUnit)
+    x = torch.randn(batch, channels, 1300, generator=torch.Generator().manual_seed(4)) * 3
+    expected = theirs(x).detach()
+    for out in _both_paths(decoder[0], x):
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-5 * float(expected.abs().max()))
+
+
 def test_the_kernels_build_here():
     """The served path is the C one (a machine with a compiler): a silent fallback would pass every test above."""
     x = torch.randn(1, 2, 10)
     with torch.inference_mode():
         assert dac_native.snake(x, torch.ones(1, 2, 1)) is not None
         assert dac_native.conv1d(x, torch.ones(2, 2, 3), None, 1, 1) is not None
+        conv1, conv2 = nn.Conv1d(2, 2, 3, padding=1), nn.Conv1d(2, 2, 1)
+        assert dac_native.residual_unit(x, torch.ones(1, 2, 1), conv1, torch.ones(1, 2, 1), conv2) is not None
 
 
 @pytest.mark.parametrize("stride", [2, 3, 4, 5, 8])
