@@ -6,7 +6,9 @@ layer holds the text path (``input_layernorm``, ``post_attention_layernorm``, ``
 audio positions (a cloned voice's codes, under ``<|AUDIO_OUT|>`` and the delay token) take the audio path, the
 rest the text path; every generated position is audio. A prompt is prefilled in its own contiguous cache
 (:class:`SequenceCache`); a decode step runs every running sequence as a row of one :class:`SlotStep`: projections,
-MLPs and attention each one batched call (at tiny widths the step is its number of calls).
+MLPs and attention each one batched call (at tiny widths the step is its number of calls). For the same reason the
+step's submodules are called through ``.forward``: ``nn.Module.__call__`` costs ~2.4 us a call in hook bookkeeping,
+~10% of a tiny batch-8 step, and nothing here registers hooks.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class Attention(nn.Module):
 
     def _qkv(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
-        stacked = self.qkv_proj(x) if self.qkv_proj is not None else torch.cat(
+        stacked = self.qkv_proj.forward(x) if self.qkv_proj is not None else torch.cat(
             [self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
         heads = stacked.view(batch, length, self.heads + 2 * self.kv_heads, self.head_dim).transpose(1, 2)
         rotated = self.heads + self.kv_heads  # q and k turn together: rotate_half(x) * sin, as a roll
@@ -75,7 +77,7 @@ class Attention(nn.Module):
             keys, values = caches.extend(layer, k, v)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=caches.mask, scale=self.head_dim**-0.5,
                                                  enable_gqa=True)
-            return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+            return self.o_proj.forward(out.transpose(1, 2).reshape(batch, length, -1))
         rows = []
         for i, cache in enumerate(caches):
             keys, values = cache.extend(layer, k[i:i + 1], v[i:i + 1])
@@ -101,8 +103,8 @@ class Mlp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_proj is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        gate, up = self.gate_up_proj.forward(x).chunk(2, dim=-1)
+        return self.down_proj.forward(F.silu(gate) * up)
 
 
 def _stacked(owner: nn.Module, names: tuple[str, ...]) -> nn.Linear | None:
@@ -124,7 +126,7 @@ def _stacked(owner: nn.Module, names: tuple[str, ...]) -> nn.Linear | None:
 def _routed(x: torch.Tensor, audio: torch.Tensor | None, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
     """``audio_fn`` on the audio rows, ``text_fn`` on the rest (``audio`` None: every row is audio)."""
     if audio is None:
-        return audio_fn(x)
+        return audio_fn.forward(x)
     out = torch.empty_like(x)
     out[audio] = audio_fn(x[audio])
     out[~audio] = text_fn(x[~audio])
@@ -144,7 +146,7 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, audio: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
                 caches: Caches, layer: int) -> torch.Tensor:
         normed = _routed(x, audio, self.input_layernorm, self.audio_input_layernorm)
-        x = x + self.self_attn(normed, cos, sin, caches, layer)
+        x = x + self.self_attn.forward(normed, cos, sin, caches, layer)
         post = _routed(x, audio, self.post_attention_layernorm, self.audio_post_attention_layernorm)
         return x + _routed(post, audio, self.mlp, self.audio_mlp)
 
@@ -205,7 +207,7 @@ class Backbone(nn.Module):
         cos, sin = self.rotary(positions, top, embeds.dtype)
         x = embeds
         for i, layer in enumerate(self.layers):
-            x = layer(x, audio, cos, sin, caches, i)
+            x = layer.forward(x, audio, cos, sin, caches, i)
         if isinstance(caches, SlotStep):
             caches.done()
         return self.norm(x)
