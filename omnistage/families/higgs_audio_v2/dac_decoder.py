@@ -131,6 +131,9 @@ class PolyphaseConvTranspose1d(nn.ConvTranspose1d):
             return super().forward(x, output_size)
         in_ch, out_ch, kernel = self.weight.shape
         stride, batch, length = self.stride[0], x.shape[0], x.shape[-1]
+        if in_ch <= NATIVE_MAX_CHANNELS and (native := dac_native.conv_transpose(x, self.weight, self.bias,
+                                                                              stride)) is not None:
+            return native
         # [in, out, 2s] -> rows (o, r), columns (c, tap): tap 0 reads x[m - 1] (weight r + s), tap 1 x[m] (weight r)
         taps = self.weight.reshape(in_ch, out_ch, 2, stride).flip(2).permute(1, 3, 0, 2)
         x = F.pad(x, (1, 1))

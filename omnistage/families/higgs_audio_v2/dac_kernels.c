@@ -113,3 +113,45 @@ int dac_residual_unit(float *out, const float *x, const float *alpha1, const flo
     free(hidden);
     return 0;
 }
+
+/* DAC's upsampling ConvTranspose1d (kernel 2s, padding ceil(s / 2), output padding s % 2): T frames in, T s out.
+ * Output m s + r - pad reads inputs m (tap r) and m - 1 (tap r + s): each phase r is computed over a block of m
+ * (vectorised), then the phases are interleaved into place. w is [in, out, 2s]. */
+void dac_conv_transpose(float *out, const float *x, const float *w, const float *bias, long batch, long in_ch,
+                        long out_ch, long length, long stride) {
+    enum { MB = 256 };
+    float phase[16][MB + 1];
+    if (stride > 16) return;
+    const long pad = (stride + 1) / 2, kernel = 2 * stride, total = length * stride;
+    for (long b = 0; b < batch; b++) {
+        const float *xb = x + b * in_ch * length;
+        for (long o = 0; o < out_ch; o++) {
+            float *dst = out + (b * out_ch + o) * total;
+            for (long m0 = 0; m0 <= length; m0 += MB) {  /* m runs to T: its tap r + s reads x[T - 1] */
+                const long n = length + 1 - m0 < MB ? length + 1 - m0 : MB;
+                for (long r = 0; r < stride; r++) {
+                    float *acc = phase[r];
+                    for (long i = 0; i < n; i++) acc[i] = bias ? bias[o] : 0.0f;
+                    for (long c = 0; c < in_ch; c++) {
+                        const float *row = xb + c * length;
+                        const float now = w[(c * out_ch + o) * kernel + r];
+                        const float before = w[(c * out_ch + o) * kernel + r + stride];
+                        for (long i = 0; i < n; i++) {
+                            const long m = m0 + i;
+                            const float cur = m < length ? row[m] : 0.0f;
+                            const float prev = m > 0 ? row[m - 1] : 0.0f;
+                            acc[i] += now * cur + before * prev;
+                        }
+                    }
+                }
+                for (long i = 0; i < n; i++) {
+                    const long base = (m0 + i) * stride - pad;
+                    for (long r = 0; r < stride; r++) {
+                        const long t = base + r;
+                        if (t >= 0 && t < total) dst[t] = phase[r][i];
+                    }
+                }
+            }
+        }
+    }
+}

@@ -22,6 +22,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.dac_conv1d.restype = None
     lib.dac_residual_unit.argtypes = (ptr, ptr, ptr, ptr, ptr, long, ptr, ptr, ptr, long, long, long, long)
     lib.dac_residual_unit.restype = ctypes.c_int
+    lib.dac_conv_transpose.argtypes = (ptr, ptr, ptr, ptr, long, long, long, long, long)
+    lib.dac_conv_transpose.restype = None
 
 
 _LIBRARY = NativeLibrary(Path(__file__).with_name("dac_kernels.c"), ("-O3", "-march=native", "-fPIC"), _bind,
@@ -80,4 +82,20 @@ def residual_unit(x: torch.Tensor, alpha1: torch.Tensor, conv1: torch.nn.Conv1d,
     if lib.dac_residual_unit(out.data_ptr(), x.data_ptr(), a1, w1, b1, dilation, a2, w2, b2, x.shape[0], channels,
                              x.shape[2], kernel) != 0:
         return None
+    return out
+
+
+def conv_transpose(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   stride: int) -> torch.Tensor | None:
+    """DAC's upsampling ``ConvTranspose1d`` (kernel ``2 stride``, padding ``ceil(stride / 2)``, output padding
+    ``stride % 2``) of ``x`` ``[B, C, T]`` -> ``[B, O, T stride]``; ``weight`` ``[C, O, 2 stride]``."""
+    lib = _usable(x, weight) if bias is None else _usable(x, weight, bias)
+    in_ch, out_ch, kernel = weight.shape
+    if lib is None or x.dim() != 3 or x.shape[1] != in_ch or kernel != 2 * stride or stride > 16:
+        return None
+    x, weight = x.contiguous(), weight.detach().contiguous()
+    bias = None if bias is None else bias.detach().contiguous()
+    out = x.new_empty(x.shape[0], out_ch, x.shape[2] * stride)
+    lib.dac_conv_transpose(out.data_ptr(), x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(),
+                           x.shape[0], in_ch, out_ch, x.shape[2], stride)
     return out
