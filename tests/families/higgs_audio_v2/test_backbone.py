@@ -43,3 +43,16 @@ def test_stacked_projections_equal_the_separate_ones(higgs_tiny):
     after = list(attention._qkv(x, cos, sin)) + [mlp(x)]
     for b, a in zip(before, after):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)  # the same dot products; a gemm may block them apart
+
+
+def test_greedy_codes_are_torch_argmax_with_ties_and_held_markers():
+    from omnistage.families.higgs_audio_v2.runner import greedy_codes
+
+    scores = torch.randn(3, 8, 1026, generator=torch.Generator().manual_seed(2))
+    scores[0, 1, 5] = scores[0, 1, 900] = 50.0  # a tie: the first index wins, as torch's
+    scores[1, 2] = float("-inf")
+    scores[1, 2, 1024] = 0.0  # a held codebook: everything but its marker at -inf
+    with torch.inference_mode():
+        codes = greedy_codes(scores)
+    assert codes.dtype == torch.long and torch.equal(codes, scores.argmax(dim=-1))
+    assert int(codes[0, 1]) == 5 and int(codes[1, 2]) == 1024
