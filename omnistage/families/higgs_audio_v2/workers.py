@@ -24,9 +24,10 @@ from omnistage.workers.codec import CodecWorker
 from omnistage.workers.frame_loop import FrameLoopWorker
 
 # Frames an utterance's output carries (its last may carry fewer): each output costs the codec edge and the
-# orchestrator a cut and a notice whatever its size (~20 us), as much as a tiny batch-8 step spends on that frame.
-# 4 frames are 160 ms of audio, sent at most 3 steps (~1.5 ms at c=8) after the first of them was made.
-FRAMES_PER_OUTPUT = 4
+# orchestrator a cut and a notice whatever its size (~20 us), a third of what a tiny batch-8 step spends on a frame.
+# 8 frames are 320 ms of audio, sent at most 7 steps (~3 ms at c=8) after the first of them was made; a first
+# chunk (8 frames, 4 of look-ahead, 8 rows of staircase) needs 21 rows, which 3 outputs cover as 6 of 4 would.
+FRAMES_PER_OUTPUT = 8
 
 
 class GeneratorWorker(FrameLoopWorker):

@@ -28,7 +28,7 @@ def test_frames_go_in_groups_and_join_to_the_rows(higgs_tiny):
     for step in range(12):
         if step == 5:
             worker.abort(["b"])
-            assert "b" not in worker.held and len(worker.held["a"]) == 5 - FRAMES_PER_OUTPUT
+            assert "b" not in worker.held and len(worker.held["a"]) == 5 % FRAMES_PER_OUTPUT
         for out in worker.step().outputs:
             assert out.request_id == "a" or step < 5
             if out.request_id == "a":
