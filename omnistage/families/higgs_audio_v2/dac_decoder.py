@@ -33,9 +33,11 @@ class Snake(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        native = dac_native.snake(x, self.alpha)  # one pass (3-4x the torch ops below)
-        if native is not None:
-            return native
+        # one pass (3-4x the torch ops below on one thread; the C loop is single-threaded, torch's ops are not)
+        if x.shape[1] <= NATIVE_MAX_CHANNELS or torch.get_num_threads() == 1:
+            native = dac_native.snake(x, self.alpha)
+            if native is not None:
+                return native
         wave = sin_squared_(x * self.alpha)
         return torch.addcmul(x, wave, (self.alpha + 1e-9).reciprocal())
 
