@@ -8,7 +8,9 @@ rest the text path; every generated position is audio. A prompt is prefilled in 
 (:class:`SequenceCache`); a decode step runs every running sequence as a row of one :class:`SlotStep`: projections,
 MLPs and attention each one batched call (at tiny widths the step is its number of calls). For the same reason the
 step's submodules are called through ``.forward``: ``nn.Module.__call__`` costs ~2.4 us a call in hook bookkeeping,
-~10% of a tiny batch-8 step, and nothing here registers hooks.
+~10% of a tiny batch-8 step, and nothing here registers hooks. Once loaded, every matmul runs as a
+:class:`StackedLinear` (q/k/v and gate/up stacked): the checkpoint's linears stay, as views of its rows, so ``int8``
+(quantized as loaded, :mod:`omnistage.layers.quant`) stacks the 1-byte weights with their scales.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from omnistage.families.higgs_audio_v2.config import HiggsConfig, Llama3Rope
+from omnistage.layers.linear import FusedRows, StackedLinear
 from omnistage.layers.norm import RMSNorm
 from omnistage.layers.rotary import rope_inv_freq
 from omnistage.models.sequence_cache import SequenceCache
@@ -51,16 +54,20 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
-        self.qkv_proj: nn.Linear | None = None  # q, k and v stacked, once loaded (fuse_)
+        self.qkv_rows, self.o_rows = FusedRows(self.q_proj, self.k_proj, self.v_proj), FusedRows(self.o_proj)
+        self.qkv: StackedLinear | None = None  # the stacks, held once loaded (fuse_): no staleness check a call
+        self.o: StackedLinear | None = None
 
     def fuse_(self) -> None:
-        """After loading: the three projections as one (at tiny widths a step is its number of calls)."""
-        self.qkv_proj = _stacked(self, ("q_proj", "k_proj", "v_proj"))
+        """After loading: the three projections as one matmul (at tiny widths a step is its number of calls)."""
+        self.qkv, self.o = self.qkv_rows.stacked(), self.o_rows.stacked()
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.q_proj, self.k_proj, self.v_proj, self.o_proj]
 
     def _qkv(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
-        stacked = self.qkv_proj.forward(x) if self.qkv_proj is not None else torch.cat(
-            [self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        stacked = (self.qkv if self.qkv is not None else self.qkv_rows.stacked())(x)
         heads = stacked.view(batch, length, self.heads + 2 * self.kv_heads, self.head_dim).transpose(1, 2)
         rotated = self.heads + self.kv_heads  # q and k turn together: rotate_half(x) * sin, as a roll
         qk = heads[:, :rotated]
@@ -77,7 +84,7 @@ class Attention(nn.Module):
             keys, values = caches.extend(layer, k, v)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=caches.mask, scale=self.head_dim**-0.5,
                                                  enable_gqa=True)
-            return self.o_proj.forward(out.transpose(1, 2).reshape(batch, length, -1))
+            return self._o(out.transpose(1, 2).reshape(batch, length, -1))
         rows = []
         for i, cache in enumerate(caches):
             keys, values = cache.extend(layer, k[i:i + 1], v[i:i + 1])
@@ -86,7 +93,10 @@ class Attention(nn.Module):
                                                        device=x.device).tril(past)
             rows.append(F.scaled_dot_product_attention(q[i:i + 1], keys, values, attn_mask=mask,
                                                        scale=self.head_dim**-0.5, enable_gqa=True))
-        return self.o_proj(torch.cat(rows).transpose(1, 2).reshape(batch, length, -1))
+        return self._o(torch.cat(rows).transpose(1, 2).reshape(batch, length, -1))
+
+    def _o(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.o if self.o is not None else self.o_rows.stacked())(x)
 
 
 class Mlp(nn.Module):
@@ -95,32 +105,22 @@ class Mlp(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
-        self.gate_up_proj: nn.Linear | None = None  # gate and up stacked, once loaded (fuse_)
+        self.gate_up_rows, self.down_rows = FusedRows(self.gate_proj, self.up_proj), FusedRows(self.down_proj)
+        self.gate_up: StackedLinear | None = None  # held once loaded (fuse_)
+        self.down: StackedLinear | None = None
 
     def fuse_(self) -> None:
-        self.gate_up_proj = _stacked(self, ("gate_proj", "up_proj"))
+        self.gate_up, self.down = self.gate_up_rows.stacked(), self.down_rows.stacked()
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.gate_proj, self.up_proj, self.down_proj]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up_proj is None:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = self.gate_up_proj.forward(x).chunk(2, dim=-1)
-        return self.down_proj.forward(F.silu(gate) * up)
-
-
-def _stacked(owner: nn.Module, names: tuple[str, ...]) -> nn.Linear | None:
-    """``owner``'s plain ``nn.Linear``\\ s ``names`` as one, their rows stacked in order; the parts removed (no second
-    copy of the weights). None, the parts kept, where one is another kind (a quantized layer)."""
-    parts = [getattr(owner, name) for name in names]
-    if any(type(part) is not nn.Linear for part in parts) or len({p.bias is None for p in parts}) != 1:
-        return None
-    weight = torch.cat([p.weight.detach() for p in parts])
-    stacked = nn.Linear(weight.shape[1], weight.shape[0], bias=parts[0].bias is not None, device="meta")
-    stacked.weight = nn.Parameter(weight, requires_grad=False)
-    if parts[0].bias is not None:
-        stacked.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), requires_grad=False)
-    for name in names:
-        delattr(owner, name)
-    return stacked
+        if self.gate_up is None or self.down is None:
+            gate, up = self.gate_up_rows.joint(x).chunk(2, dim=-1)
+            return self.down_rows.joint(F.silu(gate) * up)
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
 
 
 def _routed(x: torch.Tensor, audio: torch.Tensor | None, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
@@ -223,7 +223,8 @@ class HiggsAudioV2(nn.Module):
         self.audio_lm_head = nn.Linear(cfg.hidden_size, cfg.num_codebooks * cfg.codebook_size, bias=False)
 
     def fuse_(self) -> None:
-        """Once loaded: every layer's stacked projections (q/k/v, and gate/up of both MLPs)."""
+        """Once loaded (and quantized, if so): every layer's matmuls, q/k/v and gate/up of both MLPs stacked; the
+        linears become views of the stacks' rows, so the weights are held once."""
         for layer in self.model.layers:
             layer.self_attn.fuse_()
             layer.mlp.fuse_()

@@ -34,7 +34,7 @@ class GeneratorWorker(FrameLoopWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         device, dtype = resolve_device(spec.stage.device, spec.stage.dtype)
         ckpt = HiggsCheckpoint.from_folder(spec.model_dir)
-        self.runner = HiggsRunner(load_model(spec.model_dir, ckpt, device, dtype))
+        self.runner = HiggsRunner(load_model(spec.model_dir, ckpt, device, dtype, spec.stage.quantization))
         self.last_ids: list[str] = []
         self.held: dict[str, list[torch.Tensor]] = {}  # frames made, not sent yet (fewer than FRAMES_PER_OUTPUT)
 

@@ -4,6 +4,7 @@ position alone (bit for bit: greedy codes rest on it), and stacked projections e
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from omnistage.families.higgs_audio_v2.backbone import Attention, Backbone, Mlp
 from omnistage.families.higgs_audio_v2.config import HiggsCheckpoint
@@ -34,15 +35,16 @@ def test_stacked_projections_equal_the_separate_ones(higgs_tiny):
     torch.manual_seed(1)
     attention, mlp = Attention(cfg), Mlp(cfg)
     x = torch.randn(3, 1, cfg.hidden_size)
-    cos, sin = torch.ones(1, 1, 1, cfg.head_dim), torch.zeros(1, 1, 1, cfg.head_dim)
-    before = [t.clone() for t in attention._qkv(x, cos, sin)] + [mlp(x)]
+    separate = [torch.cat([attention.q_proj(x), attention.k_proj(x), attention.v_proj(x)], dim=-1),
+                mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))]
+    unfused = mlp(x)
     attention.fuse_()
     mlp.fuse_()
-    assert attention.qkv_proj is not None and not hasattr(attention, "q_proj")
-    assert mlp.gate_up_proj is not None and not hasattr(mlp, "gate_proj")
-    after = list(attention._qkv(x, cos, sin)) + [mlp(x)]
-    for b, a in zip(before, after):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)  # the same dot products; a gemm may block them apart
+    assert attention.q_proj.weight.data_ptr() == attention.qkv.weight.data_ptr()  # a view: the weights held once
+    assert mlp.up_proj.weight.data_ptr() == mlp.gate_up.weight[cfg.intermediate_size:].data_ptr()
+    for got, expected in zip([attention.qkv(x), mlp(x)], separate):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)  # the same dot products; a gemm may block them
+    torch.testing.assert_close(unfused, separate[1], rtol=0, atol=1e-6)
 
 
 def test_greedy_codes_are_torch_argmax_with_ties_and_held_markers():
