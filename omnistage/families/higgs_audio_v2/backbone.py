@@ -6,7 +6,11 @@ layer holds the text path (``input_layernorm``, ``post_attention_layernorm``, ``
 audio positions (a cloned voice's codes, under ``<|AUDIO_OUT|>`` and the delay token) take the audio path, the
 rest the text path; every generated position is audio. A prompt is prefilled in its own contiguous cache
 (:class:`SequenceCache`); a decode step runs every running sequence as a row of one :class:`SlotStep`: projections,
-MLPs and attention each one batched call (at tiny widths the step is its number of calls).
+MLPs and attention each one batched call (at tiny widths the step is its number of calls). For the same reason the
+step's submodules are called through ``.forward``: ``nn.Module.__call__`` costs ~2.4 us a call in hook bookkeeping,
+~10% of a tiny batch-8 step, and nothing here registers hooks. Once loaded, every matmul runs as a
+:class:`StackedLinear` (q/k/v and gate/up stacked): the checkpoint's linears stay, as views of its rows, so ``int8``
+(quantized as loaded, :mod:`omnistage.layers.quant`) stacks the 1-byte weights with their scales.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from omnistage.families.higgs_audio_v2.config import HiggsConfig, Llama3Rope
+from omnistage.layers.linear import FusedRows, StackedLinear
 from omnistage.layers.norm import RMSNorm
-from omnistage.layers.rotary import rope_inv_freq, rotate_half
+from omnistage.layers.rotary import rope_inv_freq
 from omnistage.models.sequence_cache import SequenceCache
 from omnistage.models.slot_cache import SlotStep
 
@@ -49,25 +54,37 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.qkv_rows, self.o_rows = FusedRows(self.q_proj, self.k_proj, self.v_proj), FusedRows(self.o_proj)
+        self.qkv: StackedLinear | None = None  # the stacks, held once loaded (fuse_): no staleness check a call
+        self.o: StackedLinear | None = None
 
-    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def fuse_(self) -> None:
+        """After loading: the three projections as one matmul (at tiny widths a step is its number of calls)."""
+        self.qkv, self.o = self.qkv_rows.stacked(), self.o_rows.stacked()
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.q_proj, self.k_proj, self.v_proj, self.o_proj]
+
+    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         batch, length, _ = x.shape
-        q = self.q_proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+        stacked = (self.qkv if self.qkv is not None else self.qkv_rows.stacked())(x)
+        heads = stacked.view(batch, length, self.heads + 2 * self.kv_heads, self.head_dim).transpose(1, 2)
+        rotated = self.heads + self.kv_heads  # q and k turn together: rotate_half(x) * sin, as a roll
+        qk = heads[:, :rotated]
+        qk = qk * cos + qk.roll(self.head_dim // 2, dims=-1) * signed_sin
+        return qk[:, :self.heads], qk[:, self.heads:], heads[:, rotated:]
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: Caches,
                 layer: int) -> torch.Tensor:
         """``[B, T, hidden]``: ``B`` sequences each continuing its own cache (``T`` > 1 only for one sequence), or
-        every row of a :class:`SlotStep` by one position."""
+        every row of a :class:`SlotStep` by one position; ``sin`` sign-folded (:meth:`Backbone.rotary`)."""
         batch, length, _ = x.shape
         q, k, v = self._qkv(x, cos, sin)
         if isinstance(caches, SlotStep):
             keys, values = caches.extend(layer, k, v)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=caches.mask, scale=self.head_dim**-0.5,
                                                  enable_gqa=True)
-            return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+            return self._o(out.transpose(1, 2).reshape(batch, length, -1))
         rows = []
         for i, cache in enumerate(caches):
             keys, values = cache.extend(layer, k[i:i + 1], v[i:i + 1])
@@ -76,7 +93,10 @@ class Attention(nn.Module):
                                                        device=x.device).tril(past)
             rows.append(F.scaled_dot_product_attention(q[i:i + 1], keys, values, attn_mask=mask,
                                                        scale=self.head_dim**-0.5, enable_gqa=True))
-        return self.o_proj(torch.cat(rows).transpose(1, 2).reshape(batch, length, -1))
+        return self._o(torch.cat(rows).transpose(1, 2).reshape(batch, length, -1))
+
+    def _o(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.o if self.o is not None else self.o_rows.stacked())(x)
 
 
 class Mlp(nn.Module):
@@ -85,15 +105,28 @@ class Mlp(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+        self.gate_up_rows, self.down_rows = FusedRows(self.gate_proj, self.up_proj), FusedRows(self.down_proj)
+        self.gate_up: StackedLinear | None = None  # held once loaded (fuse_)
+        self.down: StackedLinear | None = None
+
+    def fuse_(self) -> None:
+        self.gate_up, self.down = self.gate_up_rows.stacked(), self.down_rows.stacked()
+
+    def quantizable_linears(self) -> list[nn.Linear]:
+        return [self.gate_proj, self.up_proj, self.down_proj]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up is None or self.down is None:
+            gate, up = self.gate_up_rows.joint(x).chunk(2, dim=-1)
+            return self.down_rows.joint(F.silu(gate) * up)
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
 
 
 def _routed(x: torch.Tensor, audio: torch.Tensor | None, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
     """``audio_fn`` on the audio rows, ``text_fn`` on the rest (``audio`` None: every row is audio)."""
     if audio is None:
-        return audio_fn(x)
+        return audio_fn.forward(x)
     out = torch.empty_like(x)
     out[audio] = audio_fn(x[audio])
     out[~audio] = text_fn(x[~audio])
@@ -113,7 +146,7 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, audio: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
                 caches: Caches, layer: int) -> torch.Tensor:
         normed = _routed(x, audio, self.input_layernorm, self.audio_input_layernorm)
-        x = x + self.self_attn(normed, cos, sin, caches, layer)
+        x = x + self.self_attn.forward(normed, cos, sin, caches, layer)
         post = _routed(x, audio, self.post_attention_layernorm, self.audio_post_attention_layernorm)
         return x + _routed(post, audio, self.mlp, self.audio_mlp)
 
@@ -142,26 +175,39 @@ class Backbone(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.register_buffer("inv_freq", llama3_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, signed sin by position (rotary)
 
-    def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin ``[B or 1, 1, T, head_dim]`` of positions ``[B, T]``, computed in fp32."""
-        angles = positions.float()[..., None] * self.inv_freq.float()
-        angles = torch.cat((angles, angles), dim=-1)[:, None]
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+    def rotary(self, positions: torch.Tensor, top: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sign-folded sin ``[B, 1, T, head_dim]`` of positions ``[B, T]`` (all below ``top``), computed in
+        fp32 once per position (:meth:`_angles`) and looked up: a decode step's rotary is two lookups, not ten ops."""
+        if self._table is None or self._table[0].shape[0] < top:
+            self._table = self._angles(max(top, 2 * (0 if self._table is None else self._table[0].shape[0]), 256))
+        cos, signed_sin = self._table
+        return cos[positions][:, None].to(dtype), signed_sin[positions][:, None].to(dtype)
+
+    def _angles(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[count, head_dim]`` of positions ``0..count-1``, the sin sign-folded:
+        ``rotate_half(x) * sin == x.roll(D / 2) * signed_sin`` exactly (a sign moves from one factor to the other).
+        Elementwise, so each position's values are those of computing it alone."""
+        angles = torch.arange(count, device=self.inv_freq.device).float()[:, None] * self.inv_freq.float()
+        angles = torch.cat((angles, angles), dim=-1)
+        sin, half = angles.sin(), angles.shape[-1] // 2
+        return angles.cos(), torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
     def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: Caches) -> torch.Tensor:
         """``[B, T, hidden]`` continuing ``caches`` (one per row) -> normalised hidden states. ``audio`` ``[B, T]``
         marks the audio positions (None: all are)."""
         length = embeds.shape[1]
         if isinstance(caches, SlotStep):
-            positions = caches.positions[:, None]
+            positions, top = caches.positions[:, None], max(caches.lengths) + 1
         else:
             starts = torch.tensor([c.length for c in caches], device=embeds.device)
             positions = starts[:, None] + torch.arange(length, device=embeds.device)
-        cos, sin = self.rotary(positions, embeds.dtype)
+            top = max(c.length for c in caches) + length
+        cos, sin = self.rotary(positions, top, embeds.dtype)
         x = embeds
         for i, layer in enumerate(self.layers):
-            x = layer(x, audio, cos, sin, caches, i)
+            x = layer.forward(x, audio, cos, sin, caches, i)
         if isinstance(caches, SlotStep):
             caches.done()
         return self.norm(x)
@@ -175,6 +221,14 @@ class HiggsAudioV2(nn.Module):
         self.cfg = cfg
         self.model = Backbone(cfg)
         self.audio_lm_head = nn.Linear(cfg.hidden_size, cfg.num_codebooks * cfg.codebook_size, bias=False)
+
+    def fuse_(self) -> None:
+        """Once loaded (and quantized, if so): every layer's matmuls, q/k/v and gate/up of both MLPs stacked; the
+        linears become views of the stacks' rows, so the weights are held once."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse_()
+            layer.mlp.fuse_()
+            layer.audio_mlp.fuse_()
 
     def prompt_embeds(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """Prompt ids ``[T]`` and its audio frames ``[n, G]`` (delayed, markers included) -> ``[1, T, hidden]`` and

@@ -29,7 +29,9 @@ def load_model(folder: str | Path, ckpt: HiggsCheckpoint, device: str = "cpu",
     cfg = ckpt.model  # the non-persistent buffers, made here (the build left no storage)
     model.model.inv_freq = llama3_inv_freq(cfg.head_dim, cfg.rope).to(device)
     model.model.embed_audio_tokens.offsets = (torch.arange(cfg.num_codebooks) * cfg.codebook_size).to(device)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    model.fuse_()  # last: the stacks are plain tensors, which a later .to() would not move
+    return model
 
 
 def load_codec(folder: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32,

@@ -38,11 +38,16 @@ class DelayRule:
         shift = len(delays) - window.index(token)
         return [d - shift for d in delays]
 
+    def may_hold(self) -> bool:
+        """Whether :meth:`constrain` may force a codebook this frame (False on most frames: every BOS hold is over
+        and no EOS one has begun); a frame it says False for needs no call."""
+        return self._holds or self.last_id == self.cfg.audio_delay_token_id
+
     def constrain(self, scores: torch.Tensor) -> torch.Tensor:
         """``[G, V]`` logits with the held codebooks forced to their marker (in place); call once per frame."""
         cfg = self.cfg
-        if not self._holds and self.last_id != cfg.audio_delay_token_id:
-            return scores  # most frames: every BOS hold is over and no EOS one has begun
+        if not self.may_hold():
+            return scores
         bos_rows = [k for k, left in enumerate(self.bos_left) if left >= 0]
         self.bos_left = [left - 1 if left >= 0 else left for left in self.bos_left]
         if self.last_id == cfg.audio_delay_token_id:

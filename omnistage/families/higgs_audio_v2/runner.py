@@ -43,11 +43,19 @@ class Frame:
     by_length: bool = False  # stopped at the frame budget, not by an all-EOS frame
 
 
+def greedy_codes(scores: torch.Tensor) -> torch.Tensor:
+    """``[..., V]`` -> the first maximum's index over ``V``. numpy's argmax is SIMD and torch's CPU one is not: 3 us
+    against 40 for a batch-8 step's ``[8, 8, 1026]`` here (a tenth of the step); torch's elsewhere."""
+    if scores.device.type == "cpu" and scores.dtype == torch.float32 and not scores.requires_grad:
+        return torch.from_numpy(scores.contiguous().numpy().argmax(axis=-1))
+    return scores.argmax(dim=-1)
+
+
 def sample_codes(scores: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
     """``[G, V]`` float32 scores -> codes ``[G]``, each codebook sampled on its own (transformers' warpers:
     temperature, then top-k, then top-p)."""
     if sampling.temperature <= 0:
-        return scores.argmax(dim=-1)
+        return greedy_codes(scores)
     scores = scores / sampling.temperature
     if sampling.top_k > 0:
         kth = scores.topk(min(sampling.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
@@ -97,7 +105,7 @@ class HiggsRunner:
         codes = self._sample(utterances, scores)
         eos = codes == cfg.audio_stream_eos_id
         frames = []
-        for u, row, any_eos, all_eos in zip(utterances, codes, eos.any(-1).tolist(), eos.all(-1).tolist()):
+        for u, row, any_eos, all_eos in zip(utterances, codes.unbind(), eos.any(-1).tolist(), eos.all(-1).tolist()):
             u.made += 1
             ended = u.rule.advance(any_eos, all_eos)
             by_length = not ended and u.made >= u.max_frames
@@ -129,9 +137,10 @@ class HiggsRunner:
     @staticmethod
     def _sample(utterances: list[Utterance], scores: torch.Tensor) -> torch.Tensor:
         """``[B, G, V]`` -> codes ``[B, G]``: markers forced where held; the greedy rows in one argmax."""
-        for u, row in zip(utterances, scores):
-            u.rule.constrain(row)
-        codes = scores.argmax(dim=-1)
+        for i, u in enumerate(utterances):
+            if u.rule.may_hold():  # most frames of most utterances: no marker to force, no row taken
+                u.rule.constrain(scores[i])
+        codes = greedy_codes(scores)
         for i, u in enumerate(utterances):
             if u.sampling.temperature > 0:
                 codes[i] = sample_codes(scores[i], u.sampling, u.generator)
