@@ -31,7 +31,7 @@ SPECIALS = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|en
             "<|scene_desc_start|>", "<|scene_desc_end|>", "<|AUDIO|>", "<|audio_bos|>")
 BPE_SIZE = 512
 EMBED_SCALE, HEAD_GAIN = 4.0, 24.0
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the checkpoint make-tiny writes since the tiny cache v1 was made (a stale v1 stays unused)
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096}
 TINY_CODEC = {
