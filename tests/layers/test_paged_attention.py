@@ -51,6 +51,28 @@ def test_c_kernel_matches_torch_ops_at_real_shapes(heads: int, kv_heads: int, he
         torch.testing.assert_close(got, want, **TOL)
 
 
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (6, 2), (2, 2)], ids=["group2", "group3", "group1"])
+@pytest.mark.parametrize("window", [None, 37])
+def test_c_kernel_16_wide_heads_over_whole_tiles(heads: int, kv_heads: int, window: int | None) -> None:
+    """16-wide heads with 16-slot pages (the tiny thinker's shapes): the kernel's path that unpacks 16 key rows
+    once for the whole group, its values in two queries at a time (an odd group leaves one alone) and its inline
+    exp, over contexts of whole tiles, tiles plus a remainder, and a window starting mid-block; float32 against
+    float64 dense attention (fp32 rounding and the exp polynomial's ~1 ulp: TOL), bf16 against torch ops."""
+    from omnistage.layers.attention import native
+
+    if native.load() is None:
+        pytest.skip("no C compiler: the torch path serves (tested above)")
+    case = make_case([(300, 1), (45, 1), (256, 1), (17, 1), (129, 1)], page=16, heads=heads, kv_heads=kv_heads,
+                     head_dim=16, num_blocks=64)
+    got = TorchSDPABackend(native=True).forward(case.q, case.k, case.v, case.kv_cache.clone(), case.meta, SCALE,
+                                                window)
+    torch.testing.assert_close(got, dense_attention(case, SCALE, window).float(), **TOL)
+    cache = case.kv_cache.to(torch.bfloat16)
+    want = TorchSDPABackend(native=False).forward(case.q, case.k, case.v, cache.clone(), case.meta, SCALE, window)
+    got = TorchSDPABackend(native=True).forward(case.q, case.k, case.v, cache, case.meta, SCALE, window)
+    torch.testing.assert_close(got, want, **TOL)
+
+
 def test_gathered_decode_agrees_with_in_place() -> None:
     """The padded-gather decode (kept for CUDA graphs without Triton) and the in-place path."""
     case = make_case(DECODE, page=4, seed=1)

@@ -68,11 +68,9 @@ static inline __m512 load16_bf16(const void *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
 
-/* Sums of 16 vectors, lane i holding the sum of v[i]: unpack, then shuffle, pairs of lanes added at each level. */
-static inline __m512 hsum16(const __m512 *v) {
-    __m512 a[8], b[4], c[2];
-    for (int i = 0; i < 8; i++)
-        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+/* The last three levels of hsum16, from its first level's eight pair sums. */
+static inline __m512 hsum_pairs(const __m512 *a) {
+    __m512 b[4], c[2];
     for (int i = 0; i < 4; i++) {
         __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
         b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
@@ -81,6 +79,50 @@ static inline __m512 hsum16(const __m512 *v) {
         c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xdd));
     return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xdd));
+}
+
+/* Sums of 16 vectors, lane i holding the sum of v[i]: unpack, then shuffle, pairs of lanes added at each level. */
+static inline __m512 hsum16(const __m512 *v) {
+    __m512 a[8];
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    return hsum_pairs(a);
+}
+
+/* exp(x) for x <= 0 on 16 lanes (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, then 2^n by
+ * scalef; ~1 ulp), inline: libmvec's expf is a call, around which the loop spilled its registers. */
+static inline __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* row[0, n) <- exp(row - max(row)); returns 1 / their sum (the caller scales its output instead of every weight). */
+static inline float softmax16(float *row, int n) {
+    __m512 m = _mm512_set1_ps(-FLT_MAX), sum = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(row + i));
+    __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+    m = _mm512_mask_max_ps(m, tail, m, _mm512_maskz_loadu_ps(tail, row + i));
+    const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    for (i = 0; i + 16 <= n; i += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + i), top));
+        _mm512_storeu_ps(row + i, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    __m512 e = _mm512_maskz_mov_ps(tail, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + i), top)));
+    _mm512_mask_storeu_ps(row + i, tail, e);
+    return 1.f / _mm512_reduce_add_ps(_mm512_add_ps(sum, e));
 }
 
 /* Head sizes a multiple of 16: whole vectors, the cache's dtype chosen outside the loops, and no value carried
@@ -104,41 +146,82 @@ static inline __m512 hsum16(const __m512 *v) {
         }                                                                                                           \
         return hsum16(v);                                                                                           \
     }                                                                                                               \
+    /* 16-wide heads: 16 positions' scores for every query of the group. The first level of the transpose-add is  \
+     * linear in the query, so the key rows are unpacked once for the whole group and each query's lanes multiply \
+     * the unpacked rows (a product and a fused add per pair of rows, instead of two products, two unpacks and an \
+     * add per query). */                                                                                        \
+    static inline void tile16_##T(const float *restrict q, const char *restrict k, long row_bytes, int group,      \
+                                  float *restrict out, int out_stride) {                                           \
+        __m512 lo[8], hi[8];                                                                                        \
+        for (int i = 0; i < 8; i++) {                                                                               \
+            __m512 a = LOAD(k + 2 * i * row_bytes), b = LOAD(k + (2 * i + 1) * row_bytes);                          \
+            lo[i] = _mm512_unpacklo_ps(a, b);                                                                       \
+            hi[i] = _mm512_unpackhi_ps(a, b);                                                                       \
+        }                                                                                                           \
+        for (int g = 0; g < group; g++) {                                                                           \
+            __m512 qv = _mm512_loadu_ps(q + (long)g * 16), pairs[8];                                                \
+            __m512 ql = _mm512_unpacklo_ps(qv, qv), qh = _mm512_unpackhi_ps(qv, qv);                                \
+            for (int i = 0; i < 8; i++) pairs[i] = _mm512_fmadd_ps(lo[i], ql, _mm512_mul_ps(hi[i], qh));            \
+            _mm512_storeu_ps(out + (long)g * out_stride, hsum_pairs(pairs));                                        \
+        }                                                                                                           \
+    }                                                                                                               \
     static void scores_##T(const float *restrict q, const char *restrict keys, const int32_t *table, int first,      \
                            int len, int page, long row_bytes, int group, int d, float *restrict scores) {          \
         const int span = len - first;                                                                               \
         for (int b = first / page; b * page < len; b++) {                                                           \
             int lo = b * page > first ? b * page : first, hi = (b + 1) * page < len ? (b + 1) * page : len;         \
             const char *k = keys + ((long)table[b] * page - (long)b * page) * row_bytes;                            \
+            int p16 = lo;                                                                                           \
+            if (d == 16)                                                                                            \
+                for (; p16 + 16 <= hi; p16 += 16)                                                                   \
+                    tile16_##T(q, k + p16 * row_bytes, row_bytes, group, scores + p16 - first, span);               \
             for (int g = 0; g < group; g++) {                                                                       \
                 const float *qg = q + (long)g * d;                                                                  \
                 float *out = scores + (long)g * span - first;                                                       \
-                int p = lo;                                                                                         \
+                int p = p16;                                                                                        \
                 for (; p + 16 <= hi; p += 16) _mm512_storeu_ps(out + p, vdot16_##T(qg, k + p * row_bytes, row_bytes, d)); \
                 for (; p < hi; p++) out[p] = vdot_##T(qg, k + p * row_bytes, d);                                     \
             }                                                                                                       \
         }                                                                                                           \
     }                                                                                                               \
+    /* The weighted values, one 16-wide slice of the head at a time, for two queries of the group at once: each  \
+     * value row is loaded once for both, and four positions go down four separate chains per query (eight FMAs  \
+     * in flight: one chain waited on the FMA before it at every position). Written into out (not added). */     \
     static void values_##T(const float *restrict scores, const char *restrict values, const int32_t *table,         \
                            int first, int len, int page, long row_bytes, int group, int d, float *restrict out) {   \
         const int span = len - first;                                                                               \
-        for (int b = first / page; b * page < len; b++) {                                                           \
-            int lo = b * page > first ? b * page : first, hi = (b + 1) * page < len ? (b + 1) * page : len;         \
-            const char *v = values + ((long)table[b] * page - (long)b * page) * row_bytes;                          \
-            for (int g = 0; g < group; g++) {                                                                       \
-                const float *w = scores + (long)g * span - first;                                                   \
-                for (int c = 0; c < d; c += 16) {                                                                   \
-                    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();                                      \
+        for (int c = 0; c < d; c += 16) {                                                                           \
+            const long col = c * (long)sizeof(T##_t);                                                               \
+            for (int g = 0; g < group; g += 2) {                                                                    \
+                const int two = g + 1 < group;                                                                      \
+                const float *w0 = scores + (long)g * span - first, *w1 = two ? w0 + span : w0;                      \
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;     \
+                for (int b = first / page; b * page < len; b++) {                                                   \
+                    int lo = b * page > first ? b * page : first, hi = (b + 1) * page < len ? (b + 1) * page : len; \
+                    const char *v = values + ((long)table[b] * page - (long)b * page) * row_bytes + col;            \
                     int p = lo;                                                                                     \
-                    for (; p + 1 < hi; p += 2) {                                                                    \
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), LOAD(v + p * row_bytes + c * (long)sizeof(T##_t)), a0);   \
-                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(w[p + 1]), LOAD(v + (p + 1) * row_bytes + c * (long)sizeof(T##_t)), a1); \
+                    for (; p + 4 <= hi; p += 4) {                                                                   \
+                        __m512 x0 = LOAD(v + p * row_bytes), x1 = LOAD(v + (p + 1) * row_bytes);                    \
+                        __m512 x2 = LOAD(v + (p + 2) * row_bytes), x3 = LOAD(v + (p + 3) * row_bytes);              \
+                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w0[p]), x0, a0);                                        \
+                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(w0[p + 1]), x1, a1);                                    \
+                        a2 = _mm512_fmadd_ps(_mm512_set1_ps(w0[p + 2]), x2, a2);                                    \
+                        a3 = _mm512_fmadd_ps(_mm512_set1_ps(w0[p + 3]), x3, a3);                                    \
+                        b0 = _mm512_fmadd_ps(_mm512_set1_ps(w1[p]), x0, b0);                                        \
+                        b1 = _mm512_fmadd_ps(_mm512_set1_ps(w1[p + 1]), x1, b1);                                    \
+                        b2 = _mm512_fmadd_ps(_mm512_set1_ps(w1[p + 2]), x2, b2);                                    \
+                        b3 = _mm512_fmadd_ps(_mm512_set1_ps(w1[p + 3]), x3, b3);                                    \
                     }                                                                                               \
-                    if (p < hi)                                                                                     \
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), LOAD(v + p * row_bytes + c * (long)sizeof(T##_t)), a0);   \
-                    float *o = out + (long)g * d + c;                                                               \
-                    _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), _mm512_add_ps(a0, a1)));                  \
+                    for (; p < hi; p++) {                                                                           \
+                        __m512 x0 = LOAD(v + p * row_bytes);                                                        \
+                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w0[p]), x0, a0);                                        \
+                        b0 = _mm512_fmadd_ps(_mm512_set1_ps(w1[p]), x0, b0);                                        \
+                    }                                                                                               \
                 }                                                                                                   \
+                _mm512_storeu_ps(out + (long)g * d + c, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))); \
+                if (two)                                                                                            \
+                    _mm512_storeu_ps(out + (long)(g + 1) * d + c,                                                   \
+                                     _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)));                  \
             }                                                                                                       \
         }                                                                                                           \
     }
@@ -172,8 +255,16 @@ static inline __attribute__((always_inline)) void one_head(const float *q, const
             scores[(long)g * span + p - first] = s;
         }
     })
+    float inv[group];  /* 1 / each query's softmax sum, applied to its output at the end */
     for (int g = 0; g < group; g++) {
-        float *row = scores + (long)g * span, m = -FLT_MAX, sum = 0.f;
+        float *row = scores + (long)g * span;
+#ifdef __AVX512F__
+        if (vector) {
+            inv[g] = softmax16(row, span);
+            continue;
+        }
+#endif
+        float m = -FLT_MAX, sum = 0.f;
 #pragma omp simd reduction(max : m)
         for (int i = 0; i < span; i++) m = row[i] > m ? row[i] : m;
 #pragma omp simd reduction(+ : sum)
@@ -181,9 +272,7 @@ static inline __attribute__((always_inline)) void one_head(const float *q, const
             row[i] = expf(row[i] - m);
             sum += row[i];
         }
-        float inv = 1.f / sum;
-#pragma omp simd
-        for (int i = 0; i < span; i++) row[i] *= inv;
+        inv[g] = 1.f / sum;
     }
 #ifdef __AVX512F__
     if (vector && bf16) values_bf16(scores, values, table, first, len, page, slot_stride * elem, group, d, out);
@@ -198,6 +287,10 @@ static inline __attribute__((always_inline)) void one_head(const float *q, const
             else axpy_f32(out + (long)g * d, w, (const float *)v, d);
         }
     })
+    for (int g = 0; g < group; g++) {
+#pragma omp simd
+        for (int i = 0; i < d; i++) out[(long)g * d + i] *= inv[g];
+    }
 }
 
 /* Head sizes of the families (and the tiny test models) get a copy with the size a constant, which the compiler
