@@ -174,7 +174,7 @@ static inline float softmax16(float *row, int n) {
             int p16 = lo;                                                                                           \
             if (d == 16)                                                                                            \
                 for (; p16 + 16 <= hi; p16 += 16)                                                                   \
-                    tile16_##T(q, k + p16 * row_bytes, row_bytes, group, scores + p16 - first, span);               \
+                    TILE16_##T(q, k + p16 * row_bytes, row_bytes, group, scores + p16 - first, span);               \
             for (int g = 0; g < group; g++) {                                                                       \
                 const float *qg = q + (long)g * d;                                                                  \
                 float *out = scores + (long)g * span - first;                                                       \
@@ -225,6 +225,49 @@ static inline float softmax16(float *row, int n) {
             }                                                                                                       \
         }                                                                                                           \
     }
+#ifdef __AVX512BF16__
+static inline __m512i two_rows_bf16(const char *a, const char *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* tile16 over a bf16 cache on CPUs with AVX512_BF16: vdpbf16ps multiplies two 16-wide key rows (one vector, read
+ * as stored: no widening) by the query and adds adjacent products in fp32, so a row's 16 products arrive as 8
+ * partial sums and three transpose-add levels remain instead of four. The query goes in as two bf16 halves,
+ * hi + lo (its rounding ~2^-16, not bf16's 2^-8), so the scores stay fp32 math over the stored keys. Rows i and
+ * i + 1 share a vector; the levels leave positions in the order 0 2 4 6 1 3 5 7 8 10 ..., put back by one permute. */
+static inline void tile16_bf16dp(const float *restrict q, const char *restrict k, long row_bytes, int group,
+                                 float *restrict out, int out_stride) {
+    __m512i rows[8];
+    for (int i = 0; i < 8; i++) rows[i] = two_rows_bf16(k + 2 * i * row_bytes, k + (2 * i + 1) * row_bytes);
+    const __m512i order = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
+    for (int g = 0; g < group; g++) {
+        __m512 qv = _mm512_loadu_ps(q + (long)g * 16);
+        __m256i hi = (__m256i)_mm512_cvtneps_pbh(qv);
+        __m512 hi_f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+        __m256i lo = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(qv, hi_f));
+        __m512bh qh = (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(hi), hi, 1);
+        __m512bh ql = (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), lo, 1);
+        __m512 acc[8], s[4], t[2];
+        for (int i = 0; i < 8; i++)
+            acc[i] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), qh, (__m512bh)rows[i]), ql,
+                                      (__m512bh)rows[i]);
+        for (int i = 0; i < 4; i++)
+            s[i] = _mm512_add_ps(_mm512_unpacklo_ps(acc[2 * i], acc[2 * i + 1]),
+                                 _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
+        for (int i = 0; i < 2; i++) {
+            __m512d x = _mm512_castps_pd(s[2 * i]), y = _mm512_castps_pd(s[2 * i + 1]);
+            t[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+        }
+        __m512 sums = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x88), _mm512_shuffle_f32x4(t[0], t[1], 0xdd));
+        _mm512_storeu_ps(out + (long)g * out_stride, _mm512_permutexvar_ps(order, sums));
+    }
+}
+#define TILE16_bf16 tile16_bf16dp
+#else
+#define TILE16_bf16 tile16_bf16
+#endif
+#define TILE16_f32 tile16_f32
 typedef float f32_t;
 typedef uint16_t bf16_t;
 VECTOR_PASSES(f32, load16_f32)
