@@ -118,6 +118,10 @@ def test_c_kernel_over_an_fp8_cache(dtype: torch.dtype) -> None:
         exact = dense_attention(case, scale, window).float()
         bound = 0.1 if dtype == torch.float8_e4m3fn else 0.25
         torch.testing.assert_close(got, exact, atol=bound, rtol=0)
+    # A mixed batch: fresh prompts, decodes, and prefills after a cached prefix (gathered from the fp8 cache).
+    case = make_case(MIXED, page=4)
+    got = TorchSDPABackend(native=True).forward(case.q, case.k, case.v, case.kv_cache.to(dtype), case.meta, SCALE)
+    torch.testing.assert_close(got, dense_attention(case, SCALE).float(), atol=bound, rtol=0)
 
 
 def test_gathered_decode_agrees_with_in_place() -> None:
