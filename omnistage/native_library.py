@@ -35,12 +35,13 @@ class NativeLibrary:
     """``source`` compiled with ``flags`` (linked separately, without them: ``-ffast-math`` at link time would add
     crtfastmath.o, which sets flush-to-zero for the whole process at load); ``bind`` declares the functions'
     argument and result types once loaded; ``fallback`` says what runs instead when it cannot be built;
-    ``link_flags``: what the link step needs besides (``-fopenmp`` for a library that names libgomp)."""
+    ``link_flags``: what the link step needs besides (``-fopenmp`` for a library that names libgomp); ``headers``:
+    files the source includes, hashed with it (an edited header builds a new library)."""
 
     def __init__(self, source: Path, flags: tuple[str, ...], bind: Callable[[ctypes.CDLL], None],
-                 fallback: str, link_flags: tuple[str, ...] = ()) -> None:
+                 fallback: str, link_flags: tuple[str, ...] = (), headers: tuple[Path, ...] = ()) -> None:
         self.source, self.flags, self.bind, self.fallback = source, flags, bind, fallback
-        self.link_flags = link_flags
+        self.link_flags, self.headers = link_flags, headers
         self._lock = threading.Lock()
         self._loaded = False
         self._lib: ctypes.CDLL | None = None
@@ -54,7 +55,8 @@ class NativeLibrary:
 
     def library_path(self, compiler: str) -> Path:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-        key = hashlib.sha256("\0".join([self.source.read_text(), " ".join(self.flags), "separate link",
+        key = hashlib.sha256("\0".join([self.source.read_text(), *(h.read_text() for h in self.headers),
+                                        " ".join(self.flags), "separate link",
                                         " ".join(self.link_flags), version,
                                         _cpu_signature()]).encode())
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omnistage" / "kernels"

@@ -26,7 +26,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: bfloat16 on CUDA, f
 QUANTIZATIONS = ("none", "int8", "w8a8")
 # What an autoregressive stage's KV cache stores: auto = the model's dtype; bfloat16 under a float32 CPU model
 # halves the cache (the attention reads it back in float32).
-KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8_e5m2", "fp8_e4m3")  # fp8: CPU stages
 
 
 class ConfigError(ValueError):

@@ -14,6 +14,15 @@ def auto_device(device: str) -> str:
     return device
 
 
+# --kv-cache-dtype names that are not torch's (vLLM's fp8 spellings); any other name is torch's own.
+_KV_CACHE_DTYPES = {"fp8_e5m2": torch.float8_e5m2, "fp8_e4m3": torch.float8_e4m3fn}
+
+
+def kv_cache_dtype_named(name: str) -> torch.dtype | None:
+    """A ``--kv-cache-dtype`` / ``kv_cache_dtype:`` name as a torch dtype; None for ``auto`` (the model's)."""
+    return None if name == "auto" else _KV_CACHE_DTYPES.get(name) or getattr(torch, name)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Limits shared by the scheduler and the runner of one stage.

@@ -20,7 +20,7 @@ import torch
 from omnistage.config.pipeline import StageSpec
 from omnistage.importing import resolve
 from omnistage.engine import EngineConfig, EngineCore, RequestOutput
-from omnistage.engine.config import auto_device
+from omnistage.engine.config import auto_device, kv_cache_dtype_named
 from omnistage.ipc.messages import ReplicaLoad, RequestFailed, StageInput, StageOutput
 
 
@@ -108,7 +108,7 @@ def engine_config(stage: StageSpec, device: str, dtype: torch.dtype, max_positio
         max_model_len=e.model_len(max_positions),
         enable_prefix_caching=e.enable_prefix_caching, device=device, dtype=dtype,
         kv_cache_memory=e.kv_cache_memory, gpu_memory_utilization=e.gpu_memory_utilization,
-        kv_cache_dtype=None if e.kv_cache_dtype == "auto" else getattr(torch, e.kv_cache_dtype),
+        kv_cache_dtype=kv_cache_dtype_named(e.kv_cache_dtype),
     )
 
 

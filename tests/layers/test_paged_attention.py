@@ -51,6 +51,79 @@ def test_c_kernel_matches_torch_ops_at_real_shapes(heads: int, kv_heads: int, he
         torch.testing.assert_close(got, want, **TOL)
 
 
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (6, 2), (2, 2)], ids=["group2", "group3", "group1"])
+@pytest.mark.parametrize("window", [None, 37])
+def test_c_kernel_16_wide_heads_over_whole_tiles(heads: int, kv_heads: int, window: int | None) -> None:
+    """16-wide heads with 16-slot pages (the tiny thinker's shapes): the kernel's path that unpacks 16 key rows
+    once for the whole group, its values in two queries at a time (an odd group leaves one alone) and its inline
+    exp, over contexts of whole tiles, tiles plus a remainder, and a window starting mid-block; float32 against
+    float64 dense attention (fp32 rounding and the exp polynomial's ~1 ulp: TOL), bf16 against torch ops."""
+    from omnistage.layers.attention import native
+
+    if native.load() is None:
+        pytest.skip("no C compiler: the torch path serves (tested above)")
+    case = make_case([(300, 1), (45, 1), (256, 1), (17, 1), (129, 1)], page=16, heads=heads, kv_heads=kv_heads,
+                     head_dim=16, num_blocks=64)
+    got = TorchSDPABackend(native=True).forward(case.q, case.k, case.v, case.kv_cache.clone(), case.meta, SCALE,
+                                                window)
+    torch.testing.assert_close(got, dense_attention(case, SCALE, window).float(), **TOL)
+    cache = case.kv_cache.to(torch.bfloat16)
+    want = TorchSDPABackend(native=False).forward(case.q, case.k, case.v, cache.clone(), case.meta, SCALE, window)
+    got = TorchSDPABackend(native=True).forward(case.q, case.k, case.v, cache, case.meta, SCALE, window)
+    torch.testing.assert_close(got, want, **TOL)
+
+
+FP8 = [torch.float8_e5m2, torch.float8_e4m3fn]
+
+
+def test_c_kernel_widens_every_fp8_byte_as_torch_does() -> None:
+    """All 256 bytes of each fp8 format (subnormals, both zeros, the largest; not inf/NaN, which a cache never
+    holds) exactly as torch widens them: one sequence per byte with a context of one position, so its output is
+    that position's value row, the byte in every one of its 16 dims."""
+    from omnistage.layers.attention import native
+
+    if native.load() is None:
+        pytest.skip("no C compiler: the torch path serves (tested above)")
+    for dtype in FP8:
+        byte = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+        byte = byte[torch.isfinite(byte.view(dtype).float())]
+        n = byte.numel()
+        cache = torch.zeros(2, n, 1, 1, 16, dtype=torch.uint8)
+        cache[1] = byte[:, None, None, None]
+        q, seqs = torch.randn(n, 1, 1, 16), torch.arange(n, dtype=torch.int32)
+        out = torch.empty_like(q)
+        native.paged_decode(native.load(), q, cache.view(dtype), seqs[:, None], torch.ones(n, dtype=torch.int32),
+                            seqs, seqs, None, 1, out, threads=1)
+        assert torch.equal(out[:, 0, 0], byte.view(dtype).float()[:, None].expand(n, 16))
+
+
+@pytest.mark.parametrize("dtype", FP8, ids=["e5m2", "e4m3"])
+def test_c_kernel_over_an_fp8_cache(dtype: torch.dtype) -> None:
+    """An fp8 cache through the kernel (16-wide heads on 16-slot pages, a window, and 20-wide heads on 4-slot
+    pages, the generic loop) equals torch ops over the same bytes (TOL: fp32 rounding), and stays near float32
+    attention over the unrounded keys and values: on unit-normal keys and values, within atol 0.1 for e4m3 (3
+    mantissa bits; 0.054-0.056 seen) and 0.25 for e5m2 (2 bits; 0.11-0.14 seen), against 0.0023 for bf16."""
+    from omnistage.layers.attention import native
+
+    if native.load() is None:
+        pytest.skip("no C compiler: the torch path serves (tested above)")
+    for page, head_dim, window in [(16, 16, None), (16, 16, 37), (4, 20, None)]:
+        case = make_case([(300, 1), (45, 1), (17, 1), (129, 1)], page=page, heads=4, kv_heads=2,
+                         head_dim=head_dim, num_blocks=160)
+        scale = head_dim**-0.5
+        cache = case.kv_cache.to(dtype)
+        want = TorchSDPABackend(native=False).forward(case.q, case.k, case.v, cache.clone(), case.meta, scale, window)
+        got = TorchSDPABackend(native=True).forward(case.q, case.k, case.v, cache, case.meta, scale, window)
+        torch.testing.assert_close(got, want, **TOL)
+        exact = dense_attention(case, scale, window).float()
+        bound = 0.1 if dtype == torch.float8_e4m3fn else 0.25
+        torch.testing.assert_close(got, exact, atol=bound, rtol=0)
+    # A mixed batch: fresh prompts, decodes, and prefills after a cached prefix (gathered from the fp8 cache).
+    case = make_case(MIXED, page=4)
+    got = TorchSDPABackend(native=True).forward(case.q, case.k, case.v, case.kv_cache.to(dtype), case.meta, SCALE)
+    torch.testing.assert_close(got, dense_attention(case, SCALE).float(), atol=bound, rtol=0)
+
+
 def test_gathered_decode_agrees_with_in_place() -> None:
     """The padded-gather decode (kept for CUDA graphs without Triton) and the in-place path."""
     case = make_case(DECODE, page=4, seed=1)

@@ -3,10 +3,10 @@
  * Built at first use by omnistage/layers/attention/native.py (cc -O3 -march=native) and called through ctypes:
  * torch's matmuls spend most of their time on shapes this small (a few query rows of head_dim against each
  * key), so the step grew with the context; this loop reads each key and value once, in place, in the cache's
- * own layout and dtype (float32, or bfloat16 widened on the fly).
+ * own layout and dtype (float32; bfloat16, fp8 e5m2 or e4m3 widened on the fly: `kind`, KV_* below).
  *
  * q, out: [rows, kv_heads, group, head_dim] float32, q already scaled. cache: one layer's
- * [2, num_blocks, page, kv_heads, head_dim] (keys then values). tables: [num_seqs, table_stride] int32.
+ * [2, num_blocks, page, kv_heads, head_dim] (keys then values) of `kind`. tables: [num_seqs, table_stride] int32.
  * For decode sequence i (i < n): its row is rows[i], its table tables[seqs[i]], its context ctx[seqs[i]];
  * window > 0 reads only the last `window` positions. scratch: `threads` rows of scratch_stride floats (each at least
  * group * max context), one per thread. A long step's (sequence, KV head) items are spread over the threads.
@@ -48,6 +48,39 @@ static inline __attribute__((always_inline)) void axpy_bf16(float *restrict y, f
     for (int i = 0; i < d; i++) y[i] += a * bf16_to_f32(x[i]);
 }
 
+/* Cache element types (native.py's CACHE_KINDS). fp8 (e5m2, e4m3) widens exactly, subnormals too: its 7 magnitude
+ * bits moved under float's exponent and mantissa (a shift), rescaled by the bias difference, the sign put back. */
+enum { KV_F32, KV_BF16, KV_E5M2, KV_E4M3 };
+#define FP8_SHIFT(kind) ((kind) == KV_E5M2 ? 21 : 20)
+#define FP8_SCALE(kind) ((kind) == KV_E5M2 ? 0x1p112f : 0x1p120f)
+
+static inline int kv_elem(int kind) { return kind == KV_F32 ? 4 : kind == KV_BF16 ? 2 : 1; }
+
+static inline float fp8_to_f32(uint8_t b, int shift, float scale) {
+    uint32_t u = (uint32_t)(b & 0x7f) << shift;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    f *= scale;
+    return (b & 0x80) ? -f : f;
+}
+
+static inline __attribute__((always_inline)) float dot_kv(const float *restrict a, const char *restrict b, int d,
+                                                          int kind) {
+    if (kind == KV_F32) return dot_f32(a, (const float *)b, d);
+    if (kind == KV_BF16) return dot_bf16(a, (const uint16_t *)b, d);
+    float acc = 0.f;
+    for (int i = 0; i < d; i++) acc += a[i] * fp8_to_f32((uint8_t)b[i], FP8_SHIFT(kind), FP8_SCALE(kind));
+    return acc;
+}
+
+static inline __attribute__((always_inline)) void axpy_kv(float *restrict y, float a, const char *restrict x, int d,
+                                                          int kind) {
+    if (kind == KV_F32) axpy_f32(y, a, (const float *)x, d);
+    else if (kind == KV_BF16) axpy_bf16(y, a, (const uint16_t *)x, d);
+    else
+        for (int i = 0; i < d; i++) y[i] += a * fp8_to_f32((uint8_t)x[i], FP8_SHIFT(kind), FP8_SCALE(kind));
+}
+
 /* Calls fn(slot, position) for positions [first, len) of a sequence, block by block (no division per position). */
 #define FOR_EACH_SLOT(table, page, first, len, BODY)                                \
     for (int b = (first) / (page); b * (page) < (len); b++) {                       \
@@ -61,119 +94,39 @@ static inline __attribute__((always_inline)) void axpy_bf16(float *restrict y, f
     }
 
 #ifdef __AVX512F__
-#include <immintrin.h>
-static inline __m512 load16_f32(const void *p) { return _mm512_loadu_ps((const float *)p); }
-static inline __m512 load16_bf16(const void *p) {
-    __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-
-/* Sums of 16 vectors, lane i holding the sum of v[i]: unpack, then shuffle, pairs of lanes added at each level. */
-static inline __m512 hsum16(const __m512 *v) {
-    __m512 a[8], b[4], c[2];
-    for (int i = 0; i < 8; i++)
-        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++) {
-        __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
-        b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    }
-    for (int i = 0; i < 2; i++)
-        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xdd));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xdd));
-}
-
-/* Head sizes a multiple of 16: whole vectors, the cache's dtype chosen outside the loops, and no value carried
- * from one position to the next through memory (the running max is a pass of its own; the weighted values add up
- * in registers over a block's positions, two chains deep). */
-#define VECTOR_PASSES(T, LOAD)                                                                                      \
-    static inline float vdot_##T(const float *restrict qg, const char *restrict k, int d) {                          \
-        __m512 acc = _mm512_mul_ps(LOAD(k), _mm512_loadu_ps(qg));                                                   \
-        for (int c = 16; c < d; c += 16)                                                                            \
-            acc = _mm512_fmadd_ps(LOAD(k + c * (long)sizeof(T##_t)), _mm512_loadu_ps(qg + c), acc);                 \
-        return _mm512_reduce_add_ps(acc);                                                                           \
-    }                                                                                                               \
-    /* 16 positions' partial-sum vectors reduced together (one transpose-add) instead of one by one. */             \
-    static inline __m512 vdot16_##T(const float *restrict qg, const char *restrict k, long row_bytes, int d) {        \
-        __m512 v[16];                                                                                               \
-        for (int i = 0; i < 16; i++) {                                                                              \
-            const char *row = k + i * row_bytes;                                                                    \
-            v[i] = _mm512_mul_ps(LOAD(row), _mm512_loadu_ps(qg));                                                   \
-            for (int c = 16; c < d; c += 16)                                                                        \
-                v[i] = _mm512_fmadd_ps(LOAD(row + c * (long)sizeof(T##_t)), _mm512_loadu_ps(qg + c), v[i]);         \
-        }                                                                                                           \
-        return hsum16(v);                                                                                           \
-    }                                                                                                               \
-    static void scores_##T(const float *restrict q, const char *restrict keys, const int32_t *table, int first,      \
-                           int len, int page, long row_bytes, int group, int d, float *restrict scores) {          \
-        const int span = len - first;                                                                               \
-        for (int b = first / page; b * page < len; b++) {                                                           \
-            int lo = b * page > first ? b * page : first, hi = (b + 1) * page < len ? (b + 1) * page : len;         \
-            const char *k = keys + ((long)table[b] * page - (long)b * page) * row_bytes;                            \
-            for (int g = 0; g < group; g++) {                                                                       \
-                const float *qg = q + (long)g * d;                                                                  \
-                float *out = scores + (long)g * span - first;                                                       \
-                int p = lo;                                                                                         \
-                for (; p + 16 <= hi; p += 16) _mm512_storeu_ps(out + p, vdot16_##T(qg, k + p * row_bytes, row_bytes, d)); \
-                for (; p < hi; p++) out[p] = vdot_##T(qg, k + p * row_bytes, d);                                     \
-            }                                                                                                       \
-        }                                                                                                           \
-    }                                                                                                               \
-    static void values_##T(const float *restrict scores, const char *restrict values, const int32_t *table,         \
-                           int first, int len, int page, long row_bytes, int group, int d, float *restrict out) {   \
-        const int span = len - first;                                                                               \
-        for (int b = first / page; b * page < len; b++) {                                                           \
-            int lo = b * page > first ? b * page : first, hi = (b + 1) * page < len ? (b + 1) * page : len;         \
-            const char *v = values + ((long)table[b] * page - (long)b * page) * row_bytes;                          \
-            for (int g = 0; g < group; g++) {                                                                       \
-                const float *w = scores + (long)g * span - first;                                                   \
-                for (int c = 0; c < d; c += 16) {                                                                   \
-                    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();                                      \
-                    int p = lo;                                                                                     \
-                    for (; p + 1 < hi; p += 2) {                                                                    \
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), LOAD(v + p * row_bytes + c * (long)sizeof(T##_t)), a0);   \
-                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(w[p + 1]), LOAD(v + (p + 1) * row_bytes + c * (long)sizeof(T##_t)), a1); \
-                    }                                                                                               \
-                    if (p < hi)                                                                                     \
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), LOAD(v + p * row_bytes + c * (long)sizeof(T##_t)), a0);   \
-                    float *o = out + (long)g * d + c;                                                               \
-                    _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), _mm512_add_ps(a0, a1)));                  \
-                }                                                                                                   \
-            }                                                                                                       \
-        }                                                                                                           \
-    }
-typedef float f32_t;
-typedef uint16_t bf16_t;
-VECTOR_PASSES(f32, load16_f32)
-VECTOR_PASSES(bf16, load16_bf16)
+#include "paged_decode_avx512.h"
 #endif
 
 /* One sequence and KV head: scores of its group's queries over positions [first, len), softmax, weighted values. */
 static inline __attribute__((always_inline)) void one_head(const float *q, const char *keys, const char *values,
                                                            const int32_t *table, int first, int len, int page,
-                                                           long slot_stride, int head_off, int group, int d, int bf16,
+                                                           long slot_stride, int head_off, int group, int d, int kind,
                                                            float *scores, float *out) {
-    const int elem = bf16 ? 2 : 4;
+    const int elem = kv_elem(kind);
     const int span = len - first;
     for (int g = 0; g < group; g++) memset(out + (long)g * d, 0, sizeof(float) * d);
     keys += (long)head_off * elem;
     values += (long)head_off * elem;
 #ifdef __AVX512F__
     const int vector = d % 16 == 0;
-    if (vector && bf16) scores_bf16(q, keys, table, first, len, page, slot_stride * elem, group, d, scores);
-    else if (vector) scores_f32(q, keys, table, first, len, page, slot_stride * elem, group, d, scores);
-    else
+    if (vector) {
+        BY_KIND(scores, kind, q, keys, table, first, len, page, slot_stride * elem, group, d, scores)
+    } else
 #endif
     FOR_EACH_SLOT(table, page, first, len, {
         const char *k = keys + slot * slot_stride * elem;
-        for (int g = 0; g < group; g++) {
-            float s = bf16 ? dot_bf16(q + (long)g * d, (const uint16_t *)k, d)
-                           : dot_f32(q + (long)g * d, (const float *)k, d);
-            scores[(long)g * span + p - first] = s;
-        }
+        for (int g = 0; g < group; g++) scores[(long)g * span + p - first] = dot_kv(q + (long)g * d, k, d, kind);
     })
+    float inv[group];  /* 1 / each query's softmax sum, applied to its output at the end */
     for (int g = 0; g < group; g++) {
-        float *row = scores + (long)g * span, m = -FLT_MAX, sum = 0.f;
+        float *row = scores + (long)g * span;
+#ifdef __AVX512F__
+        if (vector) {
+            inv[g] = softmax16(row, span);
+            continue;
+        }
+#endif
+        float m = -FLT_MAX, sum = 0.f;
 #pragma omp simd reduction(max : m)
         for (int i = 0; i < span; i++) m = row[i] > m ? row[i] : m;
 #pragma omp simd reduction(+ : sum)
@@ -181,31 +134,29 @@ static inline __attribute__((always_inline)) void one_head(const float *q, const
             row[i] = expf(row[i] - m);
             sum += row[i];
         }
-        float inv = 1.f / sum;
-#pragma omp simd
-        for (int i = 0; i < span; i++) row[i] *= inv;
+        inv[g] = 1.f / sum;
     }
 #ifdef __AVX512F__
-    if (vector && bf16) values_bf16(scores, values, table, first, len, page, slot_stride * elem, group, d, out);
-    else if (vector) values_f32(scores, values, table, first, len, page, slot_stride * elem, group, d, out);
-    else
+    if (vector) {
+        BY_KIND(values, kind, scores, values, table, first, len, page, slot_stride * elem, group, d, out)
+    } else
 #endif
     FOR_EACH_SLOT(table, page, first, len, {
         const char *v = values + slot * slot_stride * elem;
-        for (int g = 0; g < group; g++) {
-            float w = scores[(long)g * span + p - first];
-            if (bf16) axpy_bf16(out + (long)g * d, w, (const uint16_t *)v, d);
-            else axpy_f32(out + (long)g * d, w, (const float *)v, d);
-        }
+        for (int g = 0; g < group; g++) axpy_kv(out + (long)g * d, scores[(long)g * span + p - first], v, d, kind);
     })
+    for (int g = 0; g < group; g++) {
+#pragma omp simd
+        for (int i = 0; i < d; i++) out[(long)g * d + i] *= inv[g];
+    }
 }
 
 /* Head sizes of the families (and the tiny test models) get a copy with the size a constant, which the compiler
  * unrolls into whole vectors; any other size takes the generic loop. */
 #define HEAD(D)                                                                                                    \
     static void one_head_##D(const float *q, const char *k, const char *v, const int32_t *t, int first, int len,  \
-                             int page, long ss, int off, int group, int bf16, float *sc, float *out) {             \
-        one_head(q, k, v, t, first, len, page, ss, off, group, D, bf16, sc, out);                                \
+                             int page, long ss, int off, int group, int kind, float *sc, float *out) {             \
+        one_head(q, k, v, t, first, len, page, ss, off, group, D, kind, sc, out);                                \
     }
 HEAD(16)
 HEAD(32)
@@ -213,13 +164,13 @@ HEAD(64)
 HEAD(128)
 
 static void one_head_any(const float *q, const char *k, const char *v, const int32_t *t, int first, int len, int page,
-                         long ss, int off, int group, int d, int bf16, float *sc, float *out) {
-    one_head(q, k, v, t, first, len, page, ss, off, group, d, bf16, sc, out);
+                         long ss, int off, int group, int d, int kind, float *sc, float *out) {
+    one_head(q, k, v, t, first, len, page, ss, off, group, d, kind, sc, out);
 }
 
 /* Item `item` of a call: decode sequence item / kv_heads, KV head item % kv_heads. */
 static inline void one_item(int item, const float *q, const char *keys, const char *values, int page, int kv_heads,
-                            int group, int d, int bf16, const int32_t *tables, int table_stride, const int32_t *ctx,
+                            int group, int d, int kind, const int32_t *tables, int table_stride, const int32_t *ctx,
                             const int32_t *seqs, const int32_t *rows, int window, float *sc, float *out) {
     const long slot_stride = (long)kv_heads * d;  /* elements between consecutive slots */
     const long row_stride = (long)kv_heads * group * d;
@@ -229,11 +180,11 @@ static inline void one_item(int item, const float *q, const char *keys, const ch
     long off = rows[i] * row_stride + (long)h * group * d;
     const int32_t *table = tables + (long)s * table_stride;
     switch (d) {
-    case 16: one_head_16(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
-    case 32: one_head_32(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
-    case 64: one_head_64(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
-    case 128: one_head_128(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, bf16, sc, out + off); break;
-    default: one_head_any(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, d, bf16, sc, out + off);
+    case 16: one_head_16(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, kind, sc, out + off); break;
+    case 32: one_head_32(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, kind, sc, out + off); break;
+    case 64: one_head_64(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, kind, sc, out + off); break;
+    case 128: one_head_128(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, kind, sc, out + off); break;
+    default: one_head_any(q + off, keys, values, table, first, len, page, slot_stride, h * d, group, d, kind, sc, out + off);
     }
 }
 
@@ -241,11 +192,11 @@ static inline void one_item(int item, const float *q, const char *keys, const ch
  * the team costs more than a short context's work (batch 16 at 32 tokens of a tiny model stays serial). */
 #define PARALLEL_MIN_WORK (1L << 17)
 
-int paged_decode(const float *q, const void *cache, int bf16, long num_blocks, int page, int kv_heads, int group,
+int paged_decode(const float *q, const void *cache, int kind, long num_blocks, int page, int kv_heads, int group,
                  int d, const int32_t *tables, int table_stride, const int32_t *ctx, const int32_t *seqs,
                  const int32_t *rows, int n, int window, int threads, long scratch_stride, float *scratch,
                  float *out) {
-    const int elem = bf16 ? 2 : 4;
+    const int elem = kv_elem(kind);
     const long slot_stride = (long)kv_heads * d;  /* elements between consecutive slots */
     const char *keys = (const char *)cache;
     const char *values = keys + num_blocks * page * slot_stride * elem;
@@ -260,11 +211,11 @@ int paged_decode(const float *q, const void *cache, int bf16, long num_blocks, i
     if (threads > 1 && work >= PARALLEL_MIN_WORK) {
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
         for (int item = 0; item < n * kv_heads; item++)
-            one_item(item, q, keys, values, page, kv_heads, group, d, bf16, tables, table_stride, ctx, seqs, rows,
+            one_item(item, q, keys, values, page, kv_heads, group, d, kind, tables, table_stride, ctx, seqs, rows,
                      window, scratch + (long)omp_get_thread_num() * scratch_stride, out);
     } else {
         for (int item = 0; item < n * kv_heads; item++)
-            one_item(item, q, keys, values, page, kv_heads, group, d, bf16, tables, table_stride, ctx, seqs, rows,
+            one_item(item, q, keys, values, page, kv_heads, group, d, kind, tables, table_stride, ctx, seqs, rows,
                      window, scratch, out);
     }
     return 0;

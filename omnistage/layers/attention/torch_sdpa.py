@@ -28,9 +28,13 @@ def store_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapp
     valid = slot_mapping >= 0
     if not bool(valid.all()):
         slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]
-    # A cache of another dtype (bf16 KV under an fp32 model on a CPU) stores the keys and values rounded.
-    flat[0].index_copy_(0, slot_mapping, k.to(flat.dtype))
-    flat[1].index_copy_(0, slot_mapping, v.to(flat.dtype))
+    # A cache of another dtype (bf16 or fp8 KV under an fp32 model on a CPU) stores the keys and values rounded;
+    # torch's CPU index_copy_ has no fp8 kernel, so fp8 is copied as its bytes.
+    k, v = k.to(flat.dtype), v.to(flat.dtype)
+    if flat.element_size() == 1:
+        flat, k, v = flat.view(torch.uint8), k.view(torch.uint8), v.view(torch.uint8)
+    flat[0].index_copy_(0, slot_mapping, k)
+    flat[1].index_copy_(0, slot_mapping, v)
 
 
 def gather_context(kv_cache: torch.Tensor, block_table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,15 +66,16 @@ class TorchSDPABackend(AttentionBackend):
         self.native = native
 
     def _kernel(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata):  # noqa: ANN202
-        """The C decode kernel where it serves this call (CPU, float32 queries, a float32 or bf16 cache), else None."""
+        """The C decode kernel where it serves this call (CPU, float32 queries, a float32, bf16 or fp8 cache), else
+        None."""
+        from omnistage.layers.attention import native
+
         tables, lens = meta.block_tables, meta.context_lens
         if not self.native or q.device.type != "cpu" or q.dtype != torch.float32 or tables is None \
-                or kv_cache.dtype not in (torch.float32, torch.bfloat16) or not kv_cache.is_contiguous() \
+                or kv_cache.dtype not in native.CACHE_KINDS or not kv_cache.is_contiguous() \
                 or tables.dtype != torch.int32 or tables.stride(-1) != 1 or lens.dtype != torch.int32 \
                 or not lens.is_contiguous():
             return None
-        from omnistage.layers.attention import native
-
         return native.load()
 
     def forward(

@@ -6,6 +6,8 @@ import argparse
 import importlib
 from collections.abc import Callable
 
+from omnistage.config.pipeline import KV_CACHE_DTYPES
+
 
 def _lazy_main(module: str) -> Callable[[argparse.Namespace], int]:
     """``module.main`` imported when the bench runs, so ``omnistage --help`` stays fast (no torch import)."""
@@ -50,7 +52,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                         help="time the decode step instead at these context lengths (e.g. 32,2048): the batch's "
                              "requests grow from --prompt-len by decoding; JSON step_ms maps length -> ms")
     engine.add_argument("--steps", type=int, default=8, help="--context-lens: steps timed at each length (median)")
-    engine.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+    engine.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                         help="--context-lens: what the KV cache stores (auto: the model's dtype)")
     engine.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     engine.set_defaults(func=_engine_bench)

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from omnistage.engine import EngineConfig, EngineCore
+from omnistage.engine.config import kv_cache_dtype_named
 from omnistage.runner import ARModelRunner
 from omnistage.sampling_params import SamplingParams
 from omnistage.tools.bench.engine import StageUnderTest, load_stage
@@ -71,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     stage = load_stage(args.model, args.stage, args.device, dtype)
-    kv_dtype = None if args.kv_cache_dtype == "auto" else getattr(torch, args.kv_cache_dtype)
+    kv_dtype = kv_cache_dtype_named(args.kv_cache_dtype)
     payload: dict[str, object] = {"stage": args.stage, "model": str(args.model), "threads": args.threads,
                                   "kv_cache_dtype": args.kv_cache_dtype}
     for batch in args.batch:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from omnistage.families.base import Family
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+KV_DTYPE_BYTES = {**DTYPE_BYTES, "fp8_e5m2": 1, "fp8_e4m3": 1}
 
 
 def add_plan_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +37,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
                       help="int8, or per stage: thinker=int8 (an FP8 checkpoint's thinker counts 1 byte on GPUs)")
     plan.add_argument("--dtype", choices=sorted(DTYPE_BYTES), default=None,
                       help="weights' dtype (default bfloat16 on GPUs, float32 on a CPU)")
-    plan.add_argument("--kv-cache-dtype", choices=["auto", *sorted(DTYPE_BYTES)], default="auto",
+    plan.add_argument("--kv-cache-dtype", choices=["auto", *sorted(KV_DTYPE_BYTES)], default="auto",
                       help="what the KV caches store (auto: the weights' dtype; bfloat16 halves a CPU's)")
     plan.add_argument("--max-model-len", type=int, default=8192, help="tokens of one request's KV that must fit")
     plan.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="usable fraction of each GPU")
@@ -91,12 +92,12 @@ def make_plan(folder: Path, devices: Devices, pairs: tuple[tuple[str, object], .
     if family.hooks.footprints:  # a family that counts its own stages: none is tensor-parallel
         from omnistage.families.base import call_hook
 
-        fp = call_hook(family.hooks.footprints, folder, dtype_bytes, DTYPE_BYTES.get(kv_cache_dtype))
+        fp = call_hook(family.hooks.footprints, folder, dtype_bytes, KV_DTYPE_BYTES.get(kv_cache_dtype))
         return place(fp, devices, quantized, dtype_bytes, max_model_len, (1, 1, 1), utilization), chosen
     if family.name != "qwen3_omni":
         raise UsageError(f"omnistage plan does not count {family.name}'s stages yet (a family gives them with its "
                          f"footprints hook)")
-    fp = footprints(folder, dtype_bytes, Workload(), DTYPE_BYTES.get(kv_cache_dtype))
+    fp = footprints(folder, dtype_bytes, Workload(), KV_DTYPE_BYTES.get(kv_cache_dtype))
     text = json.loads((folder / "config.json").read_text())["thinker_config"]["text_config"]
     heads = (text["num_attention_heads"], text["num_key_value_heads"], text["moe_intermediate_size"])
     return place(fp, devices, quantized, dtype_bytes, max_model_len, heads, utilization), chosen
