@@ -62,7 +62,7 @@ from soak_server import (
     start_voices_server,
     stop,
 )
-from soak_sessions import Sessions, carries_audio, first_audio_windows
+from soak_sessions import Sessions, carries_audio, first_audio_windows, slowest_replies
 from websockets.exceptions import WebSocketException
 
 NORMAL = frozenset({"chat", "stream", "disconnect", "speech", "hostile", "million_messages", "no_key",
@@ -402,6 +402,8 @@ def main() -> int:
         "p95_s": {k: round(sorted(v)[int(len(v) * 0.95)], 3) for k, v in soak.latencies.items()},
         "sigstop": soak.sigstop, "event_loop_lag": lag, **memory, "rss_growth_pct": grown,
         "first_audio": first_audio, "leftovers": left, "healthy_after": healthy,
+        "slowest_first_audio": slowest_replies(soak.sessions.first_audio, soak.began, elapsed,
+                                               args.first_audio_window_s, soak.probes.windows, soak.canary),
     }
     print(json.dumps({k: v for k, v in figures.items() if k != "rss_timeline_mib"}, indent=2))
     if args.json is not None:

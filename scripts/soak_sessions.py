@@ -96,6 +96,24 @@ def first_audio_windows(records: list[tuple[float, str, float]], began: float, e
     return out
 
 
+def slowest_replies(records: list[tuple[float, str, float]], began: float, elapsed: float, window_s: float,
+                    probes: list[tuple[str, float, float]], canary: list[tuple[float, float]],
+                    count: int = 8) -> dict[str, list[dict[str, object]]]:
+    """The ``count`` slowest first audios in the run's first and last windows, each with what it met: every probe
+    whose window overlapped it and the slowest /health canary answer started meanwhile, so a window's p99 can be
+    traced to its cause."""
+    window = min(window_s, elapsed / 4)
+    out: dict[str, list[dict[str, object]]] = {}
+    for name, keep in (("first", lambda t: t - began < window), ("last", lambda t: t - began >= elapsed - window)):
+        chosen = sorted(((s, t, kind) for t, kind, s in records if keep(t)), reverse=True)[:count]
+        out[name] = [{"at_s": round(t - began, 1), "kind": kind, "ms": round(s * 1000, 1),
+                      "met": sorted({p for p, start, end in probes if start <= t + s and t <= end}),
+                      "canary_max_ms": round(1000 * max((lat for at, lat in canary if t <= at <= t + s),
+                                                        default=0.0), 1)}
+                     for s, t, kind in chosen]
+    return out
+
+
 class CallsGate:
     """Normal WebRTC calls share it; the call-flood probe takes it alone. The probe checks that no more than
     --webrtc-max-calls of its offers were set up, which calls of the normal traffic hung up meanwhile would

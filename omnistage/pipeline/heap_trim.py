@@ -17,21 +17,12 @@ fragmented 230 MiB heap takes 0.2-0.6 ms.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import time
 from collections.abc import Callable
 
+from omnistage.libc import libc_function
+
 TRIM_INTERVAL_S = 5.0
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
 
 
 class IdleHeapTrim:
@@ -39,7 +30,7 @@ class IdleHeapTrim:
                  trim: Callable[[int], int] | None = None) -> None:
         self.interval_s = interval_s
         self.clock = clock
-        self._trim = trim if trim is not None else _malloc_trim()
+        self._trim = trim if trim is not None else libc_function("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
         self._last = clock()
 
     def idle(self) -> bool:

@@ -6,7 +6,8 @@ import ctypes
 
 import pytest
 
-from omnistage.pipeline.heap_trim import IdleHeapTrim, _malloc_trim
+from omnistage.libc import libc_function
+from omnistage.pipeline.heap_trim import IdleHeapTrim
 
 
 def test_trims_only_once_the_interval_has_passed() -> None:
@@ -31,7 +32,7 @@ def _rss_mib() -> float:
 
 def test_glibc_gives_back_freed_arena_pages() -> None:
     """What the trim is for: 256 MiB freed below a block still in use stays resident until trimmed."""
-    trim = _malloc_trim()
+    trim = libc_function("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
     if trim is None:
         pytest.skip("no malloc_trim in this C library")
     libc = ctypes.CDLL(None)

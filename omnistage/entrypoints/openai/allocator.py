@@ -18,7 +18,8 @@ allocate large tensors every step, where a mapping per block would add page faul
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+
+from omnistage.libc import libc_function
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 MMAP_THRESHOLD_BYTES = 1 << 20
@@ -26,11 +27,5 @@ MMAP_THRESHOLD_BYTES = 1 << 20
 
 def return_large_blocks_to_the_system() -> bool:
     """Fixes glibc's mmap threshold at 1 MiB for this process; False where the C library is not glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl, macOS: no mallopt to call
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    mallopt = libc_function("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
+    return mallopt is not None and bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
