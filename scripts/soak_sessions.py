@@ -66,8 +66,11 @@ def carries_audio(line: str) -> bool:
 # Probes that hold the server's CPU or event loop for seconds (tens of MB parsed or decoded, floods of sessions or
 # calls, a stopped stage): the /health canary waited 0.4-1.4 s during each in a 10-minute soak. A reply that met
 # one waited on the probe, and the handful that do decide a window's p99 by where the probe cycle happens to fall.
+# ``soak_probe_costs.py`` measures each alone: realtime_commits (25 commits of 600 s, 1 GB of base64 decoded and
+# listened to) is the heaviest, 20-23 API CPU s over 15-33 s, a core and more for a quarter of each probe cycle.
 HEAVY_PROBES = frozenset({"four_60mb_media", "speech_stream_4mb", "voice_5mhz", "realtime_item_audio",
-                          "realtime_flood", "realtime_memory", "webrtc_call_flood", "talker_sigstop"})
+                          "realtime_flood", "realtime_memory", "webrtc_call_flood", "talker_sigstop",
+                          "realtime_commits"})
 
 
 def first_audio_windows(records: list[tuple[float, str, float]], began: float, elapsed: float,
