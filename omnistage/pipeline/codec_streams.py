@@ -5,7 +5,8 @@ plan, the family's frame) and keeps planning it: its :class:`ChunkOrder`\\ s say
 takes (from the caller's player and the measured paces) and where that player stands. Here each talker step's
 frames go through the request's :class:`FrameChunker`; every chunk it cuts goes to the codec replica as a
 ``StageInput[ChunkJob]`` on a socket this replica owns, carrying the slack its player has left (the codec's
-deadline order), and the orchestrator gets only a :class:`FramesMade` notice in place of the frames. Frames of
+deadline order); the chunks one call cut for one codec replica go as one message (an ``InputBatch``: a send, with
+its I/O thread's wake-up, costs more than encoding a chunk), and the orchestrator gets only a :class:`FramesMade` notice in place of the frames. Frames of
 a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
 
 Everything runs on the replica's engine thread (the sockets are used by that thread only).
@@ -27,6 +28,7 @@ from omnistage.ipc.messages import (
     ChunkOrder,
     ChunkOrders,
     FrameNotes,
+    InputBatch,
     OpenCodecStream,
     PayloadTypes,
     RequestFailed,
@@ -75,6 +77,7 @@ class CodecStreams:
         self.streams: dict[str, _Stream] = {}
         self._senders: dict[str, Sender] = {}  # codec replica address → this thread's socket to it
         self._notes = FrameNotes()  # this pass's plain notices (``take_notes``)
+        self._outbox: dict[str, list[StageInput]] = {}  # codec address -> chunk jobs cut, not sent yet (``_flush``)
 
     def open(self, message: OpenCodecStream) -> None:
         """A request's frames will be cut here (sent before its first input, so before its first frame)."""
@@ -105,7 +108,7 @@ class CodecStreams:
                 continue
             if cuts:
                 outputs.append(StageOutput(order.request_id, FramesMade(0, stream.chunker.num_pending, cuts)))
-        return outputs
+        return self._flush(outputs)
 
     def on_outputs(self, outputs: list[StageOutput | RequestFailed]) -> list[StageOutput | RequestFailed]:
         """A step's outputs with every streamed request's frames cut and sent, a notice in their place: one that
@@ -122,7 +125,7 @@ class CodecStreams:
                 if out is None:
                     continue
             kept.append(out)
-        return kept
+        return self._flush(kept)
 
     def take_notes(self) -> FrameNotes | None:
         """The plain notices since the last call, for the pass's ``StepBatch`` (None: there were none)."""
@@ -169,16 +172,34 @@ class CodecStreams:
         return StageOutput(out.request_id, notice, out.finished, out.finish_reason)
 
     def _send(self, stream: _Stream, jobs: list[ChunkJob], now: float) -> list[ChunkCut]:
+        """Queues the jobs for their codec replica (``_flush`` sends them); what was cut."""
         cuts = []
-        sender = self._sender(stream.address)
+        outbox = self._outbox.setdefault(stream.address, []) if jobs else []
         for job in jobs:
             job.slack_s = stream.playback.deadline(now, STARTUP_SLACK_S) - now
-            sender.send(StageInput(job.request_id, job))
+            outbox.append(StageInput(job.request_id, job))
             seconds = job.new_frames * stream.frame_s
             stream.playback.sent(seconds)
             stream.sent_s += seconds
             cuts.append(ChunkCut(job.chunk_index, job.new_frames, job.codes.shape[1], job.is_last))
         return cuts
+
+    def _flush(self, outputs: list[StageOutput | RequestFailed]) -> list[StageOutput | RequestFailed]:
+        """Sends each codec replica the jobs queued for it as one message; a send that fails fails its requests
+        (the notices of their cuts are replaced)."""
+        failed: dict[str, RequestFailed] = {}
+        for address, jobs in self._outbox.items():
+            try:
+                self._sender(address).send(jobs[0] if len(jobs) == 1 else InputBatch(list(jobs)))
+            except Exception as exc:  # noqa: BLE001 - as in ``_guarded``: the replica goes on
+                logger.exception("codec stream send to %s failed", address)
+                for job in jobs:
+                    self.streams.pop(job.request_id, None)
+                    failed[job.request_id] = RequestFailed(job.request_id, f"{type(exc).__name__}: {exc}")
+        self._outbox.clear()
+        if not failed:
+            return outputs
+        return [out for out in outputs if out.request_id not in failed] + list(failed.values())
 
     @staticmethod
     def _sync(stream: _Stream, order: ChunkOrder, now: float) -> None:

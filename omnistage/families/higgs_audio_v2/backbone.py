@@ -22,6 +22,7 @@ from torch import nn
 from omnistage.families.higgs_audio_v2.config import HiggsConfig, Llama3Rope
 from omnistage.layers.linear import FusedRows, StackedLinear
 from omnistage.layers.norm import RMSNorm
+from omnistage.layers.packed_linear import PackedLinear
 from omnistage.layers.rotary import rope_inv_freq
 from omnistage.models.sequence_cache import SequenceCache
 from omnistage.models.slot_cache import SlotStep
@@ -221,14 +222,17 @@ class HiggsAudioV2(nn.Module):
         self.cfg = cfg
         self.model = Backbone(cfg)
         self.audio_lm_head = nn.Linear(cfg.hidden_size, cfg.num_codebooks * cfg.codebook_size, bias=False)
+        self.head: PackedLinear | None = None  # the audio head for oneDNN, once loaded (fuse_)
 
     def fuse_(self) -> None:
         """Once loaded (and quantized, if so): every layer's matmuls, q/k/v and gate/up of both MLPs stacked; the
-        linears become views of the stacks' rows, so the weights are held once."""
+        linears become views of the stacks' rows, so the weights are held once. The audio head (8 codebooks wide:
+        a third of a tiny step) is packed for oneDNN, a copy beside the checkpoint's weight."""
         for layer in self.model.layers:
             layer.self_attn.fuse_()
             layer.mlp.fuse_()
             layer.audio_mlp.fuse_()
+        self.head = PackedLinear(self.audio_lm_head.weight)
 
     def prompt_embeds(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """Prompt ids ``[T]`` and its audio frames ``[n, G]`` (delayed, markers included) -> ``[1, T, hidden]`` and
@@ -247,7 +251,8 @@ class HiggsAudioV2(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Last hidden states ``[B, hidden]`` -> ``[B, G, codebook_size]`` (float32)."""
-        return self.audio_lm_head(hidden).float().view(hidden.shape[0], self.cfg.num_codebooks, -1)
+        scores = self.head(hidden) if self.head is not None else self.audio_lm_head.forward(hidden)
+        return scores.float().view(hidden.shape[0], self.cfg.num_codebooks, -1)
 
     def prefill(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None, cache: SequenceCache) -> torch.Tensor:
         embeds, audio = self.prompt_embeds(input_ids, audio_codes)
