@@ -6,9 +6,10 @@ arrive, by its player-aware planner (:class:`PlaybackPlanner`): this replica mea
 and the orchestrator's :class:`ChunkOrder`\\ s, sent when a chunk's audio reached the caller, say where that
 player stands and what the codec's paces are. Each talker step's frames go through the request's
 :class:`FrameChunker`; every chunk it cuts goes to the codec replica as a ``StageInput[ChunkJob]`` on a socket
-this replica owns, carrying the slack its player has left (the codec's deadline order), and the orchestrator gets
-a :class:`FramesMade` notice per cut (or end), never per frame. Frames of a request with no stream (a family's own
-edge, a prefill-only request) pass through unchanged.
+this replica owns, carrying the slack its player has left (the codec's deadline order); the chunks one call cut
+for one codec replica go as one message (an ``InputBatch``: a send, with its I/O thread's wake-up, costs more than
+encoding a chunk), and the orchestrator gets a :class:`FramesMade` notice per cut (or end), never per frame.
+Frames of a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
 
 Everything runs on the replica's engine thread (the sockets are used by that thread only).
 """
@@ -28,6 +29,7 @@ from omnistage.engine.generation_engine import ChunkJob
 from omnistage.ipc.messages import (
     ChunkOrder,
     ChunkOrders,
+    InputBatch,
     OpenCodecStream,
     PayloadTypes,
     RequestFailed,
@@ -65,6 +67,7 @@ class CodecStreams:
         # This replica's talker pace over its streams (a stream's own before it measured any); the codec's paces
         # come from the orchestrator, per stream.
         self.paces = StagePaces()
+        self._outbox: dict[str, list[StageInput]] = {}  # codec address -> chunk jobs cut, not sent yet (``_flush``)
 
     def open(self, message: OpenCodecStream) -> None:
         """A request's frames will be cut here (sent before its first input, so before its first frame)."""
@@ -103,7 +106,7 @@ class CodecStreams:
                 continue
             if cuts:
                 outputs.append(StageOutput(order.request_id, self._notice(stream, cuts)))
-        return outputs
+        return self._flush(outputs)
 
     def on_outputs(self, outputs: list[StageOutput | RequestFailed]) -> list[StageOutput | RequestFailed]:
         """A step's outputs with every streamed request's frames cut and sent, a notice in their place when they
@@ -120,7 +123,7 @@ class CodecStreams:
                 if out is None:
                     continue
             kept.append(out)
-        return kept
+        return self._flush(kept)
 
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
@@ -166,11 +169,12 @@ class CodecStreams:
         return FramesMade(count, stream.chunker.num_pending, cuts)
 
     def _send(self, stream: _Stream, jobs: list[ChunkJob], now: float) -> list[ChunkCut]:
+        """Queues the jobs for their codec replica (``_flush`` sends them); what was cut."""
         cuts = []
-        sender = self._sender(stream.address)
+        outbox = self._outbox.setdefault(stream.address, []) if jobs else []
         for job in jobs:
             job.slack_s = stream.playback.deadline(now, STARTUP_SLACK_S) - now
-            sender.send(StageInput(job.request_id, job))
+            outbox.append(StageInput(job.request_id, job))
             seconds = job.new_frames * stream.frame_s
             stream.playback.sent(seconds)
             stream.sent_s += seconds
@@ -178,6 +182,23 @@ class CodecStreams:
                 stream.planner.chunk_sent(job.chunk_index, now, job.new_frames, job.codes.shape[1])
             cuts.append(ChunkCut(job.chunk_index, job.new_frames, job.codes.shape[1], job.is_last))
         return cuts
+
+    def _flush(self, outputs: list[StageOutput | RequestFailed]) -> list[StageOutput | RequestFailed]:
+        """Sends each codec replica the jobs queued for it as one message; a send that fails fails its requests
+        (the notices of their cuts are replaced)."""
+        failed: dict[str, RequestFailed] = {}
+        for address, jobs in self._outbox.items():
+            try:
+                self._sender(address).send(jobs[0] if len(jobs) == 1 else InputBatch(list(jobs)))
+            except Exception as exc:  # noqa: BLE001 - as in ``_guarded``: the replica goes on
+                logger.exception("codec stream send to %s failed", address)
+                for job in jobs:
+                    self.streams.pop(job.request_id, None)
+                    failed[job.request_id] = RequestFailed(job.request_id, f"{type(exc).__name__}: {exc}")
+        self._outbox.clear()
+        if not failed:
+            return outputs
+        return [out for out in outputs if out.request_id not in failed] + list(failed.values())
 
     def _sync(self, stream: _Stream, order: ChunkOrder, now: float) -> None:
         """The orchestrator's view of the player, on this clock: it plays until ``play_end_in_s`` from now, and

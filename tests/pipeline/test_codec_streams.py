@@ -18,6 +18,7 @@ from omnistage.engine.generation_engine import ChunkJob
 from omnistage.ipc.messages import (
     ChunkOrder,
     ChunkOrders,
+    InputBatch,
     OpenCodecStream,
     RequestFailed,
     StageInput,
@@ -66,14 +67,19 @@ def _frames(rid: str, n: int, start: int = 0, finished: bool = False) -> StageOu
     return StageOutput(rid, CodecFrames(torch.arange(start, start + n).repeat(2, 1).T), finished)
 
 
-def _jobs(codec: Receiver) -> list[ChunkJob]:
+def _messages(codec: Receiver) -> list[object]:
     messages = []
     for _ in range(50):  # inproc delivery is immediate, but give the pipe a moment
         messages += codec.drain()
         if messages:
             break
         codec.recv(timeout_ms=10)
-    return [m.payload for m in messages]
+    return messages
+
+
+def _jobs(codec: Receiver) -> list[ChunkJob]:
+    inputs = [item for m in _messages(codec) for item in (m.items if isinstance(m, InputBatch) else [m])]
+    return [m.payload for m in inputs]
 
 
 @pytest.mark.parametrize("input_open, second", [(False, 4), (True, 2)])
@@ -103,6 +109,21 @@ def test_the_talker_sizes_its_chunks_and_tells_the_orchestrator_only_of_cuts(rig
     [out] = streams.on_outputs([_frames("r", 1, start=3 + second, finished=True)])
     assert out.finished and out.payload == FramesMade(1, 0, [ChunkCut(2, 2, 2, is_last=True)])
     assert not streams.streams and _jobs(codec)[0].is_last
+
+
+def test_the_chunks_one_pass_cut_go_to_the_codec_replica_as_one_message(rig) -> None:
+    streams, codec, _ = rig
+    _open(streams, "a", planned=False)
+    _open(streams, "b", planned=False)
+    outs = streams.on_outputs([_frames("a", 8), _frames("b", 2, finished=True)])
+    assert [len(o.payload.cuts) for o in outs] == [2, 1]
+    [message] = _messages(codec)
+    assert isinstance(message, InputBatch)
+    assert [(i.request_id, i.payload.chunk_index, i.payload.new_frames) for i in message.items] == [
+        ("a", 0, 2), ("a", 1, 4), ("b", 0, 2)]
+    [out] = streams.on_outputs([_frames("a", 4, start=8)])  # a single chunk goes alone
+    [message] = _messages(codec)
+    assert isinstance(message, StageInput) and message.payload.chunk_index == 2
 
 
 def test_unplanned_streams_take_fixed_sizes_and_others_pass_through(rig) -> None:

@@ -22,11 +22,13 @@ from torch import nn
 from omnistage.families.higgs_audio_v2.config import HiggsConfig, Llama3Rope
 from omnistage.layers.linear import FusedRows, StackedLinear
 from omnistage.layers.norm import RMSNorm
+from omnistage.layers.packed_linear import PackedLinear
 from omnistage.layers.rotary import rope_inv_freq
 from omnistage.models.sequence_cache import SequenceCache
 from omnistage.models.slot_cache import SlotStep
 
 Caches = list[SequenceCache] | SlotStep  # a prompt's own cache, or every running row's one step
+Route = torch.Tensor | bool  # which positions take the audio path: a mask, or True / False for all / none of them
 
 
 def llama3_inv_freq(head_dim: int, rope: Llama3Rope) -> torch.Tensor:
@@ -123,10 +125,11 @@ class Mlp(nn.Module):
         return self.down(F.silu(gate) * up)
 
 
-def _routed(x: torch.Tensor, audio: torch.Tensor | None, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
-    """``audio_fn`` on the audio rows, ``text_fn`` on the rest (``audio`` None: every row is audio)."""
-    if audio is None:
-        return audio_fn.forward(x)
+def _routed(x: torch.Tensor, audio: Route, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
+    """``audio_fn`` on the audio rows, ``text_fn`` on the rest. A prompt without a voice is all text: routed as a
+    mask, each call would run the audio path on no rows (~15 calls a layer, a quarter of a tiny prefill)."""
+    if audio is True or audio is False:
+        return (audio_fn if audio else text_fn).forward(x)
     out = torch.empty_like(x)
     out[audio] = audio_fn(x[audio])
     out[~audio] = text_fn(x[~audio])
@@ -143,7 +146,7 @@ class DecoderLayer(nn.Module):
         self.audio_input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.audio_post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, audio: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(self, x: torch.Tensor, audio: Route, cos: torch.Tensor, sin: torch.Tensor,
                 caches: Caches, layer: int) -> torch.Tensor:
         normed = _routed(x, audio, self.input_layernorm, self.audio_input_layernorm)
         x = x + self.self_attn.forward(normed, cos, sin, caches, layer)
@@ -194,9 +197,9 @@ class Backbone(nn.Module):
         sin, half = angles.sin(), angles.shape[-1] // 2
         return angles.cos(), torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
-    def forward(self, embeds: torch.Tensor, audio: torch.Tensor | None, caches: Caches) -> torch.Tensor:
+    def forward(self, embeds: torch.Tensor, audio: Route, caches: Caches) -> torch.Tensor:
         """``[B, T, hidden]`` continuing ``caches`` (one per row) -> normalised hidden states. ``audio`` ``[B, T]``
-        marks the audio positions (None: all are)."""
+        marks the audio positions (True: all are, False: none)."""
         length = embeds.shape[1]
         if isinstance(caches, SlotStep):
             positions, top = caches.positions[:, None], max(caches.lengths) + 1
@@ -221,14 +224,17 @@ class HiggsAudioV2(nn.Module):
         self.cfg = cfg
         self.model = Backbone(cfg)
         self.audio_lm_head = nn.Linear(cfg.hidden_size, cfg.num_codebooks * cfg.codebook_size, bias=False)
+        self.head: PackedLinear | None = None  # the audio head for oneDNN, once loaded (fuse_)
 
     def fuse_(self) -> None:
         """Once loaded (and quantized, if so): every layer's matmuls, q/k/v and gate/up of both MLPs stacked; the
-        linears become views of the stacks' rows, so the weights are held once."""
+        linears become views of the stacks' rows, so the weights are held once. The audio head (8 codebooks wide:
+        a third of a tiny step) is packed for oneDNN, a copy beside the checkpoint's weight."""
         for layer in self.model.layers:
             layer.self_attn.fuse_()
             layer.mlp.fuse_()
             layer.audio_mlp.fuse_()
+        self.head = PackedLinear(self.audio_lm_head.weight)
 
     def prompt_embeds(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """Prompt ids ``[T]`` and its audio frames ``[n, G]`` (delayed, markers included) -> ``[1, T, hidden]`` and
@@ -247,13 +253,15 @@ class HiggsAudioV2(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Last hidden states ``[B, hidden]`` -> ``[B, G, codebook_size]`` (float32)."""
-        return self.audio_lm_head(hidden).float().view(hidden.shape[0], self.cfg.num_codebooks, -1)
+        scores = self.head(hidden) if self.head is not None else self.audio_lm_head.forward(hidden)
+        return scores.float().view(hidden.shape[0], self.cfg.num_codebooks, -1)
 
     def prefill(self, input_ids: torch.Tensor, audio_codes: torch.Tensor | None, cache: SequenceCache) -> torch.Tensor:
         embeds, audio = self.prompt_embeds(input_ids, audio_codes)
-        return self.logits(self.model(embeds, audio if not bool(audio.all()) else None, [cache])[:, -1])
+        route: Route = True if bool(audio.all()) else audio if bool(audio.any()) else False
+        return self.logits(self.model(embeds, route, [cache])[:, -1])
 
     def step(self, frames: torch.Tensor, caches: Caches) -> torch.Tensor:
         """Each sequence's last frame ``[B, G]`` -> the next frames' logits ``[B, G, codebook_size]``."""
         embeds = self.model.embed_audio_tokens(frames.to(self.audio_lm_head.weight.device))[:, None]
-        return self.logits(self.model(embeds.to(self.audio_lm_head.weight.dtype), None, caches)[:, -1])
+        return self.logits(self.model(embeds.to(self.audio_lm_head.weight.dtype), True, caches)[:, -1])

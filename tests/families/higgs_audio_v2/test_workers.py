@@ -38,3 +38,21 @@ def test_frames_go_in_groups_and_join_to_the_rows(higgs_tiny):
     assert not worker.has_work() and not worker.held
     expected = generate_rows(worker.runner.model, prompt, GREEDY, 10)
     torch.testing.assert_close(torch.cat(sent), expected, rtol=0, atol=0)  # integer codes
+
+
+def test_utterances_that_started_apart_send_in_the_same_steps(higgs_tiny):
+    """One clock for every utterance: a batch's outputs share a pass (one send each way), whenever each began."""
+    worker = GeneratorWorker(WorkerSpec(str(higgs_tiny), load_preset(PRESET).stage("generator")))
+    prompt = HiggsTokenizer(higgs_tiny, worker.runner.model.cfg).prompt("hello there")
+    long = SamplingParams(temperature=0.0, max_tokens=3 * FRAMES_PER_OUTPUT)
+    worker.handle(StageInput("a", HiggsSpeech(prompt, long)))
+    sent: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+    for step in range(2 * FRAMES_PER_OUTPUT + 1):
+        if step == 3:
+            worker.handle(StageInput("b", HiggsSpeech(prompt, long)))
+        for out in worker.step().outputs:
+            assert not out.finished
+            sent[out.request_id].append((step, out.payload.frames.shape[0]))
+    steps = [FRAMES_PER_OUTPUT - 1, 2 * FRAMES_PER_OUTPUT - 1]
+    assert sent["a"] == [(s, FRAMES_PER_OUTPUT) for s in steps]
+    assert sent["b"] == [(steps[0], FRAMES_PER_OUTPUT - 3), (steps[1], FRAMES_PER_OUTPUT)]
