@@ -75,7 +75,7 @@ class SlotCache:
 
 class SlotStep:
     """One decode step over rows ``0..n-1``: each writes its position ``lengths[i]``, then attends over its
-    ``lengths[i] + 1`` positions (one mask for every layer; none when every row is as long)."""
+    ``lengths[i] + 1`` positions (one additive mask for every layer; none when every row is as long)."""
 
     def __init__(self, cache: SlotCache, lengths: list[int]) -> None:
         self.cache, self.lengths = cache, lengths
@@ -83,8 +83,11 @@ class SlotStep:
         self.positions = torch.tensor(lengths, device=device)
         self.rows = torch.arange(len(lengths), device=device)
         self.width = max(lengths) + 1
-        self.mask = None if min(lengths) == max(lengths) else (
-            torch.arange(self.width, device=device) <= self.positions[:, None])[:, None, None]
+        # Additive (0 / -inf in the cache's dtype), made once a step: SDPA turns a boolean mask into this very
+        # tensor (where(~mask, -inf, 0)) on every call, three ops a layer.
+        self.mask = None if min(lengths) == max(lengths) else torch.zeros(
+            len(lengths), 1, 1, self.width, dtype=cache.keys[0].dtype, device=device).masked_fill_(
+            torch.arange(self.width, device=device) > self.positions[:, None, None, None], float("-inf"))
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[n, kv_heads, 1, head_dim]`` written at each row's position; the rows' keys and values (views)."""
