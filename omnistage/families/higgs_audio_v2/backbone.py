@@ -122,7 +122,7 @@ class Mlp(nn.Module):
             gate, up = self.gate_up_rows.joint(x).chunk(2, dim=-1)
             return self.down_rows.joint(F.silu(gate) * up)
         gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(F.silu(gate).mul_(up))
 
 
 def _routed(x: torch.Tensor, audio: Route, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
@@ -149,9 +149,11 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, audio: Route, cos: torch.Tensor, sin: torch.Tensor,
                 caches: Caches, layer: int) -> torch.Tensor:
         normed = _routed(x, audio, self.input_layernorm, self.audio_input_layernorm)
-        x = x + self.self_attn.forward(normed, cos, sin, caches, layer)
+        # Both residual sums land in tensors this layer made (the projection's output, then that sum), never in
+        # the caller's x: no allocation each (a + b == b + a exactly).
+        x = self.self_attn.forward(normed, cos, sin, caches, layer).add_(x)
         post = _routed(x, audio, self.post_attention_layernorm, self.audio_post_attention_layernorm)
-        return x + _routed(post, audio, self.mlp, self.audio_mlp)
+        return x.add_(_routed(post, audio, self.mlp, self.audio_mlp))
 
 
 class AudioEmbeddings(nn.Module):
