@@ -26,6 +26,7 @@ def test_rows_hold_what_each_sequence_appended_and_attend_as_alone():
     gen = torch.Generator().manual_seed(0)
     slots, seqs = SlotCache(LAYERS), {}  # name -> (row, appended per layer)
     order: list[str] = []  # row order
+    kernel_steps = 0
     for step in range(300):
         if step in (0, 3, 5, 40):  # joins of unequal prompts: the rows grow past their first allocation
             name = f"s{step}"
@@ -43,17 +44,22 @@ def test_rows_hold_what_each_sequence_appended_and_attend_as_alone():
             assert moved == (None if last == gone else len(order))
             del seqs[gone]
         step_ = slots.step()
+        kernel_steps += step_.kernel is not None  # 4 rows (steps 40-59): the kernel, where it builds
         q = torch.randn(len(order), HEADS, 1, DIM, generator=gen)
         for layer in range(LAYERS):
             k, v = torch.randn(2, len(order), KV_HEADS, 1, DIM, generator=gen)
             keys, values = step_.extend(layer, k, v)
             batched = F.scaled_dot_product_attention(q, keys, values, attn_mask=step_.mask, enable_gqa=True)
+            # the step's own attention: the paged decode kernel where it builds (writing k/v again is idempotent)
+            attended = step_.attend(layer, q, k, v, DIM**-0.5)
             for row, name in enumerate(order):
                 mine = seqs[name][layer]
                 mine[0], mine[1] = torch.cat([mine[0], k[row:row + 1]], 2), torch.cat([mine[1], v[row:row + 1]], 2)
                 alone = F.scaled_dot_product_attention(q[row:row + 1], mine[0], mine[1], enable_gqa=True)
                 torch.testing.assert_close(batched[row:row + 1], alone, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(attended[row:row + 1], alone, rtol=1e-5, atol=1e-6)
         step_.done()
+    assert slots.kernel is None or kernel_steps == 20
     for row, name in enumerate(order):
         length = seqs[name][0][0].shape[2]
         assert slots.lengths[row] == length

@@ -83,9 +83,7 @@ class Attention(nn.Module):
         batch, length, _ = x.shape
         q, k, v = self._qkv(x, cos, sin)
         if isinstance(caches, SlotStep):
-            keys, values = caches.extend(layer, k, v)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=caches.mask, scale=self.head_dim**-0.5,
-                                                 enable_gqa=True)
+            out = caches.attend(layer, q, k, v, self.head_dim**-0.5)
             return self._o(out.transpose(1, 2).reshape(batch, length, -1))
         rows = []
         for i, cache in enumerate(caches):
