@@ -23,8 +23,9 @@ from omnistage.models.sequence_cache import SequenceCache
 
 _FIRST_ROOM = 256  # positions a row holds before the buffers double
 # Fewer rows attend in SDPA: the kernel's fixed cost (a ctypes call of 19 arguments, q scaled, its scratch) is more
-# than SDPA's for one unmasked row (a tiny step at batch 1: +10% on the kernel, batch 4: -3%, batch 8: -7%).
-_KERNEL_ROWS = 4
+# than SDPA's for one unmasked row (a tiny step, one process alternately: batch 1 +8% on the kernel, 2 equal, 3
+# -2%, 8 -5..-9%).
+KERNEL_ROWS = 3
 
 
 class SlotCache:
@@ -104,7 +105,7 @@ class SlotStep:
         self.rows = torch.arange(len(lengths), device=device)
         self.width = max(lengths) + 1
         kernel = (cache.kernel is not None and like.is_cpu and like.dtype in native.CACHE_KINDS
-                  and len(lengths) >= _KERNEL_ROWS)
+                  and len(lengths) >= KERNEL_ROWS)
         self.kernel = cache.kernel if kernel else None
         if self.kernel is not None:  # one block a row: row i is block i, its context lengths[i] + 1
             self.tables = self.rows.to(torch.int32)[:, None]
