@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from omnistage.models.sequence_cache import SequenceCache
-from omnistage.models.slot_cache import SlotCache
+from omnistage.models.slot_cache import KERNEL_ROWS, SlotCache
 
 LAYERS, HEADS, KV_HEADS, DIM = 2, 4, 2, 8
 
@@ -43,16 +43,21 @@ def test_rows_hold_what_each_sequence_appended_and_attend_as_alone():
             assert moved == (None if last == gone else len(order))
             del seqs[gone]
         step_ = slots.step()
+        # KERNEL_ROWS rows or more attend in the kernel where it builds, fewer in SDPA: both paths are checked
+        assert (step_.kernel is not None) == (slots.kernel is not None and len(order) >= KERNEL_ROWS)
         q = torch.randn(len(order), HEADS, 1, DIM, generator=gen)
         for layer in range(LAYERS):
             k, v = torch.randn(2, len(order), KV_HEADS, 1, DIM, generator=gen)
             keys, values = step_.extend(layer, k, v)
             batched = F.scaled_dot_product_attention(q, keys, values, attn_mask=step_.mask, enable_gqa=True)
+            # the step's own attention: the paged decode kernel where it builds (writing k/v again is idempotent)
+            attended = step_.attend(layer, q, k, v, DIM**-0.5)
             for row, name in enumerate(order):
                 mine = seqs[name][layer]
                 mine[0], mine[1] = torch.cat([mine[0], k[row:row + 1]], 2), torch.cat([mine[1], v[row:row + 1]], 2)
                 alone = F.scaled_dot_product_attention(q[row:row + 1], mine[0], mine[1], enable_gqa=True)
                 torch.testing.assert_close(batched[row:row + 1], alone, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(attended[row:row + 1], alone, rtol=1e-5, atol=1e-6)
         step_.done()
     for row, name in enumerate(order):
         length = seqs[name][0][0].shape[2]

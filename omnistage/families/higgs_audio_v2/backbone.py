@@ -83,9 +83,7 @@ class Attention(nn.Module):
         batch, length, _ = x.shape
         q, k, v = self._qkv(x, cos, sin)
         if isinstance(caches, SlotStep):
-            keys, values = caches.extend(layer, k, v)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=caches.mask, scale=self.head_dim**-0.5,
-                                                 enable_gqa=True)
+            out = caches.attend(layer, q, k, v, self.head_dim**-0.5)
             return self._o(out.transpose(1, 2).reshape(batch, length, -1))
         rows = []
         for i, cache in enumerate(caches):
@@ -122,7 +120,7 @@ class Mlp(nn.Module):
             gate, up = self.gate_up_rows.joint(x).chunk(2, dim=-1)
             return self.down_rows.joint(F.silu(gate) * up)
         gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(F.silu(gate).mul_(up))
 
 
 def _routed(x: torch.Tensor, audio: Route, text_fn: nn.Module, audio_fn: nn.Module) -> torch.Tensor:
@@ -149,9 +147,11 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, audio: Route, cos: torch.Tensor, sin: torch.Tensor,
                 caches: Caches, layer: int) -> torch.Tensor:
         normed = _routed(x, audio, self.input_layernorm, self.audio_input_layernorm)
-        x = x + self.self_attn.forward(normed, cos, sin, caches, layer)
+        # Both residual sums land in tensors this layer made (the projection's output, then that sum), never in
+        # the caller's x: no allocation each (a + b == b + a exactly).
+        x = self.self_attn.forward(normed, cos, sin, caches, layer).add_(x)
         post = _routed(x, audio, self.post_attention_layernorm, self.audio_post_attention_layernorm)
-        return x + _routed(post, audio, self.mlp, self.audio_mlp)
+        return x.add_(_routed(post, audio, self.mlp, self.audio_mlp))
 
 
 class AudioEmbeddings(nn.Module):
