@@ -42,27 +42,13 @@ class Shutdown(msgspec.Struct, tag=True):
     pass
 
 
-class StreamPaces(msgspec.Struct, array_like=True):
-    """What a talker's planner cannot measure itself, as the orchestrator measured it: code2wav seconds per decoded
-    frame and per chunk round trip (the stream's own, else the pipeline's; None: nothing measured yet), the
-    pipeline's seconds per talker frame (a stream's own is measured where its frames are made), and whether the
-    request's input is still being written (input-bound: its chunks do not wait on frames)."""
-
-    vocoder_frame_s: float | None = None
-    chunk_s: float | None = None
-    talker_frame_s: float | None = None
-    input_open: bool = False
-
-
 class OpenCodecStream(msgspec.Struct, tag=True):
     """To a talker replica, before the request's first input there: cut this request's frames into chunks
     yourself and send them to the codec replica listening at ``codec_address`` (frames never come back to the
     orchestrator, only :class:`omnistage.ipc.payloads.FramesMade` notices).
 
     plan: chunk sizes (the first, then fixed ones unless ``planned``), left context and look-ahead.
-    planned: the caller plays the audio as it arrives: the replica sizes later chunks itself, with the
-        player-aware planner, from the player and paces the orchestrator's :class:`ChunkOrder`\\ s tell it.
-    paces: the orchestrator's measurements as of opening.
+    planned: later chunks wait for the orchestrator's :class:`ChunkOrder` sizes (its player-aware planner).
     width, delays, latent: the family's frame (codebooks or latent values per frame; codebook delays; float
         latents rather than integer codes).
     prime: ``[W, R]`` frames the stream decodes first without their audio (a cloned voice's reference).
@@ -79,19 +65,18 @@ class OpenCodecStream(msgspec.Struct, tag=True):
     latent: bool = False
     prime: torch.Tensor | None = None
     voice: StreamVoice | None = None
-    paces: StreamPaces | None = None
 
 
 class ChunkOrder(msgspec.Struct, array_like=True):
-    """The orchestrator's view of one stream, as of sending: the caller's player runs dry ``play_end_in_s`` from
-    now (None: not playing yet), ``delivered_s`` seconds of audio reached the caller so far (the talker knows what
-    it sent), and the paces its planner sizes chunks with. Sent when a chunk's audio reached the caller or the
-    input closed, never per frame."""
+    """The orchestrator's plan for one stream, as of sending: chunk ``index`` takes ``frames`` new frames (None:
+    unchanged), the caller's player runs dry ``play_end_in_s`` from now (None: not playing yet), and
+    ``delivered_s`` seconds of audio reached the caller so far (the talker knows what it sent)."""
 
     request_id: str
+    index: int
+    frames: int | None
     play_end_in_s: float | None
     delivered_s: float
-    paces: StreamPaces
 
 
 class ChunkOrders(msgspec.Struct, tag=True):
@@ -157,11 +142,29 @@ class StageTimes(msgspec.Struct, tag=True):
     aborted: bool = False
 
 
+class FrameNotes(msgspec.Struct, array_like=True):
+    """A talker step's plain notices, every stream's in one: request ``request_ids[i]`` made ``counts[i]`` new
+    frames and holds ``pendings[i]`` not in a chunk yet; none cut a chunk or ended (those go as
+    :class:`omnistage.ipc.payloads.FramesMade` outputs). Most of an audio stream's messages are these, one per
+    frame: as columns they cost the orchestrator a loop turn each, not a decoded struct and an output's dispatch."""
+
+    request_ids: list[str] = msgspec.field(default_factory=list)
+    counts: list[int] = msgspec.field(default_factory=list)
+    pendings: list[int] = msgspec.field(default_factory=list)
+
+    def add(self, request_id: str, count: int, pending: int) -> None:
+        self.request_ids.append(request_id)
+        self.counts.append(count)
+        self.pendings.append(pending)
+
+
 class StepBatch(msgspec.Struct, Generic[P], tag=True):
-    """Everything one pass of a replica's loop produced, with its load after the pass."""
+    """Everything one pass of a replica's loop produced, with its load after the pass; ``notes``: the step's plain
+    frame notices (a talker's; they follow the outputs)."""
 
     outputs: list[StageOutput[P] | RequestFailed | StageTimes]
     load: ReplicaLoad
+    notes: FrameNotes | None = None
 
 
 class ReplicaReady(msgspec.Struct, tag=True):

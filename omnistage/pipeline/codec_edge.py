@@ -3,10 +3,9 @@
 The frames never come here. The talker replica cuts them itself and sends each chunk straight to the codec
 replica (:mod:`omnistage.pipeline.codec_streams`); the orchestrator opens that stream (:meth:`CodecEdge.opening`:
 the codec replica's address, the chunk plan, the family's frame), hears what the talker cut
-(:class:`FramesMade` notices, :meth:`CodecEdge.frames_made`, one per cut) and what reached the caller
-(:meth:`CodecEdge.heard`), and answers the latter with a small :class:`ChunkOrder`: where the player stands and the
-codec's measured paces, from which the talker's own player-aware planner sizes the next chunks (the codec's
-deadline order too). A
+(:class:`FramesMade` notices, :meth:`CodecEdge.frames_made`) and what reached the caller (:meth:`CodecEdge.heard`),
+and answers with small :class:`ChunkOrder`\\ s: how many frames the next chunk takes (the player-aware planner,
+from the caller's player and the measured paces) and where the player stands (the codec's deadline order). A
 family only names the edge (``EdgeModel(make=None)``) and may give a voice prompt the stream decodes first
 (:meth:`omnistage.families.base.Family.codec_prime`); its :class:`AudioSpec` says the frame's duration, width and
 delays, and the context its decoder needs. The request's voice and seed go with the stream's first chunk, for a
@@ -24,7 +23,7 @@ from omnistage.audio_spec import AudioSpec, Latent, Streaming
 from omnistage.config.pipeline import StageSpec, StreamingSpec
 from omnistage.engine.frame_chunker import ChunkPlan
 from omnistage.engine.generation_engine import StreamVoice, vocoder_batch_cap
-from omnistage.ipc.messages import ChunkOrder, OpenCodecStream, StreamPaces
+from omnistage.ipc.messages import ChunkOrder, OpenCodecStream
 from omnistage.ipc.payloads import AudioChunk, FramesMade
 from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces, covering_first_frames
 from omnistage.pipeline.playback import Playback
@@ -130,13 +129,14 @@ class CodecEdge:
             bounds = _first(bounds, first)
         self.initial_chunk_frames, self.plan = first, plan
         self.playback = Playback()
-        # Measures every stream's paces (the talker's replica sizes the chunks, with a planner of its own).
-        self.planner = PlaybackPlanner(bounds, self.playback, paces)
-        self.input_open = False  # the request's input is still being written (set by the stream's owner)
+        self.planner = PlaybackPlanner(bounds, self.playback, paces)  # measures every stream; sizes played ones
         self.talker_done = False
         self.chunks_sent = 0
         self.chunks_received = 0
         self.delivered_s = 0.0
+        self._pending = 0  # frames the talker holds, not in a chunk yet
+        # The newest (index, frames) ordered: chunk 0's size was in the stream's opening, so nothing yet.
+        self._ordered: tuple[int, int | None] = (0, None)
 
     def _paced_first(self, bounds: ChunkBounds, capacity: int, paces: StagePaces) -> int:
         """The first chunk at the measured paces: a head start's (``head_start_frames``), else one covering the
@@ -162,16 +162,22 @@ class CodecEdge:
         audio = self.setup.audio
         return OpenCodecStream(request_id, codec_address, self.plan, self.setup.played, audio.frame_width,
                                audio.frame_s, audio.frame.delays, isinstance(audio.frame, Latent),
-                               self.setup.prime, self.setup.voice, self._paces())
+                               self.setup.prime, self.setup.voice)
 
-    def frames_made(self, notice: FramesMade, finished: bool, now: float) -> None:
-        """The talker's notice of a cut (or its end): paces measured, chunks counted as sent."""
+    def frames_made(self, request_id: str, notice: FramesMade, finished: bool, now: float) -> ChunkOrder | None:
+        """The talker's notice: paces measured, chunks counted as sent; the next chunk's size when it changed."""
         for cut in notice.cuts:
             self.chunks_sent += 1
             self.playback.sent(cut.new_frames * self.setup.audio.frame_s)
             self.planner.chunk_sent(cut.index, now, cut.new_frames, cut.total_frames)
         self.talker_done = self.talker_done or finished
-        self.planner.frames_arrived(now, notice.count)
+        return self.frames_noted(request_id, notice.count, notice.pending, now)
+
+    def frames_noted(self, request_id: str, count: int, pending: int, now: float) -> ChunkOrder | None:
+        """New frames, ``pending`` of them not in a chunk yet (a plain notice, or what a cut's says besides)."""
+        self.planner.frames_arrived(now, count)
+        self._pending = pending
+        return None if self.talker_done else self._order(request_id, now, player_changed=False)
 
     def heard(self, request_id: str, chunk: AudioChunk, seconds: float, now: float) -> ChunkOrder | None:
         """A chunk's audio reached the caller: the player and the codec pace move, and the talker hears so."""
@@ -179,17 +185,13 @@ class CodecEdge:
         self.delivered_s += seconds
         self.playback.delivered(now, seconds)
         self.planner.chunk_returned(chunk.chunk_index, now)
-        return self.order(request_id, now)
+        return None if self.talker_done else self._order(request_id, now, player_changed=True)
 
-    def order(self, request_id: str, now: float) -> ChunkOrder | None:
-        """The talker's view of this stream now (None: its talker is done)."""
-        if self.talker_done:
+    def _order(self, request_id: str, now: float, player_changed: bool) -> ChunkOrder | None:
+        index = self.chunks_sent
+        frames = self.planner.size(index, self._pending) if self.setup.played and index > 0 else None
+        if not player_changed and (index, frames) == self._ordered:
             return None
+        self._ordered = (index, frames)
         play_end = self.playback.play_end
-        return ChunkOrder(request_id, None if play_end is None else play_end - now, self.delivered_s, self._paces())
-
-    def _paces(self) -> StreamPaces:
-        planner, stage = self.planner, self.planner.stage
-        return StreamPaces(planner.vocoder.value or stage.vocoder_frame_s.value,
-                           planner.chunk_s.value or stage.vocoder_chunk_s.value, stage.talker_frame_s.value,
-                           self.input_open)
+        return ChunkOrder(request_id, index, frames, None if play_end is None else play_end - now, self.delivered_s)

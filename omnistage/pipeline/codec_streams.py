@@ -1,15 +1,13 @@
 """A talker replica's codec streams: its frames cut into chunks here and sent straight to the codec replica.
 
 The orchestrator opens a stream per request (:class:`OpenCodecStream`: the codec replica's address, the chunk
-plan, the family's frame). A stream whose caller plays the audio as it arrives is sized here, each time frames
-arrive, by its player-aware planner (:class:`PlaybackPlanner`): this replica measures the talker's pace itself,
-and the orchestrator's :class:`ChunkOrder`\\ s, sent when a chunk's audio reached the caller, say where that
-player stands and what the codec's paces are. Each talker step's frames go through the request's
-:class:`FrameChunker`; every chunk it cuts goes to the codec replica as a ``StageInput[ChunkJob]`` on a socket
-this replica owns, carrying the slack its player has left (the codec's deadline order); the chunks one call cut
-for one codec replica go as one message (an ``InputBatch``: a send, with its I/O thread's wake-up, costs more than
-encoding a chunk), and the orchestrator gets a :class:`FramesMade` notice per cut (or end), never per frame.
-Frames of a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
+plan, the family's frame) and keeps planning it: its :class:`ChunkOrder`\\ s say how many frames the next chunk
+takes (from the caller's player and the measured paces) and where that player stands. Here each talker step's
+frames go through the request's :class:`FrameChunker`; every chunk it cuts goes to the codec replica as a
+``StageInput[ChunkJob]`` on a socket this replica owns, carrying the slack its player has left (the codec's
+deadline order); the chunks one call cut for one codec replica go as one message (an ``InputBatch``: a send, with
+its I/O thread's wake-up, costs more than encoding a chunk), and the orchestrator gets only a :class:`FramesMade` notice in place of the frames. Frames of
+a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
 
 Everything runs on the replica's engine thread (the sockets are used by that thread only).
 """
@@ -19,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import zmq
@@ -29,17 +27,16 @@ from omnistage.engine.generation_engine import ChunkJob
 from omnistage.ipc.messages import (
     ChunkOrder,
     ChunkOrders,
+    FrameNotes,
     InputBatch,
     OpenCodecStream,
     PayloadTypes,
     RequestFailed,
     StageInput,
     StageOutput,
-    StreamPaces,
 )
 from omnistage.ipc.payloads import ChunkCut, CodecFrames, FramesMade
 from omnistage.ipc.queues import Sender
-from omnistage.pipeline.chunk_planner import ChunkBounds, PlaybackPlanner, StagePaces
 from omnistage.pipeline.playback import Playback
 
 logger = logging.getLogger(__name__)
@@ -49,14 +46,29 @@ LINGER_MS = 1000  # a closed socket's last chunks still go out (a codec replica 
 
 
 @dataclass
+class _Order:
+    """The newest chunk size the orchestrator gave: chunk ``index`` takes ``frames``. Any other chunk waits for
+    its size (an order for a chunk already cut came too late and is ignored)."""
+
+    index: int
+    frames: int
+
+    def size(self, chunk_index: int, pending: int) -> int | None:
+        return self.frames if chunk_index == self.index else None
+
+    def update(self, index: int, frames: int) -> None:
+        if index >= self.index:
+            self.index, self.frames = index, frames
+
+
+@dataclass
 class _Stream:
     chunker: FrameChunker
     address: str
     frame_s: float
-    playback: Playback
-    planner: PlaybackPlanner | None  # None: fixed sizes (the caller does not play the audio as it arrives)
+    playback: Playback = field(default_factory=Playback)
     sent_s: float = 0.0  # audio in chunks sent so far
-    unreported: int = 0  # frames made since the last notice
+    frames_made: int = 0
 
 
 class CodecStreams:
@@ -64,28 +76,18 @@ class CodecStreams:
         self.ctx, self.payloads, self.clock = ctx, payloads, clock
         self.streams: dict[str, _Stream] = {}
         self._senders: dict[str, Sender] = {}  # codec replica address → this thread's socket to it
-        # This replica's talker pace over its streams (a stream's own before it measured any); the codec's paces
-        # come from the orchestrator, per stream.
-        self.paces = StagePaces()
+        self._notes = FrameNotes()  # this pass's plain notices (``take_notes``)
         self._outbox: dict[str, list[StageInput]] = {}  # codec address -> chunk jobs cut, not sent yet (``_flush``)
 
     def open(self, message: OpenCodecStream) -> None:
         """A request's frames will be cut here (sent before its first input, so before its first frame)."""
-        playback, plan = Playback(), message.plan
-        planner = None
-        if message.planned:
-            bounds = ChunkBounds(plan.first_chunk_frames, plan.chunk_frames, plan.left_context, message.frame_s,
-                                 lookahead=plan.lookahead)
-            planner = PlaybackPlanner(bounds, playback, self.paces, self.clock)
+        planner = _Order(0, message.plan.size(0)) if message.planned else None
         dtype = torch.float32 if message.latent else torch.long
-        chunker = FrameChunker(message.request_id, plan, message.width, planner, message.prime,
+        chunker = FrameChunker(message.request_id, message.plan, message.width, planner, message.prime,
                                message.delays, dtype, message.voice)
         if message.codec_address not in self._senders:
             self._forget_idle_senders()  # e.g. a restarted codec replica's old address
-        stream = _Stream(chunker, message.codec_address, message.frame_s, playback, planner)
-        self.streams[message.request_id] = stream
-        if message.paces is not None:
-            self._paced(stream, message.paces)
+        self.streams[message.request_id] = _Stream(chunker, message.codec_address, message.frame_s)
         self._sender(message.codec_address)
 
     def order(self, orders: ChunkOrders) -> list[StageOutput | RequestFailed]:
@@ -105,13 +107,13 @@ class CodecStreams:
                 outputs.append(RequestFailed(order.request_id, f"{type(exc).__name__}: {exc}"))
                 continue
             if cuts:
-                outputs.append(StageOutput(order.request_id, self._notice(stream, cuts)))
+                outputs.append(StageOutput(order.request_id, FramesMade(0, stream.chunker.num_pending, cuts)))
         return self._flush(outputs)
 
     def on_outputs(self, outputs: list[StageOutput | RequestFailed]) -> list[StageOutput | RequestFailed]:
-        """A step's outputs with every streamed request's frames cut and sent, a notice in their place when they
-        cut a chunk or end the stream (frames alone: nothing). A failed request's stream ends here: the
-        orchestrator aborts it in the codec stage."""
+        """A step's outputs with every streamed request's frames cut and sent, a notice in their place: one that
+        cut a chunk or ends the stream as an output, a plain one (new frames only) among the pass's notes
+        (``take_notes``). A failed request's stream ends here: the orchestrator aborts it in the codec stage."""
         for out in outputs:
             if isinstance(out, RequestFailed):
                 self.streams.pop(out.request_id, None)
@@ -125,6 +127,13 @@ class CodecStreams:
             kept.append(out)
         return self._flush(kept)
 
+    def take_notes(self) -> FrameNotes | None:
+        """The plain notices since the last call, for the pass's ``StepBatch`` (None: there were none)."""
+        if not self._notes.request_ids:
+            return None
+        notes, self._notes = self._notes, FrameNotes()
+        return notes
+
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
             self.streams.pop(rid, None)
@@ -136,8 +145,8 @@ class CodecStreams:
 
     # Internals ------------------------------------------------------------------------------------
     def _guarded(self, out: StageOutput) -> StageOutput | RequestFailed | None:
-        """A stream that cannot go on (frames of the wrong width...) fails its request alone. None: nothing to
-        tell (frames, no cut)."""
+        """A stream that cannot go on (frames of the wrong width...) fails its request alone. None: its notice
+        went to the notes."""
         try:
             return self._cut(out)
         except Exception as exc:  # noqa: BLE001 - one request's broken stream must not end the replica
@@ -150,23 +159,17 @@ class CodecStreams:
         now = self.clock()
         frames = out.payload.frames if isinstance(out.payload, CodecFrames) else None
         count = 0 if frames is None else frames.shape[0]
-        if count and stream.planner is not None:
-            stream.planner.frames_arrived(now, count)  # before the chunker asks it for sizes
-        stream.unreported += count
         jobs = stream.chunker.push(frames) if count else []
         if out.finished:
             jobs += stream.chunker.finish()
             del self.streams[out.request_id]
+        stream.frames_made += count
         cuts = self._send(stream, jobs, now)
         if not cuts and not out.finished:
+            self._notes.add(out.request_id, count, stream.chunker.num_pending)
             return None
-        return StageOutput(out.request_id, self._notice(stream, cuts), out.finished, out.finish_reason)
-
-    @staticmethod
-    def _notice(stream: _Stream, cuts: list[ChunkCut]) -> FramesMade:
-        """What the orchestrator hears: the frames made since the last notice, and the chunks cut."""
-        count, stream.unreported = stream.unreported, 0
-        return FramesMade(count, stream.chunker.num_pending, cuts)
+        notice = FramesMade(count, stream.chunker.num_pending, cuts)
+        return StageOutput(out.request_id, notice, out.finished, out.finish_reason)
 
     def _send(self, stream: _Stream, jobs: list[ChunkJob], now: float) -> list[ChunkCut]:
         """Queues the jobs for their codec replica (``_flush`` sends them); what was cut."""
@@ -178,8 +181,6 @@ class CodecStreams:
             seconds = job.new_frames * stream.frame_s
             stream.playback.sent(seconds)
             stream.sent_s += seconds
-            if stream.planner is not None:
-                stream.planner.chunk_sent(job.chunk_index, now, job.new_frames, job.codes.shape[1])
             cuts.append(ChunkCut(job.chunk_index, job.new_frames, job.codes.shape[1], job.is_last))
         return cuts
 
@@ -200,24 +201,15 @@ class CodecStreams:
             return outputs
         return [out for out in outputs if out.request_id not in failed] + list(failed.values())
 
-    def _sync(self, stream: _Stream, order: ChunkOrder, now: float) -> None:
+    @staticmethod
+    def _sync(stream: _Stream, order: ChunkOrder, now: float) -> None:
         """The orchestrator's view of the player, on this clock: it plays until ``play_end_in_s`` from now, and
         what this replica sent but the caller has not got yet is in flight."""
+        if order.frames is not None and isinstance(stream.chunker.sizer, _Order):
+            stream.chunker.sizer.update(order.index, order.frames)
         playback = stream.playback
         playback.play_end = None if order.play_end_in_s is None else now + order.play_end_in_s
         playback.in_flight_s = max(0.0, stream.sent_s - order.delivered_s)
-        self._paced(stream, order.paces)
-
-    def _paced(self, stream: _Stream, paces: StreamPaces) -> None:
-        """The codec's paces as the orchestrator measured them (the planner measures none of its own: its chunks'
-        audio never comes here) and whether the input is still open."""
-        planner = stream.planner
-        if planner is None:
-            return
-        planner.vocoder.value, planner.chunk_s.value = paces.vocoder_frame_s, paces.chunk_s
-        planner.input_open = paces.input_open
-        if self.paces.talker_frame_s.value is None and paces.talker_frame_s is not None:
-            self.paces.talker_frame_s.add(paces.talker_frame_s)  # this replica measured none yet
 
     def _forget_idle_senders(self) -> None:
         """Closes the sockets no open stream uses, letting what they still hold go out for a while."""

@@ -210,7 +210,7 @@ class RequestFlows:
                             head_start, self.graph.family.codec_prime(request),
                             StreamVoice(request.voice or "", request.sampling.seed or 0))
         state.audio = CodecEdge(setup, self.paces)
-        state.audio.input_open = state.input_open  # input-bound: its chunks do not wait on frames
+        state.audio.planner.input_open = state.input_open  # input-bound: its chunks do not wait on frames
         return None
 
     def feed(self, request_id: str, delta: PromptDelta) -> None:
@@ -227,10 +227,9 @@ class RequestFlows:
         except Exception as exc:  # noqa: BLE001 - a delta the family does not take fails its request only
             return self.fail(request_id, f"{type(exc).__name__}: {exc}")
         state.num_prompt_tokens += delta.num_tokens
-        was_open, state.input_open = state.input_open, state.input_open and not delta.done
-        if state.audio is not None and was_open and not state.input_open:
-            state.audio.input_open = False  # its talker's chunks may wait on frames again: it hears so
-            self._queue_order(state.audio.source, state, state.audio.order(request_id, time.monotonic()))
+        state.input_open = state.input_open and not delta.done
+        if state.audio is not None:
+            state.audio.planner.input_open = state.input_open
         self._to(self.graph.entry, request_id, payload)
         return None
 
@@ -277,8 +276,8 @@ class RequestFlows:
             return  # aborted, or outputs still in flight after a stop string let the stage go
         payload, finished = output.payload, output.finished
         if type(payload) is FramesMade and not finished:
-            # A talker's notice of a cut mid-stream: it only counts; nothing crosses an edge or reaches the
-            # caller.
+            # A talker's notice mid-stream (most messages of an audio stream): it only plans; nothing crosses an
+            # edge or reaches the caller.
             self._frames_made(state, stage, payload, False)
             return
         text, token_ids, audio, logprobs = "", (), None, ()
@@ -335,7 +334,20 @@ class RequestFlows:
             self._next_walk = 0.0  # a talker the less: the gate walks on the next pass
         if notice.cuts:
             self._enter(state, edge.target)
-        edge.frames_made(notice, finished, time.monotonic())
+        self._queue_order(stage, state, edge.frames_made(state.request_id, notice, finished, time.monotonic()))
+
+    def frames_noted(self, stage: str, request_id: str, count: int, pending: int, now: float) -> None:
+        """A talker's plain notice (``FrameNotes``: new frames, no chunk cut, not its last): paces and plans only,
+        as ``_frames_made`` does with such a notice."""
+        state = self.states.get(request_id)
+        if state is None or stage in state.closed:
+            return
+        edge = state.audio
+        if edge is None or edge.source != stage:
+            return
+        self._frames(state, count)
+        self._paced = self._paced or count > 0
+        self._queue_order(stage, state, edge.frames_noted(request_id, count, pending, now))
 
     def _audio(self, state: RequestState, stage: str, chunk: AudioChunk) -> np.ndarray:
         """A chunk for the caller; through the codec edge's player model, which tells the talker."""
@@ -352,7 +364,7 @@ class RequestFlows:
         return chunk.wav.numpy()
 
     def _queue_order(self, stage: str, state: RequestState, order: ChunkOrder | None) -> None:
-        if order is None:  # its talker is done
+        if order is None:  # most notices change nothing
             return
         index = self.routers[stage].replica_of(state.request_id)
         if index is not None and stage not in state.closed:

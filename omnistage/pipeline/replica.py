@@ -140,10 +140,13 @@ class ReplicaLoop:
             if worker.has_work():
                 busy = self._step(worker, streams, outputs)
             load = worker.load()
-            if outputs or load != last_load:
+            notes = streams.take_notes()
+            if outputs or notes is not None or load != last_load:
                 if self.clock is not None:
                     outputs = self.clock.outputs(outputs)
-                sender.send(StepBatch(outputs, load))
+                    if notes is not None:
+                        self.clock.noted(notes.request_ids)
+                sender.send(StepBatch(outputs, load, notes))
                 last_load = load
 
     def _take_inputs(self, block: bool) -> list[ReplicaInput]:

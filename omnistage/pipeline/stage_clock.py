@@ -58,6 +58,15 @@ class StageClock:
             timed.append(output)
         return timed
 
+    def noted(self, request_ids: Iterable[str]) -> None:
+        """A talker's plain frame notices (``FrameNotes``): outputs too, never a request's last."""
+        now = time.time_ns()
+        for rid in request_ids:
+            times = self.held.get(rid)
+            if times is not None:
+                times.outputs += 1
+                times.first_output_ns = times.first_output_ns or now
+
     def aborted(self, request_ids: Iterable[str]) -> list[StageTimes]:
         """The times of the requests an abort let go (a stop string ends a stage this way)."""
         now = time.time_ns()

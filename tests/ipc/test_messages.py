@@ -15,6 +15,7 @@ from omnistage.ipc.messages import (
     AbortRequests,
     ChunkOrder,
     ChunkOrders,
+    FrameNotes,
     Heartbeat,
     InputBatch,
     OpenCodecStream,
@@ -27,7 +28,6 @@ from omnistage.ipc.messages import (
     StageInput,
     StageOutput,
     StepBatch,
-    StreamPaces,
 )
 from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, CodecFrames, FramesMade, TokenDelta
 from omnistage.ipc.queues import AddressBook, Receiver, Sender, next_address
@@ -55,13 +55,11 @@ INPUTS = [
     StageInput("a", ChunkJob("a", 0, torch.randint(0, 64, (1, 40)), 0, lookahead=24, voice=StreamVoice("Ethan", 3))),
     OpenCodecStream("a", "tcp://10.0.0.2:5555", ChunkPlan(25, 0, 10, lookahead=2), True, 8, 0.04,
                     delays=tuple(range(1, 9)), prime=torch.randint(0, 64, (8, 30))),
-    OpenCodecStream("b", "ipc:///tmp/x", ChunkPlan(25, 4), False, 32, 0.08, latent=True, voice=StreamVoice("", 5),
-                    paces=StreamPaces(chunk_s=0.3, input_open=True)),
-    ChunkOrders([ChunkOrder("a", 0.75, 2.4, StreamPaces(0.01, 0.2, 0.08, True)),
-                 ChunkOrder("b", None, 0.0, StreamPaces())]),
+    OpenCodecStream("b", "ipc:///tmp/x", ChunkPlan(25, 4), False, 32, 0.08, latent=True, voice=StreamVoice("", 5)),
+    ChunkOrders([ChunkOrder("a", 3, 12, 0.75, 2.4), ChunkOrder("b", 1, None, None, 0.0)]),
     AbortRequests(["a", "b"]),
     InputBatch([OpenCodecStream("c", "inproc://x", ChunkPlan(8, 0), True, 2, 0.08), StageInput("c", TextFeed([1])),
-                AbortRequests(["d"]), ChunkOrders([ChunkOrder("c", None, 0.0, StreamPaces())])]),
+                AbortRequests(["d"]), ChunkOrders([ChunkOrder("c", 1, 4, None, 0.0)])]),
     Shutdown(),
 ]
 OUTPUTS = [
@@ -72,7 +70,7 @@ OUTPUTS = [
                StageOutput("a", AudioChunk(0, torch.randn(48000))), RequestFailed("b", "boom"),
                StageOutput("a", FramesMade(1, 3, [ChunkCut(0, 10, 10), ChunkCut(1, 4, 6, is_last=True)]), True)],
               ReplicaLoad(1, 2, 3, 4)),
-    StepBatch([StageOutput("a", FramesMade(0, 0, []), True)], ReplicaLoad()),
+    StepBatch([StageOutput("a", FramesMade(0, 0, []), True)], ReplicaLoad(), FrameNotes(["b", "c"], [1, 2], [5, 0])),
     ReplicaReady(ReplicaLoad(kv_blocks_total=10), pid=42),
     ReplicaReady(ReplicaLoad(), pid=7, step_seconds={1: 0.031, 2: 0.0325, 8: 0.048}, peer_address="ipc:///tmp/p"),
     ReplicaFailed("out of memory"),

@@ -1,5 +1,5 @@
-"""Chunks straight from talker to codec: the talker replica's side (sizes, cuts, sends, notices per cut), the
-orchestrator's side (counts from notices, orders from deliveries), and the codec worker dropping a chunk that overtook its request's abort."""
+"""Chunks straight from talker to codec: the talker replica's side (cuts, sends, notices), the orchestrator's plan
+(orders from notices and deliveries), and the codec worker dropping a chunk that overtook its request's abort."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from omnistage.engine.generation_engine import ChunkJob
 from omnistage.ipc.messages import (
     ChunkOrder,
     ChunkOrders,
+    FrameNotes,
     InputBatch,
     OpenCodecStream,
     RequestFailed,
     StageInput,
     StageOutput,
-    StreamPaces,
 )
 from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, CodecFrames, FramesMade
 from omnistage.ipc.queues import Receiver
@@ -82,33 +82,28 @@ def _jobs(codec: Receiver) -> list[ChunkJob]:
     return [m.payload for m in inputs]
 
 
-@pytest.mark.parametrize("input_open, second", [(False, 4), (True, 2)])
-def test_the_talker_sizes_its_chunks_and_tells_the_orchestrator_only_of_cuts(rig, input_open: bool,
-                                                                             second: int) -> None:
-    """Chunk 1's size comes from the replica's own planner: the player's 2 s in hand (the orchestrator's order) and
-    a quick codec let it wait for the largest chunk (4 frames), an open input for no more than a first chunk's (2).
-    Frames that cut nothing tell the orchestrator nothing; the next notice counts them."""
+def test_the_talker_cuts_sends_and_tells_the_orchestrator_only_what_it_did(rig) -> None:
     streams, codec, clock = rig
     _open(streams)
     [out] = streams.on_outputs([_frames("r", 3)])
-    assert out.payload == FramesMade(3, 1, [ChunkCut(0, 2, 2)])
+    assert isinstance(out.payload, FramesMade) and out.payload.count == 3 and out.payload.pending == 1
+    assert out.payload.cuts == [ChunkCut(0, 2, 2)]
     [job] = _jobs(codec)
     assert job.codes[0].tolist() == [0, 1] and job.slack_s == pytest.approx(STARTUP_SLACK_S)  # not playing yet
-    paces = StreamPaces(vocoder_frame_s=0.01, chunk_s=0.05, input_open=input_open)
-    assert streams.order(ChunkOrders([ChunkOrder("r", 2.0, 0.16, paces)])) == []  # one frame pending: no chunk
-    notices = []
-    for k in range(3, 3 + second):
-        clock.now += 0.08
-        notices += streams.on_outputs([_frames("r", 1, start=k)])
-    [notice] = notices
-    assert notice.payload == FramesMade(second, 1, [ChunkCut(1, second, second)])
+    assert streams.take_notes() is None  # that notice cut a chunk: an output of its own
+    # Chunk 1 waits for the orchestrator's size, then goes at once (the player: 0.5 s left, 0.1 s delivered). A
+    # notice of frames alone goes among the pass's notes, every stream's in one message.
+    assert streams.on_outputs([_frames("r", 3, start=3)]) == [] and _jobs(codec) == []
+    assert streams.take_notes() == FrameNotes(["r"], [3], [4]) and streams.take_notes() is None
+    clock.now += 1.0
+    [notice] = streams.order(ChunkOrders([ChunkOrder("r", 1, 3, 0.5, 0.1)]))
+    assert notice.payload == FramesMade(0, 1, [ChunkCut(1, 3, 3)])
     [job] = _jobs(codec)
-    # Slack: what the player holds (2 s less the time since the order); nothing else in flight.
-    assert job.codes[0].tolist() == list(range(2, 2 + second))
-    assert job.slack_s == pytest.approx(2.0 - 0.08 * second)
-    [out] = streams.on_outputs([_frames("r", 1, start=3 + second, finished=True)])
-    assert out.finished and out.payload == FramesMade(1, 0, [ChunkCut(2, 2, 2, is_last=True)])
-    assert not streams.streams and _jobs(codec)[0].is_last
+    # Slack: the player's 0.5 s plus the audio sent and not yet delivered (2 frames = 0.16 s, less 0.1 s).
+    assert job.codes[0].tolist() == [2, 3, 4] and job.slack_s == pytest.approx(0.5 + 0.16 - 0.1)
+    [out] = streams.on_outputs([_frames("r", 1, start=6, finished=True)])
+    assert out.finished and out.payload.cuts == [ChunkCut(2, 2, 2, is_last=True)] and not streams.streams
+    assert _jobs(codec)[0].is_last
 
 
 def test_the_chunks_one_pass_cut_go_to_the_codec_replica_as_one_message(rig) -> None:
@@ -192,23 +187,22 @@ def test_a_head_start_alone_takes_the_smallest_first_chunk_covering_the_second_b
     assert first(slow, busy=8) == 11
 
 
-def test_the_orchestrator_counts_cuts_and_answers_each_heard_chunk_with_the_player_and_the_codecs_paces() -> None:
+def test_the_orchestrator_orders_the_next_chunk_once_it_heard_of_a_cut() -> None:
     edge = _edge()
     first = edge.initial_chunk_frames
-    assert edge.opening("r", ADDRESS).paces == StreamPaces()  # nothing measured yet
-    edge.frames_made(FramesMade(first + 1, 1, [ChunkCut(0, first, first)]), False, 1.0)
-    assert edge.chunks_sent == 1 and edge.order("r", 1.0).play_end_in_s is None  # not playing yet
+    assert edge.frames_made("r", FramesMade(first, 0, []), False, 1.0) is None  # chunk 0's size is in the plan
+    order = edge.frames_made("r", FramesMade(1, 1, [ChunkCut(0, first, first)]), False, 1.1)
+    assert order is not None and order.index == 1 and order.frames is not None and order.play_end_in_s is None
+    assert edge.frames_made("r", FramesMade(0, 1, []), False, 1.1) is None  # nothing changed: nothing said
     heard = edge.heard("r", AudioChunk(0, torch.zeros(first * 1920)), first * 0.08, 1.5)
     assert heard.play_end_in_s == pytest.approx(first * 0.08) and heard.delivered_s == pytest.approx(first * 0.08)
-    # The chunk's round trip: 0.5 s for ``first`` frames.
-    assert heard.paces.chunk_s == pytest.approx(0.5) and heard.paces.vocoder_frame_s == pytest.approx(0.5 / first)
-    assert edge.opening("r", ADDRESS).paces.chunk_s == pytest.approx(0.5)
-    edge.frames_made(FramesMade(0, 0, []), True, 2.0)
-    assert edge.talker_done and edge.order("r", 2.0) is None  # a talker done needs no more orders
+    assert edge.frames_made("r", FramesMade(0, 0, []), True, 2.0) is None and edge.talker_done
 
 
-def test_an_unplayed_stream_is_not_sized_by_its_talker() -> None:
-    assert _edge(played=False).opening("r", ADDRESS).planned is False
+def test_an_unplayed_stream_gets_the_player_state_but_no_sizes() -> None:
+    edge = _edge(played=False)
+    order = edge.frames_made("r", FramesMade(3, 1, [ChunkCut(0, 2, 2)]), False, 1.0)
+    assert order is not None and order.frames is None
 
 
 def test_a_chunk_that_overtook_its_abort_is_dropped(tmp_path: Path) -> None:

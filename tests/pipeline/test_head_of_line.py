@@ -16,7 +16,7 @@ import zmq
 
 from omnistage.core import Modality, OmniOutput, OmniRequest
 from omnistage.families.qwen3_omni.payloads import PAYLOADS
-from omnistage.ipc.messages import ReplicaLoad, StageOutput, StepBatch
+from omnistage.ipc.messages import FrameNotes, ReplicaLoad, StageOutput, StepBatch
 from omnistage.ipc.payloads import GENERIC_PAYLOADS, AudioChunk, ChunkCut, FramesMade, TokenDelta
 from omnistage.ipc.queues import AddressBook, Receiver, Sender
 from omnistage.pipeline.flow import FlowSettings
@@ -123,21 +123,24 @@ def _start(orch: Orchestrator, peers: dict[str, _Peer], rid: str) -> None:
     peers["talker"].inbox.drain()
 
 
-def test_a_talkers_cut_notices_count_and_measure_its_frames_and_order_nothing_until_audio_is_heard(rig) -> None:
-    """A talker sizes its chunks itself and tells the orchestrator only of its cuts (each with the frames made since
-    the last): the orchestrator counts the frames and measures the talker's pace from them; only audio reaching the
-    caller makes it tell the talker anything (where the player stands)."""
+def test_a_steps_plain_notices_in_one_message_plan_as_their_outputs_would(rig) -> None:
+    """A talker sends its plain notices (frames, no cut) as a step's ``FrameNotes``: the orchestrator counts the
+    frames, measures the pace and orders chunks exactly as it does from ``FramesMade`` outputs."""
     orch, peers = rig
-    _start(orch, peers, "r")
-    for k in range(6):
-        peers["talker"].out.send(_batch(StageOutput("r", FramesMade(10, 1, [ChunkCut(k, 10, 10)]))))
+    orch.flows.gate.limit = 0  # both streams start at once
+    _start(orch, peers, "out")
+    _start(orch, peers, "noted")
+    for k in range(60):
+        cuts = [ChunkCut(k // 10, 10, 10)] if k % 10 == 9 else []
+        pending = k % 10 + 1 if not cuts else 1
+        notice = StageOutput("out", FramesMade(1, pending, cuts))
+        noted = StageOutput("noted", FramesMade(1, pending, cuts))
+        notes = None if cuts else FrameNotes(["noted"], [1], [pending])
+        peers["talker"].out.send(StepBatch([notice, noted] if cuts else [notice], ReplicaLoad(), notes))
         assert orch.poll_once(timeout_ms=1000) == 1
-    assert peers["talker"].inbox.drain() == []
-    state = orch.flows.states["r"]
-    assert state.audio.chunks_sent == 6 and state.trace.first_frames is not None
-    assert state.audio.planner.talker.value is not None
-    peers["code2wav"].out.send(_batch(StageOutput("r", AudioChunk(0, torch.ones(480)))))
-    assert orch.poll_once(timeout_ms=1000) == 1
-    [orders] = peers["talker"].inbox.drain()
-    [order] = orders.orders
-    assert order.request_id == "r" and order.play_end_in_s is not None and order.delivered_s > 0
+    orders = [o for batch in peers["talker"].inbox.drain() for o in batch.orders]
+    by_request = {rid: [o.index for o in orders if o.request_id == rid] for rid in ("out", "noted")}
+    assert by_request["noted"] == by_request["out"] and by_request["out"]
+    out, noted = (orch.flows.states[rid] for rid in ("out", "noted"))
+    assert noted.audio.chunks_sent == out.audio.chunks_sent == 6
+    assert noted.trace.first_frames is not None and noted.audio.planner.talker.value is not None

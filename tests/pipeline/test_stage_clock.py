@@ -40,6 +40,18 @@ def test_times_leave_just_before_the_last_output_and_count_steps_and_outputs() -
     assert clock.held == {}
 
 
+def test_a_talkers_frame_notes_count_as_its_outputs() -> None:
+    """Plain frame notices travel as a step's ``FrameNotes``, not as outputs: they still count, and the first one
+    is the request's first output there."""
+    clock = StageClock()
+    clock.received("a")
+    clock.noted(["a", "unknown"])
+    noted_at = clock.held["a"].first_output_ns
+    assert noted_at and clock.held["a"].outputs == 1 and "unknown" not in clock.held
+    [times, _] = clock.outputs([StageOutput("a", TokenDelta([2]), finished=True)])
+    assert (times.outputs, times.first_output_ns) == (2, noted_at)
+
+
 def test_an_abort_sends_the_times_held_and_a_failure_drops_them() -> None:
     clock = StageClock()
     for rid in "abc":
