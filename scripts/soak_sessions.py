@@ -73,12 +73,17 @@ HEAVY_PROBES = frozenset({"four_60mb_media", "speech_stream_4mb", "voice_5mhz", 
                           "realtime_commits"})
 
 
+def _windows(began: float, elapsed: float, window_s: float) -> list[tuple[str, Callable[[float], bool]]]:
+    """The run's first and last ``window_s`` (a quarter of a shorter run): each name and whether a time is in it."""
+    window = min(window_s, elapsed / 4)
+    return [("first", lambda t: t - began < window), ("last", lambda t: t - began >= elapsed - window)]
+
+
 def first_audio_windows(records: list[tuple[float, str, float]], began: float, elapsed: float,
                         window_s: float, probes: list[tuple[str, float, float]] = ()) -> dict[str, object]:
     """Time to first audio (s) in the run's first and last ``window_s`` (a quarter of a shorter run), all kinds
     together and per kind: ``n``, p50 and p99 in ms; ``clear``: the replies that met none of the heavy probes
     (``probes``: their name, start and end)."""
-    window = min(window_s, elapsed / 4)
     heavy = [(start, end) for name, start, end in probes if name in HEAVY_PROBES]
 
     def summary(values: list[float]) -> dict[str, float]:
@@ -90,8 +95,8 @@ def first_audio_windows(records: list[tuple[float, str, float]], began: float, e
     def clear(t: float, s: float) -> bool:
         return not any(start <= t + s and t <= end for start, end in heavy)
 
-    out: dict[str, object] = {"window_s": round(window)}
-    for name, keep in (("first", lambda t: t - began < window), ("last", lambda t: t - began >= elapsed - window)):
+    out: dict[str, object] = {"window_s": round(min(window_s, elapsed / 4))}
+    for name, keep in _windows(began, elapsed, window_s):
         chosen = [(kind, t, s) for t, kind, s in records if keep(t)]
         out[name] = {"all": summary([s for _, _, s in chosen]),
                      "clear": summary([s for _, t, s in chosen if clear(t, s)]),
@@ -105,9 +110,8 @@ def slowest_replies(records: list[tuple[float, str, float]], began: float, elaps
     """The ``count`` slowest first audios in the run's first and last windows, each with what it met: every probe
     whose window overlapped it and the slowest /health canary answer started meanwhile, so a window's p99 can be
     traced to its cause."""
-    window = min(window_s, elapsed / 4)
     out: dict[str, list[dict[str, object]]] = {}
-    for name, keep in (("first", lambda t: t - began < window), ("last", lambda t: t - began >= elapsed - window)):
+    for name, keep in _windows(began, elapsed, window_s):
         chosen = sorted(((s, t, kind) for t, kind, s in records if keep(t)), reverse=True)[:count]
         out[name] = [{"at_s": round(t - began, 1), "kind": kind, "ms": round(s * 1000, 1),
                       "met": sorted({p for p, start, end in probes if start <= t + s and t <= end}),
