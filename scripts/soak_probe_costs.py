@@ -19,11 +19,7 @@ import httpx
 from soak_probes import Probes
 from soak_server import API_KEY, start_server
 
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (all its threads), from /proc."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from omnistage.tools.bench.process_cpu import cpu_seconds
 
 
 async def _canary(url: str, done: asyncio.Event, waits: list[float]) -> None:

@@ -6,8 +6,9 @@ takes (from the caller's player and the measured paces) and where that player st
 frames go through the request's :class:`FrameChunker`; every chunk it cuts goes to the codec replica as a
 ``StageInput[ChunkJob]`` on a socket this replica owns, carrying the slack its player has left (the codec's
 deadline order); the chunks one call cut for one codec replica go as one message (an ``InputBatch``: a send, with
-its I/O thread's wake-up, costs more than encoding a chunk), and the orchestrator gets only a :class:`FramesMade` notice in place of the frames. Frames of
-a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
+its I/O thread's wake-up, costs more than encoding a chunk), and the orchestrator gets only a :class:`FramesMade`
+notice in place of the frames. Frames of a request with no stream (a family's own edge, a prefill-only request)
+pass through unchanged.
 
 Everything runs on the replica's engine thread (the sockets are used by that thread only).
 """
