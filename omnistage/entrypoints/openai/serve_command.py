@@ -33,8 +33,8 @@ DUPLEX_THREADS = 1
 
 
 def uvicorn_options(config: ServeConfig) -> dict[str, object]:
-    """The ``uvicorn.Config`` settings the serve flags choose (TLS; the header and send timeouts, as the HTTP
-    protocol class; the WebSocket message bound), beside the app, the socket and logging.
+    """The ``uvicorn.Config`` settings the serve flags choose (TLS; the idle keep-alive; the header and send
+    timeouts, as the HTTP protocol class; the WebSocket message bound), beside the app, the socket and logging.
 
     WebSocket compression (permessage-deflate) is off: inflating a client's frames runs on the event loop (a
     realtime append of 20 s of audio took ~0.2 s of the loop's CPU there), and a deflate bomb makes the server
@@ -42,6 +42,7 @@ def uvicorn_options(config: ServeConfig) -> dict[str, object]:
     return {"ssl_keyfile": config.ssl_keyfile, "ssl_certfile": config.ssl_certfile,
             "http": guarded_http_protocol(config.limits.header_timeout, config.limits.send_timeout,
                                           config.limits.body_timeout, config.limits.body_min_rate),
+            "timeout_keep_alive": config.limits.keep_alive_timeout,
             "ws_max_size": config.limits.max_ws_message_bytes, "ws_per_message_deflate": False,
             # Once the drain is over (draining_server.py), what is still open (an idle keep-alive connection,
             # a WebSocket being closed) gets this long before uvicorn cancels it.
