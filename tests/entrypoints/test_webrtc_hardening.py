@@ -9,12 +9,13 @@ import ipaddress
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from websockets.asyncio.client import connect
 
 from omnistage.entrypoints.cli import build_parser
 from omnistage.entrypoints.openai.api_server import build_app
@@ -44,8 +45,9 @@ class Server:
         return self.app.state.webrtc_calls
 
 
-def _serve(processor: RecordingProcessor, webrtc: WebRtcPolicy | None = None) -> Iterator[Server]:
-    app = build_app(FakeEngine(fake_front_end(processor)), TEST_LIMITS, access=AccessPolicy(api_keys=(KEY,)),
+def _serve(processor: RecordingProcessor, webrtc: WebRtcPolicy | None = None, limits: Any = TEST_LIMITS  # noqa: ANN401
+           ) -> Iterator[Server]:
+    app = build_app(FakeEngine(fake_front_end(processor)), limits, access=AccessPolicy(api_keys=(KEY,)),
                     serving=ServingOptions(vad="energy"), webrtc=webrtc)
     thread = ServerThread(app)
     yield Server(thread.start(), app)
@@ -67,6 +69,12 @@ def on_loopback(processor: RecordingProcessor) -> Iterator[Server]:
 def impatient(processor: RecordingProcessor) -> Iterator[Server]:
     """One call at most, ended unless it connects within a second."""
     yield from _serve(processor, WebRtcPolicy(max_calls=1, connect_timeout=1.0))
+
+
+@pytest.fixture(scope="module")
+def one_session(processor: RecordingProcessor) -> Iterator[Server]:
+    """One realtime session at most (--max-realtime-sessions 1), WebSocket and WebRTC together."""
+    yield from _serve(processor, limits=replace(TEST_LIMITS, max_realtime_sessions=1))
 
 
 async def _peer() -> tuple[RTCPeerConnection, str]:
@@ -241,6 +249,29 @@ def test_a_call_that_never_connects_gives_its_place_back_within_the_connect_time
             assert await _until(lambda: not impatient.calls.live, 8), "the call kept its place"
             assert (await _post(http, await _offer())).status_code == 201
             await _hang_up_all(http, impatient)
+
+    asyncio.run(scenario())
+
+
+def test_a_call_past_the_realtime_session_limit_is_refused_before_its_answer(one_session: Server) -> None:
+    # Answered, the call's session was refused as it started and the call closed before its data channel opened:
+    # the client heard nothing (the soak's "no session.created" while a probe held every realtime session).
+    budget = one_session.app.state.realtime.budget
+
+    async def scenario() -> None:
+        ws_url = one_session.base_url.replace("http://", "ws://") + "/v1/realtime"
+        async with httpx.AsyncClient(base_url=one_session.base_url, timeout=30) as http:
+            async with connect(ws_url, additional_headers=API, open_timeout=10) as ws:
+                assert json.loads(await ws.recv())["type"] == "session.created"
+                refused = await _post(http, await _offer())
+                assert refused.status_code == 429, refused.text[:200]
+                assert "--max-realtime-sessions" in _error(refused)["message"]
+                assert not one_session.calls.live and budget.sessions == 1
+            assert await _until(lambda: budget.sessions == 0, 5), "the WebSocket's session kept its place"
+            opened = await _post(http, await _offer())
+            assert opened.status_code == 201 and budget.sessions == 1  # the call's session holds the place
+            await _hang_up_all(http, one_session)
+            assert budget.sessions == 0
 
     asyncio.run(scenario())
 

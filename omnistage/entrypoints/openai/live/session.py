@@ -113,6 +113,9 @@ class LiveSession:
         await self.send(server_event("error", error=error, client_event_id=eid))
 
     # -- the session's life ----------------------------------------------------------------------
+    def take_place(self) -> None:
+        """Nothing to take: a duplex engine's room is checked before the call's offer is answered (``route.py``)."""
+
     async def run(self) -> None:
         try:
             started = await self._start(self.preset, None) if self.preset is not None else await self._await_start()

@@ -151,9 +151,15 @@ class RealtimeSession(SessionAudio):
         return described
 
     # -- the read loop ---------------------------------------------------------------------------
+    def take_place(self) -> None:
+        """Takes this session's place among those the server holds (EventError past --max-realtime-sessions), once:
+        a WebRTC call's session before its offer is answered (``webrtc/calls.py``), a WebSocket's as it runs."""
+        if not self.meter.opened:
+            self.meter.open()
+
     async def run(self) -> None:
         try:
-            self.meter.open()
+            self.take_place()
         except EventError as exc:  # the server holds as many sessions as it may: the client hears why, and that
             await self.fail(exc)  # a later try may succeed (1013), not that all went well (1000)
             await self.transport.close("too many sessions", code=TRY_AGAIN_LATER)

@@ -8,6 +8,8 @@ connecting within ``--webrtc-connect-timeout``, or the session's idle
 timeout. However it ends, the session's running response is aborted in every
 stage (the session loop's own clean-up) and the peer connection is closed.
 
+A call's session takes its place among the server's realtime sessions
+(``--max-realtime-sessions``) before the answer: past it the offer is a 429.
 The number of calls is bounded (``--webrtc-max-calls``), those being set up
 counted too: a place is taken before the first await of the set-up and given
 back if it fails, so offers sent at once cannot all pass the check before any
@@ -29,6 +31,7 @@ from typing import Any, Protocol
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
+from omnistage.entrypoints.openai.realtime.event_error import EventError
 from omnistage.entrypoints.openai.realtime.protocol import new_id
 from omnistage.entrypoints.openai.realtime.session_loop import RealtimeService, RealtimeSession
 from omnistage.entrypoints.openai.server_config import WebRtcPolicy
@@ -43,6 +46,9 @@ class TooManyCalls(RuntimeError):
 
 
 class CallSession(Protocol):
+    def take_place(self) -> None:
+        """Takes the session's place among those the server holds; EventError when it holds all it may."""
+
     async def run(self) -> None:
         """The session until it ends (its own clean-up included)."""
 
@@ -96,9 +102,21 @@ class Calls:
                 call, answer = await self._answer(offer_sdp, session or self._realtime(settings), owner)
         finally:
             self.setting_up -= 1
+        await self._take_place(call)
         self.live[call.id] = call
         call.task = asyncio.create_task(self._run(call))
         return call, answer
+
+    async def _take_place(self, call: Call) -> None:
+        """The session's place is taken before the call is answered, so that a server holding all the sessions it
+        may refuses the offer (429): answered, the call would end before its data channel opened, its client never
+        hearing why (the soak's "no session.created" while a probe held every realtime session, issue 50)."""
+        try:
+            call.session.take_place()
+        except EventError:
+            await call.transport.close("too many sessions")
+            raise TooManyCalls(f"{self.service.budget.max_sessions} realtime sessions are open "
+                               "(--max-realtime-sessions)") from None
 
     def _realtime(self, settings: dict[str, Any] | None) -> SessionFactory:
         def make(pc: RTCPeerConnection, _: str) -> tuple[WebRtcTransport, CallSession]:
