@@ -62,16 +62,21 @@ class _Rows:
         return joined
 
 
-# On a CPU, oneDNN compiles and keeps one primitive per conv input shape. With every planned chunk length its own
-# shape, a codec process grew for as long as new lengths kept coming (+7% in an hour's soak): padded widths come
-# from few buckets instead.
+# On a CPU, oneDNN compiles and keeps one primitive per conv input shape (batch rows x width), up to 1,024 of them
+# (~60 KiB each here). With a width per chunk length up to 16 frames and eight per octave above, a codec process's
+# shapes outnumbered that cache: it grew for as long as rare lengths kept coming (+7% in an hour's soak, after ten
+# minutes' warm-up) and then churned. Few widths keep every shape the traffic uses in the cache from the first
+# minutes on.
+MIN_BUCKET_FRAMES = 8
+
+
 def bucket_frames(frames: int) -> int:
-    """A right-padded batch's width for rows of at most ``frames``: rounded up to at most four significant bits
-    (16, 18, 20, ..., 32, 36, 40, ...). Eight widths per octave: at most 1/8 more frames (1/16 on average), and
-    64 widths up to 1,024 frames."""
-    if frames <= 16:
-        return frames
-    step = 1 << (frames.bit_length() - 4)
+    """A right-padded batch's width for rows of at most ``frames``: at least ``MIN_BUCKET_FRAMES``, rounded up to
+    at most three significant bits (8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ...). Four widths per octave: at most
+    1/4 more frames (1/8 on average) above 8, and 29 widths up to 1,024 frames."""
+    if frames <= MIN_BUCKET_FRAMES:
+        return MIN_BUCKET_FRAMES
+    step = 1 << (frames.bit_length() - 3)
     return -(-frames // step) * step
 
 

@@ -112,11 +112,11 @@ class _WidthLog(StreamedConvs):
 
 
 def test_conv_batches_are_bucketed_widths_and_still_join(model: Code2Wav) -> None:
-    """Chunks of 19 and 35 new frames are convolved 20 and 36 wide (oneDNN keeps a primitive per width), and the
-    padding changes no sample."""
+    """Chunks of 19, 35 and 9 new frames are convolved 20, 40 and 10 wide (oneDNN keeps a primitive per width), and
+    the padding changes no sample."""
     codes = _codes(19 + 35 + 9, seed=3)
     vocoder = StreamingCode2Wav(model)
     vocoder.convs = _WidthLog(model)
     streamed = _stream(vocoder, "s", codes, [19, 35, 9], context=4)
-    assert vocoder.convs.widths == [20, 36, 9]
+    assert vocoder.convs.widths == [20, 40, 10]
     torch.testing.assert_close(streamed, model(codes[None])[0, 0], **TOL)
