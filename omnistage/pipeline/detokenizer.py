@@ -50,7 +50,7 @@ class IncrementalDetokenizer:
         """Adds new tokens; returns the text that may be shown now (all of it when ``final``)."""
         self.token_ids.extend(token_ids)
         if self._decode is not None:
-            self.text += self._decode_new(self._decode)
+            self.text += self._decode_new(self._decode, final)
         stop_at = self._find_stop()
         if stop_at is not None:
             self.text = self.text[:stop_at]
@@ -58,13 +58,15 @@ class IncrementalDetokenizer:
         safe = len(self.text) if final else len(self.text) - self.hold
         return TextDelta(self._emit(max(safe, self.emitted)), stopped=False)
 
-    def _decode_new(self, decode: Callable[[list[int]], str]) -> str:
+    def _decode_new(self, decode: Callable[[list[int]], str], final: bool) -> str:
         ids = self.token_ids
         prefix_text = self._read_text if self._read_text is not None else decode(ids[self._prefix:self._read])
         full_text = decode(ids[self._prefix:])
-        if full_text.endswith(REPLACEMENT) or len(full_text) <= len(prefix_text):
+        if len(full_text) <= len(prefix_text) or (full_text.endswith(REPLACEMENT) and not final):
+            # An incomplete character (or nothing visible): wait for more tokens. Not after the last: whatever
+            # text came before an incomplete end, and the end itself, would be lost.
             self._read_text = prefix_text  # the window is unchanged: so is its decode
-            return ""  # an incomplete character (or nothing visible): wait for more tokens
+            return ""
         if len(ids) - self._prefix > 2 * WINDOW:  # the window slides on: its next prefix is decoded anew
             self._prefix, self._read_text = max(len(ids) - WINDOW, self._read), None
         else:  # the window keeps its start: this decode is the next one's prefix (one decode per delta, not two)

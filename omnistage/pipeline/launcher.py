@@ -43,6 +43,7 @@ class ReplicaLaunch:
     nice: int = 0  # added to the process's niceness (the stage's ``nice``)
     payloads: PayloadTypes = PayloadTypes(())  # what the replica's sockets decode (the pipeline's payload set)
     timed: bool = False  # sends each request's times here (``StageTimes``), for tracing
+    stream_interval_s: float = 0.0  # a request's tokens leave at most this often, merged (``TokenCoalescer``)
     log_level: int = logging.INFO  # the server's (``--log-level``): a replica's own lines at the same threshold
 
 
@@ -94,7 +95,7 @@ class ThreadReplica(ReplicaHandle):
         super().__init__(launch)
         store = make_connector(launch.connector, launch.pipeline_id)
         self.loop = ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads,
-                                timed=launch.timed)
+                                timed=launch.timed, stream_interval_s=launch.stream_interval_s)
         self.thread = threading.Thread(target=self.loop.run, name=f"{launch.stage}-{launch.index}", daemon=True)
         self.ctx = ctx
 

@@ -10,6 +10,9 @@ from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, DEFAULT_STEP_TI
 BACKENDS = ("local", "ray")
 CONNECTORS = ("inproc", "shm", "frames")  # how tensors cross stages (pipeline/connectors/)
 EMBEDDED_MIN_FRAMES = 8  # 0.64 s of speech: an embedded random checkpoint's shortest reply
+# A request's new tokens leave a replica at most this often (merged): a fast step's tokens, one message each,
+# cost the server more than the model (pipeline/token_coalescer.py); a step slower than this sends each at once.
+DEFAULT_STREAM_INTERVAL_MS = 20.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class PipelineOptions:
         declared stalled (stopped or gone): its requests fail, it is killed and restarted.
     stage_step_timeout_s: a ready replica whose engine loop finishes no pass this long (one step that never
         ends) is declared stalled the same way; much longer, so a long prefill is not mistaken for a hang.
+    stream_interval_ms: a request's new tokens leave its replica at most this often, merged (its first and last
+        at once); 0 sends each step's.
     """
 
     in_process: bool = False
@@ -44,10 +49,13 @@ class PipelineOptions:
     ray_address: str | None = None
     stage_stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     stage_step_timeout_s: float = DEFAULT_STEP_TIMEOUT_S
+    stream_interval_ms: float = DEFAULT_STREAM_INTERVAL_MS
 
     def __post_init__(self) -> None:
         if self.talker_min_new_tokens is not None and self.talker_min_new_tokens < 0:
             raise ValueError(f"--talker-min-new-tokens must be >= 0, got {self.talker_min_new_tokens}")
+        if not 0 <= self.stream_interval_ms <= 1000:
+            raise ValueError(f"--stream-interval-ms must be within [0, 1000], got {self.stream_interval_ms:g}")
         StallBounds(self.stage_stall_timeout_s, self.stage_step_timeout_s)  # a bad pair raises here, not at start
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")

@@ -53,7 +53,7 @@ class ReplicaActor:
         ctx = zmq.Context()
         try:
             ReplicaLoop(launch.factory, ctx, addresses, store, os.getpid(), launch.payloads, same_host,
-                        timed=launch.timed).run()
+                        timed=launch.timed, stream_interval_s=launch.stream_interval_s).run()
         finally:
             ctx.destroy(linger=0)
 

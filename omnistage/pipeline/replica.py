@@ -52,6 +52,7 @@ from omnistage.pipeline.codec_streams import CodecStreams
 from omnistage.pipeline.heap_trim import IdleHeapTrim
 from omnistage.pipeline.liveness import HEARTBEAT_S
 from omnistage.pipeline.stage_clock import StageClock
+from omnistage.pipeline.token_coalescer import TokenCoalescer
 from omnistage.workers.base import StageWorker, WorkerFactory
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class ReplicaAddresses:
 class ReplicaLoop:
     def __init__(self, factory: WorkerFactory, ctx: zmq.Context, addresses: ReplicaAddresses,
                  store: TensorStore | None, pid: int, payloads: PayloadTypes, same_host: bool = True,
-                 timed: bool = False) -> None:
+                 timed: bool = False, stream_interval_s: float = 0.0) -> None:
         self.factory = factory
         self.payloads = payloads
         self.ctx = ctx
@@ -86,6 +87,7 @@ class ReplicaLoop:
         self._input_error = ""  # why the input thread could not open its sockets (the replica then fails)
         # Each request's times here, sent for its span (tracing on); None: nothing is timed.
         self.clock: StageClock | None = StageClock() if timed else None
+        self.tokens = TokenCoalescer(stream_interval_s)
 
     def run(self) -> None:
         """Runs until ``Shutdown`` arrives or the worker cannot be built; returns after the threads stop."""
@@ -139,6 +141,10 @@ class ReplicaLoop:
             busy = False
             if worker.has_work():
                 busy = self._step(worker, streams, outputs)
+            now = time.monotonic()
+            outputs = self.tokens.take(outputs, now)
+            if not busy:  # about to wait for work: nothing else would send what it holds
+                outputs += self.tokens.flush(now)
             load = worker.load()
             notes = streams.take_notes()
             if outputs or notes is not None or load != last_load:
@@ -165,6 +171,7 @@ class ReplicaLoop:
         if isinstance(message, AbortRequests):
             worker.abort(message.request_ids)
             streams.abort(message.request_ids)
+            self.tokens.drop(message.request_ids)
             return self.clock.aborted(message.request_ids) if self.clock is not None else []
         rid = getattr(message, "request_id", "")
         if self.clock is not None and isinstance(message, StageInput):
@@ -180,6 +187,7 @@ class ReplicaLoop:
             logger.exception("stage input failed")
             worker.abort([rid])
             streams.abort([rid])
+            self.tokens.drop([rid])
             return [RequestFailed(rid, f"{type(exc).__name__}: {exc}")]
 
     def _step(self, worker: StageWorker, streams: CodecStreams,
@@ -192,6 +200,7 @@ class ReplicaLoop:
             held = worker.request_ids()
             worker.abort(held)
             streams.abort(held)
+            self.tokens.drop(held)
             outputs.extend(RequestFailed(rid, f"{type(exc).__name__}: {exc}") for rid in held)
             return False
         if self.clock is not None:

@@ -98,7 +98,7 @@ def replica_main(launch: ReplicaLaunch, parent_pid: int) -> None:
     store = make_connector(launch.connector, launch.pipeline_id)
     try:
         ReplicaLoop(launch.factory, ctx, launch.addresses, store, os.getpid(), launch.payloads,
-                    timed=launch.timed).run()
+                    timed=launch.timed, stream_interval_s=launch.stream_interval_s).run()
     finally:
         ctx.destroy(linger=0)
 

@@ -103,6 +103,7 @@ class PipelineRuntime:
                                        ReplicaAddresses(sender.address, receiver.address, peer),
                                        self.options.connector_kind, self.pipeline_id, self._threads(stage),
                                        stage.nice, self.payloads, self.timed,
+                                       self.options.stream_interval_ms / 1000,
                                        logging.getLogger("omnistage").getEffectiveLevel())
                 links.append(ReplicaLink(stage.name, index, new_handle(launch), sender, receiver, store=self.store,
                                          payloads=self.payloads))

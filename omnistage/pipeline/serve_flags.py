@@ -14,7 +14,9 @@ from omnistage.config.pipeline import (
     DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS, PipelineSpec, StageOverrides, load_pipeline, per_stage,
 )
 from omnistage.pipeline.liveness import DEFAULT_STALL_TIMEOUT_S, DEFAULT_STEP_TIMEOUT_S
-from omnistage.pipeline.options import BACKENDS, CONNECTORS, EMBEDDED_MIN_FRAMES, PipelineOptions
+from omnistage.pipeline.options import (
+    BACKENDS, CONNECTORS, DEFAULT_STREAM_INTERVAL_MS, EMBEDDED_MIN_FRAMES, PipelineOptions,
+)
 
 
 def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +46,10 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                        help="seconds one engine step of a stage replica may run (its heartbeats going on) before it "
                             "is taken for hung and handled as a stall; raise it for very long prefills on slow "
                             f"hosts (default {DEFAULT_STEP_TIMEOUT_S:g})")
+    group.add_argument("--stream-interval-ms", type=float, default=DEFAULT_STREAM_INTERVAL_MS,
+                       help="a request's new tokens leave its stage at most this often, merged into one delta (its "
+                            "first and last at once): fewer, larger text deltas when steps are fast, for less server "
+                            f"CPU; 0 sends every step's tokens (default {DEFAULT_STREAM_INTERVAL_MS:g})")
     group.add_argument("--stage-ready-timeout", type=float, default=PipelineOptions.ready_timeout_s,
                        help="seconds the stage replicas may take to load and warm up before start-up fails; raise "
                             "it for large checkpoints on a slow or busy host "
@@ -174,7 +180,8 @@ def options_from_args(args: argparse.Namespace) -> PipelineOptions:
     return PipelineOptions(in_process=args.in_process, connector=args.connector,
                            talker_min_new_tokens=args.talker_min_new_tokens, backend=args.backend,
                            ray_address=args.ray_address, stage_stall_timeout_s=args.stage_stall_timeout,
-                           stage_step_timeout_s=args.stage_step_timeout, ready_timeout_s=args.stage_ready_timeout)
+                           stage_step_timeout_s=args.stage_step_timeout, ready_timeout_s=args.stage_ready_timeout,
+                           stream_interval_ms=args.stream_interval_ms)
 
 
 def pipeline_config_from_args(args: argparse.Namespace, model: str, model_name: str | None) -> PipelineConfig:

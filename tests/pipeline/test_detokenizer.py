@@ -41,6 +41,18 @@ def test_stop_string_cuts_the_text(tokenizer, step: int) -> None:
     assert stopped and text == TEXT[:TEXT.index("stop here")]
 
 
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_a_last_delta_ending_mid_character_still_gives_all_its_text(tokenizer, step: int) -> None:
+    """A reply cut by its token budget inside a character: the text before it, and its replacement character,
+    are the caller's (a merged last delta held them all back, and lost them)."""
+    ids = tokenizer(TEXT, add_special_tokens=False).input_ids
+    cut = next(n for n in range(len(ids), 0, -1) if tokenizer.decode(ids[:n]).endswith("\ufffd"))
+    ids = ids[:cut]
+    whole = tokenizer.decode(ids, skip_special_tokens=True)
+    text, _ = _stream(IncrementalDetokenizer(tokenizer), ids, step)
+    assert text == whole and whole.endswith("\ufffd") and len(whole) > 1
+
+
 def test_without_tokenizer_only_tokens_flow() -> None:
     delta = IncrementalDetokenizer(None, stop=("x",)).add([1, 2, 3], final=True)
     assert delta.text == "" and not delta.stopped

@@ -83,9 +83,10 @@ def _run(runtime: PipelineRuntime, rid: str) -> list[OmniOutput]:
 def traced() -> tuple[PipelineRuntime, list[tuple[OmniRequest, RequestTrace]]]:
     fakes.INSTANCES.clear()
     seen: list[tuple[OmniRequest, RequestTrace]] = []
+    # Every token its own output (no stream interval): the thinker's count of outputs is its count of tokens.
     rt = PipelineRuntime(fakes.omni_graph(parse_pipeline(small_dict(talker_frames=6, gated=False))),
-                         fakes.fake_factories(0.001, 0.001), None, fakes.AUDIO, PipelineOptions(in_process=True),
-                         trace_sink=lambda request, trace: seen.append((request, trace)))
+                         fakes.fake_factories(0.001, 0.001), None, fakes.AUDIO,
+                         PipelineOptions(in_process=True, stream_interval_ms=0), trace_sink=lambda request, trace: seen.append((request, trace)))
     yield rt, seen
     rt.close()
 

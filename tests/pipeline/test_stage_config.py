@@ -84,6 +84,11 @@ def test_backend_flags_become_options() -> None:
             options_from_args(parser.parse_args(bad))
     with pytest.raises(ValueError, match="backend"):
         PipelineOptions(backend="kubernetes")
+    assert default.stream_interval_ms == 20.0
+    assert options_from_args(parser.parse_args(["--stream-interval-ms", "0"])).stream_interval_ms == 0.0
+    for bad in ("-1", "5000", "nan"):
+        with pytest.raises(ValueError, match="--stream-interval-ms"):
+            options_from_args(parser.parse_args(["--stream-interval-ms", bad]))
 
 
 def test_embedded_random_checkpoints_get_a_talker_floor_unless_told(tiny_dir: Path, tmp_path: Path) -> None:
