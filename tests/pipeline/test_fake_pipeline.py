@@ -35,8 +35,9 @@ def _collect(outputs: queue.Queue, timeout: float = 10.0) -> list[OmniOutput]:
 def runtime():
     fakes.INSTANCES.clear()
     spec = parse_pipeline(small_dict(talker_replicas=2, talker_frames=10, gated=False))
+    # Every token its own message (no stream interval): placement is checked over a request's many talker feeds.
     rt = PipelineRuntime(fakes.omni_graph(spec), fakes.fake_factories(0.001, 0.001), None, fakes.AUDIO,
-                         PipelineOptions(in_process=True))
+                         PipelineOptions(in_process=True, stream_interval_ms=0))
     yield rt
     rt.close()
 

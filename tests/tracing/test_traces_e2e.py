@@ -106,6 +106,7 @@ def test_a_chat_with_audio_is_one_trace_with_a_span_per_stage(served: tuple[str,
         assert [e[0] for e in span.events] == ["scheduled", "first_output"]
     assert stage["thinker"].start_ns <= stage["talker"].start_ns <= stage["code2wav"].start_ns
     assert stage["code2wav"].attributes["omnistage.stage.outputs"] == len(chunks)  # one output per audio chunk
-    # Every token is an output (the thinker also sends the talker its prompt's hidden rows).
-    assert stage["thinker"].attributes["omnistage.stage.outputs"] >= orchestrator.attributes[
-        "gen_ai.usage.completion_tokens"]
+    # The prompt's hidden rows for the talker, then the tokens: the first alone, the rest merged by the stream
+    # interval (one output each at most).
+    assert 2 <= stage["thinker"].attributes["omnistage.stage.outputs"] <= orchestrator.attributes[
+        "gen_ai.usage.completion_tokens"] + 1
