@@ -134,14 +134,17 @@ def _quarters(series: list[tuple[float, float]], warmup_s: float) -> tuple[float
 def memory_figures(samples: list[tuple[float, dict[str, int]]], warmup_s: float) -> dict[str, object]:
     """RSS over the run, summed and per process: "flat" compares the last quarter with the first after warm-up.
     A process that appears or goes during the run (a replica replaced after the SIGSTOP) is reported with its
-    own span, and its figures are not mixed into another's."""
+    own span, and its figures are not mixed into another's; one that came up during the run warms up from its own
+    start (``warm_from_s``), as the first processes did from the run's."""
     totals = [(t, sum(by.values())) for t, by in samples]
     first, last = _quarters(totals, warmup_s)
     per_process: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(n for _, by in samples for n in by):
         series = [(t, by[name]) for t, by in samples if name in by]
-        a, b = _quarters(series, warmup_s)
+        warm_from = warmup_s if series[0][0] <= warmup_s else series[0][0] + warmup_s
+        a, b = _quarters(series, warm_from)
         per_process[name] = {"from_s": round(series[0][0]), "to_s": round(series[-1][0]),
+                             "warm_from_s": round(warm_from),
                              "first_quarter_mib": round(a, 1), "last_quarter_mib": round(b, 1),
                              "growth_mib": round(b - a, 1), "max_mib": round(max(k for _, k in series) / 1024, 1)}
     return {"rss_mib_first_quarter": round(first, 1), "rss_mib_last_quarter": round(last, 1),
