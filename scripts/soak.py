@@ -391,9 +391,12 @@ def main() -> int:
     lag = soak.lag_figures(server_p99)
     first_audio = first_audio_windows(soak.sessions.first_audio, soak.began, elapsed, args.first_audio_window_s,
                                       soak.probes.windows)
+    # Judged: every process serving at the end that ran warm for a quarter of the run at least (a replica
+    # restarted after the SIGSTOP, from its own warm-up on).
     grown = {name: round(100 * p["growth_mib"] / p["first_quarter_mib"], 1)
              for name, p in memory["rss_per_process"].items()
-             if p["first_quarter_mib"] and p["from_s"] <= warmup_s and p["to_s"] >= 0.9 * elapsed}
+             if p["first_quarter_mib"] and p["to_s"] >= 0.9 * elapsed
+             and p["to_s"] - p["warm_from_s"] >= 0.25 * elapsed}
     requests = sum(v for k, v in soak.counts.items() if k not in ("errors", "during_fault"))
     figures = {
         "seconds": round(elapsed, 1), "requests": requests, "per_kind": dict(soak.counts),
