@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from omnistage.audio_spec import AudioSpec
@@ -283,6 +284,9 @@ class RequestFlows:
         text, token_ids, audio, logprobs = "", (), None, ()
         if isinstance(payload, TokenDelta):
             text, token_ids, stopped = self._tokens(state, stage, payload, finished)
+            if len(token_ids) < len(payload.token_ids):  # a stop string inside a merged delta: the rest is dropped
+                payload = msgspec.structs.replace(payload, token_ids=list(token_ids), logprobs=None if
+                                                  payload.logprobs is None else payload.logprobs[:len(token_ids)])
             logprobs = tuple(payload.logprobs or ()) if token_ids else ()
             if stopped and not finished:  # a stop string: the stage is still generating
                 self._abort_at(stage, state.request_id)
@@ -304,17 +308,30 @@ class RequestFlows:
 
     def _tokens(self, state: RequestState, stage: str, delta: TokenDelta,
                 finished: bool) -> tuple[str, tuple[int, ...], bool]:
-        """Counts a stage's tokens; the text stage's become the caller's text (its stop strings end it)."""
+        """Counts a stage's tokens; the text stage's become the caller's text (its stop strings end it). A delta
+        of several tokens (merged by the stream interval) is read token by token when the request has stop strings:
+        only the tokens up to the one that completed a stop string count, reach the caller and the next stage."""
         state.num_prompt_tokens = max(state.num_prompt_tokens, delta.num_prompt_tokens)
         state.num_cached_tokens = max(state.num_cached_tokens, delta.num_cached_tokens)
         if self.graph.models[stage].output is not Modality.TEXT:
             return "", (), False
         state.trace.mark("first_text")
-        state.num_output_tokens += len(delta.token_ids)
-        detok = state.detok.add(delta.token_ids, final=finished)
-        if detok.stopped:
+        ids = delta.token_ids
+        if state.detok.stop and len(ids) > 1:
+            text, stopped = "", False
+            for n, token in enumerate(ids, 1):
+                step = state.detok.add([token], final=finished and n == len(ids))
+                text += step.text
+                if step.stopped:
+                    ids, stopped = ids[:n], True
+                    break
+        else:
+            step = state.detok.add(ids, final=finished)
+            text, stopped = step.text, step.stopped
+        state.num_output_tokens += len(ids)
+        if stopped:
             state.reason = FinishReason.STOP
-        return detok.text, tuple(delta.token_ids), detok.stopped
+        return text, tuple(ids), stopped
 
     def _frames(self, state: RequestState, count: int) -> None:
         if count:

@@ -25,6 +25,14 @@ pytestmark = pytest.mark.e2e
 TOKENS = 16
 
 
+def _cmdline(pid: int) -> str:
+    """A process's command line; empty once it is gone (a short-lived child can exit between listing and reading)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def _children(pid: int) -> list[int]:
     tasks = Path(f"/proc/{pid}/task")
     return [int(c) for t in tasks.iterdir() for c in (t / "children").read_text().split()]
@@ -51,7 +59,7 @@ def test_tensor_parallel_thinker_through_stage_processes(tiny_dir: Path, tmp_pat
         pids = [link.handle.pid for link in links.values()]
         assert len(links) == 3  # one replica per stage: the ranks are the thinker replica's business
         thinker_pid = links[("thinker", 0)].handle.pid
-        ranks = [pid for pid in _children(thinker_pid) if "tp_worker" in Path(f"/proc/{pid}/cmdline").read_text()]
+        ranks = [pid for pid in _children(thinker_pid) if "tp_worker" in _cmdline(pid)]
         assert len(ranks) == 1
         out = next(omni.generate("Hello!", modalities=["text", "audio"], max_tokens=TOKENS, ignore_eos=True,
                                  temperature=0.0))
