@@ -169,12 +169,14 @@ class PlaybackPlanner:
         return min(max(math.ceil(cost / (self.bounds.safety * self.bounds.frame_s)), 1), self.bounds.max_frames)
 
     # Sizing ---------------------------------------------------------------------------------------
-    def size(self, index: int, pending: int) -> int:
-        """Frames the chunk ``index`` takes; the chunker cuts it once more than that many are pending."""
+    def size(self, index: int, pending: int, now: float | None = None) -> int:
+        """Frames the chunk ``index`` takes; the chunker cuts it once more than that many are pending. ``now``: the
+        clock's time when the caller has it (a talker step's notices are all planned at one time)."""
         b = self.bounds
         if index == 0:
             return b.first_frames
-        now = self.clock()
+        if now is None:
+            now = self.clock()
         slack = b.safety * (self.playback.deadline(now, startup_s=0.0) - now) - b.margin_s
         talker, vocoder = self.paces()
         # Decoded beside the new frames: the context, and the look-ahead the chunk waits for.

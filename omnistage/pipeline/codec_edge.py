@@ -189,7 +189,7 @@ class CodecEdge:
 
     def _order(self, request_id: str, now: float, player_changed: bool) -> ChunkOrder | None:
         index = self.chunks_sent
-        frames = self.planner.size(index, self._pending) if self.setup.played and index > 0 else None
+        frames = self.planner.size(index, self._pending, now) if self.setup.played and index > 0 else None
         if not player_changed and (index, frames) == self._ordered:
             return None
         self._ordered = (index, frames)

@@ -33,7 +33,15 @@ from omnistage.core import FinishReason, Modality, OmniOutput, OmniRequest, Prom
 from omnistage.engine.generation_engine import StreamVoice
 from omnistage.engine.logprobs import TokenLogprob
 from omnistage.families.base import EdgeContext, RequestEdge
-from omnistage.ipc.messages import AbortRequests, ChunkOrder, ChunkOrders, ReplicaInput, StageInput, StageOutput
+from omnistage.ipc.messages import (
+    AbortRequests,
+    ChunkOrder,
+    ChunkOrders,
+    FrameNotes,
+    ReplicaInput,
+    StageInput,
+    StageOutput,
+)
 from omnistage.ipc.payloads import AudioChunk, CodecFrames, FramesMade, TokenDelta
 from omnistage.pipeline.audio_gate import AudioGate, StreamLoad
 from omnistage.pipeline.chunk_planner import StagePaces
@@ -353,18 +361,29 @@ class RequestFlows:
             self._enter(state, edge.target)
         self._queue_order(stage, state, edge.frames_made(state.request_id, notice, finished, time.monotonic()))
 
-    def frames_noted(self, stage: str, request_id: str, count: int, pending: int, now: float) -> None:
-        """A talker's plain notice (``FrameNotes``: new frames, no chunk cut, not its last): paces and plans only,
-        as ``_frames_made`` does with such a notice."""
-        state = self.states.get(request_id)
-        if state is None or stage in state.closed:
-            return
-        edge = state.audio
-        if edge is None or edge.source != stage:
-            return
-        self._frames(state, count)
-        self._paced = self._paced or count > 0
-        self._queue_order(stage, state, edge.frames_noted(request_id, count, pending, now))
+    def frames_noted(self, stage: str, notes: FrameNotes) -> None:
+        """A talker step's plain notices (new frames, no chunk cut, none a stream's last): each paces and plans its
+        stream only, as ``_frames_made`` does with such a notice. One call a step, not one a notice: these are most
+        of an audio stream's messages, and the orchestrator's largest item per request."""
+        now, states = time.monotonic(), self.states
+        for rid, count, pending in zip(notes.request_ids, notes.counts, notes.pendings):
+            state = states.get(rid)
+            if state is None or stage in state.closed:
+                continue
+            edge = state.audio
+            if edge is None or edge.source != stage:
+                continue
+            try:
+                if count:
+                    self._frames(state, count)
+                    self._paced = True
+                order = edge.frames_noted(rid, count, pending, now)
+            except Exception as exc:  # noqa: BLE001 - one request's failure must not stall the others
+                logger.exception("handling a frame notice of stage %s failed", stage)
+                self.fail(rid, f"{type(exc).__name__}: {exc}")
+                continue
+            if order is not None:
+                self._queue_order(stage, state, order)
 
     def _audio(self, state: RequestState, stage: str, chunk: AudioChunk) -> np.ndarray:
         """A chunk for the caller; through the codec edge's player model, which tells the talker."""

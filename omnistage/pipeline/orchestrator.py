@@ -20,15 +20,7 @@ from dataclasses import dataclass, field, replace
 import zmq
 
 from omnistage.core import FinishReason, Modality, OmniRequest, PromptDelta
-from omnistage.pipeline.reports import (
-    EngineStats,
-    HealthReport,
-    ReplicaHealth,
-    ReplicaStats,
-    StageHealth,
-)
 from omnistage.ipc.messages import (
-    FrameNotes,
     Heartbeat,
     InputBatch,
     PayloadTypes,
@@ -49,6 +41,13 @@ from omnistage.pipeline.flow import FlowSettings, RequestFlows
 from omnistage.pipeline.launcher import ReplicaHandle
 from omnistage.pipeline.liveness import Liveness, StallBounds
 from omnistage.pipeline.replica import ReplicaAddresses
+from omnistage.pipeline.reports import (
+    EngineStats,
+    HealthReport,
+    ReplicaHealth,
+    ReplicaStats,
+    StageHealth,
+)
 from omnistage.pipeline.request_state import OutputSink, RequestTrace, TraceSink
 from omnistage.pipeline.router import StageRouter
 
@@ -283,7 +282,7 @@ class Orchestrator:
             for output in message.outputs:
                 self._on_output(link.stage, output)
             if message.notes is not None:
-                self._on_notes(link.stage, message.notes)
+                self.flows.frames_noted(link.stage, message.notes)
         elif isinstance(message, ReplicaReady):
             link.ready, link.load, link.peer_address = True, message.load, message.peer_address
             if message.step_seconds:
@@ -310,17 +309,6 @@ class Orchestrator:
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stall the others
             logger.exception("handling an output of stage %s failed", stage)
             self.flows.fail(output.request_id, f"{type(exc).__name__}: {exc}")
-
-    def _on_notes(self, stage: str, notes: FrameNotes) -> None:
-        """A talker step's plain frame notices (after its outputs, as the replica made them)."""
-        now = time.monotonic()
-        noted = self.flows.frames_noted
-        for rid, count, pending in zip(notes.request_ids, notes.counts, notes.pendings):
-            try:
-                noted(stage, rid, count, pending, now)
-            except Exception as exc:  # noqa: BLE001 - one request's failure must not stall the others
-                logger.exception("handling a frame notice of stage %s failed", stage)
-                self.flows.fail(rid, f"{type(exc).__name__}: {exc}")
 
     def _peer_address(self, stage: str, index: int) -> str:
         return self.links[(stage, index)].peer_address

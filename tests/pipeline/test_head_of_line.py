@@ -144,3 +144,32 @@ def test_a_steps_plain_notices_in_one_message_plan_as_their_outputs_would(rig) -
     out, noted = (orch.flows.states[rid] for rid in ("out", "noted"))
     assert noted.audio.chunks_sent == out.audio.chunks_sent == 6
     assert noted.trace.first_frames is not None and noted.audio.planner.talker.value is not None
+
+
+class _BrokenPlanner:
+    def frames_arrived(self, now: float, count: int) -> None:
+        raise RuntimeError("planner broke")
+
+
+def test_a_notice_whose_planning_fails_fails_its_request_alone(rig) -> None:
+    """A step's notices are planned in one call: one stream's failure fails that request, and the streams noted
+    after it in the same step are still planned."""
+    orch, peers = rig
+    orch.flows.gate.limit = 0
+    delivered: dict[str, list[OmniOutput]] = {}
+    for rid in ("a", "broken", "b"):
+        delivered[rid] = []
+        orch.submit(OmniRequest(rid, Qwen3OmniPrompt([1, 2, 3]), frozenset({Modality.TEXT, Modality.AUDIO}),
+                                SamplingParams(max_tokens=4)), delivered[rid].append)
+        orch.poll_once(timeout_ms=1000)
+        peers["thinker"].out.send(_batch(StageOutput(rid, TokenDelta([7], num_prompt_tokens=3))))
+        orch.poll_once(timeout_ms=1000)
+    peers["talker"].inbox.drain()
+    orch.flows.states["broken"].audio.planner = _BrokenPlanner()
+    peers["talker"].out.send(StepBatch([], ReplicaLoad(), FrameNotes(["a", "broken", "b"], [1, 1, 1], [1, 1, 1])))
+    orch.poll_once(timeout_ms=1000)
+    [failed] = [o for o in delivered["broken"] if o.finished]
+    assert "planner broke" in (failed.error or "") and "broken" not in orch.flows.states
+    for rid in ("a", "b"):
+        assert orch.flows.states[rid].trace.first_frames is not None
+        assert not any(o.finished for o in delivered[rid])
