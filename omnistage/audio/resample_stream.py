@@ -21,21 +21,26 @@ import numpy as np
 from scipy.signal import firwin
 
 TAPS_PER_PHASE = 16  # filter length per output phase: ~60 dB stop band, a few µs a sample
+_NO_TAPS = np.zeros(0, np.float64)
+_NO_PHASES = np.zeros((0, 0), np.float64)
 
 
 class StreamResampler:
     def __init__(self, rate_in: int, rate_out: int) -> None:
         g = gcd(rate_in, rate_out)
         self.up, self.down = rate_out // g, rate_in // g
-        self._taps = np.zeros(0, np.float64)
-        if self.up != self.down:
-            n = TAPS_PER_PHASE * max(self.up, self.down) + 1
-            self._taps = firwin(n, 1.0 / max(self.up, self.down)) * self.up  # up: zero-stuffing's lost gain
+        self._taps = _NO_TAPS
+        if self.up == self.down:  # the identity (most streams): no filter to design, nothing to keep
+            self._span, self._phases = 0, _NO_PHASES
+            self._history, self._inputs, self._outputs = _NO_TAPS, 0, 0
+            return
+        n = TAPS_PER_PHASE * max(self.up, self.down) + 1
+        self._taps = firwin(n, 1.0 / max(self.up, self.down)) * self.up  # up: zero-stuffing's lost gain
         # Phase p's taps: h[p], h[p + up], h[p + 2 up], ... (zero past the filter's end).
-        self._span = -(-len(self._taps) // self.up) if len(self._taps) else 0
+        self._span = -(-len(self._taps) // self.up)
         phases = np.zeros(self.up * self._span, np.float64)
         phases[:len(self._taps)] = self._taps
-        self._phases = phases.reshape(self._span, self.up).T.copy() if self._span else phases.reshape(0, 0)
+        self._phases = phases.reshape(self._span, self.up).T.copy()
         self.reset()
 
     @property

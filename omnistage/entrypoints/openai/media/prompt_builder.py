@@ -18,6 +18,7 @@ header before decoding, and again while decoding).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -88,6 +89,24 @@ class _Decoded:
 
 
 ON_LOOP_BASE64 = 256 * 1024  # base64 shorter than this decodes in well under a millisecond: not worth a pool hop
+# A prompt of plain text messages this short (characters; no media, no tools) templates and tokenises on the loop:
+# 0.1 ms at 60 characters, 0.3 ms at 1,000, 1.2 ms at 4,096 (tiny's tokenizer). A pool hop (a job, a worker's
+# wake-up, the loop's) cost the server more CPU than building a short prompt.
+ON_LOOP_TEXT = 2048
+_ON_LOOP = CancelToken()  # a build on the loop runs to its end in one go: nothing ever cancels this one
+
+
+def _plain_text_size(plan: PromptPlan) -> float:
+    """The characters of a prompt whose messages are plain text; infinite when it has tools or parts."""
+    if plan.options.tools:
+        return math.inf
+    size = len(plan.options.assistant_prefix)
+    for message in plan.messages:
+        content = message.get("content")
+        if not isinstance(content, str) or len(message) > 2:  # parts, tool calls: the pool's
+            return math.inf
+        size += len(content)
+    return size
 
 
 def _base64_job(data: str, limits: ServerLimits, token: CancelToken) -> bytes:
@@ -158,7 +177,10 @@ class PromptBuilder:
     # -- building: the decode and the template ----------------------------------------------------
     async def build(self, plan: PromptPlan) -> ProcessedPrompt:
         """Decodes the media and builds the prompt, in the pool (cancelled with the calling task); one request with
-        large media at a time (``DecodePool.run_large``)."""
+        large media at a time (``DecodePool.run_large``). A short plain-text prompt is built on the loop
+        (``ON_LOOP_TEXT``)."""
+        if not plan.items and _plain_text_size(plan) <= ON_LOOP_TEXT:
+            return self._build(plan, _ON_LOOP)
         return await self.pool.run_sized(sum(len(item.data) for item in plan.items), self._build, plan)
 
     def _build(self, plan: PromptPlan, token: CancelToken) -> ProcessedPrompt:
