@@ -143,10 +143,11 @@ class StageTimes(msgspec.Struct, tag=True):
 
 
 class FrameNotes(msgspec.Struct, array_like=True):
-    """A talker step's plain notices, every stream's in one: request ``request_ids[i]`` made ``counts[i]`` new
-    frames and holds ``pendings[i]`` not in a chunk yet; none cut a chunk or ended (those go as
-    :class:`omnistage.ipc.payloads.FramesMade` outputs). Most of an audio stream's messages are these, one per
-    frame: as columns they cost the orchestrator a loop turn each, not a decoded struct and an output's dispatch."""
+    """A talker's plain notices since its last report, every stream's in one: request ``request_ids[i]`` made
+    ``counts[i]`` new frames and holds ``pendings[i]`` not in a chunk yet; none cut a chunk or ended (those go as
+    :class:`omnistage.ipc.payloads.FramesMade` outputs). Most of an audio stream's notices are these, one per
+    frame: merged per request and as columns they cost the orchestrator a loop turn each, not a decoded struct and
+    an output's dispatch."""
 
     request_ids: list[str] = msgspec.field(default_factory=list)
     counts: list[int] = msgspec.field(default_factory=list)

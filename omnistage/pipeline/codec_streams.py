@@ -7,8 +7,11 @@ frames go through the request's :class:`FrameChunker`; every chunk it cuts goes 
 ``StageInput[ChunkJob]`` on a socket this replica owns, carrying the slack its player has left (the codec's
 deadline order); the chunks one call cut for one codec replica go as one message (an ``InputBatch``: a send, with
 its I/O thread's wake-up, costs more than encoding a chunk), and the orchestrator gets only a :class:`FramesMade`
-notice in place of the frames. Frames of a request with no stream (a family's own edge, a prefill-only request)
-pass through unchanged.
+notice in place of the frames. A notice that cut nothing and ends nothing (most of them: one per frame) waits
+among the plain notes, merged per request, until the replica's loop takes them (``take_notes``: at most once per
+stream interval, or with a message going anyway); a request's notice that goes out carries the frames noted before
+it. Frames
+of a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
 
 Everything runs on the replica's engine thread (the sockets are used by that thread only).
 """
@@ -77,7 +80,7 @@ class CodecStreams:
         self.ctx, self.payloads, self.clock = ctx, payloads, clock
         self.streams: dict[str, _Stream] = {}
         self._senders: dict[str, Sender] = {}  # codec replica address → this thread's socket to it
-        self._notes = FrameNotes()  # this pass's plain notices (``take_notes``)
+        self._noted: dict[str, list[int]] = {}  # plain notices not sent yet: request → [new frames, pending]
         self._outbox: dict[str, list[StageInput]] = {}  # codec address -> chunk jobs cut, not sent yet (``_flush``)
 
     def open(self, message: OpenCodecStream) -> None:
@@ -104,11 +107,12 @@ class CodecStreams:
                 cuts = self._send(stream, stream.chunker.cut(), now)
             except Exception as exc:  # noqa: BLE001 - as in ``_guarded``
                 logger.exception("codec stream of %s failed", order.request_id)
-                self.streams.pop(order.request_id, None)
+                self._end(order.request_id)
                 outputs.append(RequestFailed(order.request_id, f"{type(exc).__name__}: {exc}"))
                 continue
             if cuts:
-                outputs.append(StageOutput(order.request_id, FramesMade(0, stream.chunker.num_pending, cuts)))
+                outputs.append(StageOutput(order.request_id, FramesMade(self._unnoted(order.request_id),
+                                                                        stream.chunker.num_pending, cuts)))
         return self._flush(outputs)
 
     def on_outputs(self, outputs: list[StageOutput | RequestFailed]) -> list[StageOutput | RequestFailed]:
@@ -117,7 +121,7 @@ class CodecStreams:
         (``take_notes``). A failed request's stream ends here: the orchestrator aborts it in the codec stage."""
         for out in outputs:
             if isinstance(out, RequestFailed):
-                self.streams.pop(out.request_id, None)
+                self._end(out.request_id)
         kept: list[StageOutput | RequestFailed] = []
         for out in outputs:
             if isinstance(out, StageOutput) and out.request_id in self.streams \
@@ -129,15 +133,17 @@ class CodecStreams:
         return self._flush(kept)
 
     def take_notes(self) -> FrameNotes | None:
-        """The plain notices since the last call, for the pass's ``StepBatch`` (None: there were none)."""
-        if not self._notes.request_ids:
+        """The plain notices held, merged per request, for the pass's ``StepBatch`` (None: there are none)."""
+        if not self._noted:
             return None
-        notes, self._notes = self._notes, FrameNotes()
+        notes = FrameNotes(list(self._noted), [n[0] for n in self._noted.values()],
+                           [n[1] for n in self._noted.values()])
+        self._noted.clear()
         return notes
 
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
-            self.streams.pop(rid, None)
+            self._end(rid)
 
     def close(self) -> None:
         for sender in self._senders.values():
@@ -145,6 +151,15 @@ class CodecStreams:
         self._senders.clear()
 
     # Internals ------------------------------------------------------------------------------------
+    def _end(self, request_id: str) -> None:
+        self.streams.pop(request_id, None)
+        self._noted.pop(request_id, None)
+
+    def _unnoted(self, request_id: str) -> int:
+        """The request's frames noted and not sent yet: its notice that goes out now carries them."""
+        noted = self._noted.pop(request_id, None)
+        return 0 if noted is None else noted[0]
+
     def _guarded(self, out: StageOutput) -> StageOutput | RequestFailed | None:
         """A stream that cannot go on (frames of the wrong width...) fails its request alone. None: its notice
         went to the notes."""
@@ -152,7 +167,7 @@ class CodecStreams:
             return self._cut(out)
         except Exception as exc:  # noqa: BLE001 - one request's broken stream must not end the replica
             logger.exception("codec stream of %s failed", out.request_id)
-            self.streams.pop(out.request_id, None)
+            self._end(out.request_id)
             return RequestFailed(out.request_id, f"{type(exc).__name__}: {exc}")
 
     def _cut(self, out: StageOutput) -> StageOutput | None:
@@ -167,9 +182,14 @@ class CodecStreams:
         stream.frames_made += count
         cuts = self._send(stream, jobs, now)
         if not cuts and not out.finished:
-            self._notes.add(out.request_id, count, stream.chunker.num_pending)
+            noted = self._noted.get(out.request_id)
+            if noted is None:
+                self._noted[out.request_id] = [count, stream.chunker.num_pending]
+            else:
+                noted[0] += count
+                noted[1] = stream.chunker.num_pending
             return None
-        notice = FramesMade(count, stream.chunker.num_pending, cuts)
+        notice = FramesMade(count + self._unnoted(out.request_id), stream.chunker.num_pending, cuts)
         return StageOutput(out.request_id, notice, out.finished, out.finish_reason)
 
     def _send(self, stream: _Stream, jobs: list[ChunkJob], now: float) -> list[ChunkCut]:
@@ -195,7 +215,7 @@ class CodecStreams:
             except Exception as exc:  # noqa: BLE001 - as in ``_guarded``: the replica goes on
                 logger.exception("codec stream send to %s failed", address)
                 for job in jobs:
-                    self.streams.pop(job.request_id, None)
+                    self._end(job.request_id)
                     failed[job.request_id] = RequestFailed(job.request_id, f"{type(exc).__name__}: {exc}")
         self._outbox.clear()
         if not failed:

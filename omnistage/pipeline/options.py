@@ -36,7 +36,7 @@ class PipelineOptions:
     stage_step_timeout_s: a ready replica whose engine loop finishes no pass this long (one step that never
         ends) is declared stalled the same way; much longer, so a long prefill is not mistaken for a hang.
     stream_interval_ms: a request's new tokens leave its replica at most this often, merged (its first and last
-        at once); 0 sends each step's.
+        at once); a talker's plain frame notices (merged) and a changed load alone too; 0 sends each step's.
     """
 
     in_process: bool = False

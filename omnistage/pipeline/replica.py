@@ -20,6 +20,7 @@ caller's process (``ThreadReplica``, tests and debugging) or in a Ray actor
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -88,6 +89,8 @@ class ReplicaLoop:
         # Each request's times here, sent for its span (tracing on); None: nothing is timed.
         self.clock: StageClock | None = StageClock() if timed else None
         self.tokens = TokenCoalescer(stream_interval_s)
+        self._last_load: ReplicaLoad | None = None  # the load last reported (``_report``)
+        self._reported_at = -math.inf  # when the last message went out
 
     def run(self) -> None:
         """Runs until ``Shutdown`` arrives or the worker cannot be built; returns after the threads stop."""
@@ -126,7 +129,6 @@ class ReplicaLoop:
 
     # Engine side -------------------------------------------------------------------------------
     def _engine_loop(self, worker: StageWorker, sender: Sender, streams: CodecStreams) -> None:
-        last_load: ReplicaLoad | None = None
         busy = False
         heap = IdleHeapTrim()
         while not self.stop.is_set():
@@ -145,15 +147,23 @@ class ReplicaLoop:
             outputs = self.tokens.take(outputs, now)
             if not busy:  # about to wait for work: nothing else would send what it holds
                 outputs += self.tokens.flush(now)
-            load = worker.load()
-            notes = streams.take_notes()
-            if outputs or notes is not None or load != last_load:
-                if self.clock is not None:
-                    outputs = self.clock.outputs(outputs)
-                    if notes is not None:
-                        self.clock.noted(notes.request_ids)
-                sender.send(StepBatch(outputs, load, notes))
-                last_load = load
+            self._report(sender, streams, outputs, worker.load(), busy, now)
+
+    def _report(self, sender: Sender, streams: CodecStreams, outputs: list[StageOutput | RequestFailed | StageTimes],
+                load: ReplicaLoad, busy: bool, now: float) -> None:
+        """Sends a pass's outputs with the plain frame notices held and the load. Notices and a changed load alone
+        go at most once per stream interval, or when the loop is about to wait (a talker's message per step, for
+        its notices, was most of the orchestrator's messages); with outputs they go along."""
+        due = bool(outputs) or not busy or now - self._reported_at >= self.tokens.interval_s
+        notes = streams.take_notes() if due else None
+        if not (outputs or notes is not None or (due and load != self._last_load)):
+            return
+        if self.clock is not None:
+            outputs = self.clock.outputs(outputs)
+            if notes is not None:
+                self.clock.noted(notes.request_ids)
+        sender.send(StepBatch(outputs, load, notes))
+        self._last_load, self._reported_at = load, now
 
     def _take_inputs(self, block: bool) -> list[ReplicaInput]:
         messages = []

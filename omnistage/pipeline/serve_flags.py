@@ -48,8 +48,9 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
                             f"hosts (default {DEFAULT_STEP_TIMEOUT_S:g})")
     group.add_argument("--stream-interval-ms", type=float, default=DEFAULT_STREAM_INTERVAL_MS,
                        help="a request's new tokens leave its stage at most this often, merged into one delta (its "
-                            "first and last at once): fewer, larger text deltas when steps are fast, for less server "
-                            f"CPU; 0 sends every step's tokens (default {DEFAULT_STREAM_INTERVAL_MS:g})")
+                            "first and last at once), as do a talker's frame notices (merged) and a replica's load "
+                            "when nothing else goes: fewer, larger messages when steps are fast, for less server "
+                            f"CPU; 0 sends every step's (default {DEFAULT_STREAM_INTERVAL_MS:g})")
     group.add_argument("--stage-ready-timeout", type=float, default=PipelineOptions.ready_timeout_s,
                        help="seconds the stage replicas may take to load and warm up before start-up fails; raise "
                             "it for large checkpoints on a slow or busy host "

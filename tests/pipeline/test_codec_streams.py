@@ -106,6 +106,27 @@ def test_the_talker_cuts_sends_and_tells_the_orchestrator_only_what_it_did(rig) 
     assert _jobs(codec)[0].is_last
 
 
+def test_notes_held_over_steps_merge_and_the_next_notice_carries_their_frames(rig) -> None:
+    """Plain notices not taken yet (the replica sends them at most once per stream interval) merge per request:
+    frames summed, the newest pending; a notice that goes out before them (a cut, an order's cut, the end) carries
+    their frames, so the orchestrator counts every frame once; an aborted request's are dropped."""
+    streams, codec, _ = rig
+    for rid in ("a", "b", "gone"):
+        _open(streams, rid, first=8)
+    for step in range(3):
+        assert streams.on_outputs([_frames(rid, 1, start=step) for rid in ("a", "b", "gone")]) == []
+    streams.abort(["gone"])
+    assert streams.take_notes() == FrameNotes(["a", "b"], [3, 3], [3, 3]) and streams.take_notes() is None
+    assert streams.on_outputs([_frames("a", 2, start=3), _frames("b", 2, start=3)]) == []
+    [out] = streams.on_outputs([_frames("a", 4, start=5)])  # 9 pending: chunk 0 (8 frames) is cut
+    assert out.payload == FramesMade(6, 1, [ChunkCut(0, 8, 8)])  # the 2 held frames and this step's 4
+    [cut] = streams.order(ChunkOrders([ChunkOrder("b", 0, 4, None, 0.0)]))  # b's 5 pending: 4 go
+    assert cut.payload == FramesMade(2, 1, [ChunkCut(0, 4, 4)])  # b's 2 held frames
+    [end] = streams.on_outputs([_frames("b", 1, start=5, finished=True)])
+    assert end.payload.count == 1 and streams.take_notes() is None
+    assert len(_jobs(codec)) >= 2
+
+
 def test_the_chunks_one_pass_cut_go_to_the_codec_replica_as_one_message(rig) -> None:
     streams, codec, _ = rig
     _open(streams, "a", planned=False)
