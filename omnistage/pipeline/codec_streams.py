@@ -10,8 +10,7 @@ its I/O thread's wake-up, costs more than encoding a chunk), and the orchestrato
 notice in place of the frames. A notice that cut nothing and ends nothing (most of them: one per frame) waits
 among the plain notes, merged per request, until the replica's loop takes them (``take_notes``: at most once per
 stream interval, or with a message going anyway); a request's notice that goes out carries the frames noted before
-it. Frames
-of a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
+it. Frames of a request with no stream (a family's own edge, a prefill-only request) pass through unchanged.
 
 Everything runs on the replica's engine thread (the sockets are used by that thread only).
 """

@@ -362,9 +362,9 @@ class RequestFlows:
         self._queue_order(stage, state, edge.frames_made(state.request_id, notice, finished, time.monotonic()))
 
     def frames_noted(self, stage: str, notes: FrameNotes) -> None:
-        """A talker step's plain notices (new frames, no chunk cut, none a stream's last): each paces and plans its
-        stream only, as ``_frames_made`` does with such a notice. One call a step, not one a notice: these are most
-        of an audio stream's messages, and the orchestrator's largest item per request."""
+        """A talker's plain notices since its last report (new frames, no chunk cut, none a stream's last): each
+        paces and plans its stream only, as ``_frames_made`` does with such a notice. One call a message, not one a
+        notice: one per frame, they are most of an audio stream's notices."""
         now, states = time.monotonic(), self.states
         for rid, count, pending in zip(notes.request_ids, notes.counts, notes.pendings):
             state = states.get(rid)
