@@ -37,8 +37,10 @@ def _built(processor: RecordingProcessor, plan: PromptPlan) -> tuple[list[int], 
 
 
 def _in_pool(processor: RecordingProcessor, plan: PromptPlan) -> list[int]:
+    """The ids the pool's job builds (``PromptBuilder._build``, called here directly)."""
     limits = ServerLimits()
-    return list(PromptBuilder(processor, MediaFetcher(MediaPolicy(), limits), limits)._build(plan, CancelToken()).token_ids)
+    builder = PromptBuilder(processor, MediaFetcher(MediaPolicy(), limits), limits, DecodePool(1))
+    return list(builder._build(plan, CancelToken()).token_ids)
 
 
 def test_a_short_plain_text_prompt_is_built_on_the_loop(processor: RecordingProcessor) -> None:
