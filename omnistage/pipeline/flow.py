@@ -382,8 +382,7 @@ class RequestFlows:
                 logger.exception("handling a frame notice of stage %s failed", stage)
                 self.fail(rid, f"{type(exc).__name__}: {exc}")
                 continue
-            if order is not None:
-                self._queue_order(stage, state, order)
+            self._queue_order(stage, state, order)
 
     def _audio(self, state: RequestState, stage: str, chunk: AudioChunk) -> np.ndarray:
         """A chunk for the caller; through the codec edge's player model, which tells the talker."""
